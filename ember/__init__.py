@@ -1,0 +1,13 @@
+"""Ember: a just-in-time compiler for PyTorch programs.
+
+    model = ember.compile(model)     # or @ember.compile on a function
+"""
+from ember import config, logs
+from ember.api import (OptimizedFunction, OptimizedModule, allow_in_graph, compile, disable,
+                       reset)
+from ember.backends import list_backends, register_backend
+from ember import testing
+
+__all__ = ["compile", "reset", "disable", "allow_in_graph", "OptimizedFunction",
+           "OptimizedModule", "config", "logs", "testing", "list_backends", "register_backend"]
+__version__ = "0.1.0"

@@ -1,0 +1,234 @@
+"""Public entry points: ``compile``, ``reset``, ``disable``, ``allow_in_graph``.
+
+``compile(fn)`` returns an :class:`OptimizedFunction`; ``compile(module)`` an
+:class:`OptimizedModule` that forwards every attribute to the original module and runs
+``forward`` through an OptimizedFunction.
+
+Caching: each OptimizedFunction owns its cache entries (one per set of guards). A call tries
+the entries in order; each entry is one generated function with the frame's signature that
+checks its guards and, if they hold, runs the compiled graph. A miss captures the frame again,
+up to ``config.cache_size_limit`` entries; past that, or when capture fails, the frame runs
+eagerly and the reason is logged.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import types
+import weakref
+from typing import Any, Callable
+
+import torch
+
+from ember import config, logs
+from ember.backends import EMBER_OPTIONS, MODES, lookup_backend
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileSettings:
+    backend: Callable
+    fullgraph: bool = False
+    dynamic: bool | None = None
+    mode: str | None = None
+    options: tuple = ()
+
+
+_live_functions: "weakref.WeakSet[OptimizedFunction]" = weakref.WeakSet()
+_disabled: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+_disabled_codes: set[types.CodeType] = set()
+_allowed_in_graph: set[int] = set()
+_allowed_in_graph_refs: list[Any] = []   # keeps ids stable
+
+
+def _validate(backend, fullgraph, dynamic, mode, options) -> CompileSettings:
+    backend_fn = lookup_backend(backend)
+    if not isinstance(fullgraph, bool):
+        raise TypeError(f"fullgraph must be a bool, got {fullgraph!r}")
+    if dynamic not in (None, True, False):
+        raise TypeError(f"dynamic must be None, True or False, got {dynamic!r}")
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; known modes: "
+                         f"{', '.join(m for m in MODES if m)}")
+    options = dict(options or {})
+    if options:
+        if backend != "ember":
+            raise ValueError("options= is only understood by the 'ember' backend; "
+                             f"backend {backend!r} got {sorted(options)}")
+        for key, value in options.items():
+            if key not in EMBER_OPTIONS:
+                raise ValueError(f"unknown option {key!r}; known options: "
+                                 f"{', '.join(sorted(EMBER_OPTIONS))}")
+            if not isinstance(value, EMBER_OPTIONS[key]):
+                raise TypeError(f"option {key!r} expects {EMBER_OPTIONS[key].__name__}, "
+                                f"got {type(value).__name__}")
+    return CompileSettings(backend_fn, fullgraph, dynamic, mode, tuple(sorted(options.items())))
+
+
+def compile(fn_or_module=None, *, backend="ember", fullgraph=False, dynamic=None, mode=None,
+            options=None):
+    """Compile a function or ``nn.Module``; also usable as ``@compile`` or ``@compile(...)``."""
+    settings = _validate(backend, fullgraph, dynamic, mode, options)
+    if fn_or_module is None:
+        return lambda f: _wrap(f, settings)
+    return _wrap(fn_or_module, settings)
+
+
+def _wrap(obj, settings: CompileSettings):
+    if isinstance(obj, (OptimizedFunction, OptimizedModule)):
+        obj = obj._orig_mod if isinstance(obj, OptimizedModule) else obj.__wrapped__
+    if isinstance(obj, torch.nn.Module):
+        return OptimizedModule(obj, settings)
+    if not callable(obj):
+        raise TypeError(f"ember.compile expects a function or an nn.Module, "
+                        f"got {type(obj).__name__}: {obj!r}")
+    return OptimizedFunction(obj, settings)
+
+
+_MISS = object()
+
+
+class OptimizedFunction:
+    """A callable that captures its function's frames into graphs and caches the result."""
+
+    def __init__(self, fn: Callable, settings: CompileSettings):
+        self.__wrapped__ = fn
+        self._settings = settings
+        self._entries: list = []
+        self._eager_reason: str | None = None
+        functools.update_wrapper(self, fn)
+        _live_functions.add(self)
+
+    def __get__(self, obj, objtype=None):
+        # Used as a decorator on a method: bind like a function would.
+        return self if obj is None else types.MethodType(self, obj)
+
+    def __call__(self, *args, **kwargs):
+        for entry in self._entries:
+            out = entry.run(*args, **kwargs)
+            if out is not _MISS:
+                return out
+        return self._miss(args, kwargs)
+
+    def _miss(self, args, kwargs):
+        fn = self.__wrapped__
+        if self._eager_reason is not None or is_disabled(fn):
+            return fn(*args, **kwargs)
+        if self._entries:
+            self._log_recompile(args, kwargs)
+            if len(self._entries) >= config.cache_size_limit:
+                self._run_eagerly_from_now(
+                    f"cache_size_limit ({config.cache_size_limit}) reached")
+                return fn(*args, **kwargs)
+        from ember.frontend.convert import Unsupported, convert_frame
+        try:
+            entry = convert_frame(fn, args, kwargs, self._settings, _MISS)
+        except Unsupported as e:
+            if self._settings.fullgraph:
+                raise
+            self._run_eagerly_from_now(str(e))
+            return fn(*args, **kwargs)
+        self._entries.append(entry)
+        out = entry.run(*args, **kwargs)
+        if out is _MISS:   # guards must hold for the inputs they were made from
+            failed = entry.failed_guards(args, kwargs)
+            raise AssertionError(f"ember: fresh entry for {self._name()} rejects its own "
+                                 f"inputs; failing guards: {failed}")
+        return out
+
+    def _run_eagerly_from_now(self, reason: str) -> None:
+        self._eager_reason = reason
+        logs.warn("ember: %s runs eagerly: %s", self._name(), reason)
+
+    def _log_recompile(self, args, kwargs) -> None:
+        if logs.enabled("recompiles"):
+            for i, entry in enumerate(self._entries):
+                logs.log("recompiles", "recompiling %s: entry %d failed guard %s",
+                         self._name(), i, entry.failed_guards(args, kwargs)[:1])
+
+    def _name(self) -> str:
+        fn = inspect.unwrap(self.__wrapped__) if not isinstance(
+            self.__wrapped__, types.MethodType) else self.__wrapped__.__func__
+        code = getattr(fn, "__code__", None)
+        where = f" ({code.co_filename}:{code.co_firstlineno})" if code else ""
+        return f"{getattr(fn, '__qualname__', repr(fn))}{where}"
+
+    def _reset(self) -> None:
+        self._entries.clear()
+        self._eager_reason = None
+
+
+class OptimizedModule(torch.nn.Module):
+    """A compiled ``nn.Module``: every attribute, parameter and method is the original's.
+
+    The instance keeps only ``_orig_mod`` and ``_compiled_forward`` in its own ``__dict__``;
+    ``nn.Module``'s machinery (``state_dict``, ``parameters``, ``train``, hooks) reads its
+    ``_parameters``/``_modules``/... through ``__getattr__`` from the original module, so keys
+    and behaviour are identical and nothing is copied.
+    """
+
+    def __init__(self, mod: torch.nn.Module, settings: CompileSettings):
+        object.__setattr__(self, "_orig_mod", mod)
+        object.__setattr__(self, "_compiled_forward", OptimizedFunction(mod.forward, settings))
+
+    def forward(self, *args, **kwargs):
+        return self._compiled_forward(*args, **kwargs)
+
+    def __getattr__(self, name: str):
+        return getattr(object.__getattribute__(self, "_orig_mod"), name)
+
+    def __setattr__(self, name: str, value) -> None:
+        setattr(self._orig_mod, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        delattr(self._orig_mod, name)
+
+    def __dir__(self):
+        return sorted(set(dir(self._orig_mod)) | {"_orig_mod"})
+
+    def _get_name(self) -> str:
+        return f"OptimizedModule[{self._orig_mod._get_name()}]"
+
+
+def reset() -> None:
+    """Drop every compiled entry of every compiled function; later calls capture again."""
+    for fn in list(_live_functions):
+        fn._reset()
+
+
+def disable(fn: Callable | None = None):
+    """Never compile ``fn``: calls to it run eagerly, also from inside compiled code."""
+    if fn is None:
+        return disable
+    target = fn.__wrapped__ if isinstance(fn, OptimizedFunction) else fn
+    code = getattr(inspect.unwrap(target), "__code__", None)
+    if code is not None:
+        _disabled_codes.add(code)
+    try:
+        _disabled[target] = True
+    except TypeError:
+        pass
+    return target
+
+
+def is_disabled(fn: Any) -> bool:
+    try:
+        if _disabled.get(fn):
+            return True
+    except TypeError:
+        pass
+    fn = getattr(fn, "__func__", fn)
+    return getattr(fn, "__code__", None) in _disabled_codes
+
+
+def allow_in_graph(fn: Callable) -> Callable:
+    """Calls to ``fn`` inside compiled code become one graph node instead of being traced."""
+    if not callable(fn):
+        raise TypeError(f"allow_in_graph expects a callable, got {type(fn).__name__}")
+    _allowed_in_graph.add(id(fn))
+    _allowed_in_graph_refs.append(fn)
+    return fn
+
+
+def is_allowed_in_graph(fn: Any) -> bool:
+    return id(fn) in _allowed_in_graph

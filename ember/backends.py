@@ -1,0 +1,59 @@
+"""Backend registry: names the user can pass as ``ember.compile(..., backend=NAME)``.
+
+A backend is any callable ``backend(gm: torch.fx.GraphModule, example_inputs: list) ->
+Callable`` (the same contract as torch.compile's, so the two worlds interoperate).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+Backend = Callable[[torch.fx.GraphModule, list], Callable]
+
+_BACKENDS: dict[str, Backend] = {}
+
+# Options the "ember" backend accepts through ``ember.compile(..., options={...})``.
+EMBER_OPTIONS: dict[str, type] = {
+    "freezing": bool,        # inference only: bake parameters into kernels as constants
+    "max_autotune": bool,    # try more kernel configurations
+    "cudagraphs": bool,      # replay launches through CUDA graphs
+    "debug": bool,           # keep generated sources next to the cache
+}
+
+MODES = (None, "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def register_backend(name: str):
+    def deco(fn: Backend) -> Backend:
+        _BACKENDS[name] = fn
+        return fn
+    return deco
+
+
+@register_backend("eager")
+def eager_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    """Run the captured FX graph as it is (isolates the frontend)."""
+    return gm.forward
+
+
+@register_backend("ember")
+def ember_backend(gm: torch.fx.GraphModule, example_inputs: list, **options: Any) -> Callable:
+    """The Ember compiler. Until the code-generating backend lands it runs the graph eagerly."""
+    return gm.forward
+
+
+def lookup_backend(backend: str | Backend) -> Backend:
+    if callable(backend):
+        return backend
+    if isinstance(backend, str):
+        if backend in _BACKENDS:
+            return _BACKENDS[backend]
+        raise ValueError(f"unknown backend {backend!r}; known backends: "
+                         f"{', '.join(sorted(_BACKENDS))}, or pass a callable "
+                         f"backend(gm, example_inputs)")
+    raise TypeError(f"backend must be a name or a callable, not {type(backend).__name__}")
+
+
+def list_backends() -> list[str]:
+    return sorted(_BACKENDS)

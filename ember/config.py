@@ -1,0 +1,93 @@
+"""Typed compiler options with EMBER_* environment overrides.
+
+Every option is a module attribute with a type and a default. ``EMBER_<NAME>`` in the
+environment overrides the default when Ember is imported; ``config.patch(name=value)`` changes
+options for a block or a function (tests use it). Unknown names raise, so a typo never turns
+into a silently ignored setting.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    type: type
+    default: Any
+    doc: str
+
+
+_OPTIONS: dict[str, Option] = {}
+
+
+def _option(name: str, type_: type, default: Any, doc: str) -> Any:
+    _OPTIONS[name] = Option(name, type_, default, doc)
+    raw = os.environ.get("EMBER_" + name.upper())
+    return default if raw is None else _parse(name, type_, raw)
+
+
+def _parse(name: str, type_: type, raw: str) -> Any:
+    if type_ is bool:
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"EMBER_{name.upper()}={raw!r}: expected a boolean (1/0, true/false)")
+    try:
+        return type_(raw)
+    except ValueError:
+        raise ValueError(f"EMBER_{name.upper()}={raw!r}: expected {type_.__name__}") from None
+
+
+cache_size_limit: int = _option(
+    "cache_size_limit", int, 8,
+    "compiled entries kept per code object; past it the frame runs eagerly")
+inline_depth_limit: int = _option(
+    "inline_depth_limit", int, 64, "deepest chain of inlined user-function calls")
+debug_dir: str = _option(
+    "debug_dir", str, "", "when set, each compiled frame's stages are written below it")
+suppress_errors: bool = _option(
+    "suppress_errors", bool, True,
+    "an internal compiler error falls back to eager (logged) instead of raising")
+
+
+def options() -> dict[str, Option]:
+    return dict(_OPTIONS)
+
+
+def _check(name: str, value: Any) -> None:
+    opt = _OPTIONS.get(name)
+    if opt is None:
+        raise ValueError(f"unknown ember config option {name!r}; known: {sorted(_OPTIONS)}")
+    if not isinstance(value, opt.type):
+        raise TypeError(f"ember config option {name!r} expects {opt.type.__name__}, "
+                        f"got {type(value).__name__}")
+
+
+class patch(contextlib.ContextDecorator):
+    """``with config.patch(cache_size_limit=2): ...`` or as a decorator."""
+
+    def __init__(self, **changes: Any):
+        for name, value in changes.items():
+            _check(name, value)
+        self.changes = changes
+        self.saved: list[dict[str, Any]] = []
+
+    def __enter__(self):
+        module = sys.modules[__name__]
+        self.saved.append({k: getattr(module, k) for k in self.changes})
+        for k, v in self.changes.items():
+            setattr(module, k, v)
+        return self
+
+    def __exit__(self, *exc):
+        module = sys.modules[__name__]
+        for k, v in self.saved.pop().items():
+            setattr(module, k, v)
+        return False

@@ -1,0 +1,1 @@
+"""Bytecode capture (TorchDynamo's role): Python frames -> FX graphs + guards + new code."""
