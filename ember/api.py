@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from ember import config, logs
+from ember import config, logs, metrics
 from ember.backends import EMBER_OPTIONS, MODES, lookup_backend
 
 
@@ -138,6 +138,7 @@ class OptimizedFunction:
 
     def _run_eagerly_from_now(self, reason: str) -> None:
         self._eager_reason = reason
+        metrics.counters["frontend"]["frames_eager"] += 1
         logs.warn("ember: %s runs eagerly: %s", self._name(), reason)
 
     def _log_recompile(self, args, kwargs) -> None:
@@ -194,6 +195,7 @@ def reset() -> None:
     """Drop every compiled entry of every compiled function; later calls capture again."""
     for fn in list(_live_functions):
         fn._reset()
+    metrics.reset()
 
 
 def disable(fn: Callable | None = None):
