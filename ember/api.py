@@ -96,7 +96,18 @@ class OptimizedFunction:
         self._settings = settings
         self._entries: list = []
         self._eager_reason: str | None = None
-        functools.update_wrapper(self, fn)
+        # A bound method is captured as its function with `self` as the first argument.
+        self._bound_self = None
+        self._func = fn
+        if isinstance(fn, types.MethodType):
+            self._bound_self, self._func = fn.__self__, fn.__func__
+        elif not isinstance(fn, types.FunctionType) and isinstance(
+                getattr(type(fn), "__call__", None), types.FunctionType):
+            self._bound_self, self._func = fn, type(fn).__call__
+        try:
+            functools.update_wrapper(self, fn)
+        except AttributeError:
+            pass
         _live_functions.add(self)
 
     def __get__(self, obj, objtype=None):
@@ -104,6 +115,8 @@ class OptimizedFunction:
         return self if obj is None else types.MethodType(self, obj)
 
     def __call__(self, *args, **kwargs):
+        if self._bound_self is not None:
+            args = (self._bound_self, *args)
         for entry in self._entries:
             out = entry.run(*args, **kwargs)
             if out is not _MISS:
@@ -111,7 +124,7 @@ class OptimizedFunction:
         return self._miss(args, kwargs)
 
     def _miss(self, args, kwargs):
-        fn = self.__wrapped__
+        fn = self._func
         if self._eager_reason is not None or is_disabled(fn):
             return fn(*args, **kwargs)
         if self._entries:
@@ -148,8 +161,7 @@ class OptimizedFunction:
                          self._name(), i, entry.failed_guards(args, kwargs)[:1])
 
     def _name(self) -> str:
-        fn = inspect.unwrap(self.__wrapped__) if not isinstance(
-            self.__wrapped__, types.MethodType) else self.__wrapped__.__func__
+        fn = self._func
         code = getattr(fn, "__code__", None)
         where = f" ({code.co_filename}:{code.co_firstlineno})" if code else ""
         return f"{getattr(fn, '__qualname__', repr(fn))}{where}"

@@ -1,0 +1,595 @@
+"""Fake tensors: metadata-only tensors that report the device a real tensor would have.
+
+While Ember's frontend symbolically evaluates a user's program it needs every tensor's
+size, stride, dtype, device and requires_grad exactly as eager would produce them, without
+computing anything, allocating real memory or mutating real inputs. A ``FakeTensor`` answers
+all of those questions; running an op on fakes runs only the op's *meta kernel*.
+
+Decisions
+---------
+* **Wrapper subclass + meta tensor.** A ``FakeTensor`` is a ``torch.Tensor`` wrapper subclass
+  (``_make_wrapper_subclass``): it owns no storage, and its size/stride/storage_offset/dtype/
+  layout/device/requires_grad are fixed when it is created. It holds ``_meta``, a tensor on
+  the ``meta`` device with identical geometry; that is what ATen's meta kernels compute on.
+  The wrapper carries the *real* device (``cuda:0``, ``cpu``), so ``x.device``, ``x.is_cuda``
+  and the dispatch keys seen by composite ops all match eager. Because the wrapper sits below
+  autograd like any tensor, autograd works for free: with grad mode on and an input requiring
+  grad, outputs get ``requires_grad=True`` and a ``grad_fn``; under ``no_grad`` they don't.
+  Consequence: a fake's geometry cannot change after creation, so in-place ops that change
+  metadata (``resize_``, ``t_``, ``unsqueeze_``, ``set_``, out= with a wrong size) raise
+  ``FakeUnsupported``.
+* **Views share storage.** A view op returns a new fake whose ``_meta`` is the meta kernel's
+  view of the input's ``_meta``, so views of a fake share one meta storage. ``from_real``
+  keeps one meta storage per live real storage, so fakes made from views of one real tensor
+  share it too (``fake._meta.untyped_storage()`` is the same storage).
+* **Devices.** Output device of an op = the common device of its tensor inputs; a 0-dim CPU
+  tensor does not vote when a non-CPU tensor is present (as in eager); two different devices
+  otherwise raise ``RuntimeError`` like eager ("Expected all tensors to be on the same
+  device ..."), except for ops that legitimately mix devices (``copy_``, indexing with CPU
+  indices). An explicit ``device=`` argument (factory ops, ``_to_copy`` i.e. ``.to('cuda')``,
+  ``*_like``) wins; factory ops without one produce CPU tensors (``torch.set_default_device``
+  works above us by injecting ``device=``). ``cuda`` without an index means ``cuda:0``.
+  On a machine without CUDA the mode installs PyTorch's no-op CUDA device guard
+  (``torch._C._ensureCUDADeviceGuardSet``) so autograd can record cuda-device fakes, and
+  makes ``torch.tensor(...)`` lift CPU data only (no device initialisation).
+* **Identity for in-place and out= ops.** The meta kernel of an in-place op returns its
+  input meta tensor; an output that *is* some input's ``_meta`` is mapped back to that
+  input's ``FakeTensor``, so ``x.add_(1) is x`` and ``torch.add(a, b, out=c) is c``.
+* **Real tensors met during dispatch** (constants, module buffers captured by closures) are
+  converted with ``from_real`` first; ``from_real`` is memoised per live real tensor (a
+  ``WeakTensorKeyDictionary``), keeps requires_grad and nn.Parameter-ness
+  (``isinstance(fake, nn.Parameter)`` holds, through Parameter's ``_is_param`` marker). The
+  fake of a non-leaf real tensor is a leaf (its ``grad_fn`` is not reproduced), and ``.grad``
+  is not copied. Sparse, quantized, nested and other non-strided tensors, and tensor
+  subclasses with their own ``__torch_dispatch__``, raise ``FakeUnsupported``.
+* **Data dependence.** Ops whose output depends on values (``nonzero``, ``masked_select``,
+  ``unique``, ``.item()`` i.e. ``_local_scalar_dense``, ``equal``, ``is_nonzero``, ...) raise
+  ``DataDependentError(op)``; ``bool``, ``int``, ``float``, ``item``, ``tolist``, ``numpy`` on a
+  fake raise it directly. The frontend turns this into a graph break.
+* **Errors.** An op with no meta kernel (``NotImplementedError`` from the Meta backend) raises
+  ``FakeUnsupported(op, error)``. Any other error a meta kernel raises (shape mismatch, bad
+  dim) is re-raised unchanged, because it is the error eager would raise.
+* **Randomness.** ``rand``, ``randn``, ``dropout``, ``bernoulli`` run their meta kernels: they
+  produce metadata only and consume no RNG state, so capturing does not shift the user's
+  random stream.
+* **Python dispatcher.** Several meta kernels (view/reshape/expand, layer_norm) are Python
+  registrations reached only with ``torch._dispatch.python.enable_python_dispatcher()``;
+  entering the mode enables it.
+* **Speed.** Per-op work is one pytree flatten, a per-OpOverload classification cache, and
+  wrapping outputs; no schema parsing per call.
+"""
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch._dispatch.python import enable_python_dispatcher
+from torch._prims_common import suggest_memory_format
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
+from torch.utils.weak import WeakTensorKeyDictionary
+
+__all__ = ["FakeTensor", "FakeTensorMode", "DataDependentError", "FakeUnsupported", "is_fake"]
+
+aten = torch.ops.aten
+_META = torch.device("meta")
+_CPU = torch.device("cpu")
+
+
+class DataDependentError(RuntimeError):
+    """An op's result (or its output size) depends on tensor values, which fakes don't have."""
+
+    def __init__(self, op: str, msg: str | None = None):
+        self.op = str(op)
+        super().__init__(msg or f"{self.op}: output depends on tensor data, which fake tensors "
+                                "do not have (data-dependent operation)")
+
+
+class FakeUnsupported(RuntimeError):
+    """Fake tensors cannot represent this tensor or run this op."""
+
+    def __init__(self, what: str, error: BaseException | None = None):
+        self.op = str(what)
+        self.error = error
+        super().__init__(f"fake tensors do not support {self.op}"
+                         + (f": {type(error).__name__}: {error}" if error is not None else ""))
+
+
+def is_fake(x) -> bool:
+    return isinstance(x, FakeTensor)
+
+
+def _normalize_device(d) -> torch.device:
+    if d is None:
+        return _CPU
+    if not isinstance(d, torch.device):
+        d = torch.device(d)
+    if d.type == "cuda" and d.index is None:
+        return torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return d
+
+
+# ----------------------------------------------------------------------------------------------
+# CUDA device guard for cuda-device fakes on machines without CUDA
+#
+# Autograd records a stream for every tensor it sees (InputMetadata) and ``Tensor.to("cuda")``
+# asks the CUDA device guard for the current device. A CUDA build without GPUs gets PyTorch's
+# no-op guard from ``torch._C._ensureCUDADeviceGuardSet()``; a CPU-only build has no CUDA
+# guard at all and *aborts the process* (C++ terminate) when autograd meets a cuda tensor. So on
+# CPU-only builds Ember compiles (once, ~2 s, cached) a 10-line library that registers c10's
+# FakeGuardImpl<CUDA>. If that is impossible (no g++), ops that would make autograd record a
+# cuda fake raise FakeUnsupported instead (a cuda *leaf* requiring grad can still abort).
+
+_GUARD_SRC = r"""
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/impl/FakeGuardImpl.h>
+extern "C" int ember_install_cuda_guard() {
+  if (!c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA)) {
+    static c10::impl::FakeGuardImpl<c10::DeviceType::CUDA> impl;
+    static c10::impl::DeviceGuardImplRegistrar reg(c10::DeviceType::CUDA, &impl);
+  }
+  return c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA) ? 1 : 0;
+}
+"""
+_cuda_guard_state: bool | None = None     # None: not tried yet
+
+
+def _cuda_guard_ready() -> bool:
+    global _cuda_guard_state
+    if _cuda_guard_state is None:
+        _cuda_guard_state = _install_cuda_guard()
+    return _cuda_guard_state
+
+
+def _install_cuda_guard() -> bool:
+    if torch.cuda.is_available():
+        return True
+    if torch.version.cuda is not None or torch.version.hip is not None:
+        torch._C._ensureCUDADeviceGuardSet()   # GPU build, no device: PyTorch's no-op guard
+        return True
+    import ctypes, hashlib, os, subprocess, tempfile, warnings
+    tdir = os.path.dirname(torch.__file__)
+    key = hashlib.sha256((_GUARD_SRC + torch.__version__ + tdir).encode()).hexdigest()[:16]
+    cache = os.path.join(os.environ.get("EMBER_CACHE_DIR") or
+                         os.path.join(os.path.expanduser("~"), ".cache", "ember"), "fake")
+    so = os.path.join(cache, f"cuda_guard_{key}.so")
+    try:
+        if not os.path.exists(so):
+            os.makedirs(cache, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=cache) as tmp:
+                src, out = os.path.join(tmp, "g.cpp"), os.path.join(tmp, "g.so")
+                with open(src, "w") as fh:
+                    fh.write(_GUARD_SRC)
+                subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC",
+                                f"-I{tdir}/include", src, f"-L{tdir}/lib", "-lc10", "-o", out],
+                               check=True, capture_output=True, timeout=120)
+                os.replace(out, so)
+        return bool(ctypes.CDLL(so).ember_install_cuda_guard())
+    except Exception as e:                     # no compiler, read-only home, ...
+        warnings.warn(f"ember.fake: cannot install a CUDA device guard on this CPU-only "
+                      f"build ({e}); autograd on cuda fake tensors is unsupported here")
+        return False
+
+
+def _check_cuda_autograd(func, fakes) -> None:
+    if torch.is_grad_enabled() and any(f.requires_grad for f in fakes):
+        raise FakeUnsupported(f"{func}: autograd on cuda fake tensors without a CUDA device "
+                              "guard on this CPU-only build")
+
+
+class FakeTensor(torch.Tensor):
+    """A tensor with metadata only: ``_meta`` (meta device, same geometry) + ``fake_device``."""
+
+    _meta: torch.Tensor
+    fake_device: torch.device
+    fake_mode: "FakeTensorMode"
+
+    __slots__ = ()
+
+    @staticmethod
+    def __new__(cls, mode: "FakeTensorMode", meta: torch.Tensor, device: torch.device,
+                requires_grad: bool = False):
+        r = torch.Tensor._make_wrapper_subclass(
+            cls, meta.size(), strides=meta.stride(), storage_offset=meta.storage_offset(),
+            dtype=meta.dtype, device=device, requires_grad=requires_grad, layout=meta.layout,
+            storage_size=meta.untyped_storage().nbytes())
+        r._meta = meta
+        r.fake_device = device
+        r.fake_mode = mode
+        return r
+
+    # Tensor-level torch functions go straight to the dispatcher: outputs are already fakes.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        # Reached only when an op runs on fakes with no FakeTensorMode active: use the mode
+        # that made the first fake argument.
+        mode = next(a.fake_mode for a in pytree.tree_leaves((args, kwargs))
+                    if isinstance(a, FakeTensor))
+        with enable_python_dispatcher():
+            return mode._dispatch(func, args, kwargs or {})
+
+    def __repr__(self, *, tensor_contents=None):
+        s = (f"FakeTensor(size={tuple(self.shape)}, dtype={self.dtype}, "
+             f"device='{self.fake_device}'")
+        if self.requires_grad:
+            s += ", requires_grad=True"
+        return s + ")"
+
+    __str__ = __repr__
+
+    def __deepcopy__(self, memo):
+        if id(self) in memo:
+            return memo[id(self)]
+        m = self._meta
+        with _disable_current_modes(), torch.no_grad():
+            meta = torch.empty_strided(m.size(), m.stride(), dtype=m.dtype, device=_META)
+        new = FakeTensor(self.fake_mode, meta, self.fake_device, requires_grad=self.requires_grad)
+        if getattr(self, "_is_param", False):
+            new._is_param = True
+        memo[id(self)] = new
+        return new
+
+    # Reading values is data-dependent.
+    def item(self):
+        raise DataDependentError("aten._local_scalar_dense")
+
+    def tolist(self):
+        raise DataDependentError("aten._local_scalar_dense", "tolist() on a fake tensor reads "
+                                 "tensor data (data-dependent operation)")
+
+    def numpy(self, *a, **k):
+        raise DataDependentError("numpy", "numpy() on a fake tensor reads tensor data "
+                                 "(data-dependent operation)")
+
+    def __bool__(self):
+        raise DataDependentError("aten.is_nonzero")
+
+    def __int__(self):
+        raise DataDependentError("aten._local_scalar_dense")
+
+    def __float__(self):
+        raise DataDependentError("aten._local_scalar_dense")
+
+    def __complex__(self):
+        raise DataDependentError("aten._local_scalar_dense")
+
+    def __index__(self):
+        raise DataDependentError("aten._local_scalar_dense")
+
+    def __array__(self, *a, **k):
+        raise DataDependentError("numpy", "converting a fake tensor to an array reads tensor data")
+
+
+# ----------------------------------------------------------------------------------------------
+# Op classification (cached per OpOverload)
+
+_DATA_DEPENDENT = {
+    "_local_scalar_dense", "item", "nonzero", "nonzero_numpy", "argwhere", "masked_select",
+    "unique", "_unique", "_unique2", "unique_dim", "unique_consecutive", "unique_dim_consecutive",
+    "equal", "is_nonzero", "allclose", "bincount", "_assert_async", "_assert_scalar",
+    "repeat_interleave", "histogram", "tolist", "is_set_to", "_nested_tensor_from_mask",
+    "masked_scatter_backward", "segment_reduce", "sym_constrain_range",
+}
+_DATA_DEPENDENT_HINTS = ("data-dependent", "data dependent", "data-independent",
+                         "_local_scalar_dense", "torch.nonzero", "aten::nonzero", "aten.nonzero")
+# Ops whose inputs may legitimately live on different devices (eager allows these).
+_MIXED_DEVICE_OK = {
+    "copy_", "copy", "_copy_from", "_copy_from_and_resize", "_to_copy", "to", "lift_fresh",
+    "lift_fresh_copy", "lift", "index", "_unsafe_index", "index_put", "index_put_",
+    "_index_put_impl_", "_unsafe_index_put", "set_", "detach", "alias",
+}
+# Ops whose result *value* depends on data but whose size doesn't -> fine on meta. Ops where
+# repeat_interleave gets output_size are static; handled below.
+_KIND_PLAIN, _KIND_DATA, _KIND_MIXED = 0, 1, 2
+
+
+
+
+def _conv_layout(out, args, kwargs, device):
+    """Meta convolution always answers contiguous (meta tensors carry no backend). Eager's
+    CPU (mkldnn/thnn) and CUDA (cudnn) backends all return channels_last(_3d) when the input
+    or the weight is laid out that way; reproduce that."""
+    inp, weight = args[0], args[1]
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(out.dim())
+    if fmt is not None and (suggest_memory_format(inp) == fmt or suggest_memory_format(weight) == fmt):
+        return out.contiguous(memory_format=fmt)
+    return out
+
+
+def _bn_eval_stats(training_arg):
+    """CPU batch norm in eval mode returns empty save_mean/save_invstd; meta (like CUDA)
+    returns (C,). Only the CPU answer needs correcting, and only when not training."""
+    def fix(out, args, kwargs, device):
+        training = training_arg is not None and args[training_arg]
+        if device.type != "cpu" or training:
+            return out
+        empty = out[1].new_empty((0,))
+        return (out[0], empty, out[2].new_empty((0,)))
+    return fix
+
+
+# Per-op corrections applied to meta outputs, where a meta kernel's answer depends on the
+# backend it cannot see.
+_FIXUPS = {aten.convolution.default: _conv_layout, aten._convolution.default: _conv_layout,
+           aten.native_batch_norm.default: _bn_eval_stats(5),
+           aten._native_batch_norm_legit.default: _bn_eval_stats(5),
+           aten._native_batch_norm_legit_no_training.default: _bn_eval_stats(None)}
+
+
+_BELOW_PYTHON = (torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
+                 | torch._C.DispatchKeySet(torch._C.DispatchKey.PythonTLSSnapshot))
+
+
+def _restride(fake: FakeTensor, meta: torch.Tensor) -> None:
+    """Give the wrapper the geometry its meta tensor now has: ``as_strided_`` run below the
+    Python key only rewrites the wrapper's TensorImpl sizes/strides (it owns no data)."""
+    with torch._C._ExcludeDispatchKeyGuard(_BELOW_PYTHON), torch.no_grad():
+        try:
+            aten.as_strided_.default(fake, meta.size(), meta.stride(), meta.storage_offset())
+        except RuntimeError as e:   # grows past the wrapper's (data-less) storage: undo on meta
+            meta.set_(meta.untyped_storage(), fake.storage_offset(), fake.size(), fake.stride())
+            raise FakeUnsupported("in-place growth of a fake tensor's storage (resize_, "
+                                  "out= with a smaller tensor)", e) from e
+
+
+_INDEX_PUT = {aten.index_put_.default, aten.index_put.default, aten._index_put_impl_.default,
+              aten._unsafe_index_put.default}
+
+
+def _has_mask_index(args) -> bool:
+    idx = args[1] if len(args) > 1 else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in idx)
+
+
+class FakeTensorMode(TorchDispatchMode):
+    """Runs every ATen op on fakes' meta tensors and wraps the results as fakes.
+
+    ``with FakeTensorMode() as mode: x = mode.from_real(t); y = model(x)``.
+    """
+
+    # Occupy PyTorch's infra slot for fake modes: C++ then skips lazy device initialisation
+    # for factory calls such as ``torch.randn(3, device="cuda")`` (no CUDA needed).
+    _mode_key = torch._C._TorchDispatchModeKey.FAKE
+
+    def __init__(self):
+        super().__init__()
+        self._memo = WeakTensorKeyDictionary()      # real tensor -> FakeTensor
+        self._storages: dict[int, tuple] = {}       # real StorageImpl addr -> (weakref, meta storage)
+        self._op_infos: dict = {}
+        self._ctx_stack: list = []
+        self._avoid_device_init = not torch.cuda.is_available()
+        if self._avoid_device_init:
+            _cuda_guard_ready()                     # see "CUDA device guard" above
+
+    # -- entering ---------------------------------------------------------------------------
+    def __enter__(self):
+        # One mode occupies the FAKE slot at a time: re-entering the active mode is a no-op;
+        # entering another one sets the current one aside until exit.
+        prev = torch._C._unset_dispatch_mode(self._mode_key)
+        if prev is self:
+            torch._C._set_dispatch_mode(self)
+            self._ctx_stack.append(None)
+            return self
+        pd = enable_python_dispatcher()
+        pd.__enter__()
+        prev_lift = None
+        if self._avoid_device_init:
+            prev_lift = torch._C._only_lift_cpu_tensors()
+            torch._C._set_only_lift_cpu_tensors(True)
+        self._ctx_stack.append((pd, prev_lift, prev))
+        try:
+            return super().__enter__()
+        except BaseException:
+            self._pop_ctx(None, None, None)
+            raise
+
+    def __exit__(self, exc_type, exc_val, exc_tb):
+        if self._ctx_stack[-1] is None:
+            self._ctx_stack.pop()
+            return None
+        try:
+            return super().__exit__(exc_type, exc_val, exc_tb)
+        finally:
+            self._pop_ctx(exc_type, exc_val, exc_tb)
+
+    def _pop_ctx(self, *exc):
+        pd, prev_lift, prev = self._ctx_stack.pop()
+        if prev_lift is not None:
+            torch._C._set_only_lift_cpu_tensors(prev_lift)
+        pd.__exit__(*exc)
+        if prev is not None:
+            torch._C._set_dispatch_mode(prev)
+
+    # -- real -> fake -------------------------------------------------------------------------
+    def from_real(self, t: torch.Tensor) -> FakeTensor:
+        """The fake of real tensor ``t`` (memoised while ``t`` is alive)."""
+        if isinstance(t, FakeTensor):
+            return t
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"from_real expects a torch.Tensor, got {type(t).__name__}")
+        fake = self._memo.get(t)
+        if fake is not None:
+            return fake
+        self._check_supported(t)
+        with _disable_current_modes(), torch._C.DisableTorchFunctionSubclass(), \
+                torch.no_grad():
+            meta = self._meta_like(t)
+        fake = FakeTensor(self, meta, t.device, requires_grad=t.requires_grad)
+        if isinstance(t, torch.nn.Parameter):
+            fake._is_param = True                 # isinstance(fake, nn.Parameter) -> True
+        self._memo[t] = fake
+        return fake
+
+    @staticmethod
+    def _check_supported(t: torch.Tensor) -> None:
+        kind = None
+        if t.is_nested:
+            kind = "nested tensors"
+        elif t.is_quantized:
+            kind = "quantized tensors"
+        elif t.layout != torch.strided:
+            kind = f"tensors with layout {t.layout} (sparse/non-strided)"
+        elif type(t).__torch_dispatch__ is not torch.Tensor.__torch_dispatch__ \
+                and not isinstance(t, FakeTensor):
+            kind = f"tensor subclass {type(t).__qualname__} with its own __torch_dispatch__"
+        if kind is not None:
+            raise FakeUnsupported(kind)
+
+    def _meta_like(self, t: torch.Tensor) -> torch.Tensor:
+        if t.is_meta:
+            return t.detach()
+        storage = t.untyped_storage()
+        key = storage._cdata
+        entry = self._storages.get(key)
+        if entry is not None and entry[0]() is None:
+            entry = None
+        if entry is None:
+            meta_storage = torch.empty(storage.nbytes(), dtype=torch.uint8,
+                                       device=_META).untyped_storage()
+            if len(self._storages) > 1024:        # drop entries of dead storages now and then
+                self._storages = {k: v for k, v in self._storages.items() if v[0]() is not None}
+            entry = (self._storage_ref(t), meta_storage)
+            self._storages[key] = entry
+        meta = torch.empty(0, dtype=t.dtype, device=_META)
+        meta.set_(entry[1], t.storage_offset(), t.size(), t.stride())
+        return meta
+
+    @staticmethod
+    def _storage_ref(t: torch.Tensor):
+        # A weak reference to the storage's owner: alive while any tensor of the storage is.
+        # Plain tensors are weak-referenceable; the entry is re-validated by StorageImpl address
+        # and refreshed when the owning tensor dies (a new meta storage is then created, which
+        # only loses sharing with fakes made before, never correctness of their metadata).
+        return weakref.ref(t)
+
+    # -- dispatch -----------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self._dispatch(func, args, kwargs or {})
+
+    def _op_info(self, func):
+        """(kind, writes): data-dependent/mixed-device/plain, and whether outputs alias a
+        mutated input (in-place and out= ops, from the schema's alias annotations)."""
+        info = self._op_infos.get(func)
+        if info is None:
+            name = func.overloadpacket.__name__
+            kind = (_KIND_DATA if name in _DATA_DEPENDENT else
+                    _KIND_MIXED if name in _MIXED_DEVICE_OK else _KIND_PLAIN)
+            writes = any(r.alias_info is not None and r.alias_info.is_write
+                         for r in func._schema.returns)
+            info = self._op_infos[func] = (kind, writes, _FIXUPS.get(func))
+        return info
+
+    def _dispatch(self, func, args, kwargs):
+        kind, writes, fixup = self._op_info(func)
+        if kind == _KIND_DATA:
+            if not (func is aten.repeat_interleave.Tensor and kwargs.get("output_size") is not None):
+                raise DataDependentError(str(func))
+
+        if func in _INDEX_PUT and _has_mask_index(args):
+            # x[mask] = v: the result has x's geometry whatever the mask holds; meta would need
+            # nonzero(mask). (Whether v broadcasts to the masked count is not checked.)
+            self_ = self.from_real(args[0])
+            if writes:
+                return self_
+            func = aten.clone.default
+            args, kwargs = (self_,), {}
+            kind, writes, fixup = self._op_info(func)
+
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        fakes = []
+        for i, a in enumerate(flat):
+            if isinstance(a, torch.Tensor):
+                if not isinstance(a, FakeTensor):
+                    a = self.from_real(a)
+                fakes.append(a)
+                flat[i] = a._meta
+
+        # Output device.
+        device = None
+        if "device" in kwargs and kwargs["device"] is not None:
+            device = _normalize_device(kwargs["device"])
+        elif fakes:
+            device = self._common_device(func, fakes, kind == _KIND_MIXED)
+        else:
+            device = _CPU
+        if "device" in kwargs:
+            (args, kwargs) = pytree.tree_unflatten(flat, spec)
+            kwargs = dict(kwargs)
+            kwargs["device"] = _META
+            if kwargs.get("pin_memory"):
+                kwargs["pin_memory"] = False
+        else:
+            args, kwargs = pytree.tree_unflatten(flat, spec)
+
+        try:
+            out = func(*args, **kwargs)
+        except DataDependentError:
+            raise
+        except (NotImplementedError, RuntimeError) as e:
+            msg = str(e)
+            if any(w in msg for w in _DATA_DEPENDENT_HINTS):    # e.g. x[mask] -> nonzero
+                raise DataDependentError(str(func)) from e
+            if isinstance(e, NotImplementedError) or (
+                    "Meta" in msg and ("Could not run" in msg or "not implemented" in msg)):
+                raise FakeUnsupported(str(func), e) from e
+            raise
+
+        if fixup is not None:
+            out = fixup(out, args, kwargs, device)
+        if device.type == "cuda" and not _cuda_guard_ready():
+            _check_cuda_autograd(func, fakes)
+        by_meta = {id(f._meta): f for f in fakes}
+
+        def wrap(o):
+            if not isinstance(o, torch.Tensor) or isinstance(o, FakeTensor):
+                return o
+            f = by_meta.get(id(o))
+            if f is not None:
+                if writes:                       # in-place / out=: the mutated fake itself
+                    if f.shape != o.shape or f.stride() != o.stride() \
+                            or f.storage_offset() != o.storage_offset():
+                        _restride(f, o)          # t_, unsqueeze_, resize_, set_, out= resize
+                    return f
+                # A meta kernel returned its input for a non-mutating op (e.g. a decomposition
+                # of _to_copy that does nothing on meta): give the result its own tensor.
+                o = (o.detach() if func._schema.returns[0].alias_info is not None else
+                     torch.empty_strided(o.size(), o.stride(), dtype=o.dtype, device=_META))
+            elif o.device.type != "meta":        # an op returned a real tensor (rare)
+                return self.from_real(o)
+            return FakeTensor(self, o, device)
+
+        if isinstance(out, torch.Tensor):
+            return wrap(out)
+        if isinstance(out, (tuple, list)):
+            return type(out)(wrap(o) if not isinstance(o, (list, tuple)) else type(o)(map(wrap, o))
+                             for o in out)
+        return out
+
+    @staticmethod
+    def _common_device(func, fakes, mixed_ok: bool) -> torch.device:
+        device = None
+        cpu_scalar = False
+        for f in fakes:
+            d = f.fake_device
+            if device is None:
+                device = d
+                cpu_scalar = d.type == "cpu" and f.dim() == 0
+                continue
+            if d == device:
+                if cpu_scalar and f.dim() != 0:
+                    cpu_scalar = False
+                continue
+            is_cpu_scalar = d.type == "cpu" and f.dim() == 0
+            if is_cpu_scalar:
+                continue                          # 0-dim cpu tensors don't decide the device
+            if cpu_scalar:                        # the device so far came from a cpu scalar
+                device, cpu_scalar = d, False
+                continue
+            if mixed_ok:
+                continue                          # first argument's device decides
+            raise RuntimeError(
+                f"Expected all tensors to be on the same device, but found at least two "
+                f"devices, {device} and {d}! (when running {func} on fake tensors)")
+        return device

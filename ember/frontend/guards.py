@@ -1,0 +1,135 @@
+"""Guards: the facts a compiled entry relies on, checked before it runs.
+
+A :class:`Guard` is a check on the value at a :class:`Source`. The guards of one entry are
+compiled together into straight-line Python inside the entry function (see ``codegen.py``):
+each source's value is computed once into a local (``___s3 = ___s1._modules['fc']``) and
+shared by every guard and graph input below it, so walking a module tree costs one dict read
+per level. A second function built from the same guards returns the first failing guard's
+description; ``EMBER_LOGS=recompiles`` prints it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import torch
+
+from ember.frontend.source import Source
+
+
+@dataclasses.dataclass(eq=False)
+class Guard:
+    """``check(v, const)`` returns a boolean Python expression over the value expression ``v``;
+    ``const(obj)`` interns an object the expression refers to and returns its name."""
+    source: Source | None
+    kind: str
+    check: Callable[[str, Callable[[Any], str]], str]
+    detail: str = ""
+    key: tuple = ()
+
+    def describe(self) -> str:
+        where = self.source.name() if self.source is not None else "global state"
+        return f"{self.kind} {where}{': ' + self.detail if self.detail else ''}"
+
+
+_SIMPLE_CONSTANTS = (bool, int, float, str, bytes, type(None), complex)
+
+
+def constant_match(source: Source, value: Any) -> Guard:
+    def check(v, const):
+        if isinstance(value, (bool, type(None))):
+            return f"{v} is {value!r}"
+        if isinstance(value, float) and value != value:
+            return f"type({v}) is float and {v} != {v}"
+        return f"type({v}) is {const(type(value))} and {v} == {const(value)}"
+    return Guard(source, "CONSTANT_MATCH", check, repr(value)[:60], ("const", source))
+
+
+def id_match(source: Source, obj: Any) -> Guard:
+    # Keeps obj alive; an id() check could be fooled by a freed object's reused address.
+    return Guard(source, "ID_MATCH", lambda v, const: f"{v} is {const(obj)}",
+                 _short_repr(obj), ("id", source))
+
+
+def type_match(source: Source, typ: type) -> Guard:
+    return Guard(source, "TYPE_MATCH", lambda v, const: f"type({v}) is {const(typ)}",
+                 typ.__qualname__, ("type", source))
+
+
+def len_match(source: Source, typ: type, n: int) -> Guard:
+    return Guard(source, "LEN_MATCH",
+                 lambda v, const: f"type({v}) is {const(typ)} and len({v}) == {n}",
+                 f"{typ.__name__} of length {n}", ("len", source))
+
+
+def dict_keys_match(source: Source, typ: type, keys: list) -> Guard:
+    return Guard(source, "DICT_KEYS",
+                 lambda v, const: f"type({v}) is {const(typ)} and list({v}) == {const(keys)}",
+                 f"keys {keys!r}"[:80], ("keys", source))
+
+
+def hasattr_match(source: Source, attr: str, present: bool) -> Guard:
+    neg = "" if present else "not "
+    return Guard(source, "HASATTR", lambda v, const: f"{neg}hasattr({v}, {attr!r})",
+                 f"{neg}hasattr {attr}", ("hasattr", source, attr))
+
+
+def no_hooks(source: Source) -> Guard:
+    """A module called from compiled code has no forward hooks (hooks are not traced yet)."""
+    return Guard(source, "NO_HOOKS",
+                 lambda v, const: f"not ({v}._forward_hooks or {v}._forward_pre_hooks)",
+                 "", ("hooks", source))
+
+
+def tensor_match(source: Source, example: torch.Tensor) -> Guard:
+    """Type, dtype, device, sizes, strides and requires_grad of a tensor input."""
+    typ, dtype, device = type(example), example.dtype, example.device
+    shape, stride, rg = tuple(example.shape), example.stride(), example.requires_grad
+
+    def check(v, const):
+        return (f"type({v}) is {const(typ)} and {v}.dtype is {const(dtype)} and "
+                f"{v}.device == {const(device)} and {v}.shape == {shape!r} and "
+                f"{v}.stride() == {stride!r} and {v}.requires_grad is {rg}")
+    return Guard(source, "TENSOR_MATCH", check,
+                 f"{typ.__name__} {str(dtype)[6:]}{list(shape)} stride={stride} "
+                 f"device={device} requires_grad={rg}", ("tensor", source))
+
+
+def same_object(source: Source, other: Source) -> Guard:
+    return Guard(source, "ALIAS", lambda v, const: f"{v} is {other.expr()}",
+                 f"is {other.name()}", ("alias", source, other))
+
+
+def grad_mode(enabled: bool) -> Guard:
+    return Guard(None, "GRAD_MODE",
+                 lambda v, const: f"{const(torch.is_grad_enabled)}() is {enabled}",
+                 f"torch.is_grad_enabled() is {enabled}", ("grad_mode",))
+
+
+def _short_repr(obj: Any) -> str:
+    try:
+        text = repr(obj)
+    except Exception:
+        text = object.__repr__(obj)
+    return text if len(text) < 60 else text[:57] + "..."
+
+
+class GuardSet:
+    """The guards of one capture, deduplicated by (kind, source)."""
+
+    def __init__(self):
+        self.guards: list[Guard] = []
+        self._keys: set = set()
+
+    def add(self, guard: Guard) -> None:
+        if guard.key and guard.key in self._keys:
+            return
+        if guard.key:
+            self._keys.add(guard.key)
+        self.guards.append(guard)
+
+    def __iter__(self):
+        return iter(self.guards)
+
+    def __len__(self):
+        return len(self.guards)

@@ -1,0 +1,242 @@
+"""The graph being captured: inputs, nodes with fake values, and the final compile step.
+
+Every tensor the captured code touches is either a graph input (a placeholder with the
+Source it was read from) or the output of a node. Each node is evaluated on fake tensors as it
+is created, so shapes, dtypes and devices are known without running anything real.
+"""
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from ember import fake as fake_mod
+from ember.frontend import guards as guards_mod
+from ember.frontend.exc import Unsupported
+from ember.frontend.guards import GuardSet
+from ember.frontend.side_effects import SideEffects
+from ember.frontend.source import ConstantSource, Source
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
+
+# Graph calls with effects beyond their result: never removed as dead code.
+_EFFECTFUL = {operator.setitem, torch._C._set_grad_enabled, torch._assert,
+              *[getattr(operator, n) for n in dir(operator) if n.startswith("i") and
+                n[1:] in dir(operator) and callable(getattr(operator, n))]}
+
+
+@dataclass
+class GraphInput:
+    node: torch.fx.Node
+    source: Source
+    value: torch.Tensor
+
+
+class OutputGraph:
+    def __init__(self, frame_name: str):
+        self.graph = torch.fx.Graph()
+        self.guards = GuardSet()
+        self.side_effects = SideEffects()
+        self.fake_mode = fake_mod.FakeTensorMode()
+        self.inputs: list[GraphInput] = []
+        self._input_by_id: dict[int, VariableTracker] = {}
+        self._constant_tensors: list[torch.Tensor] = []
+        self.frame_name = frame_name
+        self.initial_grad_mode = torch.is_grad_enabled()
+        self.location: Callable[[], str] = lambda: ""
+        self.guards.add(guards_mod.grad_mode(self.initial_grad_mode))
+
+    # -- inputs --------------------------------------------------------------------------------
+    def add_input(self, value: torch.Tensor, source: Source | None):
+        from ember.frontend.variables.tensor import TensorVariable
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            raise Unsupported(f"tensor subclass {type(value).__qualname__}")
+        if value.layout is not torch.strided:
+            raise Unsupported(f"tensor with layout {value.layout}")
+        known = self._input_by_id.get(id(value))
+        if known is not None:
+            if source is not None and known.source is not None and source != known.source:
+                self.guards.add(guards_mod.same_object(source, known.source))
+            return known
+        if source is None:
+            source = ConstantSource(f"___tensor{len(self._constant_tensors)}")
+            self._constant_tensors.append(value)
+        else:
+            self.guards.add(guards_mod.tensor_match(source, value))
+        name = _placeholder_name(source.name(), self.graph)
+        # placeholders must come before every other node
+        if self.inputs:
+            with self.graph.inserting_after(self.inputs[-1].node):
+                node = self.graph.placeholder(name)
+        else:
+            with self.graph.inserting_before(next(iter(self.graph.nodes), None)):
+                node = self.graph.placeholder(name)
+        try:
+            fake = self.fake_mode.from_real(value)
+        except Exception as e:
+            raise Unsupported(f"cannot make a fake tensor for {source.name()}: {e}") from None
+        node.meta["val"] = fake
+        node.meta["source"] = source
+        self.inputs.append(GraphInput(node, source, value))
+        vt = TensorVariable(node, fake, source)
+        vt.fake_python_type = type(value)
+        self._input_by_id[id(value)] = vt
+        return vt
+
+    def constant_tensor_slots(self) -> dict[str, torch.Tensor]:
+        return {f"___tensor{i}": t for i, t in enumerate(self._constant_tensors)}
+
+    # -- nodes ---------------------------------------------------------------------------------
+    def call_function(self, fn, args: list, kwargs: dict) -> VariableTracker:
+        return self._call("call_function", fn, args, kwargs)
+
+    def call_method(self, name: str, args: list, kwargs: dict) -> VariableTracker:
+        return self._call("call_method", name, args, kwargs)
+
+    def _call(self, kind, target, args, kwargs) -> VariableTracker:
+        node_args, fake_args = _unwrap_all(args)
+        node_kwargs, fake_kwargs = _unwrap_all(kwargs)
+        with self.fake_mode:
+            try:
+                if kind == "call_function":
+                    fake_out = target(*fake_args, **fake_kwargs)
+                else:
+                    fake_out = getattr(fake_args[0], target)(*fake_args[1:], **fake_kwargs)
+            except fake_mod.DataDependentError as e:
+                raise Unsupported(f"data-dependent operation {e}") from None
+            except Unsupported:
+                raise
+            except Exception as e:
+                what = target if isinstance(target, str) else getattr(target, "__name__", target)
+                raise Unsupported(f"{what} raised {type(e).__name__} on fake inputs: "
+                                  f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        node = self.graph.create_node(kind, target, tuple(node_args), node_kwargs)
+        node.meta["stack_trace"] = self.location()
+        return self.wrap_result(node, fake_out)
+
+    def wrap_result(self, node: torch.fx.Node, value: Any) -> VariableTracker:
+        from ember.frontend.variables.containers import (ListVariable, NamedTupleVariable,
+                                                         SizeVariable, TupleVariable)
+        from ember.frontend.variables.tensor import TensorVariable
+        if isinstance(value, torch.Tensor):
+            node.meta["val"] = value
+            return TensorVariable(node, value)
+        if isinstance(value, torch.Size):
+            self._drop_if_pure(node)
+            return SizeVariable([ConstantVariable(v) for v in value])
+        if isinstance(value, (tuple, list)):
+            node.meta["val"] = value
+            items = []
+            for i, item in enumerate(value):
+                if isinstance(item, torch.Tensor):
+                    sub = self.graph.call_function(operator.getitem, (node, i))
+                    sub.meta["val"] = item
+                    items.append(TensorVariable(sub, item))
+                elif item is None or isinstance(item, (int, float, bool)):
+                    items.append(ConstantVariable(item))
+                else:
+                    raise Unsupported(f"graph call returned a {type(item).__name__} in a "
+                                      f"sequence")
+            if type(value) is list:
+                return ListVariable(items)
+            if type(value) is tuple:
+                return TupleVariable(items)
+            return NamedTupleVariable(items, type(value))
+        if value is None:
+            return ConstantVariable(None)
+        if isinstance(value, (int, float, bool, torch.dtype, torch.device)):
+            self._drop_if_pure(node)
+            return ConstantVariable(value)
+        raise Unsupported(f"graph call returned a {type(value).__name__}")
+
+    def _drop_if_pure(self, node):
+        if not node.users and not is_effectful(node):
+            self.graph.erase_node(node)
+
+    def set_grad_enabled(self, mode: bool) -> None:
+        torch._C._set_grad_enabled(mode)
+        self.graph.call_function(torch._C._set_grad_enabled, (mode,))
+
+    # -- finishing ---------------------------------------------------------------------------
+    def finish(self, outputs: list[torch.fx.Node]) -> torch.fx.GraphModule:
+        self.graph.output(tuple(outputs))
+        remove_dead_nodes(self.graph)
+        gm = torch.fx.GraphModule(torch.nn.Module(), self.graph,
+                                  class_name=_class_name(self.frame_name))
+        return gm
+
+    def restore_global_state(self) -> None:
+        torch._C._set_grad_enabled(self.initial_grad_mode)
+
+
+def is_effectful(node: torch.fx.Node) -> bool:
+    if node.op == "placeholder" or node.op == "output":
+        return True
+    target = node.target
+    if node.op == "call_method":
+        name = target
+    else:
+        if target in _EFFECTFUL:
+            return True
+        name = getattr(target, "__name__", "")
+    if name.endswith("_") and not name.endswith("__"):
+        return True
+    if node.kwargs.get("out") is not None or node.kwargs.get("inplace") is True:
+        return True
+    return name in ("copy_", "__setitem__", "set_", "resize_")
+
+
+def remove_dead_nodes(graph: torch.fx.Graph) -> None:
+    for node in reversed(list(graph.nodes)):
+        if node.op not in ("placeholder", "output") and not node.users \
+                and not is_effectful(node):
+            graph.erase_node(node)
+
+
+def _unwrap(vt):
+    """(value for the FX node, value for the fake run) of one argument."""
+    from ember.frontend.variables import containers as c
+    from ember.frontend.variables.tensor import TensorVariable
+    if isinstance(vt, TensorVariable):
+        return vt.node, vt.fake
+    if isinstance(vt, ConstantVariable):
+        return vt.value, vt.value
+    if isinstance(vt, c.SizeVariable):
+        n, f = _unwrap_all(vt.items)
+        return torch.Size(n), torch.Size(f)
+    if isinstance(vt, (c.TupleVariable, c.ListVariable)):
+        n, f = _unwrap_all(vt.items)
+        typ = list if isinstance(vt, c.ListVariable) else tuple
+        return typ(n), typ(f)
+    if isinstance(vt, c.SliceVariable):
+        n, f = _unwrap_all(vt.parts)
+        return slice(*n), slice(*f)
+    if isinstance(vt, c.DictVariable):
+        n, f = _unwrap_all({k: v for k, v in vt.items.items()})
+        return n, f
+    if vt.is_python_constant():
+        value = vt.as_python_constant()
+        return value, value
+    raise Unsupported(f"{vt} as an argument of a graph call")
+
+
+def _unwrap_all(items):
+    if isinstance(items, dict):
+        pairs = {k: _unwrap(v) for k, v in items.items()}
+        return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
+    pairs = [_unwrap(v) for v in items]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _placeholder_name(source_name: str, graph: torch.fx.Graph) -> str:
+    name = re.sub(r"[^0-9a-zA-Z_]+", "_", source_name).strip("_") or "input"
+    if name[0].isdigit():
+        name = "_" + name
+    return name
+
+
+def _class_name(frame_name: str) -> str:
+    return "Graph_" + re.sub(r"[^0-9a-zA-Z_]", "_", frame_name)[:60]

@@ -1,0 +1,110 @@
+"""Base tracker and Python constants."""
+from __future__ import annotations
+
+import enum
+import types
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ember.frontend.exc import Unsupported
+
+if TYPE_CHECKING:
+    from ember.frontend.translator import InstructionTranslator
+    from ember.frontend.source import Source
+
+
+class NotConstant(Exception):
+    pass
+
+
+class VariableTracker:
+    """One Python value during capture. Subclasses override the operations they support;
+    the defaults raise :class:`Unsupported`, which makes the frame fall back to eager."""
+
+    mutable = False
+
+    def __init__(self, source: "Source | None" = None):
+        self.source = source
+
+    # -- what it is -------------------------------------------------------------------------
+    def python_type(self) -> type:
+        raise Unsupported(f"type() of {self}")
+
+    def as_python_constant(self) -> Any:
+        raise NotConstant(self)
+
+    def is_python_constant(self) -> bool:
+        try:
+            self.as_python_constant()
+            return True
+        except NotConstant:
+            return False
+
+    # -- what it does -----------------------------------------------------------------------
+    def var_getattr(self, tx: "InstructionTranslator", name: str) -> "VariableTracker":
+        raise Unsupported(f"attribute {name!r} of {self}")
+
+    def call_function(self, tx, args: list, kwargs: dict) -> "VariableTracker":
+        raise Unsupported(f"calling {self}")
+
+    def call_method(self, tx, name: str, args: list, kwargs: dict) -> "VariableTracker":
+        return self.var_getattr(tx, name).call_function(tx, args, kwargs)
+
+    def unpack(self, tx) -> list["VariableTracker"]:
+        """The items of an iterable value, for unrolled loops and unpacking."""
+        raise Unsupported(f"iterating over {self}")
+
+    def truthy(self, tx) -> bool:
+        raise Unsupported(f"truth value of {self}")
+
+    def __repr__(self):
+        src = f" from {self.source.name()}" if self.source is not None else ""
+        return f"{type(self).__name__}{src}"
+
+
+_CONSTANT_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis),
+                   type(NotImplemented), torch.dtype, torch.device, torch.layout,
+                   torch.memory_format, range, slice, types.CodeType, enum.Enum,
+                   torch.finfo, torch.iinfo)
+
+
+def is_constant_value(value: Any) -> bool:
+    """Immutable scalars a ConstantVariable holds (tuples become TupleVariables)."""
+    return isinstance(value, _CONSTANT_TYPES)
+
+
+class ConstantVariable(VariableTracker):
+    """An immutable Python value known at capture time (numbers, strings, None, dtypes,
+    devices, slices, ranges, enum members). Operations on constants are evaluated for real."""
+
+    def __init__(self, value: Any, source=None):
+        super().__init__(source)
+        self.value = value
+
+    def python_type(self):
+        return type(self.value)
+
+    def as_python_constant(self):
+        return self.value
+
+    def truthy(self, tx):
+        return bool(self.value)
+
+    def var_getattr(self, tx, name):
+        try:
+            attr = getattr(self.value, name)
+        except AttributeError as e:
+            raise Unsupported(f"{e}") from None
+        if callable(attr) and not isinstance(attr, _CONSTANT_TYPES):
+            from ember.frontend.variables.functions import ConstantMethodVariable
+            return ConstantMethodVariable(self, name)
+        return ConstantVariable(attr)
+
+    def unpack(self, tx):
+        if isinstance(self.value, (str, range, bytes)):
+            return [ConstantVariable(v) for v in self.value]
+        return super().unpack(tx)
+
+    def __repr__(self):
+        return f"ConstantVariable({self.value!r})"

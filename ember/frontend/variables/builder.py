@@ -1,0 +1,139 @@
+"""Wrapping real Python values from the frame into trackers, installing guards.
+
+``wrap(tx, value, source)`` decides what a value is during capture. With a source, the guards
+that make the decision safe are added (a tensor's metadata, a constant's value, a module's or
+function's identity, a container's length or keys); without one (values made by constant
+folding, attributes of library modules) nothing is guarded.
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import types
+
+import torch
+
+from ember import api
+from ember.frontend import guards
+from ember.frontend.exc import Unsupported
+from ember.frontend.source import AttrSource, GetItemSource, Source
+from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_constant_value
+from ember.frontend.variables.builtins import handler_for
+from ember.frontend.variables.containers import (DictVariable, ListVariable,
+                                                 NamedTupleVariable, SetVariable, SizeVariable,
+                                                 TupleVariable, is_namedtuple_class,
+                                                 is_structseq_class)
+from ember.frontend.variables.functions import (GraphCallableVariable, HandlerFunctionVariable,
+                                                PartialVariable, UserFunctionVariable,
+                                                UserMethodVariable)
+from ember.frontend.variables.objects import (NNModuleVariable, PythonModuleVariable,
+                                              UserDefinedClassVariable,
+                                              UserDefinedObjectVariable)
+from ember.frontend.variables.torch_functions import is_graph_callable, special_handler
+
+
+def wrap(tx, value, source: Source | None) -> VariableTracker:
+    add = tx.output.guards.add if source is not None else (lambda g: None)
+
+    if is_constant_value(value):
+        add(guards.constant_match(source, value) if not isinstance(value, (
+            torch.dtype, types.CodeType)) else guards.id_match(source, value))
+        return ConstantVariable(value, source)
+    if isinstance(value, torch.Tensor):
+        return tx.output.add_input(value, source)
+    if isinstance(value, torch.nn.Module):
+        if isinstance(value, api.OptimizedModule):
+            value = value._orig_mod
+            source = AttrSource(source, "_orig_mod") if source is not None else None
+        add(guards.id_match(source, value))
+        return NNModuleVariable(value, source)
+    if isinstance(value, torch.Size):
+        add(guards.constant_match(source, value))
+        return SizeVariable([ConstantVariable(v) for v in value], source)
+    typ = type(value)
+    if typ in (tuple, list) or is_namedtuple_class(typ) or is_structseq_class(typ):
+        add(guards.len_match(source, typ, len(value)))
+        items = [wrap(tx, v, GetItemSource(source, i) if source is not None else None)
+                 for i, v in enumerate(value)]
+        if typ is list:
+            return ListVariable(items, source)
+        if typ is tuple:
+            return TupleVariable(items, source)
+        return NamedTupleVariable(items, typ, source)
+    if typ in (dict, collections.OrderedDict) and all(is_constant_value(k) for k in value):
+        add(guards.dict_keys_match(source, typ, list(value)))
+        items = {k: wrap(tx, v, GetItemSource(source, k) if source is not None else None)
+                 for k, v in value.items()}
+        return DictVariable(items, source=source, cls=typ)
+    if typ in (set, frozenset) and all(is_constant_value(k) for k in value):
+        add(guards.constant_match(source, value))
+        return SetVariable([ConstantVariable(v) for v in value], source, frozen=typ is frozenset)
+    if callable(value) or isinstance(value, types.ModuleType):
+        return _wrap_callable(tx, value, source, add)
+    if isinstance(value, (property, classmethod, staticmethod)):
+        raise Unsupported(f"a bare {typ.__name__} object")
+    if typ.__module__.startswith("torch") and not isinstance(value, torch.nn.Module):
+        raise Unsupported(f"a {typ.__qualname__} object inside a compiled region")
+    add(guards.type_match(source, typ))
+    return UserDefinedObjectVariable(value, source)
+
+
+def _wrap_callable(tx, value, source, add) -> VariableTracker:
+    if isinstance(value, api.OptimizedFunction):
+        # compiled functions called from compiled code are inlined into the caller's graph
+        add(guards.id_match(source, value))
+        inner = value.__wrapped__
+        return wrap(tx, inner, AttrSource(source, "__wrapped__") if source else None)
+    if api.is_disabled(value):
+        add(guards.id_match(source, value))
+        return HandlerFunctionVariable(value, _disabled_call(value), source)
+    if api.is_allowed_in_graph(value):
+        add(guards.id_match(source, value))
+        return GraphCallableVariable(value, source)
+    handler = special_handler(value) or handler_for(value)
+    if handler is not None:
+        add(guards.id_match(source, value))
+        return HandlerFunctionVariable(value, handler, source)
+    if is_graph_callable(value):
+        add(guards.id_match(source, value))
+        return GraphCallableVariable(value, source)
+    if isinstance(value, types.ModuleType):
+        add(guards.id_match(source, value))
+        return PythonModuleVariable(value, source)
+    if isinstance(value, type):
+        add(guards.id_match(source, value))
+        return UserDefinedClassVariable(value, source)
+    if isinstance(value, types.FunctionType):
+        add(guards.id_match(source, value))
+        return UserFunctionVariable(value, source)
+    if isinstance(value, types.MethodType):
+        func = wrap(tx, value.__func__, AttrSource(source, "__func__") if source else None)
+        obj = wrap(tx, value.__self__, AttrSource(source, "__self__") if source else None)
+        if isinstance(obj, NNModuleVariable) and isinstance(func, UserFunctionVariable):
+            return UserMethodVariable(func, obj, source)
+        return UserMethodVariable(func, obj, source)
+    if isinstance(value, functools.partial):
+        add(guards.type_match(source, functools.partial))
+        func = wrap(tx, value.func, AttrSource(source, "func") if source else None)
+        args = [wrap(tx, a, GetItemSource(AttrSource(source, "args"), i) if source else None)
+                for i, a in enumerate(value.args)]
+        kwargs = {k: wrap(tx, v, GetItemSource(AttrSource(source, "keywords"), k)
+                          if source else None) for k, v in value.keywords.items()}
+        return PartialVariable(func, args, kwargs, source)
+    if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
+        owner = getattr(value, "__self__", None)
+        if owner is not None and not isinstance(owner, types.ModuleType):
+            raise Unsupported(f"builtin method {value.__qualname__} of a "
+                              f"{type(owner).__name__} object")
+        raise Unsupported(f"call to builtin {getattr(value, '__qualname__', value)}")
+    if hasattr(type(value), "__call__") and not isinstance(value, types.BuiltinFunctionType):
+        add(guards.type_match(source, type(value)))
+        return UserDefinedObjectVariable(value, source)
+    raise Unsupported(f"callable {type(value).__qualname__} {value!r}")
+
+
+def _disabled_call(fn):
+    def handler(tx, args, kwargs):
+        raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}, which ember.disable "
+                          f"excludes from compilation")
+    return handler

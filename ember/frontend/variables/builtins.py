@@ -1,0 +1,615 @@
+"""Capture-time behaviour of Python builtins and the ``operator`` and ``math`` modules.
+
+Handlers are registered per callable (``@builtin(len)``). A call whose arguments are all
+constants is evaluated for real (these functions are pure); otherwise the handler decides:
+tensors go into the graph, containers are handled structurally, user objects through their
+dunder methods.
+"""
+from __future__ import annotations
+
+import builtins
+import collections
+import functools
+import math
+import operator
+import types
+from typing import Any, Callable
+
+import torch
+
+from ember.frontend.exc import Unsupported
+from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
+from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVariable,
+                                                 DictVariable,
+                                                 ListIteratorVariable, ListVariable,
+                                                 NamedTupleVariable, SetVariable,
+                                                 SizeVariable, SliceVariable, TupleVariable,
+                                                 hashable_key)
+from ember.frontend.variables.functions import (BaseUserFunctionVariable,
+                                                HandlerFunctionVariable, PartialVariable,
+                                                UserMethodVariable)
+from ember.frontend.variables.tensor import TensorVariable
+
+Handler = Callable[[Any, list, dict], VariableTracker]
+HANDLERS: dict[Any, Handler] = {}
+
+
+def builtin(*fns):
+    def deco(handler: Handler) -> Handler:
+        for fn in fns:
+            HANDLERS[fn] = handler
+        return handler
+    return deco
+
+
+def constants(args, kwargs):
+    """(args, kwargs) as Python values, or None when any is not a constant."""
+    try:
+        return ([a.as_python_constant() for a in args],
+                {k: v.as_python_constant() for k, v in kwargs.items()})
+    except NotConstant:
+        return None
+
+
+def fold(tx, fn, args, kwargs) -> VariableTracker | None:
+    """Evaluate a pure function on constant arguments; None when some are not constant."""
+    consts = constants(args, kwargs)
+    if consts is None:
+        return None
+    try:
+        result = fn(*consts[0], **consts[1])
+    except Exception as e:
+        raise Unsupported(f"{type(e).__name__} from {getattr(fn, '__name__', fn)}(): {e}") \
+            from None
+    return tx.wrap_constant(result)
+
+
+def has_tensor(args) -> bool:
+    for a in args:
+        if isinstance(a, TensorVariable):
+            return True
+        if isinstance(a, (TupleVariable, ListVariable)) and has_tensor(a.items):
+            return True
+        if isinstance(a, SliceVariable) and has_tensor(a.parts):
+            return True
+    return False
+
+
+# ------------------------------------------------------------------------------- operators
+
+# operator -> (method, reflected method) for user objects
+_DUNDERS = {
+    operator.add: ("__add__", "__radd__"), operator.sub: ("__sub__", "__rsub__"),
+    operator.mul: ("__mul__", "__rmul__"), operator.truediv: ("__truediv__", "__rtruediv__"),
+    operator.floordiv: ("__floordiv__", "__rfloordiv__"), operator.mod: ("__mod__", "__rmod__"),
+    operator.pow: ("__pow__", "__rpow__"), operator.matmul: ("__matmul__", "__rmatmul__"),
+    operator.and_: ("__and__", "__rand__"), operator.or_: ("__or__", "__ror__"),
+    operator.xor: ("__xor__", "__rxor__"), operator.lshift: ("__lshift__", "__rlshift__"),
+    operator.rshift: ("__rshift__", "__rrshift__"),
+    operator.eq: ("__eq__", "__eq__"), operator.ne: ("__ne__", "__ne__"),
+    operator.lt: ("__lt__", "__gt__"), operator.gt: ("__gt__", "__lt__"),
+    operator.le: ("__le__", "__ge__"), operator.ge: ("__ge__", "__le__"),
+    operator.neg: ("__neg__", None), operator.pos: ("__pos__", None),
+    operator.invert: ("__invert__", None), operator.abs: ("__abs__", None),
+}
+INPLACE = {
+    operator.iadd: operator.add, operator.isub: operator.sub, operator.imul: operator.mul,
+    operator.itruediv: operator.truediv, operator.ifloordiv: operator.floordiv,
+    operator.imod: operator.mod, operator.ipow: operator.pow, operator.imatmul: operator.matmul,
+    operator.iand: operator.and_, operator.ior: operator.or_, operator.ixor: operator.xor,
+    operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
+}
+
+
+def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
+    """``op(*args)`` for an ``operator`` function, the core of BINARY_OP/COMPARE_OP."""
+    if op in (operator.is_, operator.is_not):
+        same = tx.is_same_object(args[0], args[1])
+        return ConstantVariable(same if op is operator.is_ else not same)
+    if op is operator.getitem:
+        return getitem(tx, args[0], args[1])
+    if op is operator.contains:
+        return tx.contains(args[0], args[1])
+    if op is operator.not_:
+        return ConstantVariable(not args[0].truthy(tx))
+    if op is operator.truth:
+        return ConstantVariable(args[0].truthy(tx))
+    if any(isinstance(a, TensorVariable) for a in args):
+        return tx.output.call_function(op, args, {})
+    folded = fold(tx, op, args, {})
+    if folded is not None:
+        return folded
+    base_op = INPLACE.get(op)
+    if base_op is not None:
+        a = args[0]
+        if isinstance(a, ListVariable) and base_op is operator.add:
+            a.call_method(tx, "extend", [args[1]], {})
+            return a
+        if isinstance(a, (ListVariable, DictVariable, SetVariable)) or _user_object(a):
+            method = _lookup_dunder(a, "__" + op.__name__.strip("_") + "__")
+            if method is not None:
+                return method.call_function(tx, [a, args[1]], {})
+        return apply_operator(tx, base_op, args)
+    return _structural_operator(tx, op, args)
+
+
+def _user_object(vt) -> bool:
+    from ember.frontend.variables.objects import UserDefinedObjectVariable
+    return isinstance(vt, UserDefinedObjectVariable)
+
+
+def _lookup_dunder(vt, name):
+    from ember.frontend.variables.objects import _MISSING, _static_lookup
+    if not _user_object(vt):
+        return None
+    fn = _static_lookup(vt.cls, name)
+    if isinstance(fn, types.FunctionType):
+        from ember.frontend.variables.functions import UserFunctionVariable
+        return UserFunctionVariable(fn)
+    return None
+
+
+def _structural_operator(tx, op, args):
+    a = args[0]
+    b = args[1] if len(args) > 1 else None
+    seq = (TupleVariable, ListVariable)
+    if op is operator.add and isinstance(a, seq) and isinstance(b, seq):
+        if type(a) is ListVariable and type(b) is ListVariable:
+            return ListVariable(a.items + b.items)
+        if not isinstance(a, ListVariable) and not isinstance(b, ListVariable):
+            items = a.items + b.items
+            return SizeVariable(items) if isinstance(a, SizeVariable) else TupleVariable(items)
+    if op is operator.mul and isinstance(a, seq) and b is not None and b.is_python_constant():
+        return a.new_like(a.items * b.as_python_constant()) if not isinstance(
+            a, NamedTupleVariable) else TupleVariable(a.items * b.as_python_constant())
+    if op is operator.mul and isinstance(b, seq) and a.is_python_constant():
+        return _structural_operator(tx, op, [b, a])
+    if op in (operator.eq, operator.ne):
+        if isinstance(a, seq) and isinstance(b, seq):
+            equal = a.python_type() is b.python_type() or {a.python_type(), b.python_type()} \
+                <= {tuple, torch.Size}
+            equal = equal and len(a.items) == len(b.items) and all(
+                tx.values_equal(x, y) for x, y in zip(a.items, b.items))
+            return ConstantVariable(equal if op is operator.eq else not equal)
+    # user objects: __op__ then reflected __rop__
+    names = _DUNDERS.get(op)
+    if names:
+        method = _lookup_dunder(a, names[0])
+        if method is not None:
+            return method.call_function(tx, list(args), {})
+        if b is not None and names[1]:
+            method = _lookup_dunder(b, names[1])
+            if method is not None:
+                return method.call_function(tx, [b, a], {})
+        if op in (operator.eq, operator.ne) and b is not None:
+            same = tx.is_same_object(a, b)
+            return ConstantVariable(same if op is operator.eq else not same)
+    raise Unsupported(f"operator {op.__name__} on {a} and {b}")
+
+
+def getitem(tx, obj, index):
+    if isinstance(obj, TensorVariable):
+        return tx.output.call_function(operator.getitem, [obj, index], {})
+    if isinstance(obj, (BaseSequenceVariable, DictVariable)):
+        return obj.call_method(tx, "__getitem__", [index], {})
+    if isinstance(obj, ConstantVariable):
+        folded = fold(tx, operator.getitem, [obj, index], {})
+        if folded is not None:
+            return folded
+    return obj.call_method(tx, "__getitem__", [index], {})
+
+
+for _op in [*_DUNDERS, *INPLACE, operator.getitem, operator.contains, operator.is_,
+            operator.is_not, operator.not_, operator.truth]:
+    HANDLERS[_op] = (lambda op: lambda tx, args, kwargs: apply_operator(tx, op, args))(_op)
+
+
+@builtin(operator.setitem)
+def _setitem(tx, args, kwargs):
+    return tx.store_subscr(args[0], args[1], args[2])
+
+
+@builtin(operator.itemgetter, operator.attrgetter)
+def _getter_factory(tx, args, kwargs):
+    raise Unsupported("operator.itemgetter/attrgetter inside a compiled region")
+
+
+# -------------------------------------------------------------------------------- builtins
+
+@builtin(len)
+def _len(tx, args, kwargs):
+    obj = args[0]
+    if isinstance(obj, ConstantVariable):
+        return fold(tx, len, args, kwargs)
+    return obj.call_method(tx, "__len__", [], {})
+
+
+def _python_type(vt):
+    return vt.python_type()
+
+
+@builtin(isinstance)
+def _isinstance(tx, args, kwargs):
+    obj, classinfo = args
+    typ = _python_type(obj)
+    try:
+        classes = classinfo.as_python_constant()
+    except NotConstant:
+        raise Unsupported("isinstance() with a non-constant class") from None
+    if isinstance(obj, TensorVariable):
+        if typ is torch.nn.Parameter:
+            return ConstantVariable(builtins.issubclass(torch.nn.Parameter, classes))
+        return ConstantVariable(builtins.issubclass(torch.Tensor, classes) or (
+            isinstance(classes, tuple) and torch.Tensor in classes))
+    try:
+        return ConstantVariable(builtins.issubclass(typ, classes))
+    except TypeError as e:
+        raise Unsupported(f"isinstance(): {e}") from None
+
+
+@builtin(issubclass)
+def _issubclass(tx, args, kwargs):
+    return fold(tx, issubclass, args, kwargs) or _unsupported("issubclass on non-constants")
+
+
+def _unsupported(msg):
+    raise Unsupported(msg)
+
+
+@builtin(type)
+def _type(tx, args, kwargs):
+    if len(args) != 1:
+        raise Unsupported("type() with 3 arguments")
+    return tx.wrap(_python_type(args[0]), None)
+
+
+@builtin(callable)
+def _callable(tx, args, kwargs):
+    from ember.frontend.variables.functions import (BoundMethodVariable,
+                                                    GraphCallableVariable)
+    from ember.frontend.variables.objects import (NNModuleVariable, UserDefinedClassVariable,
+                                                  UserDefinedObjectVariable)
+    obj = args[0]
+    if isinstance(obj, (BaseUserFunctionVariable, UserMethodVariable, GraphCallableVariable,
+                        HandlerFunctionVariable, PartialVariable, BoundMethodVariable,
+                        NNModuleVariable, UserDefinedClassVariable)):
+        return ConstantVariable(True)
+    if isinstance(obj, UserDefinedObjectVariable):
+        return ConstantVariable(callable(obj.cls) and hasattr(obj.cls, "__call__"))
+    return ConstantVariable(callable(obj.as_python_constant()) if obj.is_python_constant()
+                            else False)
+
+
+@builtin(getattr)
+def _getattr(tx, args, kwargs):
+    obj, name = args[0], args[1].as_python_constant()
+    if len(args) == 3:
+        try:
+            return tx.getattr(obj, name)
+        except Unsupported as e:
+            if "AttributeError" in str(e) or "has no attribute" in str(e):
+                return args[2]
+            raise
+    return tx.getattr(obj, name)
+
+
+@builtin(hasattr)
+def _hasattr(tx, args, kwargs):
+    obj, name = args[0], args[1].as_python_constant()
+    try:
+        tx.getattr(obj, name)
+        return ConstantVariable(True)
+    except Unsupported as e:
+        if "AttributeError" in str(e) or "has no attribute" in str(e):
+            return ConstantVariable(False)
+        raise
+
+
+@builtin(setattr)
+def _setattr(tx, args, kwargs):
+    tx.store_attr(args[0], args[1].as_python_constant(), args[2])
+    return ConstantVariable(None)
+
+
+@builtin(iter)
+def _iter(tx, args, kwargs):
+    if len(args) != 1:
+        raise Unsupported("iter() with a sentinel")
+    return tx.get_iter(args[0])
+
+
+@builtin(next)
+def _next(tx, args, kwargs):
+    it = args[0]
+    if isinstance(it, ListIteratorVariable):
+        item = it.next(tx)
+        if item is None:
+            if len(args) > 1:
+                return args[1]
+            raise Unsupported("StopIteration from next()")
+        return item
+    raise Unsupported(f"next() on {it}")
+
+
+@builtin(range)
+def _range(tx, args, kwargs):
+    return fold(tx, range, args, kwargs) or _unsupported("range() of non-constants")
+
+
+@builtin(tuple, list, set, frozenset)
+def _sequence_ctor(tx, args, kwargs):
+    raise AssertionError("replaced below")
+
+
+def _make_seq_ctor(cls):
+    def handler(tx, args, kwargs):
+        items = tx.unpack_iterable(args[0]) if args else []
+        if cls is tuple:
+            return TupleVariable(items)
+        if cls is list:
+            return ListVariable(items)
+        return SetVariable(items, frozen=cls is frozenset)
+    return handler
+
+
+for _cls in (tuple, list, set, frozenset):
+    HANDLERS[_cls] = _make_seq_ctor(_cls)
+
+
+@builtin(dict)
+def _dict(tx, args, kwargs):
+    out = DictVariable({})
+    if args:
+        out.call_method(tx, "update", args, {})
+    for k, v in kwargs.items():
+        out.setitem(ConstantVariable(k), v)
+    return out
+
+
+@builtin(collections.OrderedDict, collections.defaultdict)
+def _dict_subclass(tx, args, kwargs):
+    raise AssertionError("replaced below")
+
+
+def _make_dict_ctor(cls):
+    def handler(tx, args, kwargs):
+        factory = None
+        if cls is collections.defaultdict:
+            factory, args = (args[0] if args else ConstantVariable(None)), args[1:]
+            if factory.is_python_constant() and factory.as_python_constant() is None:
+                factory = None
+        out = DictVariable({}, cls=cls, default_factory=factory)
+        if args:
+            out.call_method(tx, "update", args, {})
+        for k, v in kwargs.items():
+            out.setitem(ConstantVariable(k), v)
+        return out
+    return handler
+
+
+HANDLERS[collections.OrderedDict] = _make_dict_ctor(collections.OrderedDict)
+HANDLERS[collections.defaultdict] = _make_dict_ctor(collections.defaultdict)
+
+
+@builtin(collections.deque)
+def _deque(tx, args, kwargs):
+    if len(args) > 1 or kwargs:
+        raise Unsupported("deque with maxlen")
+    return DequeVariable(tx.unpack_iterable(args[0]) if args else [])
+
+
+@builtin(enumerate)
+def _enumerate(tx, args, kwargs):
+    start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0)))
+    start = start.as_python_constant()
+    items = tx.unpack_iterable(args[0])
+    return ListIteratorVariable([TupleVariable([ConstantVariable(i + start), v])
+                                 for i, v in enumerate(items)])
+
+
+@builtin(zip)
+def _zip(tx, args, kwargs):
+    if kwargs.get("strict") is not None and kwargs["strict"].as_python_constant():
+        lists = [tx.unpack_iterable(a) for a in args]
+        if len({len(x) for x in lists}) > 1:
+            raise Unsupported("zip(strict=True) of unequal lengths")
+    lists = [tx.unpack_iterable(a) for a in args]
+    return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*lists)])
+
+
+@builtin(map)
+def _map(tx, args, kwargs):
+    fn, *iterables = args
+    lists = [tx.unpack_iterable(a) for a in iterables]
+    return ListIteratorVariable([fn.call_function(tx, list(t), {}) for t in zip(*lists)])
+
+
+@builtin(filter)
+def _filter(tx, args, kwargs):
+    fn, iterable = args
+    out = []
+    for item in tx.unpack_iterable(iterable):
+        keep = item if fn.is_python_constant() and fn.as_python_constant() is None \
+            else fn.call_function(tx, [item], {})
+        if keep.truthy(tx):
+            out.append(item)
+    return ListIteratorVariable(out)
+
+
+@builtin(reversed)
+def _reversed(tx, args, kwargs):
+    return ListIteratorVariable(list(reversed(tx.unpack_iterable(args[0]))))
+
+
+@builtin(sorted)
+def _sorted(tx, args, kwargs):
+    items = tx.unpack_iterable(args[0])
+    reverse = kwargs.get("reverse", ConstantVariable(False)).as_python_constant()
+    return ListVariable(tx.sorted_items(items, kwargs.get("key"), reverse))
+
+
+@builtin(sum)
+def _sum(tx, args, kwargs):
+    items = tx.unpack_iterable(args[0])
+    start = args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0))
+    total = start
+    for item in items:
+        total = apply_operator(tx, operator.add, [total, item])
+    return total
+
+
+def _min_max(fn, op):
+    def handler(tx, args, kwargs):
+        if kwargs.get("key") is not None or kwargs.get("default") is not None:
+            folded = fold(tx, fn, args, kwargs)
+            if folded is not None:
+                return folded
+            raise Unsupported(f"{fn.__name__}() with key/default on non-constants")
+        items = tx.unpack_iterable(args[0]) if len(args) == 1 else list(args)
+        if not items:
+            raise Unsupported(f"{fn.__name__}() of an empty sequence")
+        if has_tensor(items):
+            if len(items) == 2:
+                tensor_fn = torch.maximum if fn is max else torch.minimum
+                a, b = items
+                if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
+                    return tx.output.call_function(tensor_fn, [a, b], {})
+            raise Unsupported(f"{fn.__name__}() over tensors (data-dependent)")
+        folded = fold(tx, fn, items, {})
+        if folded is not None:
+            return folded
+        best = items[0]
+        for item in items[1:]:
+            if apply_operator(tx, op, [item, best]).truthy(tx):
+                best = item
+        return best
+    return handler
+
+
+HANDLERS[max] = _min_max(max, operator.gt)
+HANDLERS[min] = _min_max(min, operator.lt)
+
+
+@builtin(abs)
+def _abs(tx, args, kwargs):
+    return apply_operator(tx, operator.abs, args)
+
+
+@builtin(all, any)
+def _all_any(tx, args, kwargs):
+    raise AssertionError("replaced below")
+
+
+def _make_all_any(is_all):
+    def handler(tx, args, kwargs):
+        for item in tx.unpack_iterable(args[0]):
+            if item.truthy(tx) != is_all:
+                return ConstantVariable(not is_all)
+        return ConstantVariable(is_all)
+    return handler
+
+
+HANDLERS[all] = _make_all_any(True)
+HANDLERS[any] = _make_all_any(False)
+
+
+def _numeric_ctor(cls):
+    def handler(tx, args, kwargs):
+        if args and isinstance(args[0], TensorVariable):
+            raise Unsupported(f"{cls.__name__}() of a tensor (data-dependent)")
+        folded = fold(tx, cls, args, kwargs)
+        if folded is not None:
+            return folded
+        if cls is bool and len(args) == 1:
+            return ConstantVariable(args[0].truthy(tx))
+        if cls is str and len(args) == 1:
+            return ConstantVariable(str(args[0].as_python_constant()))
+        raise Unsupported(f"{cls.__name__}() of {args}")
+    return handler
+
+
+for _cls in (int, float, bool, str, complex):
+    HANDLERS[_cls] = _numeric_ctor(_cls)
+
+
+@builtin(print, input, open, breakpoint, exec, eval, compile, globals, locals, vars, id)
+def _side_effecting(tx, args, kwargs):
+    raise Unsupported("a call to a builtin with effects outside the graph (print/open/id/...)")
+
+
+@builtin(slice)
+def _slice(tx, args, kwargs):
+    folded = fold(tx, slice, args, kwargs)
+    if folded is not None:
+        return folded
+    parts = list(args) + [ConstantVariable(None)] * (3 - len(args))
+    if len(args) == 1:
+        parts = [ConstantVariable(None), args[0], ConstantVariable(None)]
+    return SliceVariable(*parts)
+
+
+@builtin(divmod, pow, round, ord, chr, hash, format, repr, hex, oct, bin, ascii)
+def _pure(tx, args, kwargs):
+    raise AssertionError("replaced below")
+
+
+def _make_pure(fn):
+    def handler(tx, args, kwargs):
+        if fn in (pow, round) and has_tensor(args):
+            if fn is pow:
+                return tx.output.call_function(operator.pow, args[:2], {})
+            return tx.output.call_function(torch.round, args[:1], {})
+        folded = fold(tx, fn, args, kwargs)
+        if folded is None:
+            raise Unsupported(f"{fn.__name__}() of non-constant arguments")
+        return folded
+    return handler
+
+
+for _fn in (divmod, pow, round, ord, chr, hash, format, repr, hex, oct, bin, ascii):
+    HANDLERS[_fn] = _make_pure(_fn)
+
+
+@builtin(functools.partial)
+def _partial(tx, args, kwargs):
+    return PartialVariable(args[0], list(args[1:]), dict(kwargs))
+
+
+@builtin(functools.reduce)
+def _reduce(tx, args, kwargs):
+    fn, iterable = args[0], tx.unpack_iterable(args[1])
+    if len(args) > 2:
+        acc = args[2]
+    elif iterable:
+        acc, iterable = iterable[0], iterable[1:]
+    else:
+        raise Unsupported("reduce() of empty sequence with no initial value")
+    for item in iterable:
+        acc = fn.call_function(tx, [acc, item], {})
+    return acc
+
+
+# ------------------------------------------------------------------------------------ math
+
+def _math_handler(fn):
+    def handler(tx, args, kwargs):
+        if has_tensor(args):
+            raise Unsupported(f"math.{fn.__name__} on a tensor (converts it to a Python number)")
+        folded = fold(tx, fn, args, kwargs)
+        if folded is None:
+            raise Unsupported(f"math.{fn.__name__} of non-constant arguments")
+        return folded
+    return handler
+
+
+for _name in dir(math):
+    _fn = getattr(math, _name)
+    if callable(_fn):
+        HANDLERS[_fn] = _math_handler(_fn)
+
+
+def handler_for(value) -> Handler | None:
+    try:
+        return HANDLERS.get(value)
+    except TypeError:   # unhashable
+        return None

@@ -1,0 +1,468 @@
+"""Tuples, lists, dicts, sets, torch.Size, named tuples and iterators during capture.
+
+Mutable containers (list, dict, set) are tracked by identity: the tracker object *is* the
+container, so aliasing inside the frame behaves like Python. A mutated container that came
+from the frame's inputs (it has a source) is recorded as a side effect and written back after
+the graph runs.
+"""
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import torch
+
+from ember.frontend.exc import Unsupported
+from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
+
+
+class BaseSequenceVariable(VariableTracker):
+    py_type: type = tuple
+
+    def __init__(self, items: list[VariableTracker], source=None):
+        super().__init__(source)
+        self.items = list(items)
+
+    def python_type(self):
+        return self.py_type
+
+    def as_python_constant(self):
+        return self.py_type(v.as_python_constant() for v in self.items)
+
+    def unpack(self, tx):
+        return list(self.items)
+
+    def truthy(self, tx):
+        return bool(self.items)
+
+    def getitem(self, tx, index: VariableTracker) -> VariableTracker:
+        try:
+            key = index.as_python_constant()
+        except NotConstant:
+            raise Unsupported(f"indexing {self.py_type.__name__} with {index}") from None
+        if isinstance(key, slice):
+            return self.new_like(self.items[key])
+        try:
+            return self.items[key]
+        except (IndexError, TypeError) as e:
+            raise Unsupported(f"{self.py_type.__name__} index: {e}") from None
+
+    def new_like(self, items):
+        return type(self)(items)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__getitem__" and len(args) == 1:
+            return self.getitem(tx, args[0])
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "__contains__":
+            return tx.contains(self, args[0])
+        if name in ("index", "count") and not kwargs:
+            return ConstantVariable(getattr(self.as_value_list(tx), name)(
+                *[a.as_python_constant() for a in args]))
+        if name == "__iter__":
+            return ListIteratorVariable(list(self.items))
+        raise Unsupported(f"{self.py_type.__name__}.{name}()")
+
+    def as_value_list(self, tx) -> list:
+        try:
+            return [v.as_python_constant() for v in self.items]
+        except NotConstant:
+            raise Unsupported(f"{self.py_type.__name__} method on non-constant items") from None
+
+    def var_getattr(self, tx, name):
+        from ember.frontend.variables.functions import BoundMethodVariable
+        if hasattr(self.py_type, name):
+            return BoundMethodVariable(self, name)
+        raise Unsupported(f"{self.py_type.__name__}.{name}")
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.items!r})"
+
+
+class TupleVariable(BaseSequenceVariable):
+    py_type = tuple
+
+
+class SizeVariable(TupleVariable):
+    """``torch.Size``: a tuple of ints (static sizes are constants)."""
+    py_type = torch.Size
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "numel":
+            return ConstantVariable(torch.Size(self.as_python_constant()).numel())
+        return super().call_method(tx, name, args, kwargs)
+
+    def getitem(self, tx, index):
+        out = super().getitem(tx, index)
+        return SizeVariable(out.items) if isinstance(out, TupleVariable) else out
+
+
+class NamedTupleVariable(TupleVariable):
+    """A ``collections.namedtuple``/``typing.NamedTuple`` instance or ``torch.return_types``."""
+
+    def __init__(self, items, cls: type, source=None):
+        super().__init__(items, source)
+        self.cls = cls
+
+    def python_type(self):
+        return self.cls
+
+    def as_python_constant(self):
+        return self.cls(*[v.as_python_constant() for v in self.items])
+
+    def new_like(self, items):
+        return TupleVariable(items)
+
+    def field_names(self):
+        return list(getattr(self.cls, "_fields", ())) or [
+            n for n in dir(self.cls) if not n.startswith("_") and n not in ("count", "index")
+            and isinstance(getattr(self.cls, n, None), property)]
+
+    def var_getattr(self, tx, name):
+        fields = list(getattr(self.cls, "_fields", ()))
+        if name in fields:
+            return self.items[fields.index(name)]
+        if self.cls.__module__ == "torch.return_types" and name not in fields:
+            # structseq: values/indices etc. are positional in a fixed order
+            order = {"values": 0, "indices": 1, "min": 0, "max": 0, "solution": 0,
+                     "Q": 0, "R": 1, "L": 0, "U": 1, "S": 1, "V": 2, "eigenvalues": 0,
+                     "eigenvectors": 1, "mantissa": 0, "exponent": 1, "sign": 0,
+                     "logabsdet": 1}
+            if name in order:
+                return self.items[order[name]]
+        from ember.frontend.variables.objects import _MISSING, class_attribute
+        found = class_attribute(tx, self.cls, name, self, None)
+        if found is not _MISSING:
+            return found
+        return super().var_getattr(tx, name)
+
+
+class ListVariable(BaseSequenceVariable):
+    py_type = list
+    mutable = True
+
+    def call_method(self, tx, name, args, kwargs):
+        tx.check_mutation(self)
+        if name == "append":
+            self.items.append(args[0])
+        elif name == "extend":
+            self.items.extend(tx.unpack_iterable(args[0]))
+        elif name == "insert":
+            self.items.insert(args[0].as_python_constant(), args[1])
+        elif name == "pop":
+            idx = args[0].as_python_constant() if args else -1
+            try:
+                return self.items.pop(idx)
+            except IndexError as e:
+                raise Unsupported(f"list.pop: {e}") from None
+        elif name == "clear":
+            self.items.clear()
+        elif name == "reverse":
+            self.items.reverse()
+        elif name == "copy":
+            return ListVariable(list(self.items))
+        elif name == "remove":
+            target = args[0]
+            for i, item in enumerate(self.items):
+                if tx.values_equal(item, target):
+                    del self.items[i]
+                    break
+            else:
+                raise Unsupported("list.remove(x): x not in list")
+        elif name == "sort":
+            key = kwargs.get("key")
+            reverse = kwargs.get("reverse", ConstantVariable(False)).as_python_constant()
+            self.items[:] = tx.sorted_items(self.items, key, reverse)
+        elif name == "__setitem__":
+            key = args[0].as_python_constant()
+            if isinstance(key, slice):
+                self.items[key] = tx.unpack_iterable(args[1])
+            else:
+                self.items[key] = args[1]
+        elif name == "__delitem__":
+            del self.items[args[0].as_python_constant()]
+        else:
+            return super().call_method(tx, name, args, kwargs)
+        return ConstantVariable(None)
+
+    def new_like(self, items):
+        return ListVariable(items)
+
+
+class DequeVariable(ListVariable):
+    """``collections.deque`` (without maxlen): a list with cheap operations at both ends."""
+    py_type = collections.deque
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "appendleft":
+            tx.check_mutation(self)
+            self.items.insert(0, args[0])
+            return ConstantVariable(None)
+        if name == "popleft":
+            tx.check_mutation(self)
+            if not self.items:
+                raise Unsupported("IndexError: pop from an empty deque")
+            return self.items.pop(0)
+        if name == "extendleft":
+            tx.check_mutation(self)
+            for item in tx.unpack_iterable(args[0]):
+                self.items.insert(0, item)
+            return ConstantVariable(None)
+        if name in ("sort", "copy", "__setitem__") and name != "__setitem__":
+            raise Unsupported(f"deque.{name}()")
+        return super().call_method(tx, name, args, kwargs)
+
+    def new_like(self, items):
+        return DequeVariable(items)
+
+
+class ListIteratorVariable(VariableTracker):
+    """An iterator over a materialised list of items (every iterable is unrolled)."""
+    mutable = True
+
+    def __init__(self, items: list[VariableTracker], source=None):
+        super().__init__(source)
+        self.items = items
+        self.index = 0
+
+    def python_type(self):
+        return type(iter([]))
+
+    def next(self, tx) -> VariableTracker | None:
+        if self.index >= len(self.items):
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
+
+    def unpack(self, tx):
+        rest = self.items[self.index:]
+        self.index = len(self.items)
+        return rest
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__next__":
+            item = self.next(tx)
+            if item is None:
+                raise Unsupported("StopIteration inside a compiled region")
+            return item
+        if name == "__iter__":
+            return self
+        raise Unsupported(f"iterator.{name}()")
+
+
+def hashable_key(vt: VariableTracker) -> Any:
+    """The Python key a tracker stands for in a dict or set."""
+    if vt.is_python_constant():
+        return vt.as_python_constant()
+    from ember.frontend.variables.tensor import TensorVariable
+    if isinstance(vt, TensorVariable):
+        return ("__tensor__", id(vt.fake))
+    value = getattr(vt, "value", None)
+    if value is not None:
+        return ("__object__", id(value))
+    return ("__tracker__", id(vt))
+
+
+class DictVariable(VariableTracker):
+    """A dict (or OrderedDict/defaultdict) with keys known at capture time."""
+    mutable = True
+
+    def __init__(self, items: dict, keys: dict | None = None, source=None, cls=dict,
+                 default_factory: VariableTracker | None = None):
+        super().__init__(source)
+        self.items: dict[Any, VariableTracker] = dict(items)    # python key -> value tracker
+        self.keys: dict[Any, VariableTracker] = dict(keys or {
+            k: ConstantVariable(k) for k in items})               # python key -> key tracker
+        self.cls = cls
+        self.default_factory = default_factory
+
+    def python_type(self):
+        return self.cls
+
+    def as_python_constant(self):
+        return self.cls({k: v.as_python_constant() for k, v in self.items.items()})
+
+    def truthy(self, tx):
+        return bool(self.items)
+
+    def unpack(self, tx):
+        return [self.keys[k] for k in self.items]
+
+    def setitem(self, key_vt, value_vt):
+        key = hashable_key(key_vt)
+        self.items[key] = value_vt
+        self.keys[key] = key_vt
+
+    def getitem(self, tx, key_vt):
+        key = hashable_key(key_vt)
+        if key in self.items:
+            return self.items[key]
+        if self.default_factory is not None:
+            tx.check_mutation(self)
+            value = self.default_factory.call_function(tx, [], {})
+            self.setitem(key_vt, value)
+            return value
+        raise Unsupported(f"KeyError: {key!r}")
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__getitem__":
+            return self.getitem(tx, args[0])
+        if name == "get":
+            key = hashable_key(args[0])
+            return self.items.get(key, args[1] if len(args) > 1 else ConstantVariable(None))
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name == "__contains__":
+            return ConstantVariable(hashable_key(args[0]) in self.items)
+        if name == "keys":
+            return TupleVariable([self.keys[k] for k in self.items])
+        if name == "values":
+            return TupleVariable(list(self.items.values()))
+        if name == "items":
+            return TupleVariable([TupleVariable([self.keys[k], v])
+                                  for k, v in self.items.items()])
+        if name == "copy":
+            return DictVariable(self.items, self.keys, cls=self.cls)
+        if name == "__iter__":
+            return ListIteratorVariable(self.unpack(tx))
+        tx.check_mutation(self)
+        if name == "__setitem__":
+            self.setitem(args[0], args[1])
+        elif name == "__delitem__":
+            key = hashable_key(args[0])
+            self.items.pop(key)
+            self.keys.pop(key)
+        elif name == "update":
+            if args:
+                other = args[0]
+                if isinstance(other, DictVariable):
+                    for k, v in other.items.items():
+                        self.setitem(other.keys[k], v)
+                else:
+                    for pair in tx.unpack_iterable(other):
+                        k, v = tx.unpack_iterable(pair)
+                        self.setitem(k, v)
+            for k, v in kwargs.items():
+                self.setitem(ConstantVariable(k), v)
+        elif name == "setdefault":
+            key = hashable_key(args[0])
+            if key not in self.items:
+                self.setitem(args[0], args[1] if len(args) > 1 else ConstantVariable(None))
+            return self.items[key]
+        elif name == "pop":
+            key = hashable_key(args[0])
+            if key in self.items:
+                self.keys.pop(key)
+                return self.items.pop(key)
+            if len(args) > 1:
+                return args[1]
+            raise Unsupported(f"KeyError: {key!r}")
+        elif name == "clear":
+            self.items.clear()
+            self.keys.clear()
+        else:
+            raise Unsupported(f"dict.{name}()")
+        return ConstantVariable(None)
+
+    def var_getattr(self, tx, name):
+        from ember.frontend.variables.functions import BoundMethodVariable
+        if hasattr(dict, name):
+            return BoundMethodVariable(self, name)
+        raise Unsupported(f"dict.{name}")
+
+
+class SetVariable(VariableTracker):
+    mutable = True
+
+    def __init__(self, items: list[VariableTracker], source=None, frozen=False):
+        super().__init__(source)
+        self.frozen = frozen
+        self.items: dict[Any, VariableTracker] = {}
+        for item in items:
+            self.items.setdefault(hashable_key(item), item)
+
+    def python_type(self):
+        return frozenset if self.frozen else set
+
+    def as_python_constant(self):
+        return self.python_type()(v.as_python_constant() for v in self.items.values())
+
+    def truthy(self, tx):
+        return bool(self.items)
+
+    def unpack(self, tx):
+        return list(self.items.values())
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__contains__":
+            return ConstantVariable(hashable_key(args[0]) in self.items)
+        if name == "__len__":
+            return ConstantVariable(len(self.items))
+        if name in ("union", "intersection", "difference", "symmetric_difference",
+                    "issubset", "issuperset", "isdisjoint", "__or__", "__and__", "__sub__",
+                    "__xor__"):
+            others = [SetVariable(tx.unpack_iterable(a)) for a in args]
+            mine = set(self.items)
+            result = getattr(mine, name)(*[set(o.items) for o in others])
+            if isinstance(result, bool):
+                return ConstantVariable(result)
+            pool = dict(self.items)
+            for o in others:
+                for k, v in o.items.items():
+                    pool.setdefault(k, v)
+            return SetVariable([pool[k] for k in pool if k in result])
+        if name == "copy":
+            return SetVariable(list(self.items.values()))
+        if name == "__iter__":
+            return ListIteratorVariable(self.unpack(tx))
+        tx.check_mutation(self)
+        if name == "add":
+            self.items.setdefault(hashable_key(args[0]), args[0])
+        elif name in ("discard", "remove"):
+            if self.items.pop(hashable_key(args[0]), None) is None and name == "remove":
+                raise Unsupported("KeyError in set.remove")
+        elif name == "update":
+            for a in args:
+                for item in tx.unpack_iterable(a):
+                    self.items.setdefault(hashable_key(item), item)
+        elif name == "clear":
+            self.items.clear()
+        elif name == "pop":
+            key = next(iter(self.items))
+            return self.items.pop(key)
+        else:
+            raise Unsupported(f"set.{name}()")
+        return ConstantVariable(None)
+
+    def var_getattr(self, tx, name):
+        from ember.frontend.variables.functions import BoundMethodVariable
+        if hasattr(set, name):
+            return BoundMethodVariable(self, name)
+        raise Unsupported(f"set.{name}")
+
+
+class SliceVariable(VariableTracker):
+    """A slice whose bounds are not all constants (e.g. hold a tensor index)."""
+
+    def __init__(self, start, stop, step):
+        super().__init__()
+        self.parts = [start, stop, step]
+
+    def python_type(self):
+        return slice
+
+    def as_python_constant(self):
+        return slice(*[p.as_python_constant() for p in self.parts])
+
+
+def is_namedtuple_class(cls) -> bool:
+    return isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")
+
+
+def is_structseq_class(cls) -> bool:
+    return isinstance(cls, type) and cls.__module__ == "torch.return_types"
+
+
+ORDERED_DICT_TYPES = (dict, collections.OrderedDict, collections.defaultdict)

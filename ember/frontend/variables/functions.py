@@ -1,0 +1,348 @@
+"""Callables during capture: user functions (inlined), builtins, torch functions (graph
+nodes), bound methods, ``functools.partial`` and closure cells."""
+from __future__ import annotations
+
+import inspect
+import types
+from typing import Any, Callable
+
+from ember.frontend.exc import Unsupported
+from ember.frontend.source import DefaultsSource, FunctionClosureSource
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
+
+
+class CellVariable(VariableTracker):
+    """A closure cell. ``real_cell`` is set for cells that exist outside the frame (their
+    writes are side effects); cells made during capture are plain boxes."""
+    mutable = True
+
+    def __init__(self, contents: VariableTracker | None = None, real_cell=None, source=None):
+        super().__init__(source)
+        self.real_cell = real_cell
+        self._contents = contents
+        self.loaded = contents is not None or real_cell is None
+
+    def get(self, tx) -> VariableTracker:
+        if not self.loaded:
+            try:
+                value = self.real_cell.cell_contents
+            except ValueError:
+                raise Unsupported("reading an empty closure cell") from None
+            self._contents = tx.wrap(value, self.source)
+            self.loaded = True
+        if self._contents is None:
+            raise Unsupported("reading an unassigned closure variable")
+        return self._contents
+
+    def set(self, tx, value: VariableTracker) -> None:
+        if self.real_cell is not None:
+            tx.output.side_effects.store_cell(self, value)
+        self._contents = value
+        self.loaded = True
+
+
+def bind_args(code: types.CodeType, name: str, args: list, kwargs: dict,
+              defaults: list | None, kwdefaults: dict | None) -> dict[str, VariableTracker]:
+    """Python's argument binding for ``code``, over trackers."""
+    nargs = code.co_argcount
+    nposonly = code.co_posonlyargcount
+    nkwonly = code.co_kwonlyargcount
+    names = code.co_varnames
+    has_varargs = bool(code.co_flags & inspect.CO_VARARGS)
+    has_varkw = bool(code.co_flags & inspect.CO_VARKEYWORDS)
+    bound: dict[str, Any] = {}
+    for i, value in enumerate(args[:nargs]):
+        bound[names[i]] = value
+    extra = args[nargs:]
+    if extra and not has_varargs:
+        raise Unsupported(f"{name}() takes {nargs} positional arguments but {len(args)} "
+                          f"were given")
+    pos_names = names[:nargs]
+    kwonly_names = names[nargs:nargs + nkwonly]
+    varkw: dict[str, Any] = {}
+    for key, value in kwargs.items():
+        if key in kwonly_names or (key in pos_names and pos_names.index(key) >= nposonly):
+            if key in bound:
+                raise Unsupported(f"{name}() got multiple values for argument {key!r}")
+            bound[key] = value
+        elif has_varkw:
+            varkw[key] = value
+        else:
+            raise Unsupported(f"{name}() got an unexpected keyword argument {key!r}")
+    defaults = defaults or []
+    first_default = nargs - len(defaults)
+    for i, pname in enumerate(pos_names):
+        if pname not in bound:
+            if i >= first_default:
+                bound[pname] = defaults[i - first_default]
+            else:
+                raise Unsupported(f"{name}() missing required argument {pname!r}")
+    for pname in kwonly_names:
+        if pname not in bound:
+            if kwdefaults and pname in kwdefaults:
+                bound[pname] = kwdefaults[pname]
+            else:
+                raise Unsupported(f"{name}() missing keyword-only argument {pname!r}")
+    from ember.frontend.variables.containers import DictVariable, TupleVariable
+    idx = nargs + nkwonly
+    if has_varargs:
+        bound[names[idx]] = TupleVariable(list(extra))
+        idx += 1
+    if has_varkw:
+        bound[names[idx]] = DictVariable(varkw)
+    return bound
+
+
+class BaseUserFunctionVariable(VariableTracker):
+    def call_function(self, tx, args, kwargs):
+        return tx.inline_function(self, args, kwargs)
+
+    def python_type(self):
+        return types.FunctionType
+
+    def truthy(self, tx):
+        return True
+
+    # what inlining needs
+    def get_code(self) -> types.CodeType:
+        raise NotImplementedError
+
+    def get_globals(self) -> dict:
+        raise NotImplementedError
+
+    def bind(self, tx, args, kwargs) -> dict:
+        raise NotImplementedError
+
+    def closure_cells(self, tx) -> list[CellVariable]:
+        raise NotImplementedError
+
+
+class UserFunctionVariable(BaseUserFunctionVariable):
+    """A Python function that exists outside the frame; calls to it are inlined."""
+
+    def __init__(self, fn: types.FunctionType, source=None):
+        super().__init__(source)
+        self.value = fn
+
+    def as_python_constant(self):
+        return self.value
+
+    def get_code(self):
+        return self.value.__code__
+
+    def get_globals(self):
+        return self.value.__globals__
+
+    def bind(self, tx, args, kwargs):
+        fn = self.value
+        defaults = None
+        if fn.__defaults__:
+            defaults = [tx.wrap(d, DefaultsSource(self.source, i) if self.source else None)
+                        for i, d in enumerate(fn.__defaults__)]
+        kwdefaults = None
+        if fn.__kwdefaults__:
+            kwdefaults = {k: tx.wrap(v, DefaultsSource(self.source, k, kw=True)
+                                     if self.source else None)
+                          for k, v in fn.__kwdefaults__.items()}
+        return bind_args(fn.__code__, fn.__qualname__, args, kwargs, defaults, kwdefaults)
+
+    def closure_cells(self, tx):
+        cells = self.value.__closure__ or ()
+        return [tx.cell_for(cell, FunctionClosureSource(self.source, i)
+                            if self.source else None) for i, cell in enumerate(cells)]
+
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__", "__module__", "__doc__"):
+            return ConstantVariable(getattr(self.value, name))
+        if name == "__defaults__" and self.value.__defaults__ is None:
+            return ConstantVariable(None)
+        return super().var_getattr(tx, name)
+
+    def __repr__(self):
+        return f"UserFunctionVariable({self.value.__qualname__})"
+
+
+class NestedUserFunctionVariable(BaseUserFunctionVariable):
+    """A function created by MAKE_FUNCTION during capture (a nested def or lambda)."""
+
+    def __init__(self, code, f_globals, name, defaults, kwdefaults, closure):
+        super().__init__()
+        self.code = code
+        self.f_globals = f_globals
+        self.name = name
+        self.defaults = defaults
+        self.kwdefaults = kwdefaults
+        self.closure = closure
+
+    def get_code(self):
+        return self.code
+
+    def get_globals(self):
+        return self.f_globals
+
+    def bind(self, tx, args, kwargs):
+        return bind_args(self.code, self.name, args, kwargs, self.defaults, self.kwdefaults)
+
+    def closure_cells(self, tx):
+        return list(self.closure or ())
+
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__"):
+            return ConstantVariable(self.name)
+        return super().var_getattr(tx, name)
+
+    def __repr__(self):
+        return f"NestedUserFunctionVariable({self.name})"
+
+
+class UserMethodVariable(VariableTracker):
+    """``obj.method`` where method is a user function: calls inline it with ``self``."""
+
+    def __init__(self, fn_var: VariableTracker, obj: VariableTracker, source=None):
+        super().__init__(source)
+        self.fn_var = fn_var
+        self.obj = obj
+
+    def python_type(self):
+        return types.MethodType
+
+    def truthy(self, tx):
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        return self.fn_var.call_function(tx, [self.obj, *args], kwargs)
+
+    def var_getattr(self, tx, name):
+        if name == "__self__":
+            return self.obj
+        if name == "__func__":
+            return self.fn_var
+        return self.fn_var.var_getattr(tx, name)
+
+    def __repr__(self):
+        return f"UserMethodVariable({self.fn_var}, {self.obj})"
+
+
+class BoundMethodVariable(VariableTracker):
+    """``obj.name`` on a tracker that implements ``call_method`` (containers, constants)."""
+
+    def __init__(self, obj: VariableTracker, name: str):
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def python_type(self):
+        return types.BuiltinMethodType
+
+    def truthy(self, tx):
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+
+class ConstantMethodVariable(BoundMethodVariable):
+    """A method of a constant (``"a,b".split``, ``dtype.to_complex``): evaluated for real."""
+
+    def call_function(self, tx, args, kwargs):
+        try:
+            const_args = [a.as_python_constant() for a in args]
+            const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+        except Exception:
+            raise Unsupported(f"{self.name}() of a constant with non-constant arguments") \
+                from None
+        try:
+            result = getattr(self.obj.value, self.name)(*const_args, **const_kwargs)
+        except Exception as e:
+            raise Unsupported(f"{type(e).__name__} in {self.name}(): {e}") from None
+        return tx.wrap_constant(result)
+
+
+class TensorMethodVariable(BoundMethodVariable):
+    """``tensor.method`` before it is called."""
+
+    def call_function(self, tx, args, kwargs):
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+
+class PartialVariable(VariableTracker):
+    def __init__(self, func: VariableTracker, args: list, kwargs: dict, source=None):
+        super().__init__(source)
+        self.func = func
+        self.args = args
+        self.kwargs = kwargs
+
+    def truthy(self, tx):
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        return self.func.call_function(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def var_getattr(self, tx, name):
+        from ember.frontend.variables.containers import DictVariable, TupleVariable
+        if name == "func":
+            return self.func
+        if name == "args":
+            return TupleVariable(self.args)
+        if name == "keywords":
+            return DictVariable({k: v for k, v in self.kwargs.items()})
+        return super().var_getattr(tx, name)
+
+
+class GraphCallableVariable(VariableTracker):
+    """A callable that goes into the graph as one node: torch functions, ``torch.nn.
+    functional``, Tensor methods called unbound, and ``ember.allow_in_graph`` functions."""
+
+    def __init__(self, fn: Callable, source=None):
+        super().__init__(source)
+        self.value = fn
+
+    def as_python_constant(self):
+        return self.value
+
+    def truthy(self, tx):
+        return True
+
+    def python_type(self):
+        return type(self.value)
+
+    def call_function(self, tx, args, kwargs):
+        return tx.output.call_function(self.value, args, kwargs)
+
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__", "__module__"):
+            return ConstantVariable(getattr(self.value, name))
+        return super().var_getattr(tx, name)
+
+    def __repr__(self):
+        return f"GraphCallableVariable({getattr(self.value, '__name__', self.value)})"
+
+
+class HandlerFunctionVariable(VariableTracker):
+    """A Python callable whose capture-time behaviour is a handler (builtins, ``math``,
+    ``operator``, special torch functions). ``handler(tx, args, kwargs) -> tracker``."""
+
+    def __init__(self, fn: Callable, handler: Callable, source=None):
+        super().__init__(source)
+        self.value = fn
+        self.handler = handler
+
+    def as_python_constant(self):
+        return self.value
+
+    def python_type(self):
+        return type(self.value)
+
+    def truthy(self, tx):
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        return self.handler(tx, args, kwargs)
+
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__", "__module__"):
+            return ConstantVariable(getattr(self.value, name))
+        return super().var_getattr(tx, name)
+
+    def __repr__(self):
+        return f"HandlerFunctionVariable({getattr(self.value, '__name__', self.value)})"

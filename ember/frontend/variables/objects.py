@@ -1,0 +1,494 @@
+"""nn.Modules, user-defined objects and classes, Python modules, super(), context managers."""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+
+import torch
+
+from ember.frontend import guards
+from ember.frontend.exc import Unsupported
+from ember.frontend.source import AttrSource, ModuleDictSource
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.functions import (UserFunctionVariable, UserMethodVariable,
+                                                bind_args)
+
+_MISSING = object()
+
+
+def _static_lookup(cls: type, name: str):
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__dict__[name]
+    return _MISSING
+
+
+def class_attribute(tx, cls: type, name: str, obj: VariableTracker | None, source):
+    """What ``obj.name`` (or ``cls.name`` when obj is None) is when ``name`` is found on the
+    class: methods bind, properties run their getter, other values are wrapped."""
+    attr = _static_lookup(cls, name)
+    if attr is _MISSING:
+        return _MISSING
+    if isinstance(attr, staticmethod):
+        return tx.wrap(attr.__func__, None)
+    if isinstance(attr, classmethod):
+        return UserMethodVariable(tx.wrap(attr.__func__, None), tx.wrap(cls, None))
+    if isinstance(attr, property):
+        if obj is None:
+            return tx.wrap(attr, None)
+        if attr.fget is None:
+            raise Unsupported(f"unreadable property {name!r}")
+        return tx.wrap(attr.fget, None).call_function(tx, [obj], {})
+    if isinstance(attr, types.FunctionType):
+        fn = UserFunctionVariable(attr)
+        return fn if obj is None else UserMethodVariable(fn, obj)
+    if obj is not None and hasattr(attr, "__get__") and not isinstance(attr, type):
+        raise Unsupported(f"descriptor {type(attr).__name__} for attribute {name!r}")
+    return tx.wrap(attr, AttrSource(source, name) if source is not None else None)
+
+
+_MODULE_METHODS = {"parameters", "named_parameters", "buffers", "named_buffers", "children",
+                   "named_children", "modules", "named_modules"}
+_CONTAINER_METHODS = {"keys", "values", "items", "__len__", "__iter__", "__getitem__",
+                      "__contains__"}
+_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict,
+               torch.nn.ParameterList, torch.nn.ParameterDict)
+
+
+class NNModuleVariable(VariableTracker):
+    """An ``nn.Module`` that exists outside the frame (guarded by identity)."""
+
+    def __init__(self, module: torch.nn.Module, source=None):
+        super().__init__(source)
+        self.value = module
+
+    def python_type(self):
+        return type(self.value)
+
+    def truthy(self, tx):
+        if hasattr(type(self.value), "__len__"):
+            return len(self.value) > 0
+        return True
+
+    def _child_source(self, dict_name, name):
+        return ModuleDictSource(self.source, dict_name, name) if self.source else None
+
+    def var_getattr(self, tx, name):
+        override = tx.output.side_effects.pending_attr(self, name)
+        if override is not None:
+            return override
+        mod = self.value
+        d = mod.__dict__
+        for dict_name in ("_parameters", "_buffers", "_modules"):
+            table = d.get(dict_name)
+            if table is not None and name in table:
+                value = table[name]
+                if value is None:
+                    return ConstantVariable(None)
+                return tx.wrap(value, self._child_source(dict_name, name))
+        if name in d:
+            return tx.wrap(d[name], AttrSource(self.source, name) if self.source else None)
+        if (name in _MODULE_METHODS and _static_lookup(type(mod), name)
+                is torch.nn.Module.__dict__[name]) or (
+                name in _CONTAINER_METHODS and isinstance(mod, _CONTAINERS)):
+            from ember.frontend.variables.functions import BoundMethodVariable
+            return BoundMethodVariable(self, name)
+        found = class_attribute(tx, type(mod), name, self, self.source)
+        if found is not _MISSING:
+            return found
+        raise Unsupported(f"{type(mod).__name__} has no attribute {name!r}")
+
+    def children(self, tx) -> list[tuple[str, VariableTracker]]:
+        return [(k, tx.wrap(m, self._child_source("_modules", k)) if m is not None
+                 else ConstantVariable(None)) for k, m in self.value._modules.items()]
+
+    def unpack(self, tx):
+        mod = self.value
+        if isinstance(mod, torch.nn.ModuleDict):
+            return [ConstantVariable(k) for k in mod._modules]
+        if isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList)):
+            return [v for _, v in self.children(tx)]
+        if isinstance(mod, torch.nn.ParameterList):
+            return [tx.wrap(p, self._child_source("_parameters", k))
+                    for k, p in mod._parameters.items()]
+        if isinstance(mod, torch.nn.ParameterDict):
+            return [ConstantVariable(k) for k in mod._keys]
+        raise Unsupported(f"iterating over {type(mod).__name__}")
+
+    def call_function(self, tx, args, kwargs):
+        mod = self.value
+        if self.source is not None:
+            tx.output.guards.add(guards.no_hooks(self.source))
+        elif mod._forward_hooks or mod._forward_pre_hooks:
+            raise Unsupported("calling a module with forward hooks")
+        if (torch.nn.modules.module._global_forward_hooks
+                or torch.nn.modules.module._global_forward_pre_hooks):
+            raise Unsupported("global module forward hooks are registered")
+        if "forward" in mod.__dict__:
+            return tx.wrap(mod.__dict__["forward"], AttrSource(self.source, "forward")
+                           if self.source else None).call_function(tx, args, kwargs)
+        forward = _static_lookup(type(mod), "forward")
+        if not isinstance(forward, types.FunctionType):
+            raise Unsupported(f"{type(mod).__name__}.forward is not a Python function")
+        return UserFunctionVariable(forward).call_function(tx, [self, *args], kwargs)
+
+    def call_method(self, tx, name, args, kwargs):
+        from ember.frontend.variables.containers import TupleVariable
+        mod = self.value
+        if name == "__len__":
+            return ConstantVariable(len(mod))
+        if name == "__iter__":
+            from ember.frontend.variables.containers import ListIteratorVariable
+            return ListIteratorVariable(self.unpack(tx))
+        if name == "__contains__" and isinstance(mod, torch.nn.ModuleDict):
+            return ConstantVariable(args[0].as_python_constant() in mod._modules)
+        if name == "__getitem__" and isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList,
+                                                      torch.nn.ModuleDict,
+                                                      torch.nn.ParameterList,
+                                                      torch.nn.ParameterDict)):
+            key = args[0].as_python_constant()
+            if isinstance(mod, torch.nn.ParameterDict):
+                return tx.wrap(mod[key], self._child_source("_parameters", key))
+            if isinstance(mod, torch.nn.ParameterList):
+                keys = list(mod._parameters)
+                return tx.wrap(mod[key], self._child_source("_parameters", keys[key]))
+            if isinstance(key, slice):
+                return TupleVariable(self.unpack(tx)[key])
+            if isinstance(mod, torch.nn.ModuleDict):
+                return tx.wrap(mod[key], self._child_source("_modules", key))
+            keys = list(mod._modules)
+            return tx.wrap(mod._modules[keys[key]], self._child_source("_modules", keys[key]))
+        if isinstance(mod, torch.nn.ModuleDict) and name in ("keys", "values", "items"):
+            pairs = self.children(tx)
+            if name == "keys":
+                return TupleVariable([ConstantVariable(k) for k, _ in pairs])
+            if name == "values":
+                return TupleVariable([v for _, v in pairs])
+            return TupleVariable([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
+        if name in ("children", "named_children"):
+            pairs = [(k, v) for k, v in self.children(tx) if not isinstance(v, ConstantVariable)]
+            if name == "children":
+                return TupleVariable([v for _, v in pairs])
+            return TupleVariable([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
+        if name in ("modules", "named_modules"):
+            out = []
+            for key, sub in mod.named_modules():
+                src = self.source
+                if src is not None and key:
+                    for part in key.split("."):
+                        src = ModuleDictSource(src, "_modules", part)
+                vt = tx.wrap(sub, src)
+                out.append(TupleVariable([ConstantVariable(key), vt]) if name == "named_modules"
+                           else vt)
+            return TupleVariable(out)
+        if name in ("parameters", "named_parameters", "buffers", "named_buffers"):
+            recurse = kwargs.get("recurse", ConstantVariable(True)).as_python_constant()
+            getter = getattr(mod, name if name.startswith("named_") else "named_" + name)
+            out = []
+            for key, tensor in getter(recurse=recurse):
+                src = self._path_source(tx, key, "_parameters" if "param" in name
+                                        else "_buffers")
+                vt = tx.wrap(tensor, src)
+                out.append(TupleVariable([ConstantVariable(key), vt]) if "named" in name
+                           else vt)
+            return TupleVariable(out)
+        if name == "__call__":
+            return self.call_function(tx, args, kwargs)
+        return super().call_method(tx, name, args, kwargs)
+
+    def _path_source(self, tx, dotted: str, dict_name: str):
+        if self.source is None:
+            return None
+        *mods, leaf = dotted.split(".")
+        src = self.source
+        for m in mods:
+            src = ModuleDictSource(src, "_modules", m)
+        return ModuleDictSource(src, dict_name, leaf)
+
+    def __repr__(self):
+        return f"NNModuleVariable({type(self.value).__name__})"
+
+
+class UserDefinedObjectVariable(VariableTracker):
+    """An instance of a user class. ``value`` is the real object when it exists outside the
+    frame; objects created during capture have ``value=None`` and keep their attributes in
+    ``attrs`` (rebuilt after the graph if they escape)."""
+
+    def __init__(self, value, source=None, cls: type | None = None):
+        super().__init__(source)
+        self.value = value
+        self.cls = cls if cls is not None else type(value)
+        self.attrs: dict[str, VariableTracker] = {}
+        self.is_new = value is None
+
+    mutable = True
+
+    def python_type(self):
+        return self.cls
+
+    def var_getattr(self, tx, name):
+        if name in self.attrs:
+            return self.attrs[name]
+        override = tx.output.side_effects.pending_attr(self, name)
+        if override is not None:
+            return override
+        if name == "__class__":
+            return tx.wrap(self.cls, None)
+        if name == "__dict__" and self.is_new:
+            from ember.frontend.variables.containers import DictVariable
+            return DictVariable(dict(self.attrs))
+        cls = self.cls
+        if not self.is_new and type(cls).__getattribute__ is not type.__getattribute__:
+            raise Unsupported(f"metaclass attribute access on {cls.__name__}")
+        custom_getattribute = cls.__getattribute__ is not object.__getattribute__
+        if custom_getattribute and not self.is_new:
+            # e.g. config objects that remap attribute names: read the value for real
+            try:
+                value = getattr(self.value, name)
+            except AttributeError as e:
+                raise Unsupported(f"AttributeError: {e}") from None
+            return tx.wrap(value, AttrSource(self.source, name) if self.source else None)
+        desc = _static_lookup(cls, name)
+        is_data_descriptor = desc is not _MISSING and (
+            isinstance(desc, property) or hasattr(type(desc), "__set__"))
+        if not is_data_descriptor and not self.is_new:
+            inst_dict = getattr(self.value, "__dict__", None)
+            if inst_dict is not None and name in inst_dict:
+                return tx.wrap(inst_dict[name],
+                               AttrSource(self.source, name) if self.source else None)
+        if isinstance(desc, types.MemberDescriptorType) and not self.is_new:
+            return tx.wrap(getattr(self.value, name),
+                           AttrSource(self.source, name) if self.source else None)
+        found = class_attribute(tx, cls, name, self, self.source)
+        if found is not _MISSING:
+            return found
+        getattr_fn = _static_lookup(cls, "__getattr__")
+        if isinstance(getattr_fn, types.FunctionType):
+            return UserFunctionVariable(getattr_fn).call_function(
+                tx, [self, ConstantVariable(name)], {})
+        raise Unsupported(f"AttributeError: {cls.__name__!r} object has no attribute {name!r}")
+
+    def call_function(self, tx, args, kwargs):
+        call = _static_lookup(self.cls, "__call__")
+        if isinstance(call, types.FunctionType):
+            return UserFunctionVariable(call).call_function(tx, [self, *args], kwargs)
+        raise Unsupported(f"calling a {self.cls.__name__} object")
+
+    def truthy(self, tx):
+        for name in ("__bool__", "__len__"):
+            fn = _static_lookup(self.cls, name)
+            if isinstance(fn, types.FunctionType):
+                out = UserFunctionVariable(fn).call_function(tx, [self], {})
+                return bool(out.as_python_constant())
+            if fn is not _MISSING:
+                raise Unsupported(f"truth value of {self.cls.__name__}")
+        return True
+
+    def store_attr(self, tx, name, value):
+        if self.is_new:
+            self.attrs[name] = value
+        else:
+            tx.output.side_effects.store_attr(self, name, value)
+
+    def __repr__(self):
+        return f"UserDefinedObjectVariable({self.cls.__name__})"
+
+
+def _default_init(cls) -> bool:
+    return cls.__init__ is object.__init__
+
+
+class UserDefinedClassVariable(VariableTracker):
+    def __init__(self, cls: type, source=None):
+        super().__init__(source)
+        self.value = cls
+
+    def as_python_constant(self):
+        return self.value
+
+    def python_type(self):
+        return type(self.value)
+
+    def truthy(self, tx):
+        return True
+
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__", "__module__"):
+            return ConstantVariable(getattr(self.value, name))
+        attr = _static_lookup(self.value, name)
+        if isinstance(attr, classmethod):
+            return UserMethodVariable(tx.wrap(attr.__func__, None), self)
+        found = class_attribute(tx, self.value, name, None, self.source)
+        if found is not _MISSING:
+            return found
+        raise Unsupported(f"type object {self.value.__name__!r} has no attribute {name!r}")
+
+    def call_function(self, tx, args, kwargs):
+        from ember.frontend.variables.containers import (NamedTupleVariable,
+                                                         is_namedtuple_class)
+        cls = self.value
+        if is_namedtuple_class(cls):
+            new = cls.__new__
+            code = getattr(new, "__code__", None)
+            if code is None:
+                raise Unsupported(f"namedtuple {cls.__name__} without a Python __new__")
+            defaults = [tx.wrap(d, None) for d in (new.__defaults__ or ())]
+            bound = bind_args(code, cls.__name__, [self, *args], kwargs, defaults, None)
+            return NamedTupleVariable([bound[f] for f in cls._fields], cls)
+        if issubclass(cls, torch.nn.Module):
+            raise Unsupported(f"creating a {cls.__name__} module inside a compiled region")
+        if issubclass(cls, BaseException):
+            raise Unsupported(f"creating exception {cls.__name__}")
+        if cls.__new__ is not object.__new__:
+            raise Unsupported(f"creating a {cls.__name__} (custom __new__ or builtin base)")
+        if type(cls) is not type and not dataclasses.is_dataclass(cls):
+            raise Unsupported(f"creating a {cls.__name__} (metaclass {type(cls).__name__})")
+        obj = UserDefinedObjectVariable(None, cls=cls)
+        tx.output.side_effects.track_new_object(obj)
+        init = _static_lookup(cls, "__init__")
+        if isinstance(init, types.FunctionType):
+            UserFunctionVariable(init).call_function(tx, [obj, *args], kwargs)
+        elif args or kwargs:
+            raise Unsupported(f"{cls.__name__}() takes no arguments")
+        post = _static_lookup(cls, "__post_init__")
+        if isinstance(post, types.FunctionType) and not dataclasses.is_dataclass(cls):
+            pass  # only dataclass __init__ calls __post_init__, and it does so itself
+        return obj
+
+    def __repr__(self):
+        return f"UserDefinedClassVariable({self.value.__name__})"
+
+
+TRUSTED_MODULE_PREFIXES = ("torch", "math", "operator", "builtins", "functools", "itertools",
+                           "collections", "typing", "numbers", "enum", "dataclasses",
+                           "warnings", "inspect", "types", "abc", "copy", "einops")
+
+
+class PythonModuleVariable(VariableTracker):
+    def __init__(self, module: types.ModuleType, source=None):
+        super().__init__(source)
+        self.value = module
+
+    def as_python_constant(self):
+        return self.value
+
+    def python_type(self):
+        return types.ModuleType
+
+    def truthy(self, tx):
+        return True
+
+    def var_getattr(self, tx, name):
+        try:
+            value = getattr(self.value, name)
+        except AttributeError as e:
+            raise Unsupported(f"AttributeError: {e}") from None
+        trusted = self.value.__name__.split(".")[0] in TRUSTED_MODULE_PREFIXES
+        # Library modules are assumed not to be monkeypatched between calls.
+        source = None if trusted or self.source is None else AttrSource(self.source, name)
+        return tx.wrap(value, source)
+
+    def __repr__(self):
+        return f"PythonModuleVariable({self.value.__name__})"
+
+
+class SuperVariable(VariableTracker):
+    def __init__(self, cls: type, obj: VariableTracker):
+        super().__init__()
+        self.cls = cls
+        self.obj = obj
+
+    def var_getattr(self, tx, name):
+        obj_type = self.obj.python_type()
+        if isinstance(self.obj, UserDefinedClassVariable):
+            obj_type = self.obj.value
+        mro = obj_type.__mro__
+        start = mro.index(self.cls) + 1 if self.cls in mro else len(mro)
+        for klass in mro[start:]:
+            if name in klass.__dict__:
+                attr = klass.__dict__[name]
+                if klass is object and name == "__init__":
+                    return _NoOpVariable()
+                if isinstance(attr, types.FunctionType):
+                    return UserMethodVariable(UserFunctionVariable(attr), self.obj)
+                if isinstance(attr, classmethod):
+                    return UserMethodVariable(UserFunctionVariable(attr.__func__),
+                                              tx.wrap(obj_type, None))
+                if isinstance(attr, staticmethod):
+                    return UserFunctionVariable(attr.__func__)
+                if isinstance(attr, property) and attr.fget is not None:
+                    return tx.wrap(attr.fget, None).call_function(tx, [self.obj], {})
+                if klass is torch.nn.Module and name == "__init__":
+                    raise Unsupported("nn.Module.__init__ inside a compiled region")
+                return tx.wrap(attr, None)
+        raise Unsupported(f"super().{name} not found")
+
+
+class _NoOpVariable(VariableTracker):
+    def call_function(self, tx, args, kwargs):
+        return ConstantVariable(None)
+
+
+class ContextManagerVariable(VariableTracker):
+    """A ``with`` target the evaluator understands. ``enter``/``exit`` act at capture time
+    and record what the compiled graph must do."""
+
+    def enter(self, tx) -> VariableTracker:
+        raise NotImplementedError
+
+    def exit(self, tx) -> None:
+        raise NotImplementedError
+
+    def truthy(self, tx):
+        return True
+
+    def var_getattr(self, tx, name):
+        if name == "__enter__":
+            return _BoundCtxMethod(self, self.enter)
+        if name == "__exit__":
+            return _BoundCtxMethod(self, lambda tx: (self.exit(tx), ConstantVariable(None))[1])
+        return super().var_getattr(tx, name)
+
+
+class _BoundCtxMethod(VariableTracker):
+    def __init__(self, ctx, fn):
+        super().__init__()
+        self.ctx = ctx
+        self.fn = fn
+
+    def call_function(self, tx, args, kwargs):
+        return self.fn(tx)
+
+
+class GradModeVariable(ContextManagerVariable):
+    """``torch.no_grad()``, ``torch.enable_grad()``, ``torch.set_grad_enabled(b)``: the graph
+    gets ``torch._C._set_grad_enabled`` nodes, and capture follows the same mode."""
+
+    def __init__(self, mode: bool, applied_on_create: bool = False):
+        super().__init__()
+        self.mode = mode
+        self.prior: list[bool] = []
+        if applied_on_create:
+            self.prior.append(None)  # set_grad_enabled(...) already took effect
+
+    def python_type(self):
+        return torch.autograd.grad_mode.no_grad if not self.mode else \
+            torch.autograd.grad_mode.enable_grad
+
+    def enter(self, tx):
+        if self.prior and self.prior[-1] is None:
+            return ConstantVariable(None)
+        self.prior.append(torch.is_grad_enabled())
+        tx.output.set_grad_enabled(self.mode)
+        return ConstantVariable(None)
+
+    def exit(self, tx):
+        prior = self.prior.pop()
+        if prior is None:
+            prior = self.before_create
+        tx.output.set_grad_enabled(prior)
+
+    def call_function(self, tx, args, kwargs):
+        # used as a decorator: @torch.no_grad() def f(...)
+        raise Unsupported("grad-mode decorator inside a compiled region")

@@ -1,0 +1,86 @@
+"""Tensors during capture: an FX node plus its fake value (metadata only)."""
+from __future__ import annotations
+
+import torch
+
+from ember.frontend.exc import Unsupported
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
+
+# Attribute reads answered from the fake tensor's metadata.
+_CONSTANT_ATTRS = {
+    "dtype", "device", "ndim", "requires_grad", "is_cuda", "is_cpu", "is_sparse", "layout",
+    "is_quantized", "is_meta", "is_leaf", "is_nested", "is_mkldnn", "itemsize", "nbytes",
+}
+# Methods answered from metadata (no graph node).
+_CONSTANT_METHODS = {
+    "dim", "ndimension", "numel", "nelement", "is_contiguous", "is_floating_point",
+    "is_complex", "element_size", "get_device", "is_signed", "stride", "storage_offset",
+    "is_inference", "has_names",
+}
+# Attributes that are tensors computed from the tensor: graph nodes.
+_TENSOR_ATTRS = {"T", "mT", "H", "mH", "real", "imag"}
+_DATA_DEPENDENT_METHODS = {"item", "tolist", "numpy", "__bool__", "__int__", "__float__",
+                           "__index__", "nonzero", "data_ptr", "untyped_storage",
+                           "storage", "backward", "register_hook", "retain_grad"}
+
+
+class TensorVariable(VariableTracker):
+    def __init__(self, node: torch.fx.Node, fake: torch.Tensor, source=None):
+        super().__init__(source)
+        self.node = node
+        self.fake = fake
+
+    def python_type(self):
+        return type(self.fake) if self.source is None else self.fake_python_type
+
+    fake_python_type = torch.Tensor
+
+    def truthy(self, tx):
+        raise Unsupported("control flow on a tensor's value (data-dependent)")
+
+    def var_getattr(self, tx, name):
+        if name in ("shape",):
+            return tx.size_variable(self.fake.shape)
+        if name in _CONSTANT_ATTRS:
+            return ConstantVariable(getattr(self.fake, name))
+        if name in _TENSOR_ATTRS:
+            import builtins
+            return tx.output.call_function(builtins.getattr, [self, ConstantVariable(name)], {})
+        if name in ("grad", "data", "grad_fn", "_version", "_base"):
+            raise Unsupported(f"tensor attribute .{name} inside a compiled region")
+        if hasattr(torch.Tensor, name):
+            from ember.frontend.variables.functions import TensorMethodVariable
+            return TensorMethodVariable(self, name)
+        raise Unsupported(f"AttributeError: 'Tensor' object has no attribute {name!r}")
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "size":
+            const_args = [a.as_python_constant() for a in args]
+            size = self.fake.size(*const_args)
+            return tx.size_variable(size) if isinstance(size, torch.Size) \
+                else ConstantVariable(size)
+        if name in _CONSTANT_METHODS:
+            const_args = [a.as_python_constant() for a in args]
+            const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+            value = getattr(self.fake, name)(*const_args, **const_kwargs)
+            return ConstantVariable(value) if not isinstance(value, tuple) else \
+                tx.wrap_constant(value)
+        if name == "type" and not args and not kwargs:
+            return ConstantVariable(self.fake.type())
+        if name == "__len__":
+            if self.fake.dim() == 0:
+                raise Unsupported("len() of a 0-d tensor")
+            return ConstantVariable(len(self.fake))
+        if name in _DATA_DEPENDENT_METHODS:
+            raise Unsupported(f"Tensor.{name}() reads tensor data (data-dependent)")
+        return tx.output.call_method(name, [self, *args], kwargs)
+
+    def unpack(self, tx):
+        if self.fake.dim() == 0:
+            raise Unsupported("iterating over a 0-d tensor")
+        import operator
+        return [tx.output.call_function(operator.getitem, [self, ConstantVariable(i)], {})
+                for i in range(self.fake.shape[0])]
+
+    def __repr__(self):
+        return f"TensorVariable({self.node.name}, {tuple(self.fake.shape)}, {self.fake.dtype})"

@@ -1,0 +1,203 @@
+"""Which torch callables become graph nodes, and the few that capture answers itself.
+
+Public callables of torch's op namespaces (``torch``, ``torch.nn.functional``,
+``torch.special``, ``torch.linalg``, ``torch.fft``) and Tensor methods called unbound go into
+the graph as one node each; their fake outputs come from running them on fake tensors.
+Functions that ask about the running program (``torch.compiler.is_compiling``,
+``torch.is_grad_enabled``, ``torch.jit.is_scripting``...) are answered at capture time; the
+few with effects outside tensors (seeding, saving, global settings) are unsupported.
+"""
+from __future__ import annotations
+
+import types
+
+import torch
+
+from ember.frontend.exc import Unsupported
+from ember.frontend.variables.base import ConstantVariable
+from ember.frontend.variables.builtins import fold
+from ember.frontend.variables.containers import SizeVariable
+from ember.frontend.variables.objects import GradModeVariable
+from ember.frontend.variables.tensor import TensorVariable
+
+_NAMESPACES = ("torch", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft",
+               "torch.functional")
+_DENIED_NAMES = {
+    "manual_seed", "seed", "initial_seed", "save", "load", "compile", "set_default_dtype",
+    "set_default_device", "set_default_tensor_type", "use_deterministic_algorithms",
+    "set_printoptions", "set_rng_state", "get_rng_state", "set_num_threads", "set_flush_denormal",
+    "set_warn_always", "set_float32_matmul_precision", "set_anomaly_enabled", "from_numpy",
+    "frombuffer", "asarray", "typename", "is_storage",
+}
+
+_graph_callables: dict[int, object] | None = None
+
+
+def _collect() -> dict[int, object]:
+    found: dict[int, object] = {}
+    import importlib
+    for ns_name in _NAMESPACES:
+        ns = importlib.import_module(ns_name)
+        for name in dir(ns):
+            if name.startswith("_") or name in _DENIED_NAMES:
+                continue
+            obj = getattr(ns, name, None)
+            if callable(obj) and not isinstance(obj, (type, types.ModuleType)):
+                found[id(obj)] = obj
+    for ns in (torch._C._VariableFunctions, torch._C._nn, torch._C._linalg,
+               torch._C._special, torch._C._fft):
+        for name in dir(ns):
+            if name.startswith("__") or name in _DENIED_NAMES:
+                continue
+            obj = getattr(ns, name, None)
+            if callable(obj):
+                found[id(obj)] = obj
+    for klass in (torch.Tensor, torch._C.TensorBase):
+        for name, obj in vars(klass).items():
+            if callable(obj) and not isinstance(obj, type) and name not in _DENIED_TENSOR_METHODS:
+                found[id(obj)] = obj
+    return found
+
+
+_DENIED_TENSOR_METHODS = {"item", "tolist", "numpy", "backward", "register_hook",
+                          "__bool__", "__int__", "__float__", "__index__", "data_ptr",
+                          "__repr__", "__str__", "__format__", "__reduce_ex__", "__setstate__",
+                          "__deepcopy__", "__hash__", "__dir__", "__array__", "storage",
+                          "untyped_storage", "__len__", "__iter__", "__contains__"}
+
+
+def is_graph_callable(fn) -> bool:
+    global _graph_callables
+    if _graph_callables is None:
+        _graph_callables = _collect()
+    return id(fn) in _graph_callables and _graph_callables[id(fn)] is fn
+
+
+# ---------------------------------------------------------------- answered at capture time
+
+SPECIAL: dict[int, tuple] = {}    # id(fn) -> (fn, handler(tx, fn, args, kwargs))
+
+
+def special(*fns):
+    def deco(handler):
+        for fn in fns:
+            if fn is not None:
+                SPECIAL[id(fn)] = (fn, handler)
+        return handler
+    return deco
+
+
+def _maybe(path: str):
+    obj = torch
+    for part in path.split(".")[1:]:
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    return obj
+
+
+@special(_maybe("torch.compiler.is_compiling"), _maybe("torch.compiler.is_dynamo_compiling"),
+         _maybe("torch._utils.is_compiling"))
+def _is_compiling(tx, fn, args, kwargs):
+    return ConstantVariable(True)
+
+
+@special(_maybe("torch.jit.is_scripting"), _maybe("torch.jit.is_tracing"),
+         _maybe("torch.compiler.is_exporting"),
+         _maybe("torch._jit_internal.is_scripting"))
+def _is_scripting(tx, fn, args, kwargs):
+    return ConstantVariable(False)
+
+
+@special(_maybe("torch._C._get_tracing_state"))
+def _tracing_state(tx, fn, args, kwargs):
+    return ConstantVariable(None)
+
+
+@special(torch.overrides.has_torch_function, torch.overrides.has_torch_function_unary,
+         torch.overrides.has_torch_function_variadic, torch._C._has_torch_function,
+         torch._C._has_torch_function_unary, torch._C._has_torch_function_variadic)
+def _has_torch_function(tx, fn, args, kwargs):
+    return ConstantVariable(False)
+
+
+@special(torch.is_grad_enabled)
+def _is_grad_enabled(tx, fn, args, kwargs):
+    return ConstantVariable(torch.is_grad_enabled())   # the entry is guarded on grad mode
+
+
+@special(torch.no_grad)
+def _no_grad(tx, fn, args, kwargs):
+    return GradModeVariable(False)
+
+
+@special(torch.enable_grad)
+def _enable_grad(tx, fn, args, kwargs):
+    return GradModeVariable(True)
+
+
+@special(torch.set_grad_enabled)
+def _set_grad_enabled(tx, fn, args, kwargs):
+    mode = args[0].as_python_constant()
+    prior = torch.is_grad_enabled()
+    tx.output.set_grad_enabled(mode)
+    ctx = GradModeVariable(mode, applied_on_create=True)
+    ctx.before_create = prior
+    return ctx
+
+
+@special(torch.is_tensor)
+def _is_tensor(tx, fn, args, kwargs):
+    return ConstantVariable(isinstance(args[0], TensorVariable))
+
+
+@special(torch.is_floating_point, torch.is_complex, torch.numel, torch.get_default_dtype,
+         _maybe("torch.cuda.is_available"), _maybe("torch.cuda.device_count"),
+         _maybe("torch.backends.mps.is_available"), torch.result_type,
+         torch.promote_types, torch.can_cast, _maybe("torch.is_autocast_enabled"),
+         _maybe("torch._C._is_any_autocast_enabled"), torch.is_inference_mode_enabled,
+         _maybe("torch.are_deterministic_algorithms_enabled"))
+def _metadata_query(tx, fn, args, kwargs):
+    fake_args = [a.fake if isinstance(a, TensorVariable) else a.as_python_constant()
+                 for a in args]
+    return tx.wrap_constant(fn(*fake_args, **{k: v.as_python_constant()
+                                               for k, v in kwargs.items()}))
+
+
+@special(torch.Size)
+def _size(tx, fn, args, kwargs):
+    return SizeVariable(tx.unpack_iterable(args[0]) if args else [])
+
+
+@special(torch.device, torch.finfo, torch.iinfo, torch.dtype)
+def _fold_ctor(tx, fn, args, kwargs):
+    out = fold(tx, fn, args, kwargs)
+    if out is None:
+        raise Unsupported(f"{fn} of non-constant arguments")
+    return out
+
+
+@special(torch._assert, _maybe("torch._assert_async"))
+def _assert(tx, fn, args, kwargs):
+    cond = args[0]
+    if cond.is_python_constant():
+        if not cond.as_python_constant():
+            raise Unsupported(f"assertion failed: {args[1:]}")
+        return ConstantVariable(None)
+    return tx.output.call_function(torch._assert, args, kwargs)
+
+
+@special(torch.autocast, _maybe("torch.amp.autocast"), _maybe("torch.cuda.amp.autocast"),
+         torch.inference_mode, _maybe("torch.autograd.grad"), _maybe("torch.autograd.backward"),
+         _maybe("torch.cuda.synchronize"), _maybe("torch.cuda.current_stream"))
+def _unsupported(tx, fn, args, kwargs):
+    raise Unsupported(f"{fn} inside a compiled region is not supported yet")
+
+
+def special_handler(fn):
+    """``handler(tx, args, kwargs)`` for a torch callable answered at capture time, or None."""
+    entry = SPECIAL.get(id(fn))
+    if entry is None or entry[0] is not fn:
+        return None
+    handler = entry[1]
+    return lambda tx, args, kwargs: handler(tx, fn, args, kwargs)
