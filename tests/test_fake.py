@@ -434,3 +434,13 @@ def test_backward_and_deepcopy():
         w2 = copy.deepcopy(w)
         assert is_fake(w2) and w2 is not w and w2.requires_grad and isinstance(w2, torch.nn.Parameter)
     assert lin.weight.grad is None
+
+
+def test_views_of_one_real_storage_share_meta_storage_after_base_dies():
+    mode = FakeTensorMode()
+    base = torch.randn(10)
+    v1, v2 = base[2:], base[:5]
+    del base
+    f1, f2 = mode.from_real(v1), mode.from_real(v2)
+    assert f1._meta.untyped_storage()._cdata == f2._meta.untyped_storage()._cdata
+    assert f1.storage_offset() == 2 and f2.storage_offset() == 0

@@ -169,6 +169,10 @@ class EntryCodegen:
             pairs = ", ".join(f"{k!r}: {self.reconstruct(v)}" for k, v in vt.attrs.items())
             return self._temp(vt, f"{self.const(_new_object)}({self.const(vt.cls)}, "
                                   f"{{{pairs}}})")
+        from ember.frontend.variables.objects import DataclassDictVariable
+        if isinstance(vt, DataclassDictVariable):
+            pairs = ", ".join(f"{k}={self.reconstruct(v)}" for k, v in vt.fields.items())
+            return self._temp(vt, f"{self.const(vt.cls)}({pairs})")
         value = getattr(vt, "value", None)
         if value is not None and not isinstance(vt, UserDefinedObjectVariable):
             return self.const(value)   # functions, modules, classes held by the frame

@@ -53,7 +53,7 @@ def convert_frame(fn, args: tuple, kwargs: dict, settings, miss) -> CacheEntry:
                         inspect.CO_ASYNC_GENERATOR):
         raise Unsupported(f"{code.co_name} is a generator or coroutine function")
     try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
+        bound = inspect.signature(fn, follow_wrapped=False).bind(*args, **kwargs)
     except TypeError as e:
         raise Unsupported(f"arguments do not match the signature: {e}") from None
     bound.apply_defaults()
@@ -81,7 +81,8 @@ def convert_frame(fn, args: tuple, kwargs: dict, settings, miss) -> CacheEntry:
 def _collect_tensors(vt: VariableTracker, out: dict, seen: set) -> None:
     """Tensors the return value and side effects need from the graph, in a stable order."""
     from ember.frontend.variables import containers as c
-    from ember.frontend.variables.objects import UserDefinedObjectVariable
+    from ember.frontend.variables.objects import (DataclassDictVariable,
+                                                  UserDefinedObjectVariable)
     from ember.frontend.variables.tensor import TensorVariable
     if id(vt) in seen:
         return
@@ -100,6 +101,8 @@ def _collect_tensors(vt: VariableTracker, out: dict, seen: set) -> None:
         items = vt.parts
     elif isinstance(vt, UserDefinedObjectVariable) and vt.is_new:
         items = list(vt.attrs.values())
+    elif isinstance(vt, DataclassDictVariable):
+        items = list(vt.fields.values())
     else:
         return
     for item in items:

@@ -11,6 +11,7 @@ class Unsupported(Exception):
     def __init__(self, msg: str, where: str | None = None):
         self.msg = msg
         self.where = where
+        self.user_stack: list[str] = []
         super().__init__(msg if where is None else f"{msg} (at {where})")
 
 

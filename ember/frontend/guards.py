@@ -95,6 +95,15 @@ def tensor_match(source: Source, example: torch.Tensor) -> Guard:
                  f"device={device} requires_grad={rg}", ("tensor", source))
 
 
+def call_result_match(source: Source, method, args: tuple, result) -> Guard:
+    """A read-only builtin method of the object still answers the same (e.g. a registry
+    dict's ``get(key)``)."""
+    return Guard(source, "CALL_RESULT",
+                 lambda v, const: f"{const(method)}({v}, *{const(args)}) == {const(result)}",
+                 f"{getattr(method, '__qualname__', method)}{args!r}"[:80],
+                 ("call", source, method, args))
+
+
 def same_object(source: Source, other: Source) -> Guard:
     return Guard(source, "ALIAS", lambda v, const: f"{v} is {other.expr()}",
                  f"is {other.name()}", ("alias", source, other))

@@ -34,7 +34,8 @@ from ember.frontend.variables.containers import (BaseSequenceVariable, DictVaria
                                                  TupleVariable, hashable_key)
 from ember.frontend.variables.functions import (BaseUserFunctionVariable, CellVariable,
                                                 NestedUserFunctionVariable)
-from ember.frontend.variables.objects import (NNModuleVariable, SuperVariable,
+from ember.frontend.variables.objects import (DataclassDictVariable, NNModuleVariable,
+                                              SuperVariable,
                                               UserDefinedClassVariable,
                                               UserDefinedObjectVariable)
 from ember.frontend.variables.tensor import TensorVariable
@@ -136,6 +137,7 @@ class InstructionTranslator:
             except Unsupported as e:
                 if e.where is None:
                     e.where = self.location()
+                    e.user_stack = self.stack_locations()
                     e.args = (f"{e.msg} (at {e.where})",)
                 raise
             except NotConstant as e:
@@ -150,6 +152,15 @@ class InstructionTranslator:
         line = inst.lineno if inst is not None and inst.lineno is not None else \
             self.code.co_firstlineno
         return f"{self.code.co_filename}:{line} in {self.code.co_name}"
+
+    def stack_locations(self) -> list[str]:
+        """file:line of this frame and every frame that inlined it, outermost first."""
+        out = []
+        tx = self
+        while tx is not None:
+            out.append(tx.location())
+            tx = tx.parent
+        return out[::-1]
 
     def root_location(self) -> str:
         frames = []
@@ -225,7 +236,7 @@ class InstructionTranslator:
         return obj.var_getattr(self, name)
 
     def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:
-        if isinstance(obj, UserDefinedObjectVariable):
+        if isinstance(obj, (UserDefinedObjectVariable, DataclassDictVariable)):
             obj.store_attr(self, name, value)
         elif isinstance(obj, NNModuleVariable):
             if isinstance(value, TensorVariable) and name in obj.value._parameters:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -66,7 +67,8 @@ class VariableTracker:
 _CONSTANT_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellipsis),
                    type(NotImplemented), torch.dtype, torch.device, torch.layout,
                    torch.memory_format, range, slice, types.CodeType, enum.Enum,
-                   torch.finfo, torch.iinfo)
+                   torch.finfo, torch.iinfo, inspect.Signature, inspect.Parameter,
+                   types.MappingProxyType)
 
 
 def is_constant_value(value: Any) -> bool:
@@ -99,7 +101,7 @@ class ConstantVariable(VariableTracker):
         if callable(attr) and not isinstance(attr, _CONSTANT_TYPES):
             from ember.frontend.variables.functions import ConstantMethodVariable
             return ConstantMethodVariable(self, name)
-        return ConstantVariable(attr)
+        return tx.wrap_constant(attr)
 
     def unpack(self, tx):
         if isinstance(self.value, (str, range, bytes)):

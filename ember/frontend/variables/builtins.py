@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins
 import collections
 import functools
+import inspect
 import math
 import operator
 import types
@@ -587,6 +588,26 @@ def _reduce(tx, args, kwargs):
     for item in iterable:
         acc = fn.call_function(tx, [acc, item], {})
     return acc
+
+
+@builtin(inspect.signature)
+def _signature(tx, args, kwargs):
+    from ember.frontend.variables.functions import (NestedUserFunctionVariable,
+                                                    UserFunctionVariable)
+    fn = args[0]
+    drop_first = False
+    if isinstance(fn, UserMethodVariable):
+        fn, drop_first = fn.fn_var, True
+    if isinstance(fn, UserFunctionVariable):
+        sig = inspect.signature(fn.value, follow_wrapped=kwargs.get(
+            "follow_wrapped", ConstantVariable(True)).as_python_constant())
+    elif isinstance(fn, NestedUserFunctionVariable):
+        sig = inspect.signature(types.FunctionType(fn.code, {}, fn.name))
+    else:
+        raise Unsupported(f"inspect.signature of {fn}")
+    if drop_first:
+        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
+    return ConstantVariable(sig)
 
 
 # ------------------------------------------------------------------------------------ math

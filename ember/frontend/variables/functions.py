@@ -152,11 +152,12 @@ class UserFunctionVariable(BaseUserFunctionVariable):
                             if self.source else None) for i, cell in enumerate(cells)]
 
     def var_getattr(self, tx, name):
-        if name in ("__name__", "__qualname__", "__module__", "__doc__"):
-            return ConstantVariable(getattr(self.value, name))
-        if name == "__defaults__" and self.value.__defaults__ is None:
-            return ConstantVariable(None)
-        return super().var_getattr(tx, name)
+        try:
+            value = getattr(self.value, name)
+        except AttributeError:
+            raise Unsupported(f"AttributeError: function has no attribute {name!r}") from None
+        from ember.frontend.source import AttrSource
+        return tx.wrap(value, AttrSource(self.source, name) if self.source else None)
 
     def __repr__(self):
         return f"UserFunctionVariable({self.value.__qualname__})"

@@ -44,6 +44,9 @@ def class_attribute(tx, cls: type, name: str, obj: VariableTracker | None, sourc
         fn = UserFunctionVariable(attr)
         return fn if obj is None else UserMethodVariable(fn, obj)
     if obj is not None and hasattr(attr, "__get__") and not isinstance(attr, type):
+        real = builtin_method(cls, name, attr, obj)
+        if real is not None:
+            return real
         raise Unsupported(f"descriptor {type(attr).__name__} for attribute {name!r}")
     return tx.wrap(attr, AttrSource(source, name) if source is not None else None)
 
@@ -89,6 +92,8 @@ class NNModuleVariable(VariableTracker):
                 return tx.wrap(value, self._child_source(dict_name, name))
         if name in d:
             return tx.wrap(d[name], AttrSource(self.source, name) if self.source else None)
+        if name == "__class__":
+            return tx.wrap(type(mod), None)
         if (name in _MODULE_METHODS and _static_lookup(type(mod), name)
                 is torch.nn.Module.__dict__[name]) or (
                 name in _CONTAINER_METHODS and isinstance(mod, _CONTAINERS)):
@@ -338,6 +343,8 @@ class UserDefinedClassVariable(VariableTracker):
             return NamedTupleVariable([bound[f] for f in cls._fields], cls)
         if issubclass(cls, torch.nn.Module):
             raise Unsupported(f"creating a {cls.__name__} module inside a compiled region")
+        if dataclasses.is_dataclass(cls) and issubclass(cls, dict):
+            return DataclassDictVariable.create(tx, cls, args, kwargs)
         if issubclass(cls, BaseException):
             raise Unsupported(f"creating exception {cls.__name__}")
         if cls.__new__ is not object.__new__:
@@ -421,8 +428,46 @@ class SuperVariable(VariableTracker):
                     return tx.wrap(attr.fget, None).call_function(tx, [self.obj], {})
                 if klass is torch.nn.Module and name == "__init__":
                     raise Unsupported("nn.Module.__init__ inside a compiled region")
+                real = builtin_method(klass, name, attr, self.obj)
+                if real is not None:
+                    return real
                 return tx.wrap(attr, None)
         raise Unsupported(f"super().{name} not found")
+
+
+_READ_ONLY_METHODS = {"get", "keys", "values", "items", "__getitem__", "__contains__", "__len__",
+                      "copy", "index", "count"}
+
+
+class RealMethodVariable(VariableTracker):
+    """A read-only method of a builtin base class (``dict.get``) on a real object that exists
+    outside the frame: called for real with constant arguments; the answer is guarded."""
+
+    def __init__(self, method, obj: VariableTracker):
+        super().__init__()
+        self.method = method
+        self.obj = obj
+
+    def call_function(self, tx, args, kwargs):
+        if kwargs or self.obj.source is None:
+            raise Unsupported(f"{self.method.__qualname__} with keywords or on an unsourced object")
+        try:
+            const_args = tuple(a.as_python_constant() for a in args)
+        except Exception:
+            raise Unsupported(f"{self.method.__qualname__} with non-constant arguments") from None
+        result = self.method(self.obj.value, *const_args)
+        tx.output.guards.add(guards.call_result_match(self.obj.source, self.method, const_args,
+                                                      result))
+        return tx.wrap(result, None)
+
+
+def builtin_method(cls: type, name: str, attr, obj: VariableTracker):
+    """A read-only builtin method bound to a real object, or None."""
+    if name in _READ_ONLY_METHODS and type(attr).__name__ in (
+            "method_descriptor", "wrapper_descriptor") and getattr(obj, "value", None) \
+            is not None:
+        return RealMethodVariable(attr, obj)
+    return None
 
 
 class _NoOpVariable(VariableTracker):
@@ -492,3 +537,95 @@ class GradModeVariable(ContextManagerVariable):
     def call_function(self, tx, args, kwargs):
         # used as a decorator: @torch.no_grad() def f(...)
         raise Unsupported("grad-mode decorator inside a compiled region")
+
+
+class DataclassDictVariable(VariableTracker):
+    """A dataclass that is also a dict (HuggingFace's ``ModelOutput``): fields are attributes,
+    the non-None ones are also its items in field order, and ``obj[i]`` indexes them."""
+
+    def __init__(self, cls, fields: dict[str, VariableTracker]):
+        super().__init__()
+        self.cls = cls
+        self.fields = fields
+
+    @classmethod
+    def create(cls_, tx, cls, args, kwargs):
+        names = [f.name for f in dataclasses.fields(cls) if f.init]
+        if len(args) > len(names):
+            raise Unsupported(f"too many arguments for {cls.__name__}")
+        values = dict(zip(names, args))
+        for k, v in kwargs.items():
+            if k not in names or k in values:
+                raise Unsupported(f"bad keyword {k!r} for {cls.__name__}")
+            values[k] = v
+        for f in dataclasses.fields(cls):
+            if f.name not in values:
+                if f.default is not dataclasses.MISSING:
+                    values[f.name] = tx.wrap_constant(f.default)
+                elif f.default_factory is not dataclasses.MISSING:
+                    values[f.name] = tx.wrap_constant(f.default_factory())
+                else:
+                    raise Unsupported(f"missing field {f.name!r} for {cls.__name__}")
+        post = _static_lookup(cls, "__post_init__")
+        if post is not _MISSING and getattr(post, "__module__", "").split(".")[0] \
+                not in ("transformers",):
+            raise Unsupported(f"{cls.__name__}.__post_init__ is not understood")
+        return cls_(cls, values)
+
+    def python_type(self):
+        return self.cls
+
+    def present(self) -> dict[str, VariableTracker]:
+        return {k: v for k, v in self.fields.items()
+                if not (isinstance(v, ConstantVariable) and v.value is None)}
+
+    def truthy(self, tx):
+        return bool(self.present())
+
+    def var_getattr(self, tx, name):
+        if name in self.fields:
+            return self.fields[name]
+        if name in ("to_tuple", "keys", "values", "items", "get", "__getitem__", "__len__",
+                    "__contains__", "__iter__"):
+            from ember.frontend.variables.functions import BoundMethodVariable
+            return BoundMethodVariable(self, name)
+        found = class_attribute(tx, self.cls, name, self, None)
+        if found is not _MISSING:
+            return found
+        raise Unsupported(f"AttributeError: {self.cls.__name__} has no attribute {name!r}")
+
+    def call_method(self, tx, name, args, kwargs):
+        from ember.frontend.variables.containers import ListIteratorVariable, TupleVariable
+        present = self.present()
+        if name == "to_tuple":
+            return TupleVariable(list(present.values()))
+        if name == "keys":
+            return TupleVariable([ConstantVariable(k) for k in present])
+        if name == "values":
+            return TupleVariable(list(present.values()))
+        if name == "items":
+            return TupleVariable([TupleVariable([ConstantVariable(k), v])
+                                  for k, v in present.items()])
+        if name == "__len__":
+            return ConstantVariable(len(present))
+        if name == "__iter__":
+            return ListIteratorVariable([ConstantVariable(k) for k in present])
+        if name == "__contains__":
+            return ConstantVariable(args[0].as_python_constant() in present)
+        if name in ("__getitem__", "get"):
+            key = args[0].as_python_constant()
+            if isinstance(key, str):
+                if key in present:
+                    return present[key]
+                if name == "get":
+                    return args[1] if len(args) > 1 else ConstantVariable(None)
+                raise Unsupported(f"KeyError: {key!r}")
+            values = list(present.values())
+            return TupleVariable(values[key]) if isinstance(key, slice) else values[key]
+        return super().call_method(tx, name, args, kwargs)
+
+    def store_attr(self, tx, name, value):
+        self.fields[name] = value
+
+    def unpack(self, tx):
+        return [ConstantVariable(k) for k in self.present()]
