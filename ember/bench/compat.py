@@ -34,9 +34,31 @@ def _operator_exists(namespace: str, name: str) -> bool:
     return bool(torch._C._jit_get_schemas_for_operator(f"{namespace}::{name}"))
 
 
+def _load_torchvision_extension() -> bool:
+    """Load torchvision's own C extension if it matches this torch (it then defines the
+    operators itself, and defining them here too would abort the process)."""
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    import glob
+    for folder in spec.submodule_search_locations:
+        for lib in glob.glob(os.path.join(folder, "_C*.so")):
+            try:
+                torch.ops.load_library(lib)
+                return True
+            except (OSError, RuntimeError):
+                return False
+    return False
+
+
 def define_torchvision_schemas() -> None:
     """Define torchvision's nms/qnms operator schemas unless its extension already did."""
     global _torchvision_lib
+    if all(_operator_exists("torchvision", n) for n in _TORCHVISION_SCHEMAS):
+        return
+    if _load_torchvision_extension() and all(
+            _operator_exists("torchvision", n) for n in _TORCHVISION_SCHEMAS):
+        return
     missing = {name: schema for name, schema in _TORCHVISION_SCHEMAS.items()
                if not _operator_exists("torchvision", name)}
     if not missing:
