@@ -2,7 +2,8 @@
 
     python benchmarks/overhead.py [--number N] [--repeat R]
 
-The function takes four small tensors (shape (4,)) and does a few ops, so the ops themselves
+The function takes four small tensors (shape (4,)) and a float, reads a global config and
+does a few ops (10 guards), so the ops themselves
 cost little and the difference between the two timings is what Ember adds per call: the cache
 lookup, the guard checks, and calling the compiled graph. It is compiled with
 ``backend="eager"`` so the graph runs the same ATen kernels as the eager function and only the
@@ -12,6 +13,7 @@ is the least disturbed by the rest of the machine). Target: under 10 µs of over
 from __future__ import annotations
 
 import argparse
+import math
 import pathlib
 import sys
 import timeit
@@ -25,10 +27,18 @@ except ImportError:   # run from a checkout that is not pip-installed
     import ember
 
 
-def small_program(a, b, c, d):
-    x = a + b
-    y = torch.relu(x * c)
-    return y - d.sin()
+class Config:
+    eps = 1e-5
+
+
+CONFIG = Config()
+
+
+def small_program(a, b, c, d, scale=2.0):
+    # 10 guards: grad mode, four tensors, the globals torch/math/CONFIG, CONFIG.eps, scale
+    x = a + b * scale
+    y = torch.relu(x * c) + CONFIG.eps
+    return y - d.sin() * math.sqrt(2.0)
 
 
 def best_us_per_call(fns: dict, args, number: int, repeat: int) -> dict[str, float]:

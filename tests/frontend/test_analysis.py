@@ -15,19 +15,7 @@ import pytest
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _import_frontend():
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        for name, path in (("ember", _ROOT / "ember"),
-                           ("ember.frontend", _ROOT / "ember" / "frontend")):
-            if name not in sys.modules:
-                package = types.ModuleType(name)
-                package.__path__ = [str(path)]
-                sys.modules[name] = package
-    return (importlib.import_module("ember.frontend.bytecode"),
-            importlib.import_module("ember.frontend.analysis"))
-
+from bytecode_loader import _import_frontend  # noqa: E402
 
 bc, analysis = _import_frontend()
 

@@ -337,11 +337,6 @@ def _range(tx, args, kwargs):
     return fold(tx, range, args, kwargs) or _unsupported("range() of non-constants")
 
 
-@builtin(tuple, list, set, frozenset)
-def _sequence_ctor(tx, args, kwargs):
-    raise AssertionError("replaced below")
-
-
 def _make_seq_ctor(cls):
     def handler(tx, args, kwargs):
         items = tx.unpack_iterable(args[0]) if args else []
@@ -365,11 +360,6 @@ def _dict(tx, args, kwargs):
     for k, v in kwargs.items():
         out.setitem(ConstantVariable(k), v)
     return out
-
-
-@builtin(collections.OrderedDict, collections.defaultdict)
-def _dict_subclass(tx, args, kwargs):
-    raise AssertionError("replaced below")
 
 
 def _make_dict_ctor(cls):
@@ -496,11 +486,6 @@ def _abs(tx, args, kwargs):
     return apply_operator(tx, operator.abs, args)
 
 
-@builtin(all, any)
-def _all_any(tx, args, kwargs):
-    raise AssertionError("replaced below")
-
-
 def _make_all_any(is_all):
     def handler(tx, args, kwargs):
         for item in tx.unpack_iterable(args[0]):
@@ -547,11 +532,6 @@ def _slice(tx, args, kwargs):
     if len(args) == 1:
         parts = [ConstantVariable(None), args[0], ConstantVariable(None)]
     return SliceVariable(*parts)
-
-
-@builtin(divmod, pow, round, ord, chr, hash, format, repr, hex, oct, bin, ascii)
-def _pure(tx, args, kwargs):
-    raise AssertionError("replaced below")
 
 
 def _make_pure(fn):

@@ -510,10 +510,12 @@ class GradModeVariable(ContextManagerVariable):
     """``torch.no_grad()``, ``torch.enable_grad()``, ``torch.set_grad_enabled(b)``: the graph
     gets ``torch._C._set_grad_enabled`` nodes, and capture follows the same mode."""
 
-    def __init__(self, mode: bool, applied_on_create: bool = False):
+    def __init__(self, mode: bool, applied_on_create: bool = False,
+                 before_create: bool | None = None):
         super().__init__()
         self.mode = mode
-        self.prior: list[bool] = []
+        self.prior: list[bool | None] = []
+        self.before_create = before_create
         if applied_on_create:
             self.prior.append(None)  # set_grad_enabled(...) already took effect
 

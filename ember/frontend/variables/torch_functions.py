@@ -141,9 +141,7 @@ def _set_grad_enabled(tx, fn, args, kwargs):
     mode = args[0].as_python_constant()
     prior = torch.is_grad_enabled()
     tx.output.set_grad_enabled(mode)
-    ctx = GradModeVariable(mode, applied_on_create=True)
-    ctx.before_create = prior
-    return ctx
+    return GradModeVariable(mode, applied_on_create=True, before_create=prior)
 
 
 @special(torch.is_tensor)
