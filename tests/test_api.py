@@ -299,3 +299,16 @@ def test_side_effects_are_replayed():
     assert same(out_e, out_c) and same(items_e, items_c)
     assert box_c.count == 1 and same(box_c.last, box_e.last)
     assert cnt.frame_count == 1
+
+
+def test_submodule_hooks_run_eagerly_and_later_hooks_recompile():
+    calls = []
+    net = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.ReLU())
+    cnt = CompileCounter()
+    cm = ember.compile(net, backend=cnt)
+    x = torch.randn(2, 3)
+    assert same(cm(x), net(x))
+    assert cnt.frame_count == 1
+    net[0].register_forward_hook(lambda mod, inp, out: calls.append(1))
+    assert same(cm(x), net(x))       # the new hook's guard fails: frame now runs eagerly
+    assert len(calls) == 2           # the hook ran for the compiled call too

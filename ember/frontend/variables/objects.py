@@ -123,10 +123,11 @@ class NNModuleVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         mod = self.value
+        if mod._forward_hooks or mod._forward_pre_hooks:
+            raise Unsupported(f"calling {type(mod).__name__} with forward hooks (hooks are not "
+                              f"traced yet)")
         if self.source is not None:
             tx.output.guards.add(guards.no_hooks(self.source))
-        elif mod._forward_hooks or mod._forward_pre_hooks:
-            raise Unsupported("calling a module with forward hooks")
         if (torch.nn.modules.module._global_forward_hooks
                 or torch.nn.modules.module._global_forward_pre_hooks):
             raise Unsupported("global module forward hooks are registered")
