@@ -9,6 +9,7 @@ that shares the parent's OutputGraph. Anything the evaluator cannot handle raise
 from __future__ import annotations
 
 import builtins
+import collections.abc
 import dis
 import importlib
 import inspect
@@ -259,6 +260,13 @@ class InstructionTranslator:
 
     def unpack_iterable(self, vt: VariableTracker) -> list[VariableTracker]:
         if isinstance(vt, UserDefinedObjectVariable):
+            cls = vt.python_type()
+            if getattr(cls, "__iter__", None) in (None, collections.abc.Sequence.__iter__) \
+                    and hasattr(cls, "__getitem__") and hasattr(cls, "__len__"):
+                # the sequence protocol: items 0..len-1 (__getitem__ raises IndexError at len)
+                n = vt.call_method(self, "__len__", [], {}).as_python_constant()
+                return [vt.call_method(self, "__getitem__", [ConstantVariable(i)], {})
+                        for i in range(n)]
             it = vt.call_method(self, "__iter__", [], {})
             if it is vt:
                 raise Unsupported(f"iterating over {vt}")

@@ -115,6 +115,9 @@ def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
         return ConstantVariable(not args[0].truthy(tx))
     if op is operator.truth:
         return ConstantVariable(args[0].truthy(tx))
+    if op in INPLACE and not isinstance(args[0], TensorVariable) and \
+            isinstance(args[0], ConstantVariable):
+        op = INPLACE[op]   # immutable left side: Python falls back to the plain operator
     if any(isinstance(a, TensorVariable) for a in args):
         return tx.output.call_function(op, args, {})
     folded = fold(tx, op, args, {})

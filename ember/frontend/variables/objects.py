@@ -1,8 +1,10 @@
 """nn.Modules, user-defined objects and classes, Python modules, super(), context managers."""
 from __future__ import annotations
 
+import abc
 import dataclasses
 import inspect
+import os
 import types
 
 import torch
@@ -245,6 +247,9 @@ class UserDefinedObjectVariable(VariableTracker):
             from ember.frontend.variables.containers import DictVariable
             return DictVariable(dict(self.attrs))
         cls = self.cls
+        if isinstance(self.value, os._Environ) and name in ("get", "__getitem__",
+                                                            "__contains__"):
+            return RealMethodVariable(getattr(cls, name), self)   # read, guarded by its answer
         if not self.is_new and type(cls).__getattribute__ is not type.__getattribute__:
             raise Unsupported(f"metaclass attribute access on {cls.__name__}")
         custom_getattribute = cls.__getattribute__ is not object.__getattribute__
@@ -350,7 +355,9 @@ class UserDefinedClassVariable(VariableTracker):
             raise Unsupported(f"creating exception {cls.__name__}")
         if cls.__new__ is not object.__new__:
             raise Unsupported(f"creating a {cls.__name__} (custom __new__ or builtin base)")
-        if type(cls) is not type and not dataclasses.is_dataclass(cls):
+        if getattr(cls, "__abstractmethods__", None):
+            raise Unsupported(f"instantiating abstract class {cls.__name__}")
+        if type(cls) not in (type, abc.ABCMeta) and not dataclasses.is_dataclass(cls):
             raise Unsupported(f"creating a {cls.__name__} (metaclass {type(cls).__name__})")
         obj = UserDefinedObjectVariable(None, cls=cls)
         tx.output.side_effects.track_new_object(obj)

@@ -1,0 +1,330 @@
+"""ATen-level tracing: a torch-level FX graph -> a functional ATen-level FX graph (inference).
+
+    ag = trace_to_aten(gm, example_inputs)      # AtenGraph(gm=..., input_mutations=[...])
+    ag.gm(*real_inputs)                         # same outputs (and input mutations) as gm
+
+How it works
+------------
+``gm`` runs on Ember fake tensors (``ember.fake.FakeTensorMode``, inputs converted with
+``from_real``) with ``_AtenTracer``, a ``TorchDispatchMode``, stacked above the fake mode. Every
+ATen op reaching the dispatcher comes first to the tracer, which (1) lifts real tensors met in
+the arguments (parameters read through ``get_attr``, constants) to fakes and records a
+``get_attr`` node holding the *same* real tensor object (never a copy: optimizers update it in
+place), (2) functionalises mutating ops, (3) runs the op's decomposition under the tracer when
+the table has one, else (4) runs the op on the fakes (the fake mode below computes metadata)
+and records one ``call_function`` node whose target is the ``OpOverload``; tuple/list outputs
+get ``operator.getitem`` nodes. Every node carries ``meta["val"]`` (its fake). Tensors are
+mapped to their current node by object identity (fakes are kept alive for the duration of the
+trace, so ids are not reused). CompositeImplicitAutograd ops (``linear``, ``layer_norm``...)
+decompose in C++ before reaching the tracer; when one is called from inside a decomposition
+(below autograd) it reaches the tracer, which runs its implicit kernel (``op.decompose``).
+
+Functionalisation
+-----------------
+* An op whose schema writes an argument (``add_``, ``copy_``, ``index_put_``, ``relu_``...) is
+  recorded as its out-of-place twin: same name without the trailing ``_`` and the same
+  overload (``aten.add_.Tensor`` -> ``aten.add.Tensor``), or ``<name>_functional`` which returns
+  the new values of the written arguments after the usual outputs
+  (``_native_batch_norm_legit`` in training). A result whose dtype differs from the mutated
+  tensor (``int_tensor.add_(0.5)`` is rejected by eager anyway; ``half.add_(float)`` is not)
+  is cast back with ``_to_copy``. The mutated tensor is then re-pointed at the new node:
+  later uses read the new value, and the op returns the mutated tensor object itself.
+* Mutations of graph *inputs* are recorded (``AtenGraph.input_mutations``) and replayed at the
+  end of the graph as ``aten.copy_.default(input, new_value)`` nodes, so the user still sees
+  the mutation. If the mutated input is also returned, the output is the new value (a
+  different tensor object than the input, with the same values).
+* View ops (``view``, ``t``, ``slice``, ``select``, ``expand``, ``permute``...) stay as view
+  ops. **Limitation (first version):** an in-place op on a tensor that shares storage with
+  any other tensor of the trace (it is a view, it has views, or two inputs alias) raises
+  ``NotImplementedError``; so does an ``out=`` op, an in-place op that changes geometry
+  (``unsqueeze_``, ``t_``, ``resize_``) and a mutating op with no functional twin and no
+  decomposition (e.g. ``normal_``). Callers fall back.
+
+Scope
+-----
+Inference only: if grad mode is on and any input (or a parameter of ``gm``) requires grad,
+``NotImplementedError("training graphs: ...")``; otherwise the trace runs under
+``torch.no_grad()``. Static shapes only: non-tensor graph inputs (symbolic ints) raise
+``NotImplementedError``. Dead nodes are removed afterwards (mutating and random ops are kept).
+"""
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass, field
+
+import torch
+import torch.fx
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ember.fake import FakeTensorMode, FakeTensor
+
+__all__ = ["AtenGraph", "trace_to_aten"]
+
+aten = torch.ops.aten
+
+
+@dataclass
+class AtenGraph:
+    gm: torch.fx.GraphModule          # ATen-level; gm(*real_inputs) == original outputs
+    input_mutations: list[int] = field(default_factory=list)   # indices of mutated inputs
+
+
+def _storage_key(t: torch.Tensor) -> int:
+    meta = t._meta if isinstance(t, FakeTensor) else t
+    return meta.untyped_storage()._cdata
+
+
+def _written_args(op) -> list[tuple[int, torch._C.Argument]]:
+    return [(i, a) for i, a in enumerate(op._schema.arguments)
+            if a.alias_info is not None and a.alias_info.is_write]
+
+
+def _bind(op, args, kwargs) -> list:
+    """Values of the schema arguments of ``op``, in schema order (defaults filled in)."""
+    vals = []
+    for i, a in enumerate(op._schema.arguments):
+        if i < len(args) and not a.kwarg_only:
+            vals.append(args[i])
+        elif a.name in kwargs:
+            vals.append(kwargs[a.name])
+        else:
+            vals.append(a.default_value if a.has_default_value() else None)
+    return vals
+
+
+_functional_cache: dict = {}
+
+
+def _functional_variant(op):
+    """(functional_op, kind) for a mutating op; kind is 'inplace' or 'functional'; or None."""
+    if op in _functional_cache:
+        return _functional_cache[op]
+    packet = op._schema.name.split("::")[-1]
+    ns = getattr(torch.ops, op.namespace)
+    overload = op._overloadname
+    found = None
+    candidates = []
+    if packet.endswith("_") and not packet.endswith("__"):
+        candidates.append((packet[:-1], "inplace"))
+    candidates.append((packet + "_functional", "functional"))
+    for name, kind in candidates:
+        pkt = getattr(ns, name, None)
+        if pkt is None:
+            continue
+        fop = getattr(pkt, overload, None)
+        if fop is None and kind == "functional":
+            fop = getattr(pkt, "default", None)
+        if fop is not None and not fop._schema.is_mutable:
+            found = (fop, kind)
+            break
+    _functional_cache[op] = found
+    return found
+
+
+_implicit_cache: dict = {}
+
+
+def _has_implicit_kernel(op) -> bool:
+    r = _implicit_cache.get(op)
+    if r is None:
+        r = _implicit_cache[op] = torch._C._dispatch_has_kernel_for_dispatch_key(
+            op.name(), "CompositeImplicitAutograd")
+    return r
+
+
+def _is_impure(node: torch.fx.Node) -> bool:
+    t = node.target
+    if node.op == "call_function" and isinstance(t, torch._ops.OpOverload):
+        return t._schema.is_mutable or torch.Tag.nondeterministic_seeded in t.tags
+    return node.op in ("placeholder", "output")
+
+
+class _AtenTracer(TorchDispatchMode):
+    def __init__(self, fake_mode: FakeTensorMode, graph: torch.fx.Graph, root: torch.nn.Module,
+                 decompositions: dict):
+        super().__init__()
+        self.fake_mode = fake_mode
+        self.graph = graph
+        self.root = root
+        self.decomps = decompositions
+        self.node_of: dict[int, torch.fx.Node] = {}     # id(fake) -> current node
+        self.keep: list = []                            # keeps traced fakes alive (stable ids)
+        self.storage_users: dict[int, set[int]] = {}    # storage key -> ids of traced fakes
+        self.input_index: dict[int, int] = {}           # id(input fake) -> input position
+        self.mutated_inputs: dict[int, torch.Tensor] = {}   # position -> input fake
+        self.const_count = 0
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+    def track(self, t: torch.Tensor, node: torch.fx.Node) -> None:
+        self.node_of[id(t)] = node
+        self.keep.append(t)
+        self.storage_users.setdefault(_storage_key(t), set()).add(id(t))
+
+    def lift_real(self, t: torch.Tensor) -> torch.Tensor:
+        fake = self.fake_mode.from_real(t)
+        if id(fake) not in self.node_of:
+            name = f"_tensor_constant{self.const_count}"
+            self.const_count += 1
+            setattr(self.root, name, t)              # the same object: updates stay visible
+            node = self.graph.get_attr(name)
+            node.meta["val"] = fake
+            self.track(fake, node)
+            self.keep.append(t)
+        return fake
+
+    def to_fake(self, x):
+        if isinstance(x, torch.Tensor) and not isinstance(x, FakeTensor):
+            return self.lift_real(x)
+        return x
+
+    def to_node(self, x):
+        if isinstance(x, torch.Tensor):
+            try:
+                return self.node_of[id(x)]
+            except KeyError:
+                raise RuntimeError(f"ember.aot: a tensor {x!r} reached an op without being "
+                                   "produced by the traced graph") from None
+        return x
+
+    # -- dispatch ------------------------------------------------------------------------------
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return self.run_op(func, args, kwargs or {})
+
+    def run_op(self, func, args, kwargs):
+        args, kwargs = pytree.tree_map(self.to_fake, (args, kwargs))
+        if func is aten.lift_fresh.default:          # torch.tensor(...) constant: already lifted
+            return args[0]
+        schema = func._schema
+        if schema.is_mutable:
+            for _, a in _written_args(func):
+                if a.kwarg_only:
+                    raise NotImplementedError(f"ember.aot: out= variant {func} is not supported")
+        decomp = self.decomps.get(func)
+        if decomp is not None:
+            with self:
+                r = decomp(*args, **kwargs)
+            if r is not NotImplemented:
+                return r
+        if _has_implicit_kernel(func):
+            # Reached only from inside a decomposition (below autograd, where C++ did not
+            # decompose it): run its CompositeImplicitAutograd kernel under the tracer.
+            with self:
+                r = func.decompose(*args, **kwargs)
+            if r is not NotImplemented:
+                return r
+        if schema.is_mutable:
+            return self.functionalize(func, args, kwargs)
+        return self.record(func, args, kwargs)
+
+    def record(self, func, args, kwargs):
+        out = func(*args, **kwargs)                  # the fake mode below computes metadata
+        n_args, n_kwargs = pytree.tree_map(self.to_node, (args, kwargs))
+        node = self.graph.call_function(func, tuple(n_args), dict(n_kwargs))
+        node.meta["val"] = out
+        if isinstance(out, torch.Tensor):
+            self.track(out, node)
+        elif isinstance(out, (tuple, list)):
+            for i, o in enumerate(out):
+                if isinstance(o, torch.Tensor):
+                    item = self.graph.call_function(operator.getitem, (node, i))
+                    item.meta["val"] = o
+                    self.track(o, item)
+                elif isinstance(o, (tuple, list)) and any(isinstance(e, torch.Tensor) for e in o):
+                    raise NotImplementedError(f"ember.aot: nested tensor outputs of {func}")
+        return out
+
+    def functionalize(self, func, args, kwargs):
+        variant = _functional_variant(func)
+        if variant is None:
+            raise NotImplementedError(f"ember.aot: mutating op {func} has no functional "
+                                      "variant or decomposition")
+        fop, kind = variant
+        bound = _bind(func, args, kwargs)
+        targets = [bound[i] for i, _ in _written_args(func)]
+        for t in targets:
+            if not isinstance(t, torch.Tensor):
+                continue
+            others = self.storage_users.get(_storage_key(t), set()) - {id(t)}
+            if others:
+                raise NotImplementedError(
+                    f"ember.aot: in-place op {func} on a tensor that shares storage with "
+                    "another tensor (a view, or a tensor with views) is not supported yet")
+        if kind == "inplace":
+            (target,) = targets
+            new = self.run_op(fop, args, kwargs)
+            self.assign(func, target, new)
+            return target
+        outs = self.run_op(fop, args, kwargs)
+        n_written = len(targets)
+        results, new_values = outs[:-n_written], outs[-n_written:]
+        for t, new in zip(targets, new_values):
+            if isinstance(t, torch.Tensor):
+                self.assign(func, t, new)
+        n_returns = len(func._schema.returns)
+        return results[0] if n_returns == 1 else tuple(results)
+
+    def assign(self, func, target: torch.Tensor, new: torch.Tensor) -> None:
+        if tuple(new.shape) != tuple(target.shape):
+            raise NotImplementedError(f"ember.aot: in-place op {func} changes the geometry of "
+                                      "its input")
+        if new.dtype != target.dtype or new.device != target.device:
+            new = self.run_op(aten._to_copy.default, (new,),
+                              {"dtype": target.dtype, "device": target.device})
+        if id(new) not in self.node_of:              # a decomposition returned a fresh alias
+            raise RuntimeError(f"ember.aot: functional result of {func} is untracked")
+        self.node_of[id(target)] = self.node_of[id(new)]
+        idx = self.input_index.get(id(target))
+        if idx is not None:
+            self.mutated_inputs[idx] = target
+
+
+def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,
+                  decompositions: dict | None = None) -> AtenGraph:
+    """Trace ``gm`` (torch-level FX) on fakes of ``example_inputs`` into an ATen-level graph."""
+    if decompositions is None:
+        from ember.decomp import core_decompositions
+        decompositions = core_decompositions()
+    for i, x in enumerate(example_inputs):
+        if not isinstance(x, torch.Tensor):
+            raise NotImplementedError(f"ember.aot: non-tensor graph input #{i} "
+                                      f"({type(x).__name__}); only static shapes are supported")
+    if torch.is_grad_enabled() and (any(x.requires_grad for x in example_inputs)
+                                    or any(p.requires_grad for p in gm.parameters())):
+        raise NotImplementedError("training graphs: joint forward/backward is not "
+                                  "implemented yet")
+
+    graph = torch.fx.Graph()
+    root = torch.nn.Module()
+    fake_mode = FakeTensorMode()
+    tracer = _AtenTracer(fake_mode, graph, root, decompositions)
+
+    fakes = [fake_mode.from_real(x) for x in example_inputs]
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(names) != len(fakes):
+        names = [f"arg{i}" for i in range(len(fakes))]
+    placeholders = []
+    for i, (name, f) in enumerate(zip(names, fakes)):
+        node = graph.placeholder(name)
+        node.meta["val"] = f
+        placeholders.append(node)
+        if id(f) in tracer.node_of:
+            # The same tensor passed twice: both placeholders exist, uses go to the first.
+            continue
+        tracer.track(f, node)
+        tracer.input_index[id(f)] = i
+
+    with torch.no_grad(), fake_mode, tracer:
+        out = gm.forward(*fakes)
+
+    out_nodes = pytree.tree_map(
+        lambda x: tracer.to_node(tracer.to_fake(x)) if isinstance(x, torch.Tensor) else x, out)
+    mutations = sorted(tracer.mutated_inputs)
+    for i in mutations:
+        new = tracer.node_of[id(tracer.mutated_inputs[i])]
+        node = graph.call_function(aten.copy_.default, (placeholders[i], new))
+        node.meta["val"] = fakes[i]
+    graph.output(out_nodes)
+    graph.eliminate_dead_code(is_impure_node=_is_impure)
+    graph.lint()
+    return AtenGraph(torch.fx.GraphModule(root, graph), mutations)

@@ -1,0 +1,94 @@
+"""Ember's decomposition table: composite ATen ops rewritten into simpler ATen ops.
+
+The ATen tracer (``ember.aot.trace``) consults this table for every op it meets: an op with an
+entry is not recorded; its decomposition runs under the tracer instead, so its parts are
+recorded. ``torch._decomp``'s tables are used as the reference library of op semantics.
+
+Choice of decomposed ops (first version, inference):
+
+* Normalisations (``native_layer_norm``, ``native_batch_norm``,
+  ``_native_batch_norm_legit_no_training``, ``_native_batch_norm_legit_functional``,
+  ``native_group_norm``): reductions + pointwise ops, which a loop-level backend fuses better
+  than an opaque kernel; their unused statistics outputs are removed by dead-code elimination.
+* Activations written from pointwise parts (``silu``, ``hardswish``, ``hardsigmoid``,
+  ``mish``) and small composites (``logsumexp``, ``addcmul``, ``addcdiv``); Ember's own
+  ``var_mean`` -> ``var`` + ``mean`` (torch's reference version emits ``prims`` ops, and the
+  table aims at ATen ops only).
+
+Kept as they are (the backend lowers them directly, or they are views): ``gelu``,
+``_softmax``/``_log_softmax`` (one fused reduction kernel each), ``addmm``/``mm``/``bmm``,
+``convolution``, view ops (``t``, ``transpose``, ``view``, ``expand``, ``permute``, ...),
+``embedding``, ``index``, ``gather``.
+
+Ember's own decompositions can be added with ``@register_decomposition(op)``; they take
+precedence over torch's.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch._decomp import get_decompositions
+
+aten = torch.ops.aten
+
+__all__ = ["core_decompositions", "register_decomposition", "DECOMPOSED_OPS"]
+
+DECOMPOSED_OPS = [
+    aten.native_layer_norm,
+    aten.native_batch_norm,
+    aten._native_batch_norm_legit_no_training,
+    aten._native_batch_norm_legit_functional,
+    aten.native_group_norm,
+    aten.silu,
+    aten.hardswish,
+    aten.hardsigmoid,
+    aten.mish,
+    aten.logsumexp,
+    aten.addcmul,
+    aten.addcdiv,
+]
+
+# Ember's own entries: OpOverload -> callable.
+_EMBER_DECOMPS: dict = {}
+
+
+def register_decomposition(*ops):
+    """Register an Ember decomposition for the given OpOverloads (or packets: all overloads)."""
+    def deco(fn: Callable) -> Callable:
+        for op in ops:
+            if isinstance(op, torch._ops.OpOverloadPacket):
+                for name in op.overloads():
+                    _EMBER_DECOMPS[getattr(op, name)] = fn
+            else:
+                _EMBER_DECOMPS[op] = fn
+        return fn
+    return deco
+
+
+_cache: dict | None = None
+
+
+def _writes_kwarg_only(op) -> bool:
+    return any(a.kwarg_only and a.alias_info is not None and a.alias_info.is_write
+               for a in op._schema.arguments)
+
+
+def core_decompositions() -> dict:
+    """OpOverload -> decomposition callable (a fresh dict; callers may extend it)."""
+    global _cache
+    if _cache is None:
+        table = get_decompositions(DECOMPOSED_OPS)
+        # No out= overloads (the tracer rejects out= before consulting the table). In-place and
+        # other mutating overloads stay: their decompositions mutate through ``copy_``, which
+        # the tracer functionalises like any in-place op.
+        table = {op: fn for op, fn in table.items() if not _writes_kwarg_only(op)}
+        _cache = table
+    return {**_cache, **_EMBER_DECOMPS}
+
+
+@register_decomposition(aten.var_mean.correction)
+def _var_mean(x, dim=None, *, correction=None, keepdim=False):
+    return (aten.var.correction(x, dim, correction=correction, keepdim=keepdim),
+            aten.mean.dim(x, dim, keepdim) if dim is not None else
+            aten.mean.dim(x, list(range(x.dim())), keepdim))
