@@ -208,6 +208,8 @@ def reset() -> None:
     for fn in list(_live_functions):
         fn._reset()
     metrics.reset()
+    from ember.backend import metrics as backend_metrics
+    backend_metrics.reset()
 
 
 def disable(fn: Callable | None = None):

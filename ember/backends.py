@@ -37,6 +37,13 @@ def eager_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     return gm.forward
 
 
+@register_backend("aot_eager")
+def aot_eager_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    """ATen tracing, functionalization and decomposition, then run eagerly (isolates aot)."""
+    from ember.aot import aot_eager
+    return aot_eager(gm, example_inputs)
+
+
 @register_backend("ember")
 def ember_backend(gm: torch.fx.GraphModule, example_inputs: list, **options: Any) -> Callable:
     """The Ember compiler. Until the code-generating backend lands it runs the graph eagerly."""

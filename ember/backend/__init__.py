@@ -1,0 +1,1 @@
+"""The compiler backend (TorchInductor's role): ATen graph -> loop IR -> fused kernels."""

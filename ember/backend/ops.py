@@ -1,0 +1,50 @@
+"""The ``ops`` handler: loop bodies are Python functions that call ``ops.<name>(...)``.
+
+``ops`` forwards every call to the handler installed with ``use_handler(h)``; running the same
+body under different handlers computes different things: the dependency extractor records
+loads, the counter measures cost, the C++ kernel handler emits code. Handlers implement the
+methods they need; the set of operation names is the one in ``OP_NAMES`` below (a body may
+only use those), so a new backend knows what to implement.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+# pointwise math a body may call, each (x) or (x, y); results have the operands' dtype
+UNARY = ("neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
+         "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
+         "atanh", "erf", "erfc", "sigmoid", "relu", "reciprocal", "floor", "ceil", "round",
+         "trunc", "sign", "logical_not", "bitwise_not", "isnan", "isinf", "square", "frac")
+BINARY = ("add", "sub", "mul", "truediv", "floordiv", "truncdiv", "remainder", "fmod", "pow",
+          "maximum", "minimum", "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
+          "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+          "bitwise_left_shift", "bitwise_right_shift", "copysign", "hypot", "nextafter")
+OTHER = ("load", "store", "constant", "index_expr", "to_dtype", "where", "masked",
+         "indirect_indexing", "reduction", "store_reduction")
+OP_NAMES = UNARY + BINARY + OTHER
+COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
+               "logical_not", "isnan", "isinf"}
+
+_state = threading.local()
+
+
+class _Ops:
+    def __getattr__(self, name):
+        handler = getattr(_state, "handler", None)
+        if handler is None:
+            raise RuntimeError("ops.%s called with no handler installed" % name)
+        return getattr(handler, name)
+
+
+ops = _Ops()
+
+
+@contextlib.contextmanager
+def use_handler(handler):
+    prior = getattr(_state, "handler", None)
+    _state.handler = handler
+    try:
+        yield handler
+    finally:
+        _state.handler = prior
