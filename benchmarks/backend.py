@@ -27,8 +27,9 @@ absolute difference from eager's output.
 Compile-time table: the wall time of the first call (capture + compile + run) of each
 compiler, each measured in a fresh Python process (this script re-run with ``--_child``) so
 nothing cached in this process helps. Imports (torch, ember, the model) happen before the
-clock starts; torch.compile's lazy imports of inductor are part of its first call, as they
-are for a user. Per row, one fresh temporary directory holds both on-disk caches
+clock starts, and so does ``torch._dynamo`` (``torch.compile(fn)`` imports it before the
+call; Ember's first call would import it lazily); torch.compile's lazy imports of inductor
+are part of its first call, as they are for a user. Per row, one fresh temporary directory holds both on-disk caches
 (``EMBER_CACHE_DIR`` for Ember's kernel cache, ``TORCHINDUCTOR_CACHE_DIR`` for inductor's
 FX-graph, AOT and C++ caches): "cold" is the first process on the empty directory, "warm" a
 second process reusing it. A cold torch.compile takes 10-20 s per row on a 2-core CPU.
@@ -285,6 +286,10 @@ def child_main(target: str, small: bool) -> int:
     spec = ROWS[name]
     try:
         fn, inputs = spec.build(small)
+        # torch.compile(fn) imports torch._dynamo before the clock starts; Ember's first call
+        # would import it lazily (fake tensors reach torch._disable_dynamo), so import it
+        # here for both: the table compares compiling, not that one import (2-5 s here).
+        import torch._dynamo  # noqa: F401
         with torch.no_grad():
             compiled = (ember.compile(fn, backend="ember") if compiler == "ember"
                         else torch.compile(fn))

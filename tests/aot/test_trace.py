@@ -56,8 +56,8 @@ def check(fn, *inputs, atol=1e-5, fresh=None):
     want = fn(*eager_in)
     got = ag.gm(*aten_in)
     _assert_same(got, want, atol=atol)
-    for a, b in zip(aten_in, eager_in):          # input mutations replayed exactly
-        assert torch.equal(a, b)
+    for a, b in zip(aten_in, eager_in):   # input mutations replayed (decomposed math may
+        torch.testing.assert_close(a, b)  # round the last bit differently, e.g. batch norm)
     return ag
 
 
