@@ -46,8 +46,16 @@ def aot_eager_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callabl
 
 @register_backend("ember")
 def ember_backend(gm: torch.fx.GraphModule, example_inputs: list, **options: Any) -> Callable:
-    """The Ember compiler. Until the code-generating backend lands it runs the graph eagerly."""
-    return gm.forward
+    """The Ember compiler: ATen tracing, loop IR, fusion, generated C++ kernels (CPU)."""
+    for value in example_inputs:
+        if not isinstance(value, (torch.Tensor, int, float, bool)) or isinstance(
+                value, torch.SymInt) or (isinstance(value, torch.Tensor) and any(
+                    isinstance(s, torch.SymInt) for s in value.shape)):
+            raise NotImplementedError(
+                f"ember backend: graph input of type {type(value).__name__} (symbolic "
+                f"shapes are not supported yet; use dynamic=False)")
+    from ember.backend.compile import compile_graph
+    return compile_graph(gm, example_inputs, **options)
 
 
 def lookup_backend(backend: str | Backend) -> Backend:

@@ -368,6 +368,12 @@ class FakeTensorMode(TorchDispatchMode):
     # for factory calls such as ``torch.randn(3, device="cuda")`` (no CUDA needed).
     _mode_key = torch._C._TorchDispatchModeKey.FAKE
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps __torch_dispatch__ of modes in a TorchDynamo-skip shim that imports
+        # torch._dynamo on first use (seconds); Ember never runs TorchDynamo
+        return False
+
     def __init__(self):
         super().__init__()
         self._memo = WeakTensorKeyDictionary()      # real tensor -> FakeTensor
@@ -375,8 +381,8 @@ class FakeTensorMode(TorchDispatchMode):
         self._op_infos: dict = {}
         self._ctx_stack: list = []
         self._avoid_device_init = not torch.cuda.is_available()
-        if self._avoid_device_init:
-            _cuda_guard_ready()                     # see "CUDA device guard" above
+        # the CUDA device guard (see above) is installed lazily, by the first op that makes
+        # a cuda fake: CPU-only programs never pay for building it
 
     # -- entering ---------------------------------------------------------------------------
     def __enter__(self):

@@ -48,3 +48,13 @@ def same(a: Any, b: Any, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
     if isinstance(a, float) and isinstance(b, float) and a != a and b != b:
         return True
     return type(a) is type(b) and a == b
+
+
+def run_and_get_code(fn, *args, **kwargs):
+    """Compile ``fn`` with the ember backend, run it, and return ``(result, sources)``:
+    the generated wrapper module and kernel sources of every graph compiled on the way."""
+    import ember
+    from ember.backend import compile as backend_compile
+    backend_compile.generated_sources.clear()
+    result = ember.compile(fn, backend="ember")(*args, **kwargs)
+    return result, list(backend_compile.generated_sources)

@@ -141,6 +141,12 @@ def _is_impure(node: torch.fx.Node) -> bool:
 
 
 class _AtenTracer(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # torch wraps __torch_dispatch__ of modes in a TorchDynamo-skip shim that imports
+        # torch._dynamo on first use (seconds); Ember never runs TorchDynamo
+        return False
+
     def __init__(self, fake_mode: FakeTensorMode, graph: torch.fx.Graph, root: torch.nn.Module,
                  decompositions: dict):
         super().__init__()

@@ -30,11 +30,20 @@ _state = threading.local()
 
 
 class _Ops:
+    """``ops.add`` is a function that calls the handler installed when it is *called*, so
+    lowerings can hold ``ops.add`` before any handler exists."""
+
     def __getattr__(self, name):
-        handler = getattr(_state, "handler", None)
-        if handler is None:
-            raise RuntimeError("ops.%s called with no handler installed" % name)
-        return getattr(handler, name)
+        if name.startswith("__"):
+            raise AttributeError(name)
+
+        def call(*args, **kwargs):
+            handler = getattr(_state, "handler", None)
+            if handler is None:
+                raise RuntimeError("ops.%s called with no handler installed" % name)
+            return getattr(handler, name)(*args, **kwargs)
+        call.__name__ = name
+        return call
 
 
 ops = _Ops()

@@ -1,0 +1,1 @@
+"""Code generation: C++/OpenMP kernels (cpp.py) and the Python wrapper (wrapper.py)."""

@@ -1,0 +1,422 @@
+"""C++/OpenMP code generation for fused kernels.
+
+One ``extern "C"`` function per :class:`FusedKernel`. The outer loops are parallelised with
+OpenMP when they carry enough iterations; otherwise each inner loop is (with OpenMP reduction
+clauses for reductions). Inner loops carry ``#pragma omp simd`` so g++ vectorises them.
+Bodies are emitted by running each node's ``inner_fn`` under :class:`CppOpsHandler`, which
+writes one ``auto tmpN = ...;`` per distinct expression (common subexpressions are shared
+within a scope). Values are cast to their dtype's C++ type after every arithmetic operation,
+so C++'s integer promotion never changes a result; max/min/relu propagate NaN like eager.
+
+FMA contraction: kernels are compiled with ``-ffp-contract=off`` (see build.py) because eager
+PyTorch computes ``a * b + c`` with two roundings; contracting to FMA would change results.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import sympy
+import torch
+
+from ember.backend.ir import FloorDiv, ModIndex, index_vars, product
+from ember.backend.ops import use_handler
+from ember.backend.scheduler import FusedKernel, SchedulerNode, node_reads
+
+CPP_TYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
+             torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",
+             torch.uint8: "uint8_t", torch.bool: "bool"}
+
+PARALLEL_MIN_ITERS = 64          # fewer outer iterations than this: parallelise inner loops
+PARALLEL_MIN_INNER = 8192        # ... and only inner loops at least this long
+
+PRELUDE = r"""
+#include <cmath>
+#include <cstdint>
+#include <algorithm>
+#include <limits>
+template <typename T> static inline T ember_max(T a, T b) {
+  if (a != a) return a; if (b != b) return b; return a > b ? a : b; }
+template <typename T> static inline T ember_min(T a, T b) {
+  if (a != a) return a; if (b != b) return b; return a < b ? a : b; }
+template <typename T> static inline T ember_relu(T a) { return (a != a) ? a : (a > T(0) ? a : T(0)); }
+template <typename T> static inline T ember_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
+template <typename T> static inline T ember_sign(T a) {
+  if (a != a) return a; return static_cast<T>((T(0) < a) - (a < T(0))); }
+template <typename T> static inline T ember_floordiv(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) { return std::floor(a / b); }
+  else { T q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1; return q; } }
+template <typename T> static inline T ember_remainder(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) {
+    T m = std::fmod(a, b); if (m != 0 && ((m < 0) != (b < 0))) m += b; return m; }
+  else { T m = a % b; if (m != 0 && ((m < 0) != (b < 0))) m += b; return m; } }
+template <typename T> static inline T ember_lowest() {
+  return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                              : std::numeric_limits<T>::lowest(); }
+template <typename T> static inline T ember_highest() {
+  return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                              : std::numeric_limits<T>::max(); }
+#pragma omp declare reduction(emax : float : omp_out = ember_max(omp_out, omp_in)) initializer(omp_priv = ember_lowest<float>())
+#pragma omp declare reduction(emin : float : omp_out = ember_min(omp_out, omp_in)) initializer(omp_priv = ember_highest<float>())
+#pragma omp declare reduction(emax : double : omp_out = ember_max(omp_out, omp_in)) initializer(omp_priv = ember_lowest<double>())
+#pragma omp declare reduction(emin : double : omp_out = ember_min(omp_out, omp_in)) initializer(omp_priv = ember_highest<double>())
+#pragma omp declare reduction(emax : int64_t : omp_out = ember_max(omp_out, omp_in)) initializer(omp_priv = ember_lowest<int64_t>())
+#pragma omp declare reduction(emin : int64_t : omp_out = ember_min(omp_out, omp_in)) initializer(omp_priv = ember_highest<int64_t>())
+#pragma omp declare reduction(emax : int32_t : omp_out = ember_max(omp_out, omp_in)) initializer(omp_priv = ember_lowest<int32_t>())
+#pragma omp declare reduction(emin : int32_t : omp_out = ember_min(omp_out, omp_in)) initializer(omp_priv = ember_highest<int32_t>())
+"""
+
+_REDUCTION_CLAUSE = {"sum": "+", "prod": "*", "max": "emax", "min": "emin", "any": "||",
+                     "all": "&&"}
+_UNARY_CPP = {
+    "neg": "-{0}", "abs": "std::abs({0})", "exp": "std::exp({0})", "exp2": "std::exp2({0})",
+    "expm1": "std::expm1({0})", "log": "std::log({0})", "log2": "std::log2({0})",
+    "log10": "std::log10({0})", "log1p": "std::log1p({0})", "sqrt": "std::sqrt({0})",
+    "rsqrt": "{1}(1) / std::sqrt({0})", "sin": "std::sin({0})", "cos": "std::cos({0})",
+    "tan": "std::tan({0})", "asin": "std::asin({0})", "acos": "std::acos({0})",
+    "atan": "std::atan({0})", "sinh": "std::sinh({0})", "cosh": "std::cosh({0})",
+    "tanh": "std::tanh({0})", "asinh": "std::asinh({0})", "acosh": "std::acosh({0})",
+    "atanh": "std::atanh({0})", "erf": "std::erf({0})", "erfc": "std::erfc({0})",
+    "sigmoid": "ember_sigmoid({0})", "relu": "ember_relu({0})",
+    "reciprocal": "{1}(1) / {0}", "floor": "std::floor({0})", "ceil": "std::ceil({0})",
+    "round": "std::nearbyint({0})", "trunc": "std::trunc({0})", "sign": "ember_sign({0})",
+    "bitwise_not": "~{0}", "square": "{0} * {0}", "frac": "{0} - std::trunc({0})",
+}
+_BINARY_CPP = {
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
+    "floordiv": "ember_floordiv({0}, {1})", "remainder": "ember_remainder({0}, {1})",
+    "fmod": "std::fmod({0}, {1})", "pow": "std::pow({0}, {1})",
+    "maximum": "ember_max({0}, {1})", "minimum": "ember_min({0}, {1})",
+    "atan2": "std::atan2({0}, {1})", "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}",
+    "bitwise_xor": "{0} ^ {1}", "bitwise_left_shift": "{0} << {1}",
+    "bitwise_right_shift": "{0} >> {1}", "copysign": "std::copysign({0}, {1})",
+    "hypot": "std::hypot({0}, {1})", "nextafter": "std::nextafter({0}, {1})",
+}
+_COMPARE_CPP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+def cpp_index(expr) -> str:
+    """C++ for an index expression (int64 arithmetic)."""
+    expr = sympy.expand(expr)
+    return _print(expr)
+
+
+def _print(e) -> str:
+    if isinstance(e, sympy.Integer):
+        return f"{int(e)}L" if abs(int(e)) > 2**31 - 1 else str(int(e))
+    if isinstance(e, sympy.Symbol):
+        return e.name
+    if isinstance(e, sympy.Add):
+        return "(" + " + ".join(_print(a) for a in e.args) + ")"
+    if isinstance(e, sympy.Mul):
+        return "(" + " * ".join(_print(a) for a in e.args) + ")"
+    if isinstance(e, FloorDiv):
+        return f"({_print(e.args[0])} / {_print(e.args[1])})"
+    if isinstance(e, ModIndex):
+        return f"({_print(e.args[0])} % {_print(e.args[1])})"
+    if isinstance(e, sympy.Min):
+        return _fold("std::min", [_print(a) for a in e.args])
+    if isinstance(e, sympy.Max):
+        return _fold("std::max", [_print(a) for a in e.args])
+    if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) > 0:
+        return "(" + " * ".join([_print(e.base)] * int(e.exp)) + ")"
+    raise NotImplementedError(f"index expression {e!r} ({type(e).__name__})")
+
+
+def _fold(fn, parts):
+    out = parts[0]
+    for p in parts[1:]:
+        out = f"{fn}<int64_t>({out}, {p})"
+    return out
+
+
+def cpp_constant(value, dtype: torch.dtype) -> str:
+    ctype = CPP_TYPES[dtype]
+    if isinstance(value, sympy.Expr):
+        value = int(value) if value.is_Integer else float(value)
+    if dtype is torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        value = float(value)
+        if math.isnan(value):
+            return f"std::numeric_limits<{ctype}>::quiet_NaN()"
+        if math.isinf(value):
+            sign = "-" if value < 0 else ""
+            return f"{sign}std::numeric_limits<{ctype}>::infinity()"
+        text = repr(value)
+        return f"static_cast<{ctype}>({text})"
+    return f"static_cast<{ctype}>({int(value)}L)"
+
+
+class CppValue:
+    __slots__ = ("name", "dtype")
+
+    def __init__(self, name: str, dtype: torch.dtype):
+        self.name = name
+        self.dtype = dtype
+
+    def __str__(self):
+        return self.name
+
+
+class CppOpsHandler:
+    """Emits C++ for the ops a body calls, into the kernel's current scope."""
+
+    def __init__(self, kernel: "CppKernel"):
+        self.k = kernel
+
+    def _emit(self, text: str, dtype: torch.dtype) -> CppValue:
+        return self.k.cse(text, dtype)
+
+    def load(self, name: str, index) -> CppValue:
+        return self.k.load(name, index)
+
+    def constant(self, value, dtype) -> CppValue:
+        return self._emit(cpp_constant(value, dtype), dtype)
+
+    def index_expr(self, expr, dtype) -> CppValue:
+        return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({cpp_index(expr)})", dtype)
+
+    def to_dtype(self, x: CppValue, dtype) -> CppValue:
+        if x.dtype == dtype:
+            return x
+        if dtype is torch.bool:
+            return self._emit(f"({x} != 0)", dtype)
+        return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({x})", dtype)
+
+    def where(self, c: CppValue, a: CppValue, b: CppValue) -> CppValue:
+        return self._emit(f"{c} ? {a} : {b}", a.dtype)
+
+    def logical_not(self, a):
+        return self._emit(f"!static_cast<bool>({a})", torch.bool)
+
+    def logical_and(self, a, b):
+        return self._emit(f"static_cast<bool>({a}) && static_cast<bool>({b})", torch.bool)
+
+    def logical_or(self, a, b):
+        return self._emit(f"static_cast<bool>({a}) || static_cast<bool>({b})", torch.bool)
+
+    def logical_xor(self, a, b):
+        return self._emit(f"static_cast<bool>({a}) != static_cast<bool>({b})", torch.bool)
+
+    def isnan(self, a):
+        return self._emit(f"({a} != {a})", torch.bool)
+
+    def isinf(self, a):
+        return self._emit(f"std::isinf({a})", torch.bool)
+
+    def truncdiv(self, a, b):
+        text = f"std::trunc({a} / {b})" if a.dtype.is_floating_point else f"{a} / {b}"
+        return self._typed(text, a.dtype)
+
+    def _typed(self, text, dtype):
+        return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({text})", dtype)
+
+    def masked(self, mask, body, other):
+        raise NotImplementedError("masked loads are not generated for C++ yet")
+
+    def indirect_indexing(self, value, size):
+        raise NotImplementedError("indirect indexing is not generated for C++ yet")
+
+    def __getattr__(self, name):
+        if name in _UNARY_CPP:
+            template = _UNARY_CPP[name]
+            return lambda a: self._typed(template.format(a, CPP_TYPES[a.dtype]), a.dtype)
+        if name in _BINARY_CPP:
+            template = _BINARY_CPP[name]
+            return lambda a, b: self._typed(template.format(a, b), a.dtype)
+        if name in _COMPARE_CPP:
+            sign = _COMPARE_CPP[name]
+            return lambda a, b: self._emit(f"{a} {sign} {b}", torch.bool)
+        raise AttributeError(f"no C++ for ops.{name}")
+
+
+class CppKernel:
+    """Generates one fused kernel's C++ function."""
+
+    def __init__(self, kernel: FusedKernel, name: str, dtypes: dict[str, torch.dtype]):
+        self.kernel = kernel
+        self.name = name
+        self.dtypes = dtypes           # storage name -> dtype
+        self.lines: list[str] = []
+        self.indent = 1
+        self.scopes: list[dict] = [{}]
+        self.values: list[dict] = [{}]  # (buffer, index key) -> value, per scope
+        self.counter = 0
+        self.loaded: set[str] = set()
+        self.stored: set[str] = set()
+
+    # -- emission --------------------------------------------------------------------------
+    def line(self, text: str) -> None:
+        self.lines.append("  " * self.indent + text)
+
+    def push(self):
+        self.scopes.append({})
+        self.values.append({})
+
+    def pop(self):
+        self.scopes.pop()
+        self.values.pop()
+
+    def cse(self, text: str, dtype: torch.dtype) -> CppValue:
+        for scope in reversed(self.scopes):
+            if text in scope:
+                return scope[text]
+        var = CppValue(f"tmp{self.counter}", dtype)
+        self.counter += 1
+        self.line(f"auto {var.name} = {text};")
+        self.scopes[-1][text] = var
+        return var
+
+    def known_value(self, name: str, index) -> CppValue | None:
+        key = (name, str(sympy.expand(index)))
+        for scope in reversed(self.values):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def set_value(self, name: str, index, value: CppValue) -> None:
+        self.values[-1][(name, str(sympy.expand(index)))] = value
+
+    def load(self, name: str, index) -> CppValue:
+        known = self.known_value(name, index)
+        if known is not None:
+            return known
+        if name in self.kernel.local:
+            raise AssertionError(f"{name} is kept local but read where it is not available")
+        self.loaded.add(name)
+        return self.cse(f"p_{name}[{cpp_index(index)}]", self.dtypes[name])
+
+    def store(self, node: SchedulerNode, index, value: CppValue) -> None:
+        dtype = node.buf.get_dtype()
+        if value.dtype != dtype:
+            value = CppOpsHandler(self).to_dtype(value, dtype)
+        self.set_value(node.writes, index, value)
+        if node.name in self.kernel.local:
+            return
+        self.stored.add(node.writes)
+        self.line(f"p_{node.writes}[{cpp_index(index)}] = {value};")
+
+    # -- structure ---------------------------------------------------------------------------
+    def segments(self) -> list[tuple[str, list[SchedulerNode]]]:
+        segs: list[tuple[str, list]] = []
+        x = index_vars("x", len(self.kernel.outer))
+        r = index_vars("r", len(self.kernel.inner))
+        for node in self.kernel.nodes:
+            if node.role == "outer":
+                if segs and segs[-1][0] == "outer":
+                    segs[-1][1].append(node)
+                else:
+                    segs.append(("outer", [node]))
+                continue
+            if segs and segs[-1][0] == "loop":
+                reductions = {n.writes for n in segs[-1][1] if n.role == "reduction"}
+                reads = {name for name, _ in node_reads(node, x, r, node.role)}
+                if not (reads & reductions):
+                    segs[-1][1].append(node)
+                    continue
+            segs.append(("loop", [node]))
+        # a value made inside an inner loop stays local only if read in that same loop
+        for kind, nodes in segs:
+            if kind != "loop":
+                continue
+            mine = {n.name for n in nodes if n.role == "inner"}
+            for other_kind, others in segs:
+                if others is nodes:
+                    continue
+                for other in others:
+                    for name, _ in node_reads(other, x, r, other.role):
+                        if name in mine:
+                            self.kernel.local.discard(name)
+        return segs
+
+    def generate(self) -> str:
+        k = self.kernel
+        x = index_vars("x", len(k.outer))
+        r = index_vars("r", len(k.inner))
+        segs = self.segments()
+        handler = CppOpsHandler(self)
+        outer_n = product(k.outer)
+        parallel_outer = bool(k.outer) and outer_n.is_Integer and int(outer_n) >= PARALLEL_MIN_ITERS
+        inner_n = product(k.inner)
+        parallel_inner = not parallel_outer and inner_n.is_Integer and \
+            int(inner_n) >= PARALLEL_MIN_INNER
+        with use_handler(handler):
+            if k.outer:
+                if parallel_outer:
+                    collapse = f" collapse({len(k.outer)})" if len(k.outer) > 1 else ""
+                    self.line(f"#pragma omp parallel for{collapse}")
+                for var, size in zip(x, k.outer):
+                    self.line(f"for (int64_t {var} = 0; {var} < {cpp_index(size)}; {var}++) {{")
+                    self.indent += 1
+                    self.push()
+            for kind, nodes in segs:
+                if kind == "outer":
+                    for node in nodes:
+                        self.store(node, node.store_index(x), node.body(x))
+                else:
+                    self._loop(nodes, x, r, parallel_inner)
+            for _ in k.outer:
+                self.pop()
+                self.indent -= 1
+                self.line("}")
+        return self._signature() + " {\n" + "\n".join(self.lines) + "\n}\n"
+
+    def _loop(self, nodes, x, r, parallel):
+        k = self.kernel
+        reductions = [n for n in nodes if n.role == "reduction"]
+        accs = {}
+        for node in reductions:
+            data = node.buf.data
+            dtype = data.src_dtype
+            acc = f"acc_{node.name}"
+            accs[node.name] = acc
+            self.line(f"{CPP_TYPES[dtype]} {acc} = {_init(data.reduction_type, dtype)};")
+        clauses = " ".join(f"reduction({_REDUCTION_CLAUSE[n.buf.data.reduction_type]}:"
+                           f"{accs[n.name]})" for n in reductions)
+        collapse = f" collapse({len(k.inner)})" if len(k.inner) > 1 else ""
+        pragma = "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
+        if k.inner:
+            self.line(f"{pragma}{collapse} {clauses}".rstrip())
+        for var, size in zip(r, k.inner):
+            self.line(f"for (int64_t {var} = 0; {var} < {cpp_index(size)}; {var}++) {{")
+            self.indent += 1
+        self.push()
+        for node in nodes:
+            if node.role == "reduction":
+                data = node.buf.data
+                value = node.body(x, r)
+                if value.dtype != data.src_dtype:
+                    value = CppOpsHandler(self).to_dtype(value, data.src_dtype)
+                self.line(f"{accs[node.name]} = {_combine(data.reduction_type, accs[node.name], value)};")
+            else:
+                self.store(node, node.store_index(x + r), node.body(x + r))
+        self.pop()
+        for _ in k.inner:
+            self.indent -= 1
+            self.line("}")
+        for node in reductions:
+            value = CppValue(accs[node.name], node.buf.data.src_dtype)
+            self.store(node, node.store_index(x), value)
+
+    def _signature(self) -> str:
+        params = []
+        for name in sorted(self.loaded | self.stored):
+            ctype = CPP_TYPES[self.dtypes[name]]
+            const = "" if name in self.stored else "const "
+            params.append(f"{const}{ctype}* p_{name}")
+        self.args = sorted(self.loaded | self.stored)
+        return f'extern "C" void {self.name}({", ".join(params)})'
+
+
+def _init(reduction_type: str, dtype: torch.dtype) -> str:
+    ctype = CPP_TYPES[dtype]
+    return {"sum": cpp_constant(0, dtype), "prod": cpp_constant(1, dtype),
+            "max": f"ember_lowest<{ctype}>()", "min": f"ember_highest<{ctype}>()",
+            "any": "false", "all": "true"}[reduction_type]
+
+
+def _combine(reduction_type: str, acc: str, value) -> str:
+    return {"sum": f"{acc} + {value}", "prod": f"{acc} * {value}",
+            "max": f"ember_max({acc}, {value})", "min": f"ember_min({acc}, {value})",
+            "any": f"{acc} || {value}", "all": f"{acc} && {value}"}[reduction_type]

@@ -1,0 +1,117 @@
+"""The wrapper: a generated Python module whose ``call(args)`` runs one compiled graph.
+
+It allocates the buffers kernels write, calls the kernels (through ctypes, with data
+pointers) and the ATen calls (library kernels and fallbacks) in order, frees each buffer after
+its last use, and returns the outputs. The module is plain Python a user can read:
+``EMBER_LOGS=output_code`` prints it with the kernels' C++, ``EMBER_DEBUG_DIR`` dumps it.
+"""
+from __future__ import annotations
+
+import torch
+
+from ember.backend.codegen.cpp import cpp_index
+from ember.backend.ir import Buffer, ComputedBuffer, ExternBuffer, InputBuffer, ReinterpretView
+from ember.backend.scheduler import FusedKernel, _extern_reads
+
+
+def _tuple(values) -> str:
+    parts = [str(int(v)) for v in values]
+    return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+class WrapperCodegen:
+    def __init__(self, graph, steps, kernels: dict[int, "object"]):
+        self.graph = graph
+        self.steps = steps
+        self.kernels = kernels       # id(FusedKernel) -> CppKernel (with .name, .args)
+        self.lines: list[str] = []
+        self.consts: dict[str, object] = {}
+
+    def ref(self, node) -> str:
+        """Python expression for an IR argument of an ATen call or an output."""
+        if isinstance(node, ReinterpretView):
+            lay = node.layout
+            return (f"reinterpret({node.data.name}, {_tuple(lay.size)}, {_tuple(lay.stride)}, "
+                    f"{int(lay.offset)})")
+        if isinstance(node, Buffer):
+            return node.name
+        if isinstance(node, (list, tuple)):
+            inner = ", ".join(self.ref(x) for x in node)
+            return f"[{inner}]" if isinstance(node, list) else f"({inner}{',' if len(node) == 1 else ''})"
+        if isinstance(node, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
+            return self.const(node)
+        return repr(node)
+
+    def const(self, obj) -> str:
+        name = f"_c{len(self.consts)}"
+        self.consts[name] = obj
+        return name
+
+    def generate(self) -> str:
+        g = self.graph
+        names = [b.name for b in g.inputs]
+        out = ["import torch", "from ember.backend.runtime import reinterpret, check_layout",
+               "empty_strided = torch.empty_strided", "", "", "def call(args):"]
+        body: list[str] = []
+        if names:
+            body.append(f"{', '.join(names)}, = args")
+        last_use = self._last_uses()
+        output_names = self._output_names()
+        for i, step in enumerate(self.steps):
+            if isinstance(step, FusedKernel):
+                kernel = self.kernels[id(step)]
+                for node in step.nodes:
+                    if node.name in step.local or node.writes != node.name:
+                        continue
+                    lay = node.buf.layout
+                    body.append(f"{node.name} = empty_strided({_tuple(lay.size)}, "
+                                f"{_tuple(lay.stride)}, dtype={self.const(lay.dtype)})")
+                ptrs = ", ".join(f"{a}.data_ptr()" for a in kernel.args)
+                body.append(f"{kernel.name}({ptrs})")
+            else:
+                body.extend(self._extern(step))
+            dead = [n for n, last in last_use.items() if last == i and n not in output_names]
+            if dead:
+                body.append(f"del {', '.join(sorted(dead))}")
+        body.append(f"return ({', '.join(self.ref(o) if not _is_python(o) else self.ref(o) for o in g.outputs)}{',' if len(g.outputs) == 1 else ''})")
+        out += ["    " + line for line in body]
+        return "\n".join(out) + "\n"
+
+    def _extern(self, buf: ExternBuffer) -> list[str]:
+        if buf.parent is not None:
+            path = "".join(f"[{i}]" for i in buf.result_index)
+            return [f"{buf.name} = {buf.parent.name}{path}"]
+        args = [self.ref(a) for a in buf.args]
+        kwargs = [f"{k}={self.ref(v)}" for k, v in buf.kwargs.items()]
+        target = self.const(buf.kernel)
+        lines = [f"{buf.name} = {target}({', '.join(args + kwargs)})  # {buf.kernel}"]
+        if buf.layout is not None:
+            lay = buf.layout
+            lines.append(f"check_layout({buf.name}, {_tuple(lay.size)}, {_tuple(lay.stride)})")
+        return lines
+
+    def _output_names(self) -> set[str]:
+        names = set()
+        for o in self.graph.outputs:
+            if isinstance(o, ReinterpretView):
+                names.add(o.data.name)
+            elif isinstance(o, Buffer):
+                names.add(o.name)
+        return names | {b.name for b in self.graph.inputs}
+
+    def _last_uses(self) -> dict[str, int]:
+        last: dict[str, int] = {}
+        for i, step in enumerate(self.steps):
+            if isinstance(step, FusedKernel):
+                kernel = self.kernels[id(step)]
+                for a in kernel.args:
+                    last[a] = i
+            else:
+                last[step.name] = i
+                for name in _extern_reads(step):
+                    last[name] = i
+        return {k: v for k, v in last.items() if not k.startswith(("arg", "const"))}
+
+
+def _is_python(o) -> bool:
+    return not isinstance(o, (Buffer, ReinterpretView))

@@ -1,0 +1,289 @@
+"""GraphLowering: runs an ATen-level FX graph over IR nodes, producing buffers.
+
+Each node is lowered by its registered lowering (``lowering/``) or, when it has none, becomes
+an ATen call in the wrapper (a fallback). Bodies stay unrealized (inlined into their
+consumers) unless they are read by several consumers and costly to recompute, read by an
+ATen call, reduced, or returned; realized bodies become ComputedBuffers, which the scheduler
+groups into kernels.
+"""
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import sympy
+import torch
+import torch.fx
+
+from ember import logs
+from ember.backend import metrics
+from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, IndexView, InputBuffer,
+                              IRNode, Layout, Loops, Pointwise, Reduction, ReinterpretView,
+                              contiguous_strides, index_vars, sym)
+from ember.backend.lowering import LOWERINGS
+from ember.backend.lowering.registry import LoweringContext
+from ember.backend.ops import use_handler
+
+SUPPORTED_DTYPES = {torch.float32, torch.float64, torch.int64, torch.int32, torch.int16,
+                    torch.int8, torch.uint8, torch.bool}
+# Ops a library does best: called from the wrapper on purpose, not counted as fallbacks.
+LIBRARY_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
+               torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default,
+               torch.ops.aten.convolution.default,
+               torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+               torch.ops.aten._scaled_dot_product_efficient_attention.default,
+               torch.ops.aten._scaled_dot_product_flash_attention.default,
+               torch.ops.aten._scaled_dot_product_attention_math.default}
+_REALIZE_COST = 12     # body cost (ops) above which a body read twice is computed once
+_REALIZE_READS = 4     # ... or more loads than this
+
+
+class _CostCounter:
+    """An ops handler that counts what a body does."""
+
+    def __init__(self):
+        self.ops = 0
+        self.loads = 0
+
+    def load(self, name, index):
+        self.loads += 1
+        return 0
+
+    def indirect_indexing(self, value, size):
+        return sympy.Symbol("indirect", integer=True)
+
+    def masked(self, mask, body, other):
+        return body()
+
+    def __getattr__(self, name):
+        def op(*args, **kwargs):
+            self.ops += 1
+            return 0
+        return op
+
+
+def body_cost(node: IRNode) -> tuple[int, int]:
+    counter = _CostCounter()
+    with use_handler(counter):
+        node.make_loader()(index_vars("c", len(node.get_size())))
+    return counter.ops, counter.loads
+
+
+class GraphLowering:
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list):
+        self.gm = gm
+        self.example_inputs = example_inputs
+        self.buffers: list[Buffer] = []          # ComputedBuffer / ExternBuffer, in order
+        self.inputs: list[InputBuffer] = []      # graph inputs, placeholder order
+        self.constants: dict[str, torch.Tensor] = {}
+        self.outputs: list[Any] = []
+        self._realized: dict[int, Buffer] = {}
+        self._count = 0
+        self.env: dict[torch.fx.Node, Any] = {}
+
+    # -- names -------------------------------------------------------------------------------
+    def new_name(self, prefix="buf") -> str:
+        name = f"{prefix}{self._count}"
+        self._count += 1
+        return name
+
+    # -- realization ---------------------------------------------------------------------------
+    def realize(self, node: IRNode, layout: Layout | None = None) -> Buffer:
+        if isinstance(node, Buffer) and layout is None:
+            return node
+        key = id(node)
+        if layout is None and key in self._realized:
+            return self._realized[key]
+        size = node.get_size()
+        memo = layout is None
+        if layout is None:
+            layout = Layout(node.get_device(), node.get_dtype(), size, contiguous_strides(size))
+        data = node if isinstance(node, Reduction) else \
+            Pointwise(node.get_device(), node.get_dtype(), node.make_loader(), size)
+        buf = ComputedBuffer(self.new_name(), layout, data)
+        self.buffers.append(buf)
+        if memo:
+            self._realized[key] = buf
+        return buf
+
+    def memory(self, node: IRNode) -> IRNode:
+        """A node an ATen call can receive: a buffer or a view of one."""
+        if isinstance(node, (Buffer, ReinterpretView)):
+            return node
+        return self.realize(node)
+
+    # -- running the graph ---------------------------------------------------------------------
+    def run(self) -> "GraphLowering":
+        placeholders = iter(self.example_inputs)
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                value = next(placeholders)
+                buf = InputBuffer(self.new_name("arg"), _base_layout(value))
+                self.inputs.append(buf)
+                self.env[node] = buf
+            elif node.op == "get_attr":
+                value = getattr(self.gm, node.target)
+                buf = InputBuffer(self.new_name("const"), _base_layout(value))
+                self.constants[buf.name] = value
+                self.env[node] = buf
+            elif node.op == "call_function":
+                self.env[node] = self.lower_node(node)
+            elif node.op == "output":
+                flat = self._flat(node.args[0])
+                self.outputs = [self.finish_output(self._arg(n), n) for n in flat]
+            else:
+                raise NotImplementedError(f"node kind {node.op}")
+        return self
+
+    @staticmethod
+    def _flat(value):
+        return list(value) if isinstance(value, (tuple, list)) else [value]
+
+    def _arg(self, a):
+        if isinstance(a, torch.fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._arg(x) for x in a)
+        return a
+
+    def lower_node(self, node: torch.fx.Node):
+        target = node.target
+        args = [self._arg(a) for a in node.args]
+        kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
+        if target is operator.getitem:
+            return args[0][args[1]]
+        if target is torch.ops.aten.copy_.default:
+            return self.lower_input_copy(args[0], args[1])
+        lowering = LOWERINGS.get(target)
+        result = NotImplemented
+        if lowering is not None and self._supported(node):
+            try:
+                result = lowering(LoweringContext(self, node), *args, **kwargs)
+            except (NotImplementedError, TypeError, ValueError, RuntimeError) as e:
+                logs.log("perf_hints", "lowering of %s failed (%s: %s); running ATen",
+                         target, type(e).__name__, e)
+                result = NotImplemented
+        if result is NotImplemented:
+            return self.fallback(node, args, kwargs)
+        if isinstance(result, (Pointwise, IndexView)) and len(node.users) > 1:
+            ops_count, loads = body_cost(result)
+            if ops_count > _REALIZE_COST or loads > _REALIZE_READS:
+                return self.realize(result)
+        return result
+
+    def _supported(self, node: torch.fx.Node) -> bool:
+        vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+        for v in vals:
+            for t in (v if isinstance(v, (list, tuple)) else [v]):
+                if isinstance(t, torch.Tensor):
+                    if t.dtype not in SUPPORTED_DTYPES or t.device.type != "cpu":
+                        return False
+        return True
+
+    def fallback(self, node: torch.fx.Node, args, kwargs):
+        """Run the op's ATen kernel from the wrapper; its outputs become ExternBuffers."""
+        is_library = node.target in LIBRARY_OPS
+        counter = metrics.extern_calls if is_library else metrics.fallback_ops
+        counter[str(node.target)] += 1
+        call_args = [self._to_memory(a) for a in args]
+        call_kwargs = {k: self._to_memory(v) for k, v in kwargs.items()}
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return self._extern(val, node.target, call_args, call_kwargs, is_library)
+        parent = ExternBuffer(self.new_name(), None, node.target, call_args, call_kwargs,
+                              is_library)
+        self.buffers.append(parent)
+        return self._extern_children(parent, val, ())
+
+    def _extern(self, val, target, args, kwargs, is_library):
+        buf = ExternBuffer(self.new_name(), _base_layout(val), target, args, kwargs,
+                           is_library)
+        self.buffers.append(buf)
+        return buf
+
+    def _extern_children(self, parent, val, path):
+        if isinstance(val, torch.Tensor):
+            child = ExternBuffer(self.new_name(), _base_layout(val), None, [], {},
+                                 parent.is_library)
+            child.parent = parent
+            child.result_index = path
+            self.buffers.append(child)
+            return child
+        if isinstance(val, (list, tuple)):
+            return type(val)(self._extern_children(parent, v, path + (i,))
+                             for i, v in enumerate(val))
+        return val
+
+    def _to_memory(self, a):
+        if isinstance(a, IRNode):
+            return self.memory(a)
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._to_memory(x) for x in a)
+        return a
+
+    def lower_input_copy(self, dst, src):
+        """``copy_(graph_input, new_value)``: the kernel writes the input's memory."""
+        if not isinstance(dst, InputBuffer):
+            raise NotImplementedError("copy_ into something other than a graph input")
+        if isinstance(src, IRNode) and self._reads_shifted(src, dst):
+            src = self.realize(src)
+        data = Pointwise(dst.get_device(), dst.get_dtype(),
+                         _cast_loader(src, dst.get_dtype()), dst.get_size())
+        buf = ComputedBuffer(self.new_name(), dst.layout, data, mutates=dst.name)
+        self.buffers.append(buf)
+        return dst
+
+    def _reads_shifted(self, src: IRNode, dst: Buffer) -> bool:
+        from ember.backend.scheduler import extract_reads
+        idx = index_vars("x", len(src.get_size()))
+        reads = extract_reads(src.make_loader(), idx)
+        want = dst.layout.index(idx)
+        return any(name == dst.name and sympy.simplify(index - want) != 0
+                   for name, index in reads)
+
+    def finish_output(self, value, fx_node):
+        """Outputs keep eager's strides; views of memory are returned as views."""
+        if not isinstance(value, IRNode):
+            return value
+        val = fx_node.meta.get("val") if isinstance(fx_node, torch.fx.Node) else None
+        want = _base_layout(val) if isinstance(val, torch.Tensor) else None
+        if isinstance(value, (Buffer, ReinterpretView)):
+            layout = value.layout if value.layout is not None else want
+            if want is None or _same_strides(layout, want):
+                return value
+        if want is not None and not _dense(want):
+            want = None
+        return self.realize(value, want)
+
+
+def _base_layout(t: torch.Tensor) -> Layout:
+    """A tensor's layout with offsets counted from its data pointer (what kernels receive)."""
+    layout = Layout.from_tensor(t)
+    layout.offset = sympy.Integer(0)
+    return layout
+
+
+def _cast_loader(src, dtype):
+    from ember.backend.ops import ops
+    if not isinstance(src, IRNode):
+        return lambda index: ops.constant(src, dtype)
+    load = src.make_loader()
+    if src.get_dtype() == dtype:
+        return load
+    return lambda index: ops.to_dtype(load(index), dtype)
+
+
+def _same_strides(a: Layout, b: Layout) -> bool:
+    return list(a.size) == list(b.size) and all(
+        x == y for s, x, y in zip(a.size, a.stride, b.stride) if s != 1)
+
+
+def _dense(layout: Layout) -> bool:
+    """Non-overlapping and dense: a permutation of contiguous strides."""
+    dims = sorted((int(st), int(sz)) for sz, st in zip(layout.size, layout.stride) if sz != 1)
+    expected = 1
+    for st, sz in dims:
+        if st != expected:
+            return False
+        expected *= sz
+    return int(layout.offset) == 0

@@ -1,0 +1,278 @@
+"""The loop-level IR: buffers whose bodies are define-by-run functions over sympy indices.
+
+A value during lowering is an :class:`IRNode`. ``make_loader()`` gives a function
+``index -> value`` that calls the ``ops`` handler (see ``ops.py``), so consumers inline their
+producers' bodies: ``(x + 1).relu()`` is one body ``relu(add(load(x, i), 1))``. Nodes:
+
+- :class:`Pointwise` ``inner_fn(index)`` over ``ranges``; :class:`Reduction`
+  ``inner_fn(index, rindex)`` over ``ranges`` x ``reduction_ranges``;
+- :class:`Buffer`: memory with a :class:`Layout`. :class:`InputBuffer` (graph inputs and
+  constants), :class:`ComputedBuffer` (a realized Pointwise/Reduction; a kernel writes it),
+  :class:`ExternBuffer` (written by an ATen call: library kernels and fallbacks);
+- views: :class:`ReinterpretView` (same storage, other size/stride/offset: views of buffers
+  cost nothing) and :class:`IndexView` (index rewriting over any node: permute, expand,
+  slice, select of unrealized bodies).
+
+Sizes, strides and indices are sympy expressions; a static size is a sympy Integer.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+
+from ember.backend.ops import ops
+
+Expr = sympy.Expr
+
+
+class FloorDiv(sympy.Function):
+    """Integer division of non-negative index expressions (``a // b``)."""
+    nargs = (2,)
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return a
+        if isinstance(a, sympy.Integer) and isinstance(b, sympy.Integer):
+            return sympy.Integer(int(a) // int(b))
+        if a == 0:
+            return sympy.Integer(0)
+        return None
+
+
+class ModIndex(sympy.Function):
+    """``a % b`` for non-negative index expressions."""
+    nargs = (2,)
+
+    @classmethod
+    def eval(cls, a, b):
+        if b == 1:
+            return sympy.Integer(0)
+        if isinstance(a, sympy.Integer) and isinstance(b, sympy.Integer):
+            return sympy.Integer(int(a) % int(b))
+        return None
+
+
+def sym(value) -> Expr:
+    return value if isinstance(value, sympy.Expr) else sympy.Integer(int(value))
+
+
+def product(values) -> Expr:
+    out = sympy.Integer(1)
+    for v in values:
+        out = out * v
+    return out
+
+
+def contiguous_strides(size: Sequence[Expr]) -> list[Expr]:
+    strides, acc = [], sympy.Integer(1)
+    for s in reversed(size):
+        strides.append(acc)
+        acc = acc * sympy.Max(s, 1) if not isinstance(s, sympy.Integer) else acc * max(int(s), 1)
+    return list(reversed(strides))
+
+
+@dataclasses.dataclass
+class Layout:
+    device: torch.device
+    dtype: torch.dtype
+    size: list
+    stride: list
+    offset: Expr = sympy.Integer(0)
+
+    @staticmethod
+    def from_tensor(t: torch.Tensor) -> "Layout":
+        return Layout(t.device, t.dtype, [sym(s) for s in t.shape], [sym(s) for s in t.stride()],
+                      sym(t.storage_offset()))
+
+    def index(self, idx: Sequence[Expr]) -> Expr:
+        out = self.offset
+        for i, size, stride in zip(idx, self.size, self.stride):
+            if size != 1:
+                out = out + i * stride
+        return out
+
+    def is_contiguous(self) -> bool:
+        return all(st == cs for sz, st, cs in zip(self.size, self.stride,
+                                                   contiguous_strides(self.size)) if sz != 1)
+
+    def storage_numel(self) -> Expr:
+        """Elements of storage the layout spans (for allocation)."""
+        if any(s == 0 for s in self.size):
+            return sympy.Integer(0)
+        return self.offset + 1 + sum(((s - 1) * st for s, st in zip(self.size, self.stride)),
+                                     sympy.Integer(0))
+
+
+class IRNode:
+    def get_size(self) -> list:
+        raise NotImplementedError
+
+    def get_dtype(self) -> torch.dtype:
+        raise NotImplementedError
+
+    def get_device(self) -> torch.device:
+        raise NotImplementedError
+
+    def make_loader(self) -> Callable[[Sequence[Expr]], Any]:
+        raise NotImplementedError
+
+    def get_numel(self) -> Expr:
+        return product(self.get_size())
+
+
+class Buffer(IRNode):
+    def __init__(self, name: str, layout: Layout):
+        self.name = name
+        self.layout = layout
+
+    def get_size(self):
+        return list(self.layout.size)
+
+    def get_dtype(self):
+        return self.layout.dtype
+
+    def get_device(self):
+        return self.layout.device
+
+    def make_loader(self):
+        name, layout = self.name, self.layout
+        return lambda index: ops.load(name, layout.index(index))
+
+    def storage_name(self) -> str:
+        return self.name
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.name}, {self.layout.dtype}, {self.layout.size})"
+
+
+class InputBuffer(Buffer):
+    """A graph input or a constant tensor (its memory is provided, never allocated)."""
+
+
+class ComputedBuffer(Buffer):
+    """A realized Pointwise/Reduction. ``mutates``: the name of an input this buffer's kernel
+    writes in place (``copy_`` of a new value into a graph input) instead of new memory."""
+
+    def __init__(self, name: str, layout: Layout, data: "Loops", mutates: str | None = None):
+        super().__init__(name, layout)
+        self.data = data
+        self.mutates = mutates
+
+    def storage_name(self) -> str:
+        return self.mutates or self.name
+
+
+class ExternBuffer(Buffer):
+    """Memory written by an ATen call in the wrapper (``kernel(*args, **kwargs)``); args may
+    hold buffers. ``outputs`` indexes into the call's result (for multi-output ops)."""
+
+    def __init__(self, name: str, layout: Layout, kernel, args: list, kwargs: dict,
+                 is_library: bool):
+        super().__init__(name, layout)
+        self.kernel = kernel
+        self.args = args
+        self.kwargs = kwargs
+        self.is_library = is_library
+        self.result_index: tuple | None = None   # set for outputs of multi-output calls
+        self.parent: "ExternBuffer | None" = None
+
+
+class ReinterpretView(IRNode):
+    """A view of a buffer's storage with its own size/stride/offset."""
+
+    def __init__(self, data: Buffer, layout: Layout):
+        self.data = data
+        self.layout = layout
+
+    @property
+    def name(self):
+        return self.data.name
+
+    def get_size(self):
+        return list(self.layout.size)
+
+    def get_dtype(self):
+        return self.layout.dtype
+
+    def get_device(self):
+        return self.layout.device
+
+    def make_loader(self):
+        name, layout = self.data.name, self.layout
+        return lambda index: ops.load(name, layout.index(index))
+
+
+class IndexView(IRNode):
+    """``data`` seen through an index rewrite: ``loader(index) = data(reindex(index))``."""
+
+    def __init__(self, data: IRNode, size: list, reindex: Callable[[list], list]):
+        self.data = data
+        self.size = size
+        self.reindex = reindex
+
+    def get_size(self):
+        return list(self.size)
+
+    def get_dtype(self):
+        return self.data.get_dtype()
+
+    def get_device(self):
+        return self.data.get_device()
+
+    def make_loader(self):
+        inner = self.data.make_loader()
+        reindex = self.reindex
+        return lambda index: inner(reindex(list(index)))
+
+
+class Loops(IRNode):
+    def __init__(self, device, dtype, inner_fn, ranges):
+        self.device = device
+        self.dtype = dtype
+        self.inner_fn = inner_fn
+        self.ranges = [sym(r) for r in ranges]
+
+    def get_size(self):
+        return list(self.ranges)
+
+    def get_dtype(self):
+        return self.dtype
+
+    def get_device(self):
+        return self.device
+
+
+class Pointwise(Loops):
+    def make_loader(self):
+        return self.inner_fn
+
+
+class Reduction(Loops):
+    """``reduction_type`` over ``reduction_ranges`` of ``inner_fn(index, rindex)``; the result
+    has ``ranges``. Types: sum, prod, max, min, any, all."""
+
+    def __init__(self, device, dtype, inner_fn, ranges, reduction_ranges, reduction_type,
+                 src_dtype):
+        super().__init__(device, dtype, inner_fn, ranges)
+        self.reduction_ranges = [sym(r) for r in reduction_ranges]
+        self.reduction_type = reduction_type
+        self.src_dtype = src_dtype
+
+    def make_loader(self):
+        raise RuntimeError("a Reduction must be realized before it is read")
+
+
+def index_vars(prefix: str, n: int) -> list[sympy.Symbol]:
+    return [sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n)]
+
+
+_names = itertools.count()
+
+
+def fresh_name(prefix: str = "buf") -> str:
+    return f"{prefix}{next(_names)}"

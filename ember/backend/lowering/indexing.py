@@ -1,0 +1,78 @@
+"""Lowerings that select between inputs by index: cat and constant padding.
+
+Both branches of a select are evaluated in a generated kernel, so every load is clamped into
+its input's bounds and ``where`` picks the value; out-of-range indices are never read.
+Indirect indexing (gather, embedding, index) runs through ATen fallbacks for now.
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ember.backend.ir import Pointwise, sym
+from ember.backend.lowering.registry import aten, compute_dtype, register_lowering
+from ember.backend.ops import ops
+
+
+def _clamp(expr, low, high):
+    return sympy.Min(sympy.Max(expr, low), high)
+
+
+@register_lowering(aten.cat.default)
+def _cat(ctx, tensors, dim=0):
+    tensors = [t for t in tensors if not (len(t.get_size()) == 1 and t.get_size()[0] == 0)]
+    if not tensors:
+        return NotImplemented
+    out = ctx.size
+    dim %= len(out)
+    dtype = ctx.dtype
+    parts, offset = [], sympy.Integer(0)
+    for t in tensors:
+        n = t.get_size()[dim]
+        parts.append((t.make_loader(), offset, n, t.get_dtype()))
+        offset = offset + n
+
+    def inner(index):
+        value = None
+        for load, start, n, src in reversed(parts):
+            idx = list(index)
+            idx[dim] = _clamp(index[dim] - start, 0, n - 1)
+            v = load(idx)
+            if src != dtype:
+                v = ops.to_dtype(v, dtype)
+            if value is None:
+                value = v
+            else:
+                inside = ops.lt(ops.index_expr(index[dim], torch.int64),
+                                ops.constant(start + n, torch.int64))
+                value = ops.where(inside, v, value)
+        return value
+    return Pointwise(ctx.device, dtype, inner, out)
+
+
+@register_lowering(aten.constant_pad_nd.default)
+def _constant_pad(ctx, x, pad, value=0):
+    size = x.get_size()
+    ndim = len(size)
+    if any(p < 0 for p in pad):
+        return NotImplemented
+    load = x.make_loader()
+    dtype = ctx.dtype
+    # pad lists (left, right) pairs from the last dim backwards
+    lows = {ndim - 1 - i: pad[2 * i] for i in range(len(pad) // 2)}
+
+    def inner(index):
+        idx = list(index)
+        inside = None
+        for d, low in lows.items():
+            shifted = index[d] - low
+            idx[d] = _clamp(shifted, 0, size[d] - 1)
+            i = ops.index_expr(index[d], torch.int64)
+            ok = ops.logical_and(ops.ge(i, ops.constant(low, torch.int64)),
+                                 ops.lt(i, ops.constant(low + size[d], torch.int64)))
+            inside = ok if inside is None else ops.logical_and(inside, ok)
+        v = load(idx)
+        if inside is None:
+            return v
+        return ops.where(inside, v, ops.constant(value, dtype))
+    return Pointwise(ctx.device, dtype, inner, ctx.size)

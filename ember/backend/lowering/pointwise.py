@@ -1,0 +1,262 @@
+"""Lowerings of elementwise ops, casts, factories and ``where``."""
+from __future__ import annotations
+
+import math
+
+import sympy
+import torch
+
+from ember.backend.ir import Pointwise, sym
+from ember.backend.lowering.registry import (aten, bool_result, broadcast_loader,
+                                             compute_dtype, is_ir, make_pointwise,
+                                             register_lowering)
+from ember.backend.ops import ops
+
+
+def _unary(op_name):
+    def lower(ctx, x, *rest, **kwargs):
+        compute = ctx.dtype if ctx.dtype.is_floating_point else compute_dtype([x], ctx.dtype)
+        return make_pointwise(ctx, getattr(ops, op_name), [x], compute=compute)
+    return lower
+
+
+_FLOAT_UNARY = {
+    aten.exp: "exp", aten.exp2: "exp2", aten.expm1: "expm1", aten.log: "log", aten.log2: "log2",
+    aten.log10: "log10", aten.log1p: "log1p", aten.sqrt: "sqrt", aten.rsqrt: "rsqrt",
+    aten.sin: "sin", aten.cos: "cos", aten.tan: "tan", aten.asin: "asin", aten.acos: "acos",
+    aten.atan: "atan", aten.sinh: "sinh", aten.cosh: "cosh", aten.tanh: "tanh",
+    aten.asinh: "asinh", aten.acosh: "acosh", aten.atanh: "atanh", aten.erf: "erf",
+    aten.erfc: "erfc", aten.sigmoid: "sigmoid", aten.reciprocal: "reciprocal",
+}
+_SAME_UNARY = {
+    aten.neg: "neg", aten.abs: "abs", aten.relu: "relu", aten.floor: "floor",
+    aten.ceil: "ceil", aten.trunc: "trunc", aten.sign: "sign", aten.bitwise_not: "bitwise_not",
+    aten.frac: "frac",
+}
+for _op, _name in {**_FLOAT_UNARY, **_SAME_UNARY}.items():
+    register_lowering(_op.default)(_unary(_name))
+
+
+@register_lowering(aten.round.default)
+def _round(ctx, x):
+    return make_pointwise(ctx, ops.round, [x], compute=ctx.dtype)
+
+
+@register_lowering(aten.logical_not.default, aten.isnan.default, aten.isinf.default)
+def _bool_unary(ctx, x):
+    name = ctx.node.target.__name__.split(".")[0]
+    return make_pointwise(ctx, bool_result(lambda v: getattr(ops, name)(v)), [x],
+                          compute=x.get_dtype())
+
+
+def _binary(op_name, *, float_compute=False):
+    def lower(ctx, a, b, *, alpha=1, **kwargs):
+        compute = compute_dtype([a, b], ctx.dtype)
+        if float_compute and not compute.is_floating_point:
+            compute = ctx.dtype
+        fn = getattr(ops, op_name)
+        if alpha != 1:
+            return make_pointwise(ctx, lambda x, y: fn(x, ops.mul(y, ops.constant(alpha, compute))),
+                                  [a, b], compute=compute)
+        return make_pointwise(ctx, fn, [a, b], compute=compute)
+    return lower
+
+
+for _packet, _name in [(aten.add, "add"), (aten.sub, "sub"), (aten.mul, "mul"),
+                       (aten.maximum, "maximum"), (aten.minimum, "minimum"),
+                       (aten.bitwise_and, "bitwise_and"), (aten.bitwise_or, "bitwise_or"),
+                       (aten.bitwise_xor, "bitwise_xor"), (aten.remainder, "remainder"),
+                       (aten.fmod, "fmod"), (aten.atan2, "atan2"),
+                       (aten.copysign, "copysign"), (aten.hypot, "hypot")]:
+    for _overload in ("Tensor", "Scalar", "self"):
+        if hasattr(_packet, _overload):
+            register_lowering(getattr(_packet, _overload))(
+                _binary(_name, float_compute=_name in ("atan2", "copysign", "hypot")))
+
+
+@register_lowering(aten.rsub.Scalar, aten.rsub.Tensor)
+def _rsub(ctx, a, b, alpha=1):
+    compute = compute_dtype([a, b], ctx.dtype)
+    scaled = (lambda x: x) if alpha == 1 else (lambda x: ops.mul(x, ops.constant(alpha, compute)))
+    return make_pointwise(ctx, lambda x, y: ops.sub(y, scaled(x)), [a, b], compute=compute)
+
+
+@register_lowering(aten.div.Tensor, aten.div.Scalar)
+def _div(ctx, a, b):
+    return make_pointwise(ctx, ops.truediv, [a, b], compute=ctx.dtype)
+
+
+@register_lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
+def _div_mode(ctx, a, b, *, rounding_mode=None):
+    compute = compute_dtype([a, b], ctx.dtype)
+    if rounding_mode is None:
+        return make_pointwise(ctx, ops.truediv, [a, b], compute=ctx.dtype)
+    op = ops.floordiv if rounding_mode == "floor" else ops.truncdiv
+    return make_pointwise(ctx, op, [a, b], compute=compute)
+
+
+@register_lowering(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def _pow(ctx, a, b):
+    if not is_ir(b) and b == 2:
+        return make_pointwise(ctx, lambda x: ops.mul(x, x), [a], compute=ctx.dtype)
+    if not is_ir(b) and b == 0.5 and ctx.dtype.is_floating_point:
+        return make_pointwise(ctx, ops.sqrt, [a], compute=ctx.dtype)
+    return make_pointwise(ctx, ops.pow, [a, b], compute=ctx.dtype)
+
+
+for _packet, _name in [(aten.eq, "eq"), (aten.ne, "ne"), (aten.lt, "lt"), (aten.le, "le"),
+                       (aten.gt, "gt"), (aten.ge, "ge"), (aten.logical_and, "logical_and"),
+                       (aten.logical_or, "logical_or"), (aten.logical_xor, "logical_xor")]:
+    def _cmp(ctx, a, b, _name=_name):
+        compute = compute_dtype([a, b], ctx.dtype)
+        return make_pointwise(ctx, bool_result(getattr(ops, _name)), [a, b], compute=compute)
+    for _overload in ("Tensor", "Scalar", "default"):
+        if hasattr(_packet, _overload):
+            register_lowering(getattr(_packet, _overload))(_cmp)
+
+
+@register_lowering(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther,
+                   aten.where.Scalar)
+def _where(ctx, cond, a, b):
+    compute = compute_dtype([a, b], ctx.dtype)
+    size = ctx.size
+    load_c = broadcast_loader(cond, size, torch.bool)
+    load_a = broadcast_loader(a, size, compute)
+    load_b = broadcast_loader(b, size, compute)
+
+    def inner(index):
+        value = ops.where(load_c(index), load_a(index), load_b(index))
+        return value if compute == ctx.dtype else ops.to_dtype(value, ctx.dtype)
+    return Pointwise(ctx.device, ctx.dtype, inner, size)
+
+
+@register_lowering(aten.clamp.default, aten.clamp.Tensor)
+def _clamp(ctx, x, min=None, max=None):
+    args = [x] + [v for v in (min, max) if v is not None]
+    compute = compute_dtype(args, ctx.dtype)
+
+    def fn(v, *bounds):
+        bounds = list(bounds)
+        if min is not None:
+            v = ops.maximum(v, bounds.pop(0))
+        if max is not None:
+            v = ops.minimum(v, bounds.pop(0))
+        return v
+    return make_pointwise(ctx, fn, args, compute=compute)
+
+
+@register_lowering(aten.clamp_min.default, aten.clamp_min.Tensor)
+def _clamp_min(ctx, x, bound):
+    return _clamp(ctx, x, bound, None)
+
+
+@register_lowering(aten.clamp_max.default, aten.clamp_max.Tensor)
+def _clamp_max(ctx, x, bound):
+    return _clamp(ctx, x, None, bound)
+
+
+@register_lowering(aten.hardtanh.default)
+def _hardtanh(ctx, x, min_val=-1.0, max_val=1.0):
+    return _clamp(ctx, x, min_val, max_val)
+
+
+@register_lowering(aten.leaky_relu.default)
+def _leaky_relu(ctx, x, negative_slope=0.01):
+    return make_pointwise(ctx, lambda v: ops.where(
+        ops.gt(v, ops.constant(0, ctx.dtype)), v,
+        ops.mul(v, ops.constant(negative_slope, ctx.dtype))), [x], compute=ctx.dtype)
+
+
+@register_lowering(aten.gelu.default)
+def _gelu(ctx, x, approximate="none"):
+    dt = ctx.dtype
+
+    def c(v):
+        return ops.constant(v, dt)
+
+    def fn(v):
+        if approximate == "tanh":
+            inner = ops.mul(c(math.sqrt(2 / math.pi)),
+                            ops.add(v, ops.mul(c(0.044715), ops.mul(v, ops.mul(v, v)))))
+            return ops.mul(ops.mul(c(0.5), v), ops.add(c(1.0), ops.tanh(inner)))
+        return ops.mul(ops.mul(v, c(0.5)), ops.add(c(1.0), ops.erf(ops.mul(v, c(M_SQRT1_2)))))
+    return make_pointwise(ctx, fn, [x], compute=dt)
+
+
+M_SQRT1_2 = 0.70710678118654752440
+
+
+@register_lowering(aten._to_copy.default)
+def _to_copy(ctx, x, *, dtype=None, layout=None, device=None, pin_memory=None,
+             non_blocking=False, memory_format=None):
+    if device is not None and torch.device(device) != x.get_device():
+        return NotImplemented
+    return make_pointwise(ctx, lambda v: v, [x], compute=x.get_dtype())
+
+
+@register_lowering(aten.clone.default)
+def _clone(ctx, x, *, memory_format=None):
+    return make_pointwise(ctx, lambda v: v, [x], compute=x.get_dtype())
+
+
+@register_lowering(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
+def _masked_fill(ctx, x, mask, value):
+    return _where(ctx, mask, value, x)
+
+
+@register_lowering(aten.full.default, aten.scalar_tensor.default)
+def _full(ctx, size_or_value, fill_value=None, **kwargs):
+    value = fill_value if fill_value is not None else size_or_value
+    if is_ir(value):
+        return NotImplemented
+    dtype = ctx.dtype
+    return Pointwise(ctx.device, dtype, lambda index: ops.constant(value, dtype), ctx.size)
+
+
+@register_lowering(aten.zeros.default, aten.ones.default)
+def _zeros_ones(ctx, size, **kwargs):
+    value = 1 if ctx.node.target is aten.ones.default else 0
+    dtype = ctx.dtype
+    return Pointwise(ctx.device, dtype, lambda index: ops.constant(value, dtype), ctx.size)
+
+
+@register_lowering(aten.full_like.default, aten.zeros_like.default, aten.ones_like.default)
+def _full_like(ctx, x, fill_value=None, **kwargs):
+    target = ctx.node.target
+    value = 0 if target is aten.zeros_like.default else 1 if target is aten.ones_like.default \
+        else fill_value
+    dtype = ctx.dtype
+    return Pointwise(ctx.device, dtype, lambda index: ops.constant(value, dtype), ctx.size)
+
+
+@register_lowering(aten.fill.Scalar)
+def _fill(ctx, x, value):
+    dtype = ctx.dtype
+    return Pointwise(ctx.device, dtype, lambda index: ops.constant(value, dtype), ctx.size)
+
+
+@register_lowering(aten.arange.start_step, aten.arange.default, aten.arange.start)
+def _arange(ctx, *args, **kwargs):
+    args = [a for a in args]
+    start, step = 0, 1
+    if len(args) >= 2:
+        start = args[0]
+    if len(args) >= 3:
+        step = args[2]
+    if any(is_ir(a) for a in args):
+        return NotImplemented
+    dtype = ctx.dtype
+
+    def inner(index):
+        i = ops.index_expr(index[0], torch.int64)
+        if dtype.is_floating_point:
+            return ops.add(ops.mul(ops.to_dtype(i, dtype), ops.constant(step, dtype)),
+                           ops.constant(start, dtype))
+        return ops.to_dtype(ops.add(ops.mul(i, ops.constant(step, torch.int64)),
+                                    ops.constant(start, torch.int64)), dtype)
+    return Pointwise(ctx.device, dtype, inner, ctx.size)
+
+
+@register_lowering(aten.alias.default, aten.detach.default, aten.lift_fresh.default)
+def _identity(ctx, x):
+    return x

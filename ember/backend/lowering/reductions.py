@@ -1,0 +1,166 @@
+"""Lowerings of reductions (sum, mean, amax, amin, prod, any, all, var, std) and of softmax
+and log_softmax, written as reductions plus pointwise bodies the scheduler fuses."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ember.backend.ir import Layout, Pointwise, Reduction, ReinterpretView, product, sym
+from ember.backend.lowering.registry import aten, register_lowering
+from ember.backend.ops import ops
+
+
+def _dims(x, dim) -> list[int]:
+    ndim = len(x.get_size())
+    if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
+        return list(range(ndim))
+    dims = [dim] if isinstance(dim, int) else list(dim)
+    return sorted({d % ndim if ndim else 0 for d in dims})
+
+
+def reduce(ctx, x, dims: list[int], reduction_type: str, compute: torch.dtype,
+           out_dtype: torch.dtype, keepdim: bool, map_fn=None):
+    """Realize a Reduction of ``x`` over ``dims``; returns the buffer (viewed with kept
+    size-1 dims when ``keepdim``)."""
+    size = x.get_size()
+    ndim = len(size)
+    kept = [i for i in range(ndim) if i not in dims]
+    ranges = [size[i] for i in kept]
+    rranges = [size[i] for i in dims] if ndim else []
+    loader = x.make_loader()
+    src_dtype = x.get_dtype()
+
+    def inner(index, rindex):
+        full = [None] * ndim
+        for pos, i in enumerate(kept):
+            full[i] = index[pos]
+        for pos, i in enumerate(dims):
+            full[i] = rindex[pos]
+        value = loader(full)
+        if src_dtype != compute:
+            value = ops.to_dtype(value, compute)
+        return map_fn(value, full) if map_fn else value
+
+    red = Reduction(x.get_device(), out_dtype, inner, ranges, rranges, reduction_type, compute)
+    buf = ctx.graph.realize(red)
+    if not keepdim:
+        return buf
+    out_size = [sympy.Integer(1) if i in dims else size[i] for i in range(ndim)]
+    strides, it = [], iter(buf.layout.stride)
+    for i in range(ndim):
+        strides.append(sympy.Integer(0) if i in dims else next(it))
+    return ReinterpretView(buf, Layout(buf.layout.device, buf.layout.dtype, out_size, strides,
+                                       buf.layout.offset))
+
+
+def _keep(x, dims, buf):
+    """A loader of a keepdim reduction result ``buf`` broadcast back over ``x``'s index."""
+    load = buf.make_loader()
+    return lambda full: load([sympy.Integer(0) if i in dims else full[i]
+                              for i in range(len(full))])
+
+
+def _sum_like(reduction_type):
+    def lower(ctx, x, dim=None, keepdim=False, *, dtype=None):
+        dims = _dims(x, dim)
+        return reduce(ctx, x, dims, reduction_type, ctx.dtype, ctx.dtype, keepdim)
+    return lower
+
+
+register_lowering(aten.sum.dim_IntList, aten.sum.default)(_sum_like("sum"))
+register_lowering(aten.prod.dim_int, aten.prod.default)(_sum_like("prod"))
+
+
+@register_lowering(aten.amax.default, aten.amin.default, aten.max.default, aten.min.default)
+def _amax(ctx, x, dim=(), keepdim=False):
+    name = ctx.node.target.__name__.split(".")[0]
+    kind = "max" if name in ("amax", "max") else "min"
+    return reduce(ctx, x, _dims(x, dim), kind, ctx.dtype, ctx.dtype, keepdim)
+
+
+@register_lowering(aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim,
+                   aten.all.default, aten.all.dims)
+def _any_all(ctx, x, dim=None, keepdim=False):
+    kind = "any" if ctx.node.target.__name__.startswith("any") else "all"
+    return reduce(ctx, x, _dims(x, dim), kind, torch.bool, torch.bool, keepdim)
+
+
+@register_lowering(aten.mean.dim, aten.mean.default)
+def _mean(ctx, x, dim=None, keepdim=False, *, dtype=None):
+    dims = _dims(x, dim)
+    total = reduce(ctx, x, dims, "sum", ctx.dtype, ctx.dtype, keepdim)
+    n = product([x.get_size()[d] for d in dims])
+    load = total.make_loader()
+    dt = ctx.dtype
+    return Pointwise(ctx.device, dt, lambda index: ops.truediv(load(index), ops.constant(n, dt)),
+                     total.get_size())
+
+
+def _variance(ctx, x, dim, correction, keepdim):
+    dims = _dims(x, dim)
+    dt = ctx.dtype
+    n = product([x.get_size()[d] for d in dims])
+    total = reduce(ctx, x, dims, "sum", dt, dt, True)
+    load_total = _keep(x, dims, total)
+
+    def squared_deviation(value, full):
+        dev = ops.sub(value, ops.truediv(load_total(full), ops.constant(n, dt)))
+        return ops.mul(dev, dev)
+    sq = reduce(ctx, x, dims, "sum", dt, dt, keepdim, map_fn=squared_deviation)
+    load = sq.make_loader()
+    denom = n - (1 if correction is None else correction)
+    return sq, load, denom
+
+
+@register_lowering(aten.var.correction)
+def _var(ctx, x, dim=None, *, correction=None, keepdim=False):
+    sq, load, denom = _variance(ctx, x, dim, correction, keepdim)
+    dt = ctx.dtype
+    return Pointwise(ctx.device, dt, lambda i: ops.truediv(load(i), ops.constant(
+        sympy.Max(denom, 0), dt)), sq.get_size())
+
+
+@register_lowering(aten.std.correction)
+def _std(ctx, x, dim=None, *, correction=None, keepdim=False):
+    sq, load, denom = _variance(ctx, x, dim, correction, keepdim)
+    dt = ctx.dtype
+    return Pointwise(ctx.device, dt, lambda i: ops.sqrt(ops.truediv(load(i), ops.constant(
+        sympy.Max(denom, 0), dt))), sq.get_size())
+
+
+def _softmax_parts(ctx, x, dim, compute):
+    dims = _dims(x, dim)
+    load_x = x.make_loader()
+    src = x.get_dtype()
+
+    def xval(full):
+        v = load_x(full)
+        return v if src == compute else ops.to_dtype(v, compute)
+    peak = reduce(ctx, x, dims, "max", compute, compute, True)
+    load_peak = _keep(x, dims, peak)
+    total = reduce(ctx, x, dims, "sum", compute, compute, True,
+                   map_fn=lambda v, full: ops.exp(ops.sub(v, load_peak(full))))
+    load_total = _keep(x, dims, total)
+    return xval, load_peak, load_total
+
+
+@register_lowering(aten._softmax.default)
+def _softmax(ctx, x, dim, half_to_float):
+    compute = torch.float32 if x.get_dtype() in (torch.float16, torch.bfloat16) else ctx.dtype
+    xval, peak, total = _softmax_parts(ctx, x, dim, compute)
+
+    def inner(index):
+        v = ops.truediv(ops.exp(ops.sub(xval(index), peak(index))), total(index))
+        return v if compute == ctx.dtype else ops.to_dtype(v, ctx.dtype)
+    return Pointwise(ctx.device, ctx.dtype, inner, x.get_size())
+
+
+@register_lowering(aten._log_softmax.default)
+def _log_softmax(ctx, x, dim, half_to_float):
+    compute = torch.float32 if x.get_dtype() in (torch.float16, torch.bfloat16) else ctx.dtype
+    xval, peak, total = _softmax_parts(ctx, x, dim, compute)
+
+    def inner(index):
+        v = ops.sub(ops.sub(xval(index), peak(index)), ops.log(total(index)))
+        return v if compute == ctx.dtype else ops.to_dtype(v, ctx.dtype)
+    return Pointwise(ctx.device, ctx.dtype, inner, x.get_size())

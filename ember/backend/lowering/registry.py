@@ -1,0 +1,124 @@
+"""The lowering table and helpers shared by the lowering modules."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import sympy
+import torch
+
+from ember.backend.ir import IRNode, Pointwise, sym
+from ember.backend.ops import ops
+
+aten = torch.ops.aten
+LOWERINGS: dict[Any, Callable] = {}
+
+
+def register_lowering(*targets):
+    """Register for an OpOverload, or an OpOverloadPacket (all its overloads)."""
+    def deco(fn):
+        for target in targets:
+            if isinstance(target, torch._ops.OpOverloadPacket):
+                for name in target.overloads():
+                    LOWERINGS.setdefault(getattr(target, name), fn)
+            else:
+                LOWERINGS[target] = fn
+        return fn
+    return deco
+
+
+class LoweringContext:
+    """What a lowering may ask about the node it lowers."""
+
+    def __init__(self, graph, node: torch.fx.Node):
+        self.graph = graph
+        self.node = node
+        self.out = node.meta.get("val")
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.out.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.out.device
+
+    @property
+    def size(self) -> list:
+        return [sym(s) for s in self.out.shape]
+
+
+def is_ir(x) -> bool:
+    return isinstance(x, IRNode)
+
+
+def broadcast_loader(node_or_scalar, out_size: Sequence, dtype: torch.dtype):
+    """A loader of the input, broadcast to ``out_size`` and cast to ``dtype``."""
+    if not is_ir(node_or_scalar):
+        value = node_or_scalar
+        return lambda index: ops.constant(value, dtype)
+    node = node_or_scalar
+    size = node.get_size()
+    inner = node.make_loader()
+    offset = len(out_size) - len(size)
+    src_dtype = node.get_dtype()
+
+    def load(index):
+        idx = [sympy.Integer(0) if size[k] == 1 and out_size[k + offset] != 1 else
+               index[k + offset] for k in range(len(size))]
+        value = inner(idx)
+        return value if src_dtype == dtype else ops.to_dtype(value, dtype)
+    return load
+
+
+def compute_dtype(args, out_dtype: torch.dtype) -> torch.dtype:
+    """The dtype an elementwise op computes in: its inputs promoted as eager promotes them
+    (0-d tensors and Python scalars rank below dimensioned tensors); for comparisons this
+    differs from the bool output."""
+    acc = None
+    for a in args:
+        if is_ir(a):
+            probe = torch.empty(() if len(a.get_size()) == 0 else (1,), dtype=a.get_dtype())
+        elif isinstance(a, (bool, int, float)):
+            probe = a
+        else:
+            continue
+        if acc is None:
+            acc = probe
+            continue
+        dtype = torch.result_type(acc, probe)
+        dims = max(getattr(acc, "dim", lambda: 0)(), getattr(probe, "dim", lambda: 0)())
+        any_tensor = isinstance(acc, torch.Tensor) or isinstance(probe, torch.Tensor)
+        acc = torch.empty((1,) * dims, dtype=dtype) if any_tensor else dtype
+    if acc is None or not isinstance(acc, torch.Tensor):
+        return out_dtype
+    return acc.dtype
+
+
+def make_pointwise(ctx: LoweringContext, fn: Callable, args: Sequence, *,
+                   compute: torch.dtype | None = None) -> Pointwise:
+    """An elementwise op over broadcast inputs: loads cast to the compute dtype, ``fn`` on the
+    loaded values, result cast to the output dtype."""
+    out_dtype = ctx.dtype
+    compute = compute or compute_dtype(args, out_dtype)
+    size = ctx.size
+    loaders = [broadcast_loader(a, size, compute) for a in args]
+
+    def inner(index):
+        value = fn(*[load(index) for load in loaders])
+        return value
+
+    result_dtype = _fn_result_dtype(fn, compute)
+
+    def cast(index):
+        value = inner(index)
+        return value if result_dtype == out_dtype else ops.to_dtype(value, out_dtype)
+    return Pointwise(ctx.device, out_dtype, cast, size)
+
+
+def _fn_result_dtype(fn, compute):
+    return getattr(fn, "result_dtype", compute)
+
+
+def bool_result(fn):
+    fn.result_dtype = torch.bool
+    return fn

@@ -1,0 +1,140 @@
+"""Lowerings of view ops. A view of memory (a buffer) is a ReinterpretView whose layout comes
+from running the same ATen view op on a meta tensor with the buffer's layout (so every view
+op gets eager's exact sizes, strides and offset for free); a view of an unrealized body is an
+IndexView that rewrites indices (reshapes that need div/mod realize the body first)."""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ember.backend.ir import Buffer, IndexView, Layout, ReinterpretView, sym
+from ember.backend.lowering.registry import aten, register_lowering
+
+
+def _memory_view(x):
+    """(buffer, layout) when x is memory (a buffer or a view of one), else None."""
+    if isinstance(x, ReinterpretView):
+        return x.data, x.layout
+    if isinstance(x, Buffer):
+        return x, x.layout
+    return None
+
+
+def _meta_view(layout: Layout, op, args, kwargs) -> Layout:
+    numel = int(layout.storage_numel())
+    base = torch.empty(max(numel, 1), dtype=layout.dtype, device="meta").as_strided(
+        [int(s) for s in layout.size], [int(s) for s in layout.stride], int(layout.offset))
+    out = op(base, *args, **kwargs)
+    return Layout(layout.device, layout.dtype, [sym(s) for s in out.shape],
+                  [sym(s) for s in out.stride()], sym(out.storage_offset()))
+
+
+def _view_lowering(index_view):
+    """``index_view(ctx, x, *args) -> IndexView`` for bodies; memory goes through meta."""
+    def lower(ctx, x, *args, **kwargs):
+        mem = _memory_view(x)
+        if mem is not None:
+            buf, layout = mem
+            return ReinterpretView(buf, _meta_view(layout, ctx.node.target, args, kwargs))
+        return index_view(ctx, x, *args, **kwargs)
+    return lower
+
+
+def _permute(ctx, x, dims):
+    ndim = len(x.get_size())
+    dims = [d % ndim for d in dims]
+    size = [x.get_size()[d] for d in dims]
+    inverse = [dims.index(i) for i in range(ndim)]
+    return IndexView(x, size, lambda idx: [idx[inverse[i]] for i in range(ndim)])
+
+
+register_lowering(aten.permute.default)(_view_lowering(_permute))
+
+
+def _transpose(ctx, x, d0, d1):
+    ndim = len(x.get_size())
+    dims = list(range(ndim))
+    if ndim:
+        dims[d0 % ndim], dims[d1 % ndim] = dims[d1 % ndim], dims[d0 % ndim]
+    return _permute(ctx, x, dims)
+
+
+register_lowering(aten.transpose.int)(_view_lowering(_transpose))
+register_lowering(aten.t.default)(_view_lowering(
+    lambda ctx, x: _transpose(ctx, x, 0, 1) if len(x.get_size()) == 2 else x))
+
+
+def _expand(ctx, x, size, *, implicit=False):
+    out = ctx.size
+    in_size = x.get_size()
+    offset = len(out) - len(in_size)
+    return IndexView(x, out, lambda idx: [sympy.Integer(0) if in_size[k] == 1 and
+                                          out[k + offset] != 1 else idx[k + offset]
+                                          for k in range(len(in_size))])
+
+
+register_lowering(aten.expand.default)(_view_lowering(_expand))
+
+
+def _reshape_by_ones(ctx, x, *args):
+    """A view that only adds or removes size-1 dims (unsqueeze/squeeze/view of that kind)."""
+    in_size, out = x.get_size(), ctx.size
+    in_real = [i for i, s in enumerate(in_size) if s != 1]
+    out_real = [i for i, s in enumerate(out) if s != 1]
+    if [in_size[i] for i in in_real] != [out[i] for i in out_real]:
+        return None
+
+    def reindex(idx):
+        full = [sympy.Integer(0)] * len(in_size)
+        for i, o in zip(in_real, out_real):
+            full[i] = idx[o]
+        return full
+    return IndexView(x, out, reindex)
+
+
+def _view(ctx, x, *args):
+    same = _reshape_by_ones(ctx, x)
+    if same is not None:
+        return same
+    buf = ctx.graph.realize(x)   # contiguous body -> memory, then a free view of it
+    return ReinterpretView(buf, _meta_view(buf.layout, ctx.node.target, args, {}))
+
+
+for _op in (aten.view.default, aten._unsafe_view.default, aten.unsqueeze.default,
+            aten.squeeze.dim, aten.squeeze.dims, aten.squeeze.default, aten.reshape.default):
+    register_lowering(_op)(_view_lowering(_view))
+
+
+def _select(ctx, x, dim, index):
+    size = x.get_size()
+    dim %= len(size)
+    index = index + size[dim] if index < 0 else index
+    out = size[:dim] + size[dim + 1:]
+    return IndexView(x, out, lambda idx: idx[:dim] + [sym(index)] + idx[dim:])
+
+
+register_lowering(aten.select.int)(_view_lowering(_select))
+
+
+def _slice(ctx, x, dim=0, start=None, end=None, step=1):
+    size = x.get_size()
+    dim %= len(size)
+    length = int(size[dim])
+    start, end, _ = slice(start, end, step).indices(length)
+    start = min(max(start, 0), length)
+    out = ctx.size
+    return IndexView(x, out, lambda idx: idx[:dim] + [idx[dim] * step + start] + idx[dim + 1:])
+
+
+register_lowering(aten.slice.Tensor)(_view_lowering(_slice))
+
+
+@register_lowering(aten.as_strided.default)
+def _as_strided(ctx, x, size, stride, storage_offset=None):
+    mem = _memory_view(x)
+    if mem is None:
+        buf = ctx.graph.realize(x)
+        mem = (buf, buf.layout)
+    buf, layout = mem
+    return ReinterpretView(buf, _meta_view(layout, ctx.node.target, (size, stride, storage_offset),
+                                           {}))

@@ -1,0 +1,236 @@
+"""The scheduler: dependencies between buffers, fusion into kernels, and buffer lifetimes.
+
+Each ComputedBuffer becomes a :class:`SchedulerNode`; its reads (buffer name, index) come from
+running its body under a recording ops handler. Nodes are then packed, in graph order, into
+:class:`FusedKernel` s. A kernel has outer loops and one inner loop extent; a node joins it as
+
+- ``outer``: a pointwise node over the outer loops (e.g. ``mean = sum / n``),
+- ``inner``: a pointwise node over outer + inner loops,
+- ``reduction``: a reduction over the inner loops, one result per outer iteration,
+
+provided every value it reads from a node already in the kernel is available at that point of
+the loop nest: a value made per outer iteration may be read anywhere after it at the same outer
+index; a value made inside the inner loop only at the very same (outer, inner) index. That
+gives vertical fusion (pointwise chains, pointwise prologues and epilogues of reductions,
+softmax's max, sum and normalisation in one kernel) and horizontal fusion of independent
+nodes with the same loops, without ever recomputing a node. ATen calls (externs) end the
+current kernel. A buffer read only inside its own kernel, at the point where it is made, is
+never written to memory.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Sequence
+
+import sympy
+
+from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, Reduction, ReinterpretView,
+                              index_vars)
+from ember.backend.ops import use_handler
+
+
+class _ReadRecorder:
+    """An ops handler that records every load."""
+
+    def __init__(self):
+        self.reads: list[tuple[str, sympy.Expr]] = []
+        self._n = 0
+
+    def load(self, name, index):
+        self.reads.append((name, sympy.expand(index)))
+        return 0
+
+    def indirect_indexing(self, value, size):
+        self._n += 1
+        return sympy.Symbol(f"indirect{self._n}", integer=True)
+
+    def masked(self, mask, body, other):
+        return body()
+
+    def reduction(self, *args):
+        return 0
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: 0
+
+
+def extract_reads(loader: Callable, *index_lists) -> list[tuple[str, sympy.Expr]]:
+    recorder = _ReadRecorder()
+    with use_handler(recorder):
+        loader(*index_lists)
+    return recorder.reads
+
+
+@dataclasses.dataclass(eq=False)
+class SchedulerNode:
+    """A realized buffer's loop nest with its size-1 dims removed (so ``[n, 1]`` pointwise
+    nodes line up with ``[n]`` reductions). ``body(vars)`` / ``body(x, r)`` evaluates the value,
+    ``store_index(vars)`` gives where it is written."""
+    buf: ComputedBuffer
+    is_reduction: bool
+    ranges: list
+    rranges: list
+    body: Callable
+    store_index: Callable
+    reads: list = dataclasses.field(default_factory=list)
+    role: str = ""         # outer / inner / reduction, once placed in a kernel
+
+    @property
+    def name(self):
+        return self.buf.name
+
+    @property
+    def writes(self) -> str:
+        return self.buf.storage_name()
+
+
+def _squeezer(ranges):
+    keep = [i for i, s in enumerate(ranges) if s != 1]
+    n = len(ranges)
+
+    def expand(vars_):
+        full = [sympy.Integer(0)] * n
+        for v, i in zip(vars_, keep):
+            full[i] = v
+        return full
+    return [ranges[i] for i in keep], expand
+
+
+def make_node(buf: ComputedBuffer) -> SchedulerNode:
+    data = buf.data
+    ranges, expand = _squeezer(list(data.ranges))
+    store_index = lambda x: buf.layout.index(expand(x))   # noqa: E731
+    if isinstance(data, Reduction):
+        rranges, rexpand = _squeezer(list(data.reduction_ranges))
+        body = lambda x, r: data.inner_fn(expand(x), rexpand(r))   # noqa: E731
+        node = SchedulerNode(buf, True, ranges, rranges, body, store_index)
+        node.reads = extract_reads(body, index_vars("x", len(ranges)),
+                                   index_vars("r", len(rranges)))
+    else:
+        body = lambda x: data.inner_fn(expand(x))   # noqa: E731
+        node = SchedulerNode(buf, False, ranges, [], body, store_index)
+        node.reads = extract_reads(body, index_vars("x", len(ranges)))
+    return node
+
+
+@dataclasses.dataclass(eq=False)
+class FusedKernel:
+    outer: list
+    inner: list
+    nodes: list = dataclasses.field(default_factory=list)
+    local: set = dataclasses.field(default_factory=set)   # buffers never written to memory
+
+    def names(self) -> set[str]:
+        return {n.name for n in self.nodes}
+
+
+def _role(node: SchedulerNode, outer: list, inner: list) -> str | None:
+    if node.is_reduction:
+        return "reduction" if node.ranges == outer and node.rranges == inner else None
+    if node.ranges == outer + inner:
+        return "inner"
+    if node.ranges == outer:
+        return "outer"
+    return None
+
+
+def node_reads(node: SchedulerNode, x: list, r: list, role: str):
+    """The node's reads with its loop variables named as the kernel's (x outer, r inner)."""
+    if node.is_reduction:
+        return extract_reads(node.body, x, r)
+    return extract_reads(node.body, x + r if role == "inner" else x)
+
+
+def _read_ok(kernel: FusedKernel, node: SchedulerNode, role: str) -> bool:
+    """Every value ``node`` reads from ``kernel`` is available where ``node`` runs, and an
+    in-place write never races with a read of the same memory at another index."""
+    x, r = index_vars("x", len(kernel.outer)), index_vars("r", len(kernel.inner))
+    reads = node_reads(node, x, r, role)
+    by_storage = {n.writes: n for n in kernel.nodes}
+    for name, index in reads:
+        producer = by_storage.get(name)
+        if producer is None:
+            continue
+        if producer.role == "inner":
+            if role == "outer":
+                return False
+            want = producer.store_index(x + r)
+        else:   # made once per outer iteration
+            want = producer.store_index(x)
+        if sympy.simplify(index - want) != 0:
+            return False
+    if node.writes != node.name:
+        mine = node.store_index(x + r if role != "outer" else x)
+        everything = reads + [rd for other in kernel.nodes
+                              for rd in node_reads(other, x, r, other.role)]
+        if any(name == node.writes and sympy.simplify(index - mine) != 0
+               for name, index in everything):
+            return False
+    return True
+
+
+def schedule(buffers: Sequence[Buffer], output_names: set[str]) -> list:
+    """Kernels and extern calls in execution order."""
+    steps: list = []
+    current: FusedKernel | None = None
+    for buf in buffers:
+        if isinstance(buf, ExternBuffer):
+            current = None
+            steps.append(buf)
+            continue
+        node = make_node(buf)
+        role = _role(node, current.outer, current.inner) if current is not None else None
+        if role is not None and _read_ok(current, node, role):
+            node.role = role
+            current.nodes.append(node)
+            continue
+        if node.is_reduction:
+            current = FusedKernel(list(node.ranges), list(node.rranges))
+            node.role = "reduction"
+        elif node.ranges:
+            current = FusedKernel(list(node.ranges[:-1]), list(node.ranges[-1:]))
+            node.role = "inner"
+        else:
+            current = FusedKernel([], [])
+            node.role = "outer"
+        current.nodes.append(node)
+        steps.append(current)
+    _mark_local_buffers(steps, output_names)
+    return steps
+
+
+def _mark_local_buffers(steps: list, output_names: set[str]) -> None:
+    readers: dict[str, list] = {}
+    for step in steps:
+        if isinstance(step, FusedKernel):
+            for node in step.nodes:
+                for name, _ in node.reads:
+                    readers.setdefault(name, []).append(step)
+        else:
+            for name in _extern_reads(step):
+                readers.setdefault(name, []).append(step)
+    for step in steps:
+        if not isinstance(step, FusedKernel):
+            continue
+        for node in step.nodes:
+            if node.writes != node.name or node.name in output_names:
+                continue
+            # inner-loop values are confirmed local per loop segment by the code generator
+            if all(u is step for u in readers.get(node.name, [])):
+                step.local.add(node.name)
+
+
+def _extern_reads(buf: ExternBuffer) -> list[str]:
+    names = []
+
+    def visit(a):
+        if isinstance(a, (Buffer, ReinterpretView)):
+            names.append(a.name)
+        elif isinstance(a, (list, tuple)):
+            for x in a:
+                visit(x)
+    visit(buf.args)
+    visit(list(buf.kwargs.values()))
+    if buf.parent is not None:
+        names.append(buf.parent.name)
+    return names
