@@ -29,9 +29,10 @@ Calling (``kernel_function``)
     arguments costs 0.4-0.8 µs per call given Python ints, 1.2-1.4 µs when the call also
     evaluates three ``t.data_ptr()``; ``c_int64``/``c_size_t`` argtypes were 0.3-0.5 µs slower
     per call (slower converters), and ``PyDLL`` (keeps the GIL) was not measurably faster, so
-    ``CDLL`` (releases the GIL while a kernel runs) is used. An ``int64_t`` scalar argument may also be passed through a
-    ``c_void_p`` slot: on x86-64 SysV and AArch64 both travel in the same 64-bit general-purpose
-    register, and ``c_void_p`` converts negative Python ints to their two's-complement bits.
+    ``CDLL`` (releases the GIL while a kernel runs) is used. An ``int64_t`` scalar argument may
+    also be passed through a ``c_void_p`` slot: on x86-64 SysV and AArch64 both travel in the
+    same 64-bit general-purpose register, and ``c_void_p`` converts negative Python ints to
+    their two's-complement bits.
 
 Flags (``cxx_flags``)
     ``-O3``              full optimisation, including loop vectorisation.
@@ -132,6 +133,12 @@ def cxx_flags() -> list[str]:
             "-ffp-contract=off", "-fno-math-errno", "-DNDEBUG"]
 
 
+def _link_flags() -> list[str]:
+    """glibc's vector math library: kernels call its SIMD exp/log/sin/erf/tanh variants
+    (declared by the kernel prelude), so transcendental loops vectorise like eager's."""
+    return ["-lmvec"] if platform.machine() == "x86_64" else []
+
+
 @functools.lru_cache(maxsize=None)
 def _compiler_version(compiler: str) -> str:
     try:
@@ -205,7 +212,7 @@ def _compile(source: str, so: pathlib.Path, flags: list[str], compiler: str) -> 
     _atomic_write(cpp, source)
     fd, tmp = tempfile.mkstemp(dir=so.parent, prefix=so.stem + ".", suffix=".tmp.so")
     os.close(fd)
-    cmd = [compiler, *flags, str(cpp), "-o", tmp]
+    cmd = [compiler, *flags, str(cpp), "-o", tmp, *_link_flags()]
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -262,9 +269,9 @@ def load_cpp(source: str, *, extra_flags: Sequence[str] = ()) -> ctypes.CDLL:
 def compile_many(sources: Sequence[str], *, extra_flags: Sequence[str] = ()
                  ) -> list[ctypes.CDLL]:
     """Load many kernels, compiling the uncached ones in parallel (one compiler process per
-    CPU this process may run on). Returns the libraries in the order of ``sources``. If any fails, all compilations
-    still finish (so the good ones are cached) and the first failing source's
-    :class:`CppCompileError` is raised."""
+    CPU this process may run on). Returns the libraries in the order of ``sources``. If any
+    fails, all compilations still finish (so the good ones are cached) and the first failing
+    source's :class:`CppCompileError` is raised."""
     paths = [_so_path(src, extra_flags) for src in sources]
     todo: dict[pathlib.Path, tuple[str, list[str], str]] = {}   # deduplicated misses, in order
     for src, (so, flags, compiler) in zip(sources, paths):

@@ -162,9 +162,10 @@ class ComputedBuffer(Buffer):
         super().__init__(name, layout)
         self.data = data
         self.mutates = mutates
+        self.reuses: str | None = None   # another buffer's memory, reused (set by scheduler)
 
     def storage_name(self) -> str:
-        return self.mutates or self.name
+        return self.mutates or self.reuses or self.name
 
 
 class ExternBuffer(Buffer):

@@ -119,6 +119,7 @@ class FusedKernel:
     inner: list
     nodes: list = dataclasses.field(default_factory=list)
     local: set = dataclasses.field(default_factory=set)   # buffers never written to memory
+    segments: list = dataclasses.field(default_factory=list)   # (kind, nodes), see below
 
     def names(self) -> set[str]:
         return {n.name for n in self.nodes}
@@ -196,7 +197,47 @@ def schedule(buffers: Sequence[Buffer], output_names: set[str]) -> list:
         current.nodes.append(node)
         steps.append(current)
     _mark_local_buffers(steps, output_names)
+    for step in steps:
+        if isinstance(step, FusedKernel):
+            _segment(step)
+    _reuse_dead_buffers(steps, output_names)
     return steps
+
+
+def _segment(kernel: FusedKernel) -> None:
+    """Split the kernel's nodes into code segments, in order: ``("outer", nodes)`` run once
+    per outer iteration, ``("loop", nodes)`` share one inner loop. A node that reads a
+    reduction finished in the current loop starts a new loop. A value made inside an inner
+    loop stays local (never stored) only if every reader is in that same loop."""
+    segs: list = []
+    x = index_vars("x", len(kernel.outer))
+    r = index_vars("r", len(kernel.inner))
+    for node in kernel.nodes:
+        if node.role == "outer":
+            if segs and segs[-1][0] == "outer":
+                segs[-1][1].append(node)
+            else:
+                segs.append(("outer", [node]))
+            continue
+        if segs and segs[-1][0] == "loop":
+            reductions = {n.writes for n in segs[-1][1] if n.role == "reduction"}
+            reads = {name for name, _ in node_reads(node, x, r, node.role)}
+            if not (reads & reductions):
+                segs[-1][1].append(node)
+                continue
+        segs.append(("loop", [node]))
+    for kind, nodes in segs:
+        if kind != "loop":
+            continue
+        mine = {n.name for n in nodes if n.role == "inner"}
+        for _, others in segs:
+            if others is nodes:
+                continue
+            for other in others:
+                for name, _ in node_reads(other, x, r, other.role):
+                    if name in mine:
+                        kernel.local.discard(name)
+    kernel.segments = segs
 
 
 def _mark_local_buffers(steps: list, output_names: set[str]) -> None:
@@ -234,3 +275,47 @@ def _extern_reads(buf: ExternBuffer) -> list[str]:
     if buf.parent is not None:
         names.append(buf.parent.name)
     return names
+
+
+def _reuse_dead_buffers(steps: list, output_names: set[str]) -> None:
+    """Write a node's result over a buffer of the same kernel that dies at that node.
+
+    Softmax is the example: ``e = exp(x - max)`` is stored while its row is summed, then
+    ``out = e / sum`` reads each element once, at the index it writes; ``out`` can overwrite
+    ``e`` in place, saving a buffer and a pass over memory (what eager's kernel does).
+    """
+    last_reader: dict[str, object] = {}
+    for step in steps:
+        if isinstance(step, FusedKernel):
+            for node in step.nodes:
+                for name, _ in node.reads:
+                    last_reader[name] = node
+        else:
+            for name in _extern_reads(step):
+                last_reader[name] = step
+    for step in steps:
+        if not isinstance(step, FusedKernel):
+            continue
+        made = {n.name: n for n in step.nodes}
+        x = index_vars("x", len(step.outer))
+        r = index_vars("r", len(step.inner))
+        taken: set[str] = set()
+        for node in step.nodes:
+            if node.role != "inner" or node.writes != node.name:
+                continue
+            for name, index in node_reads(node, x, r, "inner"):
+                donor = made.get(name)
+                if (donor is None or donor is node or donor.role != "inner"
+                        or name in step.local or name in output_names or name in taken
+                        or last_reader.get(name) is not node
+                        or donor.writes != donor.name
+                        or donor.buf.layout.dtype != node.buf.layout.dtype
+                        or donor.buf.layout.size != node.buf.layout.size
+                        or donor.buf.layout.stride != node.buf.layout.stride):
+                    continue
+                if any(nm == name and sympy.simplify(ix - node.store_index(x + r)) != 0
+                       for nm, ix in node_reads(node, x, r, "inner")):
+                    continue
+                node.buf.reuses = name
+                taken.add(name)
+                break

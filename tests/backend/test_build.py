@@ -1,4 +1,4 @@
-"""ember.backend.build: compile C++ kernels, cache them on disk by content hash, load with ctypes."""
+"""ember.backend.build: compile C++ kernels, cache them on disk by content hash, load them."""
 from __future__ import annotations
 
 import ctypes

@@ -21,7 +21,7 @@ import torch
 
 from ember.backend.ir import FloorDiv, ModIndex, index_vars, product
 from ember.backend.ops import use_handler
-from ember.backend.scheduler import FusedKernel, SchedulerNode, node_reads
+from ember.backend.scheduler import FusedKernel, SchedulerNode
 
 CPP_TYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
              torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",
@@ -31,7 +31,11 @@ PARALLEL_MIN_ITERS = 64          # fewer outer iterations than this: parallelise
 PARALLEL_MIN_INNER = 8192        # ... and only inner loops at least this long
 
 PRELUDE = r"""
+// glibc declares the SIMD variants of its math functions (libmvec, <= 4 ulp) only under
+// __FAST_MATH__; define it for that header alone -- kernels are not built with -ffast-math.
+#define __FAST_MATH__ 1
 #include <cmath>
+#undef __FAST_MATH__
 #include <cstdint>
 #include <algorithm>
 #include <limits>
@@ -298,43 +302,11 @@ class CppKernel:
         self.line(f"p_{node.writes}[{cpp_index(index)}] = {value};")
 
     # -- structure ---------------------------------------------------------------------------
-    def segments(self) -> list[tuple[str, list[SchedulerNode]]]:
-        segs: list[tuple[str, list]] = []
-        x = index_vars("x", len(self.kernel.outer))
-        r = index_vars("r", len(self.kernel.inner))
-        for node in self.kernel.nodes:
-            if node.role == "outer":
-                if segs and segs[-1][0] == "outer":
-                    segs[-1][1].append(node)
-                else:
-                    segs.append(("outer", [node]))
-                continue
-            if segs and segs[-1][0] == "loop":
-                reductions = {n.writes for n in segs[-1][1] if n.role == "reduction"}
-                reads = {name for name, _ in node_reads(node, x, r, node.role)}
-                if not (reads & reductions):
-                    segs[-1][1].append(node)
-                    continue
-            segs.append(("loop", [node]))
-        # a value made inside an inner loop stays local only if read in that same loop
-        for kind, nodes in segs:
-            if kind != "loop":
-                continue
-            mine = {n.name for n in nodes if n.role == "inner"}
-            for other_kind, others in segs:
-                if others is nodes:
-                    continue
-                for other in others:
-                    for name, _ in node_reads(other, x, r, other.role):
-                        if name in mine:
-                            self.kernel.local.discard(name)
-        return segs
-
     def generate(self) -> str:
         k = self.kernel
         x = index_vars("x", len(k.outer))
         r = index_vars("r", len(k.inner))
-        segs = self.segments()
+        segs = self.kernel.segments
         handler = CppOpsHandler(self)
         outer_n = product(k.outer)
         parallel_outer = bool(k.outer) and outer_n.is_Integer and int(outer_n) >= PARALLEL_MIN_ITERS

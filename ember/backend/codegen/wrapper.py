@@ -60,7 +60,10 @@ class WrapperCodegen:
         for i, step in enumerate(self.steps):
             if isinstance(step, FusedKernel):
                 kernel = self.kernels[id(step)]
+                aliases = []
                 for node in step.nodes:
+                    if node.buf.reuses and node.name not in step.local:
+                        aliases.append(f"{node.name} = {node.buf.reuses}")
                     if node.name in step.local or node.writes != node.name:
                         continue
                     lay = node.buf.layout
@@ -68,6 +71,7 @@ class WrapperCodegen:
                                 f"{_tuple(lay.stride)}, dtype={self.const(lay.dtype)})")
                 ptrs = ", ".join(f"{a}.data_ptr()" for a in kernel.args)
                 body.append(f"{kernel.name}({ptrs})")
+                body.extend(aliases)
             else:
                 body.extend(self._extern(step))
             dead = [n for n, last in last_use.items() if last == i and n not in output_names]

@@ -146,11 +146,25 @@ def _softmax_parts(ctx, x, dim, compute):
 
 @register_lowering(aten._softmax.default)
 def _softmax(ctx, x, dim, half_to_float):
+    # e = exp(x - max) is stored once and normalised in place (the scheduler lets the
+    # result reuse e's memory), so exp runs once per element, as in eager's kernel
     compute = torch.float32 if x.get_dtype() in (torch.float16, torch.bfloat16) else ctx.dtype
-    xval, peak, total = _softmax_parts(ctx, x, dim, compute)
+    dims = _dims(x, dim)
+    load_x = x.make_loader()
+    src = x.get_dtype()
+    peak = reduce(ctx, x, dims, "max", compute, compute, True)
+    load_peak = _keep(x, dims, peak)
+
+    def shifted_exp(index):
+        v = load_x(index)
+        v = v if src == compute else ops.to_dtype(v, compute)
+        return ops.exp(ops.sub(v, load_peak(index)))
+    e = ctx.graph.realize(Pointwise(ctx.device, compute, shifted_exp, x.get_size()))
+    total = reduce(ctx, e, dims, "sum", compute, compute, True)
+    load_e, load_total = e.make_loader(), _keep(x, dims, total)
 
     def inner(index):
-        v = ops.truediv(ops.exp(ops.sub(xval(index), peak(index))), total(index))
+        v = ops.truediv(load_e(index), load_total(index))
         return v if compute == ctx.dtype else ops.to_dtype(v, ctx.dtype)
     return Pointwise(ctx.device, ctx.dtype, inner, x.get_size())
 
