@@ -121,9 +121,6 @@ class FusedKernel:
     local: set = dataclasses.field(default_factory=set)   # buffers never written to memory
     segments: list = dataclasses.field(default_factory=list)   # (kind, nodes), see below
 
-    def names(self) -> set[str]:
-        return {n.name for n in self.nodes}
-
 
 def _role(node: SchedulerNode, outer: list, inner: list) -> str | None:
     if node.is_reduction:

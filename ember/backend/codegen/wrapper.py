@@ -77,7 +77,8 @@ class WrapperCodegen:
             dead = [n for n, last in last_use.items() if last == i and n not in output_names]
             if dead:
                 body.append(f"del {', '.join(sorted(dead))}")
-        body.append(f"return ({', '.join(self.ref(o) if not _is_python(o) else self.ref(o) for o in g.outputs)}{',' if len(g.outputs) == 1 else ''})")
+        outputs = [self.ref(o) for o in g.outputs]
+        body.append(f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})")
         out += ["    " + line for line in body]
         return "\n".join(out) + "\n"
 
@@ -115,7 +116,3 @@ class WrapperCodegen:
                 for name in _extern_reads(step):
                     last[name] = i
         return {k: v for k, v in last.items() if not k.startswith(("arg", "const"))}
-
-
-def _is_python(o) -> bool:
-    return not isinstance(o, (Buffer, ReinterpretView))
