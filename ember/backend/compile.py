@@ -9,6 +9,7 @@ without a lowering runs its ATen kernel from the generated wrapper.
 """
 from __future__ import annotations
 
+import ctypes
 import time
 from typing import Callable
 
@@ -82,6 +83,10 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     namespace.update(graph.constants)
     for kernel, lib in zip(kernels.values(), libs):
         namespace[kernel.name] = build.kernel_function(lib, kernel.name, len(kernel.args))
+        if kernel.uses_indirect:
+            oob = getattr(lib, f"{kernel.name}_oob")
+            oob.restype, oob.argtypes = ctypes.c_int, []
+            namespace[f"{kernel.name}_oob"] = oob
     exec(compile(src, "<ember wrapper>", "exec"), namespace)
     metrics.generated_kernel_count += len(kernels)
     if logs.enabled("output_code"):

@@ -49,7 +49,7 @@ class _CostCounter:
         self.loads += 1
         return 0
 
-    def indirect_indexing(self, value, size):
+    def indirect_indexing(self, value, size, wrap_negative=False):
         return sympy.Symbol("indirect", integer=True)
 
     def masked(self, mask, body, other):

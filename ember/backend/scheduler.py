@@ -40,7 +40,7 @@ class _ReadRecorder:
         self.reads.append((name, sympy.expand(index)))
         return 0
 
-    def indirect_indexing(self, value, size):
+    def indirect_indexing(self, value, size, wrap_negative=False):
         self._n += 1
         return sympy.Symbol(f"indirect{self._n}", integer=True)
 

@@ -131,3 +131,25 @@ def test_generated_code_is_readable():
     assert same(result, f(x))
     text = "\n".join(sources)
     assert "def call(args)" in text and 'extern "C"' in text
+
+
+def test_indirect_indexing_kernels():
+    table = torch.randn(50, 16)
+    ids = torch.randint(0, 50, (4, 7))
+    assert run(lambda w, i: torch.nn.functional.embedding(i, w) * 2, table, ids) == 1
+    x = torch.randn(10, 12)
+    idx = torch.tensor([3, 1, 0, 9])
+    run(lambda t, i: t.index_select(0, i) + 1, x, idx)
+    run(lambda t, i: t[:, i].relu(), x, torch.tensor([0, -1, 5]))
+    g = torch.randint(0, 12, (10, 5))
+    run(lambda t, i: torch.gather(t, 1, i) * 3, x, g)
+    assert not metrics.fallback_ops
+
+
+def test_index_out_of_range_raises_like_eager():
+    table = torch.randn(5, 3)
+    compiled = ember.compile(lambda w, i: torch.nn.functional.embedding(i, w) + 1,
+                             backend="ember")
+    compiled(table, torch.tensor([0, 4]))
+    with pytest.raises(IndexError):
+        compiled(table, torch.tensor([0, 5]))

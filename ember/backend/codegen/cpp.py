@@ -219,8 +219,21 @@ class CppOpsHandler:
     def masked(self, mask, body, other):
         raise NotImplementedError("masked loads are not generated for C++ yet")
 
-    def indirect_indexing(self, value, size):
-        raise NotImplementedError("indirect indexing is not generated for C++ yet")
+    def indirect_indexing(self, value: CppValue, size, wrap_negative=False) -> sympy.Symbol:
+        """An index read from a tensor (negative values wrap, for Python-style indexing, when
+        ``wrap_negative``); one out of range is clamped, so memory stays safe, and flagged:
+        the wrapper then raises IndexError as eager does."""
+        k = self.k
+        var = f"ix{k.counter}"
+        k.counter += 1
+        n = cpp_index(size)
+        k.line(f"int64_t {var} = static_cast<int64_t>({value});")
+        if wrap_negative:
+            k.line(f"if ({var} < 0) {var} += {n};")
+        k.line(f"if ({var} < 0 || {var} >= {n}) {{ __atomic_store_n(&ember_oob, 1, "
+               f"__ATOMIC_RELAXED); {var} = 0; }}")
+        k.uses_indirect = True
+        return sympy.Symbol(var, integer=True)
 
     def __getattr__(self, name):
         if name in _UNARY_CPP:
@@ -249,6 +262,7 @@ class CppKernel:
         self.counter = 0
         self.loaded: set[str] = set()
         self.stored: set[str] = set()
+        self.uses_indirect = False
 
     # -- emission --------------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -332,7 +346,13 @@ class CppKernel:
                 self.pop()
                 self.indent -= 1
                 self.line("}")
-        return self._signature() + " {\n" + "\n".join(self.lines) + "\n}\n"
+        text = self._signature() + " {\n" + "\n".join(self.lines) + "\n}\n"
+        if self.uses_indirect:
+            # one flag per kernel library: set by any thread that met a bad index
+            text = ("static int ember_oob = 0;\n" + text +
+                    f'extern "C" int {self.name}_oob() {{ int v = ember_oob; ember_oob = 0; '
+                    f"return v; }}\n")
+        return text
 
     def _loop(self, nodes, x, r, parallel):
         k = self.kernel

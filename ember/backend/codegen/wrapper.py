@@ -71,6 +71,9 @@ class WrapperCodegen:
                                 f"{_tuple(lay.stride)}, dtype={self.const(lay.dtype)})")
                 ptrs = ", ".join(f"{a}.data_ptr()" for a in kernel.args)
                 body.append(f"{kernel.name}({ptrs})")
+                if kernel.uses_indirect:
+                    body.append(f"if {kernel.name}_oob(): raise IndexError('index out of range "
+                                f"in a gather/index/embedding of {kernel.name}')")
                 body.extend(aliases)
             else:
                 body.extend(self._extern(step))

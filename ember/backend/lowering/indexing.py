@@ -1,8 +1,9 @@
-"""Lowerings that select between inputs by index: cat and constant padding.
+"""Lowerings that choose what to load by index: cat, constant padding, and indirect
+indexing (embedding, index_select, gather, ``x[..., idx]``).
 
-Both branches of a select are evaluated in a generated kernel, so every load is clamped into
-its input's bounds and ``where`` picks the value; out-of-range indices are never read.
-Indirect indexing (gather, embedding, index) runs through ATen fallbacks for now.
+Both branches of a select are evaluated in a generated kernel, so cat and pad clamp every load
+into its input's bounds and ``where`` picks the value. Indirect loads read the index from a
+tensor (``ops.indirect_indexing``); the generated code checks its range (see cpp.py).
 """
 from __future__ import annotations
 
@@ -76,3 +77,62 @@ def _constant_pad(ctx, x, pad, value=0):
             return v
         return ops.where(inside, v, ops.constant(value, dtype))
     return Pointwise(ctx.device, dtype, inner, ctx.size)
+
+
+@register_lowering(aten.embedding.default)
+def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    load_w = weight.make_loader()
+    load_i = indices.make_loader()
+    rows = weight.get_size()[0]
+    nidx = len(indices.get_size())
+
+    def inner(index):
+        i = ops.indirect_indexing(load_i(index[:nidx]), rows)
+        return load_w([i, index[nidx]])
+    return Pointwise(ctx.device, ctx.dtype, inner, ctx.size)
+
+
+@register_lowering(aten.index_select.default)
+def _index_select(ctx, x, dim, index):
+    dim %= max(len(x.get_size()), 1)
+    load_x, load_i = x.make_loader(), index.make_loader()
+    size = x.get_size()[dim]
+    scalar_index = len(index.get_size()) == 0
+
+    def inner(idx):
+        i = ops.indirect_indexing(load_i([] if scalar_index else [idx[dim]]), size)
+        full = list(idx)
+        full[dim] = i
+        return load_x(full)
+    return Pointwise(ctx.device, ctx.dtype, inner, ctx.size)
+
+
+@register_lowering(aten.gather.default)
+def _gather(ctx, x, dim, index, *, sparse_grad=False):
+    dim %= max(len(x.get_size()), 1)
+    load_x, load_i = x.make_loader(), index.make_loader()
+    size = x.get_size()[dim]
+
+    def inner(idx):
+        i = ops.indirect_indexing(load_i(idx), size)
+        full = list(idx)
+        full[dim] = i
+        return load_x(full)
+    return Pointwise(ctx.device, ctx.dtype, inner, ctx.size)
+
+
+@register_lowering(aten.index.Tensor)
+def _index(ctx, x, indices):
+    """``x[..., idx, ...]`` with one integer index tensor (after leading ``None`` s)."""
+    given = [(d, t) for d, t in enumerate(indices) if t is not None]
+    if len(given) != 1 or given[0][1].get_dtype() not in (torch.int64, torch.int32):
+        return NotImplemented
+    dim, index = given[0]
+    load_x, load_i = x.make_loader(), index.make_loader()
+    size = x.get_size()[dim]
+    k = len(index.get_size())
+
+    def inner(idx):
+        i = ops.indirect_indexing(load_i(idx[dim:dim + k]), size, True)
+        return load_x(list(idx[:dim]) + [i] + list(idx[dim + k:]))
+    return Pointwise(ctx.device, ctx.dtype, inner, ctx.size)
