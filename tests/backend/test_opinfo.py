@@ -77,10 +77,15 @@ def _raising_backend(gm, example_inputs):
     raise RuntimeError("lowering failed")
 
 
+def _eager_backend(gm, example_inputs):
+    return gm.forward
+
+
 @pytest.mark.parametrize("backend,category", [
-    (None, "eager-graph"), (_kernel_backend, "kernel"), (_fallback_backend, "fallback"),
-    (_wrong_backend, "fail"), (_raising_backend, "fail")],
-    ids=["eager-graph", "kernel", "fallback", "mismatch", "raises"])
+    (_eager_backend, "eager-graph"), (_kernel_backend, "kernel"),
+    (_fallback_backend, "fallback"), (_wrong_backend, "fail"), (_raising_backend, "fail"),
+    (None, "kernel")],
+    ids=["eager-graph", "kernel", "fallback", "mismatch", "raises", "ember"])
 def test_harness_classifies(backend, category):
     x, y = torch.randn(3, 4), torch.randn(4)
     sample = _sample(x, args=([y, 2.0],), kwargs={})   # a tensor nested in a list: a graph input

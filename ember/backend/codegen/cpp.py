@@ -203,6 +203,11 @@ class CppOpsHandler:
     def logical_xor(self, a, b):
         return self._emit(f"static_cast<bool>({a}) != static_cast<bool>({b})", torch.bool)
 
+    def bitwise_not(self, a):
+        if a.dtype is torch.bool:
+            return self._emit(f"!{a}", torch.bool)
+        return self._typed(f"~{a}", a.dtype)
+
     def isnan(self, a):
         return self._emit(f"({a} != {a})", torch.bool)
 

@@ -7,6 +7,8 @@ its last use, and returns the outputs. The module is plain Python a user can rea
 """
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ember.backend.codegen.cpp import cpp_index
@@ -40,6 +42,8 @@ class WrapperCodegen:
             return f"[{inner}]" if isinstance(node, list) else f"({inner}{',' if len(node) == 1 else ''})"
         if isinstance(node, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
             return self.const(node)
+        if isinstance(node, float) and not math.isfinite(node):
+            return self.const(node)   # inf/nan have no literal
         return repr(node)
 
     def const(self, obj) -> str:
