@@ -255,7 +255,8 @@ class Pointwise(Loops):
 
 class Reduction(Loops):
     """``reduction_type`` over ``reduction_ranges`` of ``inner_fn(index, rindex)``; the result
-    has ``ranges``. Types: sum, prod, max, min, any, all."""
+    has ``ranges``. Types: sum, prod, max, min, any, all, argmax, argmin (the index of the
+    first extreme element, flattened over the reduced dims)."""
 
     def __init__(self, device, dtype, inner_fn, ranges, reduction_ranges, reduction_type,
                  src_dtype):

@@ -153,3 +153,10 @@ def test_index_out_of_range_raises_like_eager():
     compiled(table, torch.tensor([0, 4]))
     with pytest.raises(IndexError):
         compiled(table, torch.tensor([0, 5]))
+
+
+def test_argmax_argmin_keep_the_first_extreme_and_nan():
+    x = torch.randint(0, 3, (6, 9)).float()          # many ties
+    x[2, 4] = float("nan")
+    run(lambda t: (t.argmax(1), t.argmin(0), t.argmax(), t.argmin(1, keepdim=True)), x)
+    assert not metrics.fallback_ops

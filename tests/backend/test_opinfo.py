@@ -108,7 +108,7 @@ def test_harness_detects_input_mutation_and_frontend_eager():
     assert out.category == "fail" and "mutation" in out.detail, out.line()
 
     out = run_sample(_add_op(), lambda a, b: a + b.sum().item(), _sample(x, args=(y,)),
-                     torch.float32)
+                     torch.float32)   # the real "ember" backend: never reached
     assert out.category == "frontend-eager", out.line()
 
     out = run_sample(_add_op(), torch.add, _sample(x, args=(torch.randn(5),)), torch.float32)

@@ -363,17 +363,26 @@ class CppKernel:
         k = self.kernel
         reductions = [n for n in nodes if n.role == "reduction"]
         accs = {}
+        arg_kinds = ("argmax", "argmin")
         for node in reductions:
             data = node.buf.data
             dtype = data.src_dtype
             acc = f"acc_{node.name}"
             accs[node.name] = acc
-            self.line(f"{CPP_TYPES[dtype]} {acc} = {_init(data.reduction_type, dtype)};")
-        clauses = " ".join(f"reduction({_REDUCTION_CLAUSE[n.buf.data.reduction_type]}:"
-                           f"{accs[n.name]})" for n in reductions)
+            kind = data.reduction_type
+            if kind in arg_kinds:
+                init = _init("max" if kind == "argmax" else "min", dtype)
+                self.line(f"{CPP_TYPES[dtype]} {acc} = {init}; int64_t {acc}_i = 0;")
+            else:
+                self.line(f"{CPP_TYPES[dtype]} {acc} = {_init(kind, dtype)};")
+        # arg reductions keep the first extreme element: a sequential scan, no SIMD clause
+        sequential = any(n.buf.data.reduction_type in arg_kinds for n in reductions)
+        clauses = "" if sequential else " ".join(
+            f"reduction({_REDUCTION_CLAUSE[n.buf.data.reduction_type]}:{accs[n.name]})"
+            for n in reductions)
         collapse = f" collapse({len(k.inner)})" if len(k.inner) > 1 else ""
         pragma = "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
-        if k.inner:
+        if k.inner and not sequential:
             self.line(f"{pragma}{collapse} {clauses}".rstrip())
         for var, size in zip(r, k.inner):
             self.line(f"for (int64_t {var} = 0; {var} < {cpp_index(size)}; {var}++) {{")
@@ -385,7 +394,17 @@ class CppKernel:
                 value = node.body(x, r)
                 if value.dtype != data.src_dtype:
                     value = CppOpsHandler(self).to_dtype(value, data.src_dtype)
-                self.line(f"{accs[node.name]} = {_combine(data.reduction_type, accs[node.name], value)};")
+                acc = accs[node.name]
+                if data.reduction_type in arg_kinds:
+                    linear = sympy.Integer(0)
+                    for var, size in zip(r, k.inner):
+                        linear = linear * size + var
+                    better = ">" if data.reduction_type == "argmax" else "<"
+                    # NaN wins and the first one is kept, as in eager
+                    self.line(f"if ({acc} == {acc} && ({value} != {value} || {value} {better} "
+                              f"{acc})) {{ {acc} = {value}; {acc}_i = {cpp_index(linear)}; }}")
+                else:
+                    self.line(f"{acc} = {_combine(data.reduction_type, acc, value)};")
             else:
                 self.store(node, node.store_index(x + r), node.body(x + r))
         self.pop()
@@ -393,7 +412,10 @@ class CppKernel:
             self.indent -= 1
             self.line("}")
         for node in reductions:
-            value = CppValue(accs[node.name], node.buf.data.src_dtype)
+            if node.buf.data.reduction_type in arg_kinds:
+                value = CppValue(f"{accs[node.name]}_i", torch.int64)
+            else:
+                value = CppValue(accs[node.name], node.buf.data.src_dtype)
             self.store(node, node.store_index(x), value)
 
     def _signature(self) -> str:

@@ -78,6 +78,14 @@ def _amax(ctx, x, dim=(), keepdim=False):
     return reduce(ctx, x, _dims(x, dim), kind, ctx.dtype, ctx.dtype, keepdim)
 
 
+@register_lowering(aten.argmax.default, aten.argmin.default)
+def _argmax(ctx, x, dim=None, keepdim=False):
+    kind = "argmax" if ctx.node.target is aten.argmax.default else "argmin"
+    if len(x.get_size()) == 0:
+        return NotImplemented
+    return reduce(ctx, x, _dims(x, dim), kind, x.get_dtype(), torch.int64, keepdim)
+
+
 @register_lowering(aten.any.dim, aten.any.dims, aten.any.default, aten.all.dim,
                    aten.all.default, aten.all.dims)
 def _any_all(ctx, x, dim=None, keepdim=False):
