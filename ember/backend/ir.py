@@ -269,6 +269,21 @@ class Reduction(Loops):
         raise RuntimeError("a Reduction must be realized before it is read")
 
 
+class Scatter(Loops):
+    """Writes into existing memory (``ComputedBuffer.mutates``) at computed indices: over
+    ``ranges``, ``target[store_index(index)] = inner_fn(index)`` (or ``+=`` when
+    ``accumulate``). Runs as its own sequential kernel, so duplicate indices resolve as in
+    eager (the last write wins, or every value is added)."""
+
+    def __init__(self, device, dtype, inner_fn, ranges, store_index, accumulate: bool):
+        super().__init__(device, dtype, inner_fn, ranges)
+        self.store_index = store_index
+        self.accumulate = accumulate
+
+    def make_loader(self):
+        raise RuntimeError("a Scatter is read through the buffer it writes")
+
+
 def index_vars(prefix: str, n: int) -> list[sympy.Symbol]:
     return [sympy.Symbol(f"{prefix}{i}", integer=True, nonnegative=True) for i in range(n)]
 

@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import sympy
 
 from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, Reduction, ReinterpretView,
-                              index_vars)
+                              Scatter, index_vars)
 from ember.backend.ops import use_handler
 
 
@@ -98,6 +98,12 @@ def _squeezer(ranges):
 
 def make_node(buf: ComputedBuffer) -> SchedulerNode:
     data = buf.data
+    if isinstance(data, Scatter):
+        x = index_vars("x", len(data.ranges))
+        node = SchedulerNode(buf, False, list(data.ranges), [], data.inner_fn,
+                             data.store_index, role="scatter")
+        node.reads = extract_reads(lambda i: (data.inner_fn(i), data.store_index(i)), x)
+        return node
     ranges, expand = _squeezer(list(data.ranges))
     store_index = lambda x: buf.layout.index(expand(x))   # noqa: E731
     if isinstance(data, Reduction):
@@ -177,6 +183,10 @@ def schedule(buffers: Sequence[Buffer], output_names: set[str]) -> list:
             steps.append(buf)
             continue
         node = make_node(buf)
+        if node.role == "scatter":       # a kernel of its own, run sequentially
+            current = None
+            steps.append(FusedKernel(list(node.ranges), [], [node]))
+            continue
         role = _role(node, current.outer, current.inner) if current is not None else None
         if role is not None and _read_ok(current, node, role):
             node.role = role
@@ -210,7 +220,7 @@ def _segment(kernel: FusedKernel) -> None:
     x = index_vars("x", len(kernel.outer))
     r = index_vars("r", len(kernel.inner))
     for node in kernel.nodes:
-        if node.role == "outer":
+        if node.role in ("outer", "scatter"):
             if segs and segs[-1][0] == "outer":
                 segs[-1][1].append(node)
             else:

@@ -160,3 +160,21 @@ def test_argmax_argmin_keep_the_first_extreme_and_nan():
     x[2, 4] = float("nan")
     run(lambda t: (t.argmax(1), t.argmin(0), t.argmax(), t.argmin(1, keepdim=True)), x)
     assert not metrics.fallback_ops
+
+
+def test_scatter_and_index_put_run_sequentially_like_eager():
+    x = torch.randn(6, 5)
+    idx = torch.tensor([[0, 1, 2, 0, 0], [5, 5, 5, 1, 2]])      # duplicates
+    src = torch.randn(2, 5)
+    run(lambda t, i, s: t.scatter(0, i, s) * 2, x, idx, src)
+    run(lambda t, i, s: t.scatter_add(0, i, s) + 1, x, idx, src)
+    rows = torch.tensor([4, 0, 4, -1])
+    vals = torch.randn(4, 5)
+
+    def put(t, r, v):
+        t = t.clone()
+        t[r] = v
+        return t.relu()
+    run(put, x, rows, vals)
+    run(lambda t, r, v: t.index_put((r,), v, accumulate=True), x, rows, vals)
+    assert not metrics.fallback_ops

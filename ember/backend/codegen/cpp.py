@@ -328,7 +328,9 @@ class CppKernel:
         segs = self.kernel.segments
         handler = CppOpsHandler(self)
         outer_n = product(k.outer)
-        parallel_outer = bool(k.outer) and outer_n.is_Integer and int(outer_n) >= PARALLEL_MIN_ITERS
+        scatter = any(n.role == "scatter" for n in k.nodes)
+        parallel_outer = bool(k.outer) and outer_n.is_Integer and \
+            int(outer_n) >= PARALLEL_MIN_ITERS and not scatter
         inner_n = product(k.inner)
         parallel_inner = not parallel_outer and inner_n.is_Integer and \
             int(inner_n) >= PARALLEL_MIN_INNER
@@ -344,7 +346,10 @@ class CppKernel:
             for kind, nodes in segs:
                 if kind == "outer":
                     for node in nodes:
-                        self.store(node, node.store_index(x), node.body(x))
+                        if node.role == "scatter":
+                            self._scatter(node, x)
+                        else:
+                            self.store(node, node.store_index(x), node.body(x))
                 else:
                     self._loop(nodes, x, r, parallel_inner)
             for _ in k.outer:
@@ -417,6 +422,16 @@ class CppKernel:
             else:
                 value = CppValue(accs[node.name], node.buf.data.src_dtype)
             self.store(node, node.store_index(x), value)
+
+    def _scatter(self, node, x):
+        data = node.buf.data
+        value = node.body(x)
+        dtype = node.buf.get_dtype()
+        if value.dtype != dtype:
+            value = CppOpsHandler(self).to_dtype(value, dtype)
+        target = f"p_{node.writes}[{cpp_index(node.store_index(x))}]"
+        self.stored.add(node.writes)
+        self.line(f"{target} {'+' if data.accumulate else ''}= {value};")
 
     def _signature(self) -> str:
         params = []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ember.backend.ir import Pointwise, sym
+from ember.backend.ir import ComputedBuffer, Pointwise, Scatter, sym
 from ember.backend.lowering.registry import aten, compute_dtype, register_lowering
 from ember.backend.ops import ops
 
@@ -136,3 +136,69 @@ def _index(ctx, x, indices):
         i = ops.indirect_indexing(load_i(idx[dim:dim + k]), size, True)
         return load_x(list(idx[:dim]) + [i] + list(idx[dim + k:]))
     return Pointwise(ctx.device, ctx.dtype, inner, ctx.size)
+
+
+def _scatter_into_copy(ctx, x, ranges, store_index, value_fn, accumulate):
+    """A copy of ``x`` (a new buffer), then a sequential kernel writing into it."""
+    out = ctx.graph.realize(Pointwise(ctx.device, ctx.dtype, x.make_loader(), x.get_size()))
+    data = Scatter(ctx.device, ctx.dtype, value_fn, ranges, store_index, accumulate)
+    buf = ComputedBuffer(ctx.graph.new_name(), out.layout, data, mutates=out.name)
+    ctx.graph.buffers.append(buf)
+    return out
+
+
+@register_lowering(aten.scatter.src, aten.scatter.value, aten.scatter_add.default)
+def _scatter(ctx, x, dim, index, src, reduce=None):
+    if reduce is not None or len(x.get_size()) == 0:
+        return NotImplemented
+    accumulate = ctx.node.target is aten.scatter_add.default
+    dim %= len(x.get_size())
+    load_i = index.make_loader()
+    load_src = src.make_loader() if hasattr(src, "make_loader") else None
+    size = x.get_size()[dim]
+
+    def value(idx):
+        if load_src is None:
+            return ops.constant(src, ctx.dtype)
+        v = load_src(idx)
+        return v if src.get_dtype() == ctx.dtype else ops.to_dtype(v, ctx.dtype)
+
+    holder = {}
+
+    def store_index(idx):
+        i = ops.indirect_indexing(load_i(idx), size)
+        full = list(idx)
+        full[dim] = i
+        return holder["layout"].index(full)
+    out = _scatter_into_copy(ctx, x, index.get_size(), store_index, value, accumulate)
+    holder["layout"] = out.layout
+    return out
+
+
+@register_lowering(aten.index_put.default)
+def _index_put(ctx, x, indices, values, accumulate=False):
+    """``x[idx] = values`` with one integer index tensor on the first dim."""
+    if len(indices) != 1 or indices[0] is None or indices[0].get_dtype() not in (
+            torch.int64, torch.int32) or len(indices[0].get_size()) != 1:
+        return NotImplemented
+    index = indices[0]
+    load_i = index.make_loader()
+    size = x.get_size()
+    n = index.get_size()[0]
+    ranges = [n] + list(size[1:])
+    load_v = values.make_loader()
+    vsize = values.get_size()
+    holder = {}
+
+    def value(idx):
+        offset = len(ranges) - len(vsize)
+        vi = [sympy.Integer(0) if vsize[k] == 1 else idx[k + offset] for k in range(len(vsize))]
+        v = load_v(vi)
+        return v if values.get_dtype() == ctx.dtype else ops.to_dtype(v, ctx.dtype)
+
+    def store_index(idx):
+        i = ops.indirect_indexing(load_i([idx[0]]), size[0], True)
+        return holder["layout"].index([i] + list(idx[1:]))
+    out = _scatter_into_copy(ctx, x, ranges, store_index, value, accumulate)
+    holder["layout"] = out.layout
+    return out
