@@ -178,3 +178,12 @@ def test_scatter_and_index_put_run_sequentially_like_eager():
     run(put, x, rows, vals)
     run(lambda t, r, v: t.index_put((r,), v, accumulate=True), x, rows, vals)
     assert not metrics.fallback_ops
+
+
+def test_max_min_reductions_propagate_nan():
+    x = torch.randn(5, 40)
+    x[1, 7] = float("nan")
+    x[3, :] = float("nan")
+    x[4, :] = float("-inf")
+    run(lambda t: (t.amax(1), t.amin(1), t.amax(0)), x)
+    run(lambda t: t.amax(), x)

@@ -39,10 +39,8 @@ PRELUDE = r"""
 #include <cstdint>
 #include <algorithm>
 #include <limits>
-template <typename T> static inline T ember_max(T a, T b) {
-  if (a != a) return a; if (b != b) return b; return a > b ? a : b; }
-template <typename T> static inline T ember_min(T a, T b) {
-  if (a != a) return a; if (b != b) return b; return a < b ? a : b; }
+template <typename T> static inline T ember_max(T a, T b) { return (a > b || a != a) ? a : b; }
+template <typename T> static inline T ember_min(T a, T b) { return (a < b || a != a) ? a : b; }
 template <typename T> static inline T ember_relu(T a) { return (a != a) ? a : (a > T(0) ? a : T(0)); }
 template <typename T> static inline T ember_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
 template <typename T> static inline T ember_sign(T a) {
@@ -60,18 +58,9 @@ template <typename T> static inline T ember_lowest() {
 template <typename T> static inline T ember_highest() {
   return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
                                               : std::numeric_limits<T>::max(); }
-#pragma omp declare reduction(emax : float : omp_out = ember_max(omp_out, omp_in)) initializer(omp_priv = ember_lowest<float>())
-#pragma omp declare reduction(emin : float : omp_out = ember_min(omp_out, omp_in)) initializer(omp_priv = ember_highest<float>())
-#pragma omp declare reduction(emax : double : omp_out = ember_max(omp_out, omp_in)) initializer(omp_priv = ember_lowest<double>())
-#pragma omp declare reduction(emin : double : omp_out = ember_min(omp_out, omp_in)) initializer(omp_priv = ember_highest<double>())
-#pragma omp declare reduction(emax : int64_t : omp_out = ember_max(omp_out, omp_in)) initializer(omp_priv = ember_lowest<int64_t>())
-#pragma omp declare reduction(emin : int64_t : omp_out = ember_min(omp_out, omp_in)) initializer(omp_priv = ember_highest<int64_t>())
-#pragma omp declare reduction(emax : int32_t : omp_out = ember_max(omp_out, omp_in)) initializer(omp_priv = ember_lowest<int32_t>())
-#pragma omp declare reduction(emin : int32_t : omp_out = ember_min(omp_out, omp_in)) initializer(omp_priv = ember_highest<int32_t>())
 """
 
-_REDUCTION_CLAUSE = {"sum": "+", "prod": "*", "max": "emax", "min": "emin", "any": "||",
-                     "all": "&&"}
+_REDUCTION_CLAUSE = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}
 _UNARY_CPP = {
     "neg": "-{0}", "abs": "std::abs({0})", "exp": "std::exp({0})", "exp2": "std::exp2({0})",
     "expm1": "std::expm1({0})", "log": "std::log({0})", "log2": "std::log2({0})",
@@ -380,11 +369,13 @@ class CppKernel:
                 self.line(f"{CPP_TYPES[dtype]} {acc} = {init}; int64_t {acc}_i = 0;")
             else:
                 self.line(f"{CPP_TYPES[dtype]} {acc} = {_init(kind, dtype)};")
+            if kind in ("max", "min") and dtype.is_floating_point:
+                # the built-in max/min reduction vectorises to vmaxps/vminps; NaNs are
+                # tracked in a flag so a row holding one still reduces to NaN, as in eager
+                self.line(f"int {acc}_nan = 0;")
         # arg reductions keep the first extreme element: a sequential scan, no SIMD clause
         sequential = any(n.buf.data.reduction_type in arg_kinds for n in reductions)
-        clauses = "" if sequential else " ".join(
-            f"reduction({_REDUCTION_CLAUSE[n.buf.data.reduction_type]}:{accs[n.name]})"
-            for n in reductions)
+        clauses = "" if sequential else " ".join(_clause(n, accs[n.name]) for n in reductions)
         collapse = f" collapse({len(k.inner)})" if len(k.inner) > 1 else ""
         pragma = "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
         if k.inner and not sequential:
@@ -408,6 +399,11 @@ class CppKernel:
                     # NaN wins and the first one is kept, as in eager
                     self.line(f"if ({acc} == {acc} && ({value} != {value} || {value} {better} "
                               f"{acc})) {{ {acc} = {value}; {acc}_i = {cpp_index(linear)}; }}")
+                elif data.reduction_type in ("max", "min"):
+                    sign = ">" if data.reduction_type == "max" else "<"
+                    self.line(f"{acc} = {acc} {sign} {value} ? {acc} : {value};")
+                    if data.src_dtype.is_floating_point:
+                        self.line(f"{acc}_nan |= ({value} != {value});")
                 else:
                     self.line(f"{acc} = {_combine(data.reduction_type, acc, value)};")
             else:
@@ -421,6 +417,10 @@ class CppKernel:
                 value = CppValue(f"{accs[node.name]}_i", torch.int64)
             else:
                 value = CppValue(accs[node.name], node.buf.data.src_dtype)
+                dtype = node.buf.data.src_dtype
+                if node.buf.data.reduction_type in ("max", "min") and dtype.is_floating_point:
+                    self.line(f"if ({value}_nan) {value} = "
+                              f"std::numeric_limits<{CPP_TYPES[dtype]}>::quiet_NaN();")
             self.store(node, node.store_index(x), value)
 
     def _scatter(self, node, x):
@@ -441,6 +441,14 @@ class CppKernel:
             params.append(f"{const}{ctype}* p_{name}")
         self.args = sorted(self.loaded | self.stored)
         return f'extern "C" void {self.name}({", ".join(params)})'
+
+
+def _clause(node, acc: str) -> str:
+    kind = node.buf.data.reduction_type
+    if kind in ("max", "min"):
+        flag = f" reduction(|:{acc}_nan)" if node.buf.data.src_dtype.is_floating_point else ""
+        return f"reduction({kind}:{acc}){flag}"
+    return f"reduction({_REDUCTION_CLAUSE[kind]}:{acc})"
 
 
 def _init(reduction_type: str, dtype: torch.dtype) -> str:
