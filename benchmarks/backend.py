@@ -153,19 +153,16 @@ class SpeedRow:
 
     @property
     def eager_over_ember(self) -> float | None:
-        return _ratio(self.eager_ms, self.ember_ms)
+        return harness._ratio(self.eager_ms, self.ember_ms)
 
     @property
     def torch_compile_over_ember(self) -> float | None:
-        return _ratio(self.torch_compile_ms, self.ember_ms)
+        return harness._ratio(self.torch_compile_ms, self.ember_ms)
 
     def as_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "eager_over_ember": self.eager_over_ember,
                 "torch_compile_over_ember": self.torch_compile_over_ember}
 
-
-def _ratio(num: float | None, den: float | None) -> float | None:
-    return num / den if num is not None and den else None
 
 
 def measure_speed(spec: RowSpec, *, small: bool, iters: int, warmup: int,

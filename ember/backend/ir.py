@@ -125,10 +125,9 @@ class IRNode:
         return product(self.get_size())
 
 
-class Buffer(IRNode):
-    def __init__(self, name: str, layout: Layout):
-        self.name = name
-        self.layout = layout
+class _LaidOut(IRNode):
+    """A node whose size, dtype and device are those of its ``layout``."""
+    layout: Layout
 
     def get_size(self):
         return list(self.layout.size)
@@ -138,6 +137,12 @@ class Buffer(IRNode):
 
     def get_device(self):
         return self.layout.device
+
+
+class Buffer(_LaidOut):
+    def __init__(self, name: str, layout: Layout):
+        self.name = name
+        self.layout = layout
 
     def make_loader(self):
         name, layout = self.name, self.layout
@@ -183,7 +188,7 @@ class ExternBuffer(Buffer):
         self.parent: "ExternBuffer | None" = None
 
 
-class ReinterpretView(IRNode):
+class ReinterpretView(_LaidOut):
     """A view of a buffer's storage with its own size/stride/offset."""
 
     def __init__(self, data: Buffer, layout: Layout):
@@ -193,15 +198,6 @@ class ReinterpretView(IRNode):
     @property
     def name(self):
         return self.data.name
-
-    def get_size(self):
-        return list(self.layout.size)
-
-    def get_dtype(self):
-        return self.layout.dtype
-
-    def get_device(self):
-        return self.layout.device
 
     def make_loader(self):
         name, layout = self.data.name, self.layout
