@@ -77,7 +77,10 @@ class GraphLowering:
         self.inputs: list[InputBuffer] = []      # graph inputs, placeholder order
         self.constants: dict[str, torch.Tensor] = {}
         self.outputs: list[Any] = []
-        self._realized: dict[int, Buffer] = {}
+        # id(node) -> (buffer, node); holding the node keeps its id from being reused by a
+        # later, different node (which would then be "realized" as the wrong buffer)
+        self._realized: dict[int, tuple] = {}
+        self.reductions: dict[tuple, tuple] = {}   # reductions already made, for reuse
         self._count = 0
         self.env: dict[torch.fx.Node, Any] = {}
 
@@ -93,7 +96,7 @@ class GraphLowering:
             return node
         key = id(node)
         if layout is None and key in self._realized:
-            return self._realized[key]
+            return self._realized[key][0]
         size = node.get_size()
         memo = layout is None
         if layout is None:
@@ -103,7 +106,7 @@ class GraphLowering:
         buf = ComputedBuffer(self.new_name(), layout, data)
         self.buffers.append(buf)
         if memo:
-            self._realized[key] = buf
+            self._realized[key] = (buf, node)
         return buf
 
     def memory(self, node: IRNode) -> IRNode:

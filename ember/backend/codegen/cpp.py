@@ -29,6 +29,7 @@ CPP_TYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int6
 
 PARALLEL_MIN_ITERS = 64          # fewer outer iterations than this: parallelise inner loops
 PARALLEL_MIN_INNER = 8192        # ... and only inner loops at least this long
+PARTIAL_SUMS = 32                # lanes of partial sums in a row sum (4 AVX2 vectors)
 
 PRELUDE = r"""
 // glibc declares the SIMD variants of its math functions (libmvec, <= 4 ulp) only under
@@ -375,43 +376,26 @@ class CppKernel:
                 self.line(f"int {acc}_nan = 0;")
         # arg reductions keep the first extreme element: a sequential scan, no SIMD clause
         sequential = any(n.buf.data.reduction_type in arg_kinds for n in reductions)
-        clauses = "" if sequential else " ".join(_clause(n, accs[n.name]) for n in reductions)
-        collapse = f" collapse({len(k.inner)})" if len(k.inner) > 1 else ""
-        pragma = "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
-        if k.inner and not sequential:
-            self.line(f"{pragma}{collapse} {clauses}".rstrip())
-        for var, size in zip(r, k.inner):
-            self.line(f"for (int64_t {var} = 0; {var} < {cpp_index(size)}; {var}++) {{")
-            self.indent += 1
-        self.push()
-        for node in nodes:
-            if node.role == "reduction":
-                data = node.buf.data
-                value = node.body(x, r)
-                if value.dtype != data.src_dtype:
-                    value = CppOpsHandler(self).to_dtype(value, data.src_dtype)
-                acc = accs[node.name]
-                if data.reduction_type in arg_kinds:
-                    linear = sympy.Integer(0)
-                    for var, size in zip(r, k.inner):
-                        linear = linear * size + var
-                    better = ">" if data.reduction_type == "argmax" else "<"
-                    # NaN wins and the first one is kept, as in eager
-                    self.line(f"if ({acc} == {acc} && ({value} != {value} || {value} {better} "
-                              f"{acc})) {{ {acc} = {value}; {acc}_i = {cpp_index(linear)}; }}")
-                elif data.reduction_type in ("max", "min"):
-                    sign = ">" if data.reduction_type == "max" else "<"
-                    self.line(f"{acc} = {acc} {sign} {value} ? {acc} : {value};")
-                    if data.src_dtype.is_floating_point:
-                        self.line(f"{acc}_nan |= ({value} != {value});")
-                else:
-                    self.line(f"{acc} = {_combine(data.reduction_type, acc, value)};")
-            else:
-                self.store(node, node.store_index(x + r), node.body(x + r))
-        self.pop()
-        for _ in k.inner:
-            self.indent -= 1
-            self.line("}")
+        size = k.inner[0] if len(k.inner) == 1 else None
+        if (not parallel and not sequential and reductions and size is not None
+                and size.is_Integer and int(size) >= 2 * PARTIAL_SUMS
+                and all(n.buf.data.reduction_type == "sum" for n in reductions)):
+            self._split_sum_loop(nodes, reductions, accs, x, r[0], int(size))
+        else:
+            clauses = "" if sequential else " ".join(_clause(n, accs[n.name])
+                                                     for n in reductions)
+            collapse = f" collapse({len(k.inner)})" if len(k.inner) > 1 else ""
+            pragma = "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
+            if k.inner and not sequential:
+                self.line(f"{pragma}{collapse} {clauses}".rstrip())
+            for var, size in zip(r, k.inner):
+                self.line(f"for (int64_t {var} = 0; {var} < {cpp_index(size)}; {var}++) {{")
+                self.indent += 1
+            self._loop_body(nodes, accs, x, r, lambda node, acc, value: self.line(
+                f"{acc} = {_combine(node.buf.data.reduction_type, acc, value)};"))
+            for _ in k.inner:
+                self.indent -= 1
+                self.line("}")
         for node in reductions:
             if node.buf.data.reduction_type in arg_kinds:
                 value = CppValue(f"{accs[node.name]}_i", torch.int64)
@@ -422,6 +406,71 @@ class CppKernel:
                     self.line(f"if ({value}_nan) {value} = "
                               f"std::numeric_limits<{CPP_TYPES[dtype]}>::quiet_NaN();")
             self.store(node, node.store_index(x), value)
+
+    def _loop_body(self, nodes, accs, x, r, accumulate) -> None:
+        """The nodes of one inner loop; ``accumulate(node, acc, value)`` emits how a sum-like
+        reduction takes in a value."""
+        k = self.kernel
+        self.push()
+        for node in nodes:
+            if node.role != "reduction":
+                self.store(node, node.store_index(x + r), node.body(x + r))
+                continue
+            data = node.buf.data
+            value = node.body(x, r)
+            if value.dtype != data.src_dtype:
+                value = CppOpsHandler(self).to_dtype(value, data.src_dtype)
+            acc = accs[node.name]
+            kind = data.reduction_type
+            if kind in ("argmax", "argmin"):
+                linear = sympy.Integer(0)
+                for var, size in zip(r, k.inner):
+                    linear = linear * size + var
+                better = ">" if kind == "argmax" else "<"
+                # NaN wins and the first one is kept, as in eager
+                self.line(f"if ({acc} == {acc} && ({value} != {value} || {value} {better} "
+                          f"{acc})) {{ {acc} = {value}; {acc}_i = {cpp_index(linear)}; }}")
+            elif kind in ("max", "min"):
+                sign = ">" if kind == "max" else "<"
+                self.line(f"{acc} = {acc} {sign} {value} ? {acc} : {value};")
+                if data.src_dtype.is_floating_point:
+                    self.line(f"{acc}_nan |= ({value} != {value});")
+            else:
+                accumulate(node, acc, value)
+        self.pop()
+
+    def _split_sum_loop(self, nodes, reductions, accs, x, r0, size: int) -> None:
+        """A sum loop as blocks of PARTIAL_SUMS lanes with one partial sum per lane (several
+        independent add chains, so the adds pipeline), then a tail loop and the lane total."""
+        lanes = PARTIAL_SUMS
+        main = size - size % lanes
+        for node in reductions:
+            ctype = CPP_TYPES[node.buf.data.src_dtype]
+            self.line(f"{ctype} {accs[node.name]}_part[{lanes}] = {{}};")
+        self.line(f"for (int64_t {r0}_block = 0; {r0}_block < {main}; "
+                  f"{r0}_block += {lanes}) {{")
+        self.indent += 1
+        self.line("#pragma omp simd")
+        self.line(f"for (int64_t {r0}_lane = 0; {r0}_lane < {lanes}; {r0}_lane++) {{")
+        self.indent += 1
+        self.line(f"int64_t {r0} = {r0}_block + {r0}_lane;")
+        self._loop_body(nodes, accs, x, [r0], lambda node, acc, value: self.line(
+            f"{acc}_part[{r0}_lane] = {acc}_part[{r0}_lane] + {value};"))
+        self.indent -= 1
+        self.line("}")
+        self.indent -= 1
+        self.line("}")
+        if main < size:
+            self.line(f"for (int64_t {r0} = {main}; {r0} < {size}; {r0}++) {{")
+            self.indent += 1
+            self._loop_body(nodes, accs, x, [r0], lambda node, acc, value: self.line(
+                f"{acc} = {acc} + {value};"))
+            self.indent -= 1
+            self.line("}")
+        for node in reductions:
+            acc = accs[node.name]
+            self.line(f"for (int64_t lane = 0; lane < {lanes}; lane++) "
+                      f"{acc} = {acc} + {acc}_part[lane];")
 
     def _scatter(self, node, x):
         data = node.buf.data

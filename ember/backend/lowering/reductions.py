@@ -41,8 +41,19 @@ def reduce(ctx, x, dims: list[int], reduction_type: str, compute: torch.dtype,
             value = ops.to_dtype(value, compute)
         return map_fn(value, full) if map_fn else value
 
-    red = Reduction(x.get_device(), out_dtype, inner, ranges, rranges, reduction_type, compute)
-    buf = ctx.graph.realize(red)
+    # the same reduction of the same value is computed once (layer_norm's decomposition asks
+    # for the row sum twice: once for the mean, once inside the variance)
+    key = (id(x), tuple(dims), reduction_type, compute, out_dtype) if map_fn is None else None
+    memo = ctx.graph.reductions
+    buf = memo.get(key) if key is not None else None
+    if buf is None:
+        red = Reduction(x.get_device(), out_dtype, inner, ranges, rranges, reduction_type,
+                        compute)
+        buf = ctx.graph.realize(red)
+        if key is not None:
+            memo[key] = (buf, x)   # keeps x alive so its id is not reused
+    else:
+        buf = buf[0]
     if not keepdim:
         return buf
     out_size = [sympy.Integer(1) if i in dims else size[i] for i in range(ndim)]
