@@ -185,3 +185,9 @@ def test_add_relu_op_count():
 
 def test_sum_keepdim_op_count():
     check(lambda x: x.sum(dim=0, keepdim=True), (r(3, 4),), ops=1)
+
+
+def test_direct_aten_op_calls_are_graph_nodes():
+    def f(x, y):
+        return torch.ops.aten.add.Tensor(x, y) * torch.ops.aten.relu(y)
+    check(f, (torch.randn(3, 4), torch.randn(3, 4)))

@@ -94,7 +94,8 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
     if handler is not None:
         add(guards.id_match(source, value))
         return HandlerFunctionVariable(value, handler, source)
-    if is_graph_callable(value):
+    if is_graph_callable(value) or isinstance(value, (torch._ops.OpOverload,
+                                                      torch._ops.OpOverloadPacket)):
         add(guards.id_match(source, value))
         return GraphCallableVariable(value, source)
     if isinstance(value, types.ModuleType):

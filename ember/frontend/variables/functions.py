@@ -313,6 +313,13 @@ class GraphCallableVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.value, name))
+        import torch
+        if isinstance(self.value, torch._ops.OpOverloadPacket):   # aten.add.Tensor
+            try:
+                return tx.wrap(getattr(self.value, name), None)
+            except AttributeError:
+                raise Unsupported(f"AttributeError: {self.value} has no overload {name!r}") \
+                    from None
         return super().var_getattr(tx, name)
 
     def __repr__(self):
