@@ -31,7 +31,7 @@ import torch
 
 from ember.frontend.exc import Unsupported
 from ember.frontend.guards import Guard
-from ember.frontend.source import ConstantSource, Source
+from ember.frontend.source import ConstantSource, LocalSource, Source
 
 _LITERAL_TYPES = (int, str, bool, type(None), bytes)
 
@@ -95,6 +95,8 @@ class EntryCodegen:
             return name
         if isinstance(source, ConstantSource):
             return source.slot
+        if isinstance(source, LocalSource):
+            return source.local      # a parameter of the entry function: no copy needed
         base = source.base
         expr = source.render(self.load(base)) if base is not None else source.expr()
         name = self.fresh("___s")

@@ -110,8 +110,6 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
     if isinstance(value, types.MethodType):
         func = wrap(tx, value.__func__, AttrSource(source, "__func__") if source else None)
         obj = wrap(tx, value.__self__, AttrSource(source, "__self__") if source else None)
-        if isinstance(obj, NNModuleVariable) and isinstance(func, UserFunctionVariable):
-            return UserMethodVariable(func, obj, source)
         return UserMethodVariable(func, obj, source)
     if isinstance(value, functools.partial):
         add(guards.type_match(source, functools.partial))
