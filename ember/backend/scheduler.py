@@ -13,9 +13,9 @@ the loop nest: a value made per outer iteration may be read anywhere after it at
 index; a value made inside the inner loop only at the very same (outer, inner) index. That
 gives vertical fusion (pointwise chains, pointwise prologues and epilogues of reductions,
 softmax's max, sum and normalisation in one kernel) and horizontal fusion of independent
-nodes with the same loops, without ever recomputing a node. ATen calls (externs) end the
-current kernel. A buffer read only inside its own kernel, at the point where it is made, is
-never written to memory.
+nodes with the same loops, without ever recomputing a node. A node joins the latest kernel
+it fits, looking back past steps it does not depend on. A buffer read only inside its own
+kernel, at the point where it is made, is never written to memory.
 """
 from __future__ import annotations
 
@@ -176,39 +176,67 @@ def _read_ok(kernel: FusedKernel, node: SchedulerNode, role: str) -> bool:
 def schedule(buffers: Sequence[Buffer], output_names: set[str]) -> list:
     """Kernels and extern calls in execution order."""
     steps: list = []
-    current: FusedKernel | None = None
     for buf in buffers:
         if isinstance(buf, ExternBuffer):
-            current = None
             steps.append(buf)
             continue
         node = make_node(buf)
         if node.role == "scatter":       # a kernel of its own, run sequentially
-            current = None
             steps.append(FusedKernel(list(node.ranges), [], [node]))
             continue
-        role = _role(node, current.outer, current.inner) if current is not None else None
-        if role is not None and _read_ok(current, node, role):
-            node.role = role
-            current.nodes.append(node)
+        if _fusable_kernel(steps, node) is not None:
             continue
         if node.is_reduction:
-            current = FusedKernel(list(node.ranges), list(node.rranges))
+            kernel = FusedKernel(list(node.ranges), list(node.rranges))
             node.role = "reduction"
         elif node.ranges:
-            current = FusedKernel(list(node.ranges[:-1]), list(node.ranges[-1:]))
+            kernel = FusedKernel(list(node.ranges[:-1]), list(node.ranges[-1:]))
             node.role = "inner"
         else:
-            current = FusedKernel([], [])
+            kernel = FusedKernel([], [])
             node.role = "outer"
-        current.nodes.append(node)
-        steps.append(current)
+        kernel.nodes.append(node)
+        steps.append(kernel)
     _mark_local_buffers(steps, output_names)
     for step in steps:
         if isinstance(step, FusedKernel):
             _segment(step)
     _reuse_dead_buffers(steps, output_names)
     return steps
+
+
+LOOKBACK = 8   # kernels back the scheduler searches for one a node can join
+
+
+def _step_names(step) -> tuple[set, set]:
+    """(storage names a step writes, names it reads)."""
+    if isinstance(step, FusedKernel):
+        return ({n.writes for n in step.nodes},
+                {name for n in step.nodes for name, _ in n.reads})
+    return {step.name}, set(_extern_reads(step))
+
+
+def _fusable_kernel(steps: list, node: SchedulerNode) -> FusedKernel | None:
+    """Add ``node`` to the latest kernel it fits, searching back past steps it does not
+    depend on (so ``var``'s epilogue joins its reduction even when another reduction was
+    scheduled in between); a step that writes what the node reads, or reads or writes what
+    it writes, stops the search. Returns the kernel, or None."""
+    mine = {name for name, _ in node.reads}
+    seen = 0
+    for step in reversed(steps):
+        if isinstance(step, FusedKernel) and not any(n.role == "scatter" for n in step.nodes):
+            role = _role(node, step.outer, step.inner)
+            if role is not None and _read_ok(step, node, role):
+                node.role = role
+                step.nodes.append(node)
+                return step
+            seen += 1
+            if seen >= LOOKBACK:
+                return None
+        writes, reads = _step_names(step)
+        if writes & mine or node.writes in writes or node.writes in reads:
+            return None
+    return None
 
 
 def _segment(kernel: FusedKernel) -> None:

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import ember
 from ember import config
 from ember.backend import metrics
-from ember.testing import same
+from ember.testing import run_and_get_code, same
 
 
 @pytest.fixture(autouse=True)
@@ -187,3 +187,16 @@ def test_max_min_reductions_propagate_nan():
     x[4, :] = float("-inf")
     run(lambda t: (t.amax(1), t.amin(1), t.amax(0)), x)
     run(lambda t: t.amax(), x)
+
+
+def test_dead_buffers_give_their_memory_to_later_ones():
+    def fn(x, y):
+        a = x - (x * 2).sum(1, keepdim=True)
+        c = torch.softmax(a @ y, -1)
+        return ((c - (c * 3).amax(1, keepdim=True)) @ y).relu()
+    x, y = torch.randn(64, 64), torch.randn(64, 64)
+    compiled = ember.compile(fn, backend="ember")
+    result, sources = run_and_get_code(compiled, x, y)
+    assert same(fn(x, y), result, rtol=1e-4, atol=1e-4)
+    assert "# reuse" in sources[0]
+    assert same(fn(x * 2, y), compiled(x * 2, y), rtol=1e-4, atol=1e-4)

@@ -30,6 +30,7 @@ CPP_TYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int6
 PARALLEL_MIN_ITERS = 64          # fewer outer iterations than this: parallelise inner loops
 PARALLEL_MIN_INNER = 8192        # ... and only inner loops at least this long
 PARTIAL_SUMS = 32                # lanes of partial sums in a row sum (4 AVX2 vectors)
+PARALLEL_CHUNKS = 64             # slices of a reduction split over threads
 
 PRELUDE = r"""
 // glibc declares the SIMD variants of its math functions (libmvec, <= 4 ulp) only under
@@ -53,6 +54,17 @@ template <typename T> static inline T ember_remainder(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) {
     T m = std::fmod(a, b); if (m != 0 && ((m < 0) != (b < 0))) m += b; return m; }
   else { T m = a % b; if (m != 0 && ((m < 0) != (b < 0))) m += b; return m; } }
+template <typename T> static inline void ember_welford_update(T& mean, T& m2, int64_t& n,
+                                                          T v) {
+  n += 1; T d = v - mean; mean = mean + d / static_cast<T>(n); m2 = m2 + d * (v - mean); }
+// Chan et al.'s merge of the state (mean_b, m2_b, n_b) of later elements into (mean, m2, n)
+template <typename T> static inline void ember_welford_combine(T& mean, T& m2, int64_t& n,
+                                                           T mean_b, T m2_b, int64_t n_b) {
+  if (n_b == 0) return;
+  if (n == 0) { mean = mean_b; m2 = m2_b; n = n_b; return; }
+  int64_t total = n + n_b; T d = mean_b - mean;
+  T w = static_cast<T>(n_b) / static_cast<T>(total);
+  mean = mean + d * w; m2 = m2 + m2_b + d * d * static_cast<T>(n) * w; n = total; }
 template <typename T> static inline T ember_lowest() {
   return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
                                               : std::numeric_limits<T>::lowest(); }
@@ -354,74 +366,197 @@ class CppKernel:
                     f"return v; }}\n")
         return text
 
+    # -- inner loops and reductions ------------------------------------------------------------
     def _loop(self, nodes, x, r, parallel):
-        k = self.kernel
-        reductions = [n for n in nodes if n.role == "reduction"]
-        accs = {}
-        arg_kinds = ("argmax", "argmin")
-        for node in reductions:
-            data = node.buf.data
-            dtype = data.src_dtype
-            acc = f"acc_{node.name}"
-            accs[node.name] = acc
-            kind = data.reduction_type
-            if kind in arg_kinds:
-                init = _init("max" if kind == "argmax" else "min", dtype)
-                self.line(f"{CPP_TYPES[dtype]} {acc} = {init}; int64_t {acc}_i = 0;")
-            else:
-                self.line(f"{CPP_TYPES[dtype]} {acc} = {_init(kind, dtype)};")
-            if kind in ("max", "min") and dtype.is_floating_point:
-                # the built-in max/min reduction vectorises to vmaxps/vminps; NaNs are
-                # tracked in a flag so a row holding one still reduces to NaN, as in eager
-                self.line(f"int {acc}_nan = 0;")
-        # arg reductions keep the first extreme element: a sequential scan, no SIMD clause
-        sequential = any(n.buf.data.reduction_type in arg_kinds for n in reductions)
-        size = k.inner[0] if len(k.inner) == 1 else None
-        if (not parallel and not sequential and reductions and size is not None
-                and size.is_Integer and int(size) >= 2 * PARTIAL_SUMS
-                and all(n.buf.data.reduction_type == "sum" for n in reductions)):
-            self._split_sum_loop(nodes, reductions, accs, x, r[0], int(size))
+        """One inner loop: its pointwise nodes store per element, its reductions accumulate
+        and store once per outer iteration. ``parallel``: the loop itself is split over
+        threads (few outer iterations)."""
+        groups = _reduction_groups([n for n in nodes if n.role == "reduction"])
+        size = product(self.kernel.inner)
+        if not groups:
+            self._range(nodes, groups, x, r, None, None, parallel=parallel)
+            return
+        if parallel:
+            self._chunked(nodes, groups, x, r, size)
         else:
-            clauses = "" if sequential else " ".join(_clause(n, accs[n.name])
-                                                     for n in reductions)
-            collapse = f" collapse({len(k.inner)})" if len(k.inner) > 1 else ""
-            pragma = "#pragma omp parallel for simd" if parallel else "#pragma omp simd"
-            if k.inner and not sequential:
+            self._declare(groups)
+            lanes = size.is_Integer and int(size) >= 2 * PARTIAL_SUMS
+            self._range(nodes, groups, x, r, None, None, lanes=lanes)
+        for acc, members in groups.items():
+            kind, dtype = _group_kind(members)
+            if kind in ("max", "min") and dtype.is_floating_point:
+                self.line(f"if ({acc}_nan) {acc} = "
+                          f"std::numeric_limits<{CPP_TYPES[dtype]}>::quiet_NaN();")
+            for node in members:
+                rtype = node.buf.data.reduction_type
+                if kind in ("argmax", "argmin"):
+                    value = CppValue(f"{acc}_i", torch.int64)
+                elif kind == "welford":
+                    value = CppValue(f"{acc}_{rtype[len('welford_'):]}", dtype)
+                else:
+                    value = CppValue(acc, dtype)
+                self.store(node, node.store_index(x), value)
+
+    def _declare(self, groups, count: int | None = None) -> None:
+        """The accumulators of each reduction group (arrays of ``count`` when given)."""
+        for acc, members in groups.items():
+            for ctype, field, init in _fields(*_group_kind(members)):
+                if count is None:
+                    self.line(f"{ctype} {acc}{field} = {init};")
+                else:
+                    self.line(f"{ctype} {acc}{field}_c[{count}];")
+
+    def _chunked(self, nodes, groups, x, r, size) -> None:
+        """A long reduction split over threads: PARALLEL_CHUNKS fixed slices of the inner
+        range, each reduced on its own, then merged in slice order -- the result does not
+        depend on the number of threads."""
+        chunks = PARALLEL_CHUNKS
+        self._declare(groups, count=chunks)
+        n = cpp_index(size)
+        self.line("#pragma omp parallel for")
+        self.line(f"for (int64_t chunk = 0; chunk < {chunks}; chunk++) {{")
+        self.indent += 1
+        self.push()
+        self.line(f"const int64_t r_start = chunk * {n} / {chunks}, "
+                  f"r_end = (chunk + 1) * {n} / {chunks};")
+        self._declare(groups)
+        self._range(nodes, groups, x, r, "r_start", "r_end", lanes=True)
+        for acc, members in groups.items():
+            for _, field, _ in _fields(*_group_kind(members)):
+                self.line(f"{acc}{field}_c[chunk] = {acc}{field};")
+        self.pop()
+        self.indent -= 1
+        self.line("}")
+        self._declare(groups)
+        self.line(f"for (int64_t chunk = 0; chunk < {chunks}; chunk++) {{")
+        self.indent += 1
+        for acc, members in groups.items():
+            part = lambda field, acc=acc: f"{acc}{field}_c[chunk]"   # noqa: E731
+            self.line(_merge(acc, *_group_kind(members), part))
+        self.indent -= 1
+        self.line("}")
+
+    def _range(self, nodes, groups, x, r, start, end, lanes=False, parallel=False) -> None:
+        """The loop over inner indices ``[start, end)`` (linear over the inner dims; None: all
+        of them), accumulating into the groups' scalars."""
+        kinds = {_group_kind(m)[0] for m in groups.values()}
+        if groups and kinds <= {"sum", "welford"} and (
+                (lanes and len(r) == 1) or "welford" in kinds):
+            self._lane_range(nodes, groups, x, r, start or 0, end or cpp_index(
+                product(self.kernel.inner)))
+            return
+        # the first extreme element, or a Welford state outside lanes: one element at a time
+        sequential = bool(kinds & {"argmax", "argmin", "welford"})
+        clauses = "" if sequential else " ".join(_clause(acc, *_group_kind(m))
+                                                 for acc, m in groups.items())
+        pragma = None if sequential or not r else \
+            ("#pragma omp parallel for simd" if parallel else "#pragma omp simd")
+        if start is None:
+            if pragma:
+                collapse = f" collapse({len(r)})" if len(r) > 1 else ""
                 self.line(f"{pragma}{collapse} {clauses}".rstrip())
-            for var, size in zip(r, k.inner):
+            for var, size in zip(r, self.kernel.inner):
                 self.line(f"for (int64_t {var} = 0; {var} < {cpp_index(size)}; {var}++) {{")
                 self.indent += 1
-            self._loop_body(nodes, accs, x, r, lambda node, acc, value: self.line(
-                f"{acc} = {_combine(node.buf.data.reduction_type, acc, value)};"))
-            for _ in k.inner:
-                self.indent -= 1
-                self.line("}")
-        for node in reductions:
-            if node.buf.data.reduction_type in arg_kinds:
-                value = CppValue(f"{accs[node.name]}_i", torch.int64)
-            else:
-                value = CppValue(accs[node.name], node.buf.data.src_dtype)
-                dtype = node.buf.data.src_dtype
-                if node.buf.data.reduction_type in ("max", "min") and dtype.is_floating_point:
-                    self.line(f"if ({value}_nan) {value} = "
-                              f"std::numeric_limits<{CPP_TYPES[dtype]}>::quiet_NaN();")
-            self.store(node, node.store_index(x), value)
+            depth = len(r)
+        else:
+            if pragma:
+                self.line(f"{pragma} {clauses}".rstrip())
+            self._open_linear(r, start, end)
+            depth = 1
+        self._loop_body(nodes, groups, x, r, None)
+        for _ in range(depth):
+            self.indent -= 1
+            self.line("}")
 
-    def _loop_body(self, nodes, accs, x, r, accumulate) -> None:
-        """The nodes of one inner loop; ``accumulate(node, acc, value)`` emits how a sum-like
-        reduction takes in a value."""
+    def _open_linear(self, r, start, end) -> None:
+        """``for`` over a linear inner index in ``[start, end)``, defining the inner vars."""
+        var = r[0].name if len(r) == 1 else "r_lin"
+        self.line(f"for (int64_t {var} = {start}; {var} < {end}; {var}++) {{")
+        self.indent += 1
+        if len(r) > 1:
+            self._unflatten(var, r)
+
+    def _unflatten(self, linear: str, r) -> None:
+        sizes = self.kernel.inner
+        for i, var in enumerate(r):
+            stride = product(sizes[i + 1:])
+            text = linear if stride == 1 else f"({linear} / {cpp_index(stride)})"
+            if i > 0:
+                text = f"{text} % {cpp_index(sizes[i])}"
+            self.line(f"int64_t {var} = {text};")
+
+    def _lane_range(self, nodes, groups, x, r, start, end) -> None:
+        """Sums and Welford reductions over ``[start, end)`` as blocks of PARTIAL_SUMS lanes,
+        one accumulator per lane (independent add chains pipeline and vectorise), merged
+        into the scalars after the blocks; the tail goes straight into the scalars."""
+        lanes = PARTIAL_SUMS
+        self.line("{")
+        self.indent += 1
+        for acc, members in groups.items():
+            kind, dtype = _group_kind(members)
+            ctype = CPP_TYPES[dtype]
+            if kind == "sum":
+                self.line(f"{ctype} {acc}_part[{lanes}] = {{}};")
+            else:
+                self.line(f"{ctype} {acc}_lmean[{lanes}] = {{}}; {ctype} {acc}_lm2[{lanes}] = {{}};")
+        self.line(f"int64_t r_block = {start}, r_blocks = 0;")
+        self.line(f"for (; r_block + {lanes} <= {end}; r_block += {lanes}, r_blocks++) {{")
+        self.indent += 1
+        for acc, members in groups.items():
+            kind, dtype = _group_kind(members)
+            if kind == "welford":   # each lane has seen r_blocks + 1 values after this block
+                ctype = CPP_TYPES[dtype]
+                self.line(f"const {ctype} {acc}_inv = {ctype}(1) / "
+                          f"static_cast<{ctype}>(r_blocks + 1);")
+        self.line("#pragma omp simd")
+        self.line(f"for (int64_t r_lane = 0; r_lane < {lanes}; r_lane++) {{")
+        self.indent += 1
+        if len(r) == 1:
+            self.line(f"int64_t {r[0]} = r_block + r_lane;")
+        else:
+            self.line("int64_t r_lin = r_block + r_lane;")
+            self._unflatten("r_lin", r)
+        self._loop_body(nodes, groups, x, r, "r_lane")
+        self.indent -= 1
+        self.line("}")
+        self.indent -= 1
+        self.line("}")
+        for acc, members in groups.items():
+            if _group_kind(members)[0] == "sum":
+                self.line(f"for (int64_t lane = 0; lane < {lanes}; lane++) "
+                          f"{acc} = {acc} + {acc}_part[lane];")
+            else:
+                self.line(f"for (int64_t lane = 0; lane < {lanes}; lane++) "
+                          f"ember_welford_combine({acc}_mean, {acc}_m2, {acc}_n, "
+                          f"{acc}_lmean[lane], {acc}_lm2[lane], r_blocks);")
+        self._open_linear(r, "r_block", end)
+        self._loop_body(nodes, groups, x, r, None)
+        self.indent -= 1
+        self.line("}")
+        self.indent -= 1
+        self.line("}")
+
+    def _loop_body(self, nodes, groups, x, r, lane: str | None) -> None:
+        """The nodes of one inner loop; reductions update their group's accumulator (lane
+        ``lane``'s, inside a lane block) once per element."""
         k = self.kernel
+        acc_of = {n.name: acc for acc, members in groups.items() for n in members}
+        updated: set[str] = set()
         self.push()
         for node in nodes:
             if node.role != "reduction":
                 self.store(node, node.store_index(x + r), node.body(x + r))
                 continue
+            acc = acc_of[node.name]
+            if acc in updated:       # the other output of a Welford state
+                continue
+            updated.add(acc)
             data = node.buf.data
             value = node.body(x, r)
             if value.dtype != data.src_dtype:
                 value = CppOpsHandler(self).to_dtype(value, data.src_dtype)
-            acc = accs[node.name]
-            kind = data.reduction_type
+            kind, _ = _group_kind(groups[acc])
             if kind in ("argmax", "argmin"):
                 linear = sympy.Integer(0)
                 for var, size in zip(r, k.inner):
@@ -435,42 +570,18 @@ class CppKernel:
                 self.line(f"{acc} = {acc} {sign} {value} ? {acc} : {value};")
                 if data.src_dtype.is_floating_point:
                     self.line(f"{acc}_nan |= ({value} != {value});")
+            elif kind == "welford" and lane is not None:
+                mean, m2 = f"{acc}_lmean[{lane}]", f"{acc}_lm2[{lane}]"
+                delta = self.cse(f"{value} - {mean}", data.src_dtype)
+                self.line(f"{mean} = {mean} + {delta} * {acc}_inv;")
+                self.line(f"{m2} = {m2} + {delta} * ({value} - {mean});")
+            elif kind == "welford":
+                self.line(f"ember_welford_update({acc}_mean, {acc}_m2, {acc}_n, {value});")
+            elif kind == "sum" and lane is not None:
+                self.line(f"{acc}_part[{lane}] = {acc}_part[{lane}] + {value};")
             else:
-                accumulate(node, acc, value)
+                self.line(f"{acc} = {_combine(kind, acc, value)};")
         self.pop()
-
-    def _split_sum_loop(self, nodes, reductions, accs, x, r0, size: int) -> None:
-        """A sum loop as blocks of PARTIAL_SUMS lanes with one partial sum per lane (several
-        independent add chains, so the adds pipeline), then a tail loop and the lane total."""
-        lanes = PARTIAL_SUMS
-        main = size - size % lanes
-        for node in reductions:
-            ctype = CPP_TYPES[node.buf.data.src_dtype]
-            self.line(f"{ctype} {accs[node.name]}_part[{lanes}] = {{}};")
-        self.line(f"for (int64_t {r0}_block = 0; {r0}_block < {main}; "
-                  f"{r0}_block += {lanes}) {{")
-        self.indent += 1
-        self.line("#pragma omp simd")
-        self.line(f"for (int64_t {r0}_lane = 0; {r0}_lane < {lanes}; {r0}_lane++) {{")
-        self.indent += 1
-        self.line(f"int64_t {r0} = {r0}_block + {r0}_lane;")
-        self._loop_body(nodes, accs, x, [r0], lambda node, acc, value: self.line(
-            f"{acc}_part[{r0}_lane] = {acc}_part[{r0}_lane] + {value};"))
-        self.indent -= 1
-        self.line("}")
-        self.indent -= 1
-        self.line("}")
-        if main < size:
-            self.line(f"for (int64_t {r0} = {main}; {r0} < {size}; {r0}++) {{")
-            self.indent += 1
-            self._loop_body(nodes, accs, x, [r0], lambda node, acc, value: self.line(
-                f"{acc} = {acc} + {value};"))
-            self.indent -= 1
-            self.line("}")
-        for node in reductions:
-            acc = accs[node.name]
-            self.line(f"for (int64_t lane = 0; lane < {lanes}; lane++) "
-                      f"{acc} = {acc} + {acc}_part[lane];")
 
     def _scatter(self, node, x):
         data = node.buf.data
@@ -492,10 +603,62 @@ class CppKernel:
         return f'extern "C" void {self.name}({", ".join(params)})'
 
 
-def _clause(node, acc: str) -> str:
-    kind = node.buf.data.reduction_type
+def _reduction_groups(reductions) -> dict[str, list]:
+    """Accumulator name -> the reduction nodes it serves: one each, except the Welford mean
+    and M2 of the same body, which share one state."""
+    groups: dict[str, list] = {}
+    welford: dict[int, str] = {}
+    for node in reductions:
+        data = node.buf.data
+        if data.reduction_type.startswith("welford_"):
+            acc = welford.setdefault(id(data.inner_fn), f"acc_{node.name}")
+            groups.setdefault(acc, []).append(node)
+        else:
+            groups[f"acc_{node.name}"] = [node]
+    return groups
+
+
+def _group_kind(members) -> tuple[str, torch.dtype]:
+    data = members[0].buf.data
+    kind = data.reduction_type
+    return ("welford" if kind.startswith("welford_") else kind), data.src_dtype
+
+
+def _fields(kind: str, dtype: torch.dtype) -> list[tuple[str, str, str]]:
+    """(C++ type, name suffix, initial value) of each part of a reduction's state."""
+    ctype = CPP_TYPES[dtype]
+    if kind == "welford":
+        return [(ctype, "_mean", cpp_constant(0, dtype)), (ctype, "_m2", cpp_constant(0, dtype)),
+                ("int64_t", "_n", "0")]
+    if kind in ("argmax", "argmin"):
+        return [(ctype, "", _init(kind[3:], dtype)), ("int64_t", "_i", "0")]
+    fields = [(ctype, "", _init(kind, dtype))]
+    if kind in ("max", "min") and dtype.is_floating_point:
+        fields.append(("int", "_nan", "0"))   # NaNs seen (max/min below skip them)
+    return fields
+
+
+def _merge(acc: str, kind: str, dtype: torch.dtype, part) -> str:
+    """C++ merging a partial state (``part(suffix)`` names its fields) into ``acc``, the
+    state of the elements before it."""
+    if kind == "welford":
+        return (f"ember_welford_combine({acc}_mean, {acc}_m2, {acc}_n, {part('_mean')}, "
+                f"{part('_m2')}, {part('_n')});")
+    value = part("")
+    if kind in ("argmax", "argmin"):
+        better = ">" if kind == "argmax" else "<"
+        return (f"if ({acc} == {acc} && ({value} != {value} || {value} {better} {acc})) "
+                f"{{ {acc} = {value}; {acc}_i = {part('_i')}; }}")
     if kind in ("max", "min"):
-        flag = f" reduction(|:{acc}_nan)" if node.buf.data.src_dtype.is_floating_point else ""
+        sign = ">" if kind == "max" else "<"
+        flag = f" {acc}_nan |= {part('_nan')};" if dtype.is_floating_point else ""
+        return f"{acc} = {acc} {sign} {value} ? {acc} : {value};{flag}"
+    return f"{acc} = {_combine(kind, acc, value)};"
+
+
+def _clause(acc: str, kind: str, dtype: torch.dtype) -> str:
+    if kind in ("max", "min"):
+        flag = f" reduction(|:{acc}_nan)" if dtype.is_floating_point else ""
         return f"reduction({kind}:{acc}){flag}"
     return f"reduction({_REDUCTION_CLAUSE[kind]}:{acc})"
 

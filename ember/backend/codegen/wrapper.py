@@ -61,6 +61,9 @@ class WrapperCodegen:
             body.append(f"{', '.join(names)}, = args")
         last_use = self._last_uses()
         output_names = self._output_names()
+        poolable = self._poolable(output_names)
+        pool: dict[tuple, list[str]] = {}      # (dtype, elements) -> dead buffers, by age
+        pending: dict[str, int] = {}           # pooled name -> where its ``del`` would go
         for i, step in enumerate(self.steps):
             if isinstance(step, FusedKernel):
                 kernel = self.kernels[id(step)]
@@ -70,9 +73,7 @@ class WrapperCodegen:
                         aliases.append(f"{node.name} = {node.buf.reuses}")
                     if node.name in step.local or node.writes != node.name:
                         continue
-                    lay = node.buf.layout
-                    body.append(f"{node.name} = empty_strided({_tuple(lay.size)}, "
-                                f"{_tuple(lay.stride)}, dtype={self.const(lay.dtype)})")
+                    body.append(self._allocate(node.buf, pool, pending, output_names))
                 ptrs = ", ".join(f"{a}.data_ptr()" for a in kernel.args)
                 body.append(f"{kernel.name}({ptrs})")
                 if kernel.uses_indirect:
@@ -81,13 +82,57 @@ class WrapperCodegen:
                 body.extend(aliases)
             else:
                 body.extend(self._extern(step))
-            dead = [n for n, last in last_use.items() if last == i and n not in output_names]
+            dead = sorted(n for n, last in last_use.items()
+                          if last == i and n not in output_names)
+            for name in [n for n in dead if n in poolable]:
+                pool.setdefault(poolable[name], []).append(name)
+                pending[name] = len(body)
+                body.append("")
+            dead = [n for n in dead if n not in poolable]
             if dead:
-                body.append(f"del {', '.join(sorted(dead))}")
+                body.append(f"del {', '.join(dead)}")
+        for name, at in pending.items():   # never reused: freed where it died
+            body[at] = f"del {name}"
+        body = [line for line in body if line]
         outputs = [self.ref(o) for o in g.outputs]
         body.append(f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})")
         out += ["    " + line for line in body]
         return "\n".join(out) + "\n"
+
+    def _allocate(self, buf: ComputedBuffer, pool: dict, pending: dict,
+                  output_names: set[str]) -> str:
+        """The line that gives ``buf`` memory: a dead buffer of the same dtype and size when
+        there is one (no allocator call), else new memory."""
+        lay = buf.layout
+        size, stride = _tuple(lay.size), _tuple(lay.stride)
+        free = pool.get((lay.dtype, int(lay.storage_numel())))
+        if free and buf.name not in output_names:
+            old = free.pop(0)
+            del pending[old]
+            return f"{buf.name} = reinterpret({old}, {size}, {stride}, 0); del {old}  # reuse"
+        return f"{buf.name} = empty_strided({size}, {stride}, dtype={self.const(lay.dtype)})"
+
+    def _poolable(self, output_names: set[str]) -> dict[str, tuple]:
+        """Buffers whose memory a later buffer may take once they are dead: not returned,
+        written by a generated kernel or a library call (mm, convolution, ...), and never
+        read by a fallback ATen call (whose result may alias its arguments)."""
+        read_by_fallback = {name for step in self.steps
+                            if isinstance(step, ExternBuffer) and not step.is_library
+                            for name in _extern_reads(step)}
+        # memory a later buffer of the same kernel took over (``reuses``) lives on in it
+        taken = {node.buf.reuses for step in self.steps if isinstance(step, FusedKernel)
+                 for node in step.nodes}
+        candidates = []
+        for step in self.steps:
+            if isinstance(step, FusedKernel):
+                candidates += [node.buf for node in step.nodes
+                               if node.name not in step.local and node.writes == node.name]
+            elif step.is_library and step.parent is None and step.layout is not None:
+                candidates.append(step)
+        return {buf.name: (buf.layout.dtype, int(buf.layout.storage_numel()))
+                for buf in candidates
+                if buf.name not in output_names and buf.name not in read_by_fallback
+                and buf.name not in taken and buf.layout.storage_numel().is_Integer}
 
     def _extern(self, buf: ExternBuffer) -> list[str]:
         if buf.parent is not None:

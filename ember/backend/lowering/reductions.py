@@ -18,15 +18,12 @@ def _dims(x, dim) -> list[int]:
     return sorted({d % ndim if ndim else 0 for d in dims})
 
 
-def reduce(ctx, x, dims: list[int], reduction_type: str, compute: torch.dtype,
-           out_dtype: torch.dtype, keepdim: bool, map_fn=None):
-    """Realize a Reduction of ``x`` over ``dims``; returns the buffer (viewed with kept
-    size-1 dims when ``keepdim``)."""
+def _reduction_body(x, dims: list[int], compute: torch.dtype, map_fn=None):
+    """``inner(index, rindex)`` reading ``x`` (cast to ``compute``, then ``map_fn(value,
+    full_index)``), and the kept and reduced ranges."""
     size = x.get_size()
     ndim = len(size)
     kept = [i for i in range(ndim) if i not in dims]
-    ranges = [size[i] for i in kept]
-    rranges = [size[i] for i in dims] if ndim else []
     loader = x.make_loader()
     src_dtype = x.get_dtype()
 
@@ -40,28 +37,58 @@ def reduce(ctx, x, dims: list[int], reduction_type: str, compute: torch.dtype,
         if src_dtype != compute:
             value = ops.to_dtype(value, compute)
         return map_fn(value, full) if map_fn else value
+    return inner, [size[i] for i in kept], ([size[i] for i in dims] if ndim else [])
 
+
+def _keepdim_view(buf, size, dims):
+    """``buf`` (the reduction result) seen with the reduced dims kept as size 1."""
+    out_size = [sympy.Integer(1) if i in dims else size[i] for i in range(len(size))]
+    strides, it = [], iter(buf.layout.stride)
+    for i in range(len(size)):
+        strides.append(sympy.Integer(0) if i in dims else next(it))
+    return ReinterpretView(buf, Layout(buf.layout.device, buf.layout.dtype, out_size, strides,
+                                       buf.layout.offset))
+
+
+def reduce(ctx, x, dims: list[int], reduction_type: str, compute: torch.dtype,
+           out_dtype: torch.dtype, keepdim: bool, map_fn=None):
+    """Realize a Reduction of ``x`` over ``dims``; returns the buffer (viewed with kept
+    size-1 dims when ``keepdim``)."""
     # the same reduction of the same value is computed once (layer_norm's decomposition asks
     # for the row sum twice: once for the mean, once inside the variance)
     key = (id(x), tuple(dims), reduction_type, compute, out_dtype) if map_fn is None else None
     memo = ctx.graph.reductions
-    buf = memo.get(key) if key is not None else None
+    buf = memo[key][0] if key in memo else None
     if buf is None:
+        inner, ranges, rranges = _reduction_body(x, dims, compute, map_fn)
         red = Reduction(x.get_device(), out_dtype, inner, ranges, rranges, reduction_type,
                         compute)
         buf = ctx.graph.realize(red)
         if key is not None:
             memo[key] = (buf, x)   # keeps x alive so its id is not reused
-    else:
-        buf = buf[0]
-    if not keepdim:
-        return buf
-    out_size = [sympy.Integer(1) if i in dims else size[i] for i in range(ndim)]
-    strides, it = [], iter(buf.layout.stride)
-    for i in range(ndim):
-        strides.append(sympy.Integer(0) if i in dims else next(it))
-    return ReinterpretView(buf, Layout(buf.layout.device, buf.layout.dtype, out_size, strides,
-                                       buf.layout.offset))
+    return _keepdim_view(buf, x.get_size(), dims) if keepdim else buf
+
+
+# Reductions at least this long compute var/std in one pass with Welford's update (mean and
+# M2 per lane, lanes and threads merged with Chan's formula); shorter rows stay in cache, so
+# two passes (sum, then squared deviations from the mean) cost no more memory traffic, are
+# cheaper per element and exact-er.
+WELFORD_MIN_NUMEL = 1 << 15
+
+
+def welford(ctx, x, dims: list[int], compute: torch.dtype):
+    """(mean, M2) of ``x`` over ``dims`` in one pass: two Reductions over the same body,
+    which the code generator computes with one Welford state. A later ``mean`` of the same
+    value reuses the mean."""
+    key = (id(x), tuple(dims), "welford", compute)
+    memo = ctx.graph.reductions
+    if key not in memo:
+        inner, ranges, rranges = _reduction_body(x, dims, compute)
+        bufs = tuple(ctx.graph.realize(Reduction(x.get_device(), compute, inner, ranges,
+                                                 rranges, kind, compute))
+                     for kind in ("welford_mean", "welford_m2"))
+        memo[key] = (bufs, x)
+    return memo[key][0]
 
 
 def _keep(x, dims, buf):
@@ -107,6 +134,10 @@ def _any_all(ctx, x, dim=None, keepdim=False):
 @register_lowering(aten.mean.dim, aten.mean.default)
 def _mean(ctx, x, dim=None, keepdim=False, *, dtype=None):
     dims = _dims(x, dim)
+    found = ctx.graph.reductions.get((id(x), tuple(dims), "welford", ctx.dtype))
+    if found is not None:
+        mean = found[0][0]
+        return _keepdim_view(mean, x.get_size(), dims) if keepdim else mean
     total = reduce(ctx, x, dims, "sum", ctx.dtype, ctx.dtype, keepdim)
     n = product([x.get_size()[d] for d in dims])
     load = total.make_loader()
@@ -119,6 +150,11 @@ def _variance(ctx, x, dim, correction, keepdim):
     dims = _dims(x, dim)
     dt = ctx.dtype
     n = product([x.get_size()[d] for d in dims])
+    denom = n - (1 if correction is None else correction)
+    if n.is_Integer and int(n) >= max(WELFORD_MIN_NUMEL, 1):
+        m2 = welford(ctx, x, dims, dt)[1]
+        sq = _keepdim_view(m2, x.get_size(), dims) if keepdim else m2
+        return sq, sq.make_loader(), denom
     total = reduce(ctx, x, dims, "sum", dt, dt, True)
     load_total = _keep(x, dims, total)
 
@@ -126,9 +162,7 @@ def _variance(ctx, x, dim, correction, keepdim):
         dev = ops.sub(value, ops.truediv(load_total(full), ops.constant(n, dt)))
         return ops.mul(dev, dev)
     sq = reduce(ctx, x, dims, "sum", dt, dt, keepdim, map_fn=squared_deviation)
-    load = sq.make_loader()
-    denom = n - (1 if correction is None else correction)
-    return sq, load, denom
+    return sq, sq.make_loader(), denom
 
 
 @register_lowering(aten.var.correction)

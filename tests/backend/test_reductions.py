@@ -1,0 +1,100 @@
+"""Reductions of the C++ backend against eager: Welford var/std (one pass, lanes and threads
+merged), long reductions split over threads in fixed slices, and column reductions."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+from ember import config
+from ember.backend import metrics
+from ember.backend.lowering import reductions
+from ember.testing import run_and_get_code, same
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    ember.reset()
+    with config.patch(suppress_errors=False), torch.no_grad():
+        yield
+
+
+def check(fn, *inputs, rtol=1e-5, atol=1e-5):
+    ember.reset()
+    compiled = ember.compile(fn, backend="ember")
+    result, sources = run_and_get_code(compiled, *inputs)
+    expected = fn(*inputs)
+    assert same(expected, result, rtol=rtol, atol=atol), (expected, result)
+    return "\n".join(sources)
+
+
+@pytest.fixture
+def always_welford(monkeypatch):
+    monkeypatch.setattr(reductions, "WELFORD_MIN_NUMEL", 1)
+
+
+@pytest.mark.parametrize("shape,dim", [
+    ((7, 5), 1), ((7, 5), 0), ((3, 100), 1), ((2, 3, 67), (1, 2)), ((4, 40), None),
+    ((5, 33), -1), ((1, 1), 1), ((6, 1), 0)])
+@pytest.mark.parametrize("correction", [0, 1])
+def test_welford_var_std_match_eager(always_welford, shape, dim, correction):
+    x = torch.randn(shape) * 3 + 10
+    code = check(lambda t: (torch.var(t, dim, correction=correction),
+                            torch.std(t, dim, correction=correction, keepdim=True)), x,
+                 rtol=1e-4, atol=1e-5)
+    assert "ember_welford" in code
+
+
+def test_welford_var_mean_and_layer_norm_share_one_pass(always_welford):
+    x = torch.randn(16, 200)
+    code = check(lambda t: torch.var_mean(t, 1, keepdim=True), x, rtol=1e-4)
+    assert code.count("acc_") and "ember_welford" in code
+    w, b = torch.randn(200), torch.randn(200)
+    check(lambda t: F.layer_norm(t, (200,), w, b), x, rtol=1e-4, atol=1e-4)
+    assert metrics.generated_kernel_count == 1
+
+
+def test_long_rows_use_welford_by_default():
+    n = reductions.WELFORD_MIN_NUMEL * 2 + 7
+    x = torch.randn(3, n) + 100
+    code = check(lambda t: t.var(1), x, rtol=1e-4, atol=1e-4)
+    assert "ember_welford" in code
+
+
+@pytest.mark.parametrize("fn", [
+    lambda t: t.sum(), lambda t: t.amax(), lambda t: t.amin(-1), lambda t: t.argmax(),
+    lambda t: t.argmin(1), lambda t: (t > 3).any(), lambda t: (t > -5).all(1),
+    lambda t: t.var(), lambda t: (t * 0.999).prod(1)],
+    ids=["sum", "amax", "amin", "argmax", "argmin", "any", "all", "var", "prod"])
+def test_few_long_rows_are_split_over_threads(fn):
+    x = torch.randn(2, 50_001)
+    x[1, 123] = x[1, 40_000] = 50.0        # ties: the first index wins, as in eager
+    x[0, 7] = x[0, 49_999] = -50.0
+    code = check(fn, x, rtol=1e-4, atol=1e-3)
+    assert "chunk" in code
+
+
+def test_split_rows_propagate_nan():
+    x = torch.randn(2, 30_000)
+    x[1, 29_000] = float("nan")
+    check(lambda t: (t.amax(1), t.argmax(1), t.sum(1), t.var(1)), x, rtol=1e-4, atol=1e-3)
+
+
+def test_welford_is_deterministic_across_thread_counts(always_welford):
+    x = torch.randn(40_000) * 5 + 3
+    compiled = ember.compile(lambda t: t.var(), backend="ember")
+    prior = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = compiled(x)
+        torch.set_num_threads(2)
+        two = compiled(x)
+    finally:
+        torch.set_num_threads(prior)
+    assert torch.equal(one, two)
+    torch.testing.assert_close(one, x.var(), rtol=1e-5, atol=0)
+
+
+def test_epilogue_joins_its_reduction_past_an_unrelated_kernel():
+    x = torch.randn(8, 64)
+    check(lambda t: (torch.var(t, 0), t.std(1, keepdim=True)), x, rtol=1e-4)
+    assert metrics.generated_kernel_count == 2
