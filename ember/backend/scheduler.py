@@ -20,6 +20,7 @@ kernel, at the point where it is made, is never written to memory.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from typing import Callable, Sequence
 
 import sympy
@@ -74,10 +75,36 @@ class SchedulerNode:
     store_index: Callable
     reads: list = dataclasses.field(default_factory=list)
     role: str = ""         # outer / inner / reduction, once placed in a kernel
+    perm: tuple | None = None   # inner node iterated in another dim order: see loop_vars
 
     @property
     def name(self):
         return self.buf.name
+
+    def loop_vars(self, x: list, r: list, role: str | None = None,
+                  perm: tuple | None = None) -> list:
+        """The node's index in a kernel whose loop variables are ``x`` (outer) and ``r``
+        (inner): dim ``i`` of an ``inner`` node is kernel variable ``perm[i]`` (identity by
+        default), so ``exp(x - max)`` over ``[n, c]`` can run inside a reduction over dim 0,
+        whose kernel loops over ``c`` outside ``n``."""
+        if role is None:         # where the node was placed
+            role, perm = self.role, self.perm
+        if role in ("outer", "scatter"):
+            return list(x)
+        kernel_vars = list(x) + list(r)
+        return [kernel_vars[p] for p in perm] if perm else kernel_vars
+
+    def value(self, x: list, r: list):
+        """The node's body at the kernel's loop variables."""
+        if self.is_reduction:
+            return self.body(x, r)
+        return self.body(self.loop_vars(x, r))
+
+    def where(self, x: list, r: list):
+        """The index the node's value is stored at."""
+        if self.is_reduction:
+            return self.store_index(x)
+        return self.store_index(self.loop_vars(x, r))
 
     @property
     def writes(self) -> str:
@@ -128,45 +155,49 @@ class FusedKernel:
     segments: list = dataclasses.field(default_factory=list)   # (kind, nodes), see below
 
 
-def _role(node: SchedulerNode, outer: list, inner: list) -> str | None:
+def _placements(node: SchedulerNode, kernel: FusedKernel) -> list[tuple[str, tuple | None]]:
+    """The ways ``node`` could join ``kernel``: (role, dim permutation of an inner node)."""
+    outer, inner = kernel.outer, kernel.inner
     if node.is_reduction:
-        return "reduction" if node.ranges == outer and node.rranges == inner else None
+        return [("reduction", None)] if node.ranges == outer and node.rranges == inner else []
     if node.ranges == outer + inner:
-        return "inner"
+        return [("inner", None)]
     if node.ranges == outer:
-        return "outer"
-    return None
+        return [("outer", None)]
+    sizes = outer + inner
+    if (not inner or len(node.ranges) != len(sizes) or len(sizes) > MAX_PERMUTED_DIMS
+            or not any(n.is_reduction for n in kernel.nodes)):
+        return []
+    # a pointwise node around a reduction over a non-last dim: same loops, other order
+    return [("inner", p) for p in itertools.permutations(range(len(sizes)))
+            if [sizes[i] for i in p] == node.ranges]
 
 
-def node_reads(node: SchedulerNode, x: list, r: list, role: str):
+def node_reads(node: SchedulerNode, x: list, r: list, role: str | None = None,
+               perm: tuple | None = None):
     """The node's reads with its loop variables named as the kernel's (x outer, r inner)."""
     if node.is_reduction:
         return extract_reads(node.body, x, r)
-    return extract_reads(node.body, x + r if role == "inner" else x)
+    return extract_reads(node.body, node.loop_vars(x, r, role, perm))
 
 
-def _read_ok(kernel: FusedKernel, node: SchedulerNode, role: str) -> bool:
+def _read_ok(kernel: FusedKernel, node: SchedulerNode, role: str, perm=None) -> bool:
     """Every value ``node`` reads from ``kernel`` is available where ``node`` runs, and an
     in-place write never races with a read of the same memory at another index."""
     x, r = index_vars("x", len(kernel.outer)), index_vars("r", len(kernel.inner))
-    reads = node_reads(node, x, r, role)
+    reads = node_reads(node, x, r, role, perm)
     by_storage = {n.writes: n for n in kernel.nodes}
     for name, index in reads:
         producer = by_storage.get(name)
         if producer is None:
             continue
-        if producer.role == "inner":
-            if role == "outer":
-                return False
-            want = producer.store_index(x + r)
-        else:   # made once per outer iteration
-            want = producer.store_index(x)
-        if sympy.simplify(index - want) != 0:
+        if producer.role == "inner" and role == "outer":
+            return False
+        if sympy.simplify(index - producer.where(x, r)) != 0:
             return False
     if node.writes != node.name:
-        mine = node.store_index(x + r if role != "outer" else x)
-        everything = reads + [rd for other in kernel.nodes
-                              for rd in node_reads(other, x, r, other.role)]
+        mine = node.store_index(node.loop_vars(x, r, role, perm))
+        everything = reads + [rd for other in kernel.nodes for rd in node_reads(other, x, r)]
         if any(name == node.writes and sympy.simplify(index - mine) != 0
                for name, index in everything):
             return False
@@ -206,6 +237,7 @@ def schedule(buffers: Sequence[Buffer], output_names: set[str]) -> list:
 
 
 LOOKBACK = 8   # kernels back the scheduler searches for one a node can join
+MAX_PERMUTED_DIMS = 4   # loop orders tried for a pointwise node are at most 4! = 24
 
 
 def _step_names(step) -> tuple[set, set]:
@@ -225,11 +257,11 @@ def _fusable_kernel(steps: list, node: SchedulerNode) -> FusedKernel | None:
     seen = 0
     for step in reversed(steps):
         if isinstance(step, FusedKernel) and not any(n.role == "scatter" for n in step.nodes):
-            role = _role(node, step.outer, step.inner)
-            if role is not None and _read_ok(step, node, role):
-                node.role = role
-                step.nodes.append(node)
-                return step
+            for role, perm in _placements(node, step):
+                if _read_ok(step, node, role, perm):
+                    node.role, node.perm = role, perm
+                    step.nodes.append(node)
+                    return step
             seen += 1
             if seen >= LOOKBACK:
                 return None
@@ -256,7 +288,7 @@ def _segment(kernel: FusedKernel) -> None:
             continue
         if segs and segs[-1][0] == "loop":
             reductions = {n.writes for n in segs[-1][1] if n.role == "reduction"}
-            reads = {name for name, _ in node_reads(node, x, r, node.role)}
+            reads = {name for name, _ in node_reads(node, x, r)}
             if not (reads & reductions):
                 segs[-1][1].append(node)
                 continue
@@ -269,7 +301,7 @@ def _segment(kernel: FusedKernel) -> None:
             if others is nodes:
                 continue
             for other in others:
-                for name, _ in node_reads(other, x, r, other.role):
+                for name, _ in node_reads(other, x, r):
                     if name in mine:
                         kernel.local.discard(name)
     kernel.segments = segs
@@ -338,7 +370,7 @@ def _reuse_dead_buffers(steps: list, output_names: set[str]) -> None:
         for node in step.nodes:
             if node.role != "inner" or node.writes != node.name:
                 continue
-            for name, index in node_reads(node, x, r, "inner"):
+            for name, index in node_reads(node, x, r):
                 donor = made.get(name)
                 if (donor is None or donor is node or donor.role != "inner"
                         or name in step.local or name in output_names or name in taken
@@ -348,8 +380,8 @@ def _reuse_dead_buffers(steps: list, output_names: set[str]) -> None:
                         or donor.buf.layout.size != node.buf.layout.size
                         or donor.buf.layout.stride != node.buf.layout.stride):
                     continue
-                if any(nm == name and sympy.simplify(ix - node.store_index(x + r)) != 0
-                       for nm, ix in node_reads(node, x, r, "inner")):
+                if any(nm == name and sympy.simplify(ix - node.where(x, r)) != 0
+                       for nm, ix in node_reads(node, x, r)):
                     continue
                 node.buf.reuses = name
                 taken.add(name)

@@ -98,3 +98,36 @@ def test_epilogue_joins_its_reduction_past_an_unrelated_kernel():
     x = torch.randn(8, 64)
     check(lambda t: (torch.var(t, 0), t.std(1, keepdim=True)), x, rtol=1e-4)
     assert metrics.generated_kernel_count == 2
+
+
+@pytest.mark.parametrize("shape,fn", [
+    ((16, 100), lambda t: torch.softmax(t, 0)),
+    ((3, 40, 37), lambda t: torch.log_softmax(t, 1)),
+    ((50, 70), lambda t: (t.sum(0), t.amax(0), t.amin(0, keepdim=True) * 2)),
+    ((33, 64), lambda t: (t.argmax(0), t.argmin(0))),
+    ((4, 9, 48), lambda t: (t.var(1), t.std(1, keepdim=True) + t)),
+    ((300, 200), lambda t: (t - t.mean(0, keepdim=True)).relu()),
+    ((2, 30, 8, 20), lambda t: t.sum((1, 2))),
+], ids=["softmax0", "log_softmax_mid", "sum_amax_amin", "argmax_argmin", "var_std_mid",
+        "center_relu", "sum_two_mid_dims"])
+def test_reductions_over_non_last_dims(shape, fn):
+    x = torch.randn(shape)
+    x.view(-1)[5] = x.view(-1)[shape[-1] + 5] = 3.0       # a tie down a column
+    code = check(fn, x, rtol=1e-4, atol=1e-5)
+    assert "_blk" in code          # generated with blocks of columns: contiguous accesses
+
+
+def test_column_reductions_propagate_nan_and_take_the_first_tie():
+    x = torch.randn(20, 40)
+    x[7, 3] = float("nan")
+    x[2, 10] = x[9, 10] = 100.0
+    check(lambda t: (t.amax(0), t.argmax(0), t.sum(0), t.argmin(0)), x)
+
+
+def test_welford_over_columns(always_welford):
+    check(lambda t: torch.var_mean(t, 0), torch.randn(37, 50) * 4 + 7, rtol=1e-4)
+
+
+def test_softmax_over_dim0_is_one_kernel():
+    check(lambda t: torch.softmax(t, 0), torch.randn(64, 128))
+    assert metrics.generated_kernel_count == 1

@@ -31,6 +31,8 @@ PARALLEL_MIN_ITERS = 64          # fewer outer iterations than this: parallelise
 PARALLEL_MIN_INNER = 8192        # ... and only inner loops at least this long
 PARTIAL_SUMS = 32                # lanes of partial sums in a row sum (4 AVX2 vectors)
 PARALLEL_CHUNKS = 64             # slices of a reduction split over threads
+COLUMN_BLOCK = 32                # lanes of a column kernel's block (see _generate_blocked)
+COLUMN_MIN = 16                  # ... whose last outer dim has at least this many elements
 
 PRELUDE = r"""
 // glibc declares the SIMD variants of its math functions (libmvec, <= 4 ulp) only under
@@ -270,6 +272,7 @@ class CppKernel:
         self.loaded: set[str] = set()
         self.stored: set[str] = set()
         self.uses_indirect = False
+        self.block = False              # a column kernel (see _generate_blocked)
 
     # -- emission --------------------------------------------------------------------------
     def line(self, text: str) -> None:
@@ -336,8 +339,11 @@ class CppKernel:
         inner_n = product(k.inner)
         parallel_inner = not parallel_outer and inner_n.is_Integer and \
             int(inner_n) >= PARALLEL_MIN_INNER
+        self.block = _column_kernel(k, x, r)
         with use_handler(handler):
-            if k.outer:
+            if self.block:
+                self._generate_blocked(x, r)
+            elif k.outer:
                 if parallel_outer:
                     collapse = f" collapse({len(k.outer)})" if len(k.outer) > 1 else ""
                     self.line(f"#pragma omp parallel for{collapse}")
@@ -345,19 +351,20 @@ class CppKernel:
                     self.line(f"for (int64_t {var} = 0; {var} < {cpp_index(size)}; {var}++) {{")
                     self.indent += 1
                     self.push()
-            for kind, nodes in segs:
-                if kind == "outer":
-                    for node in nodes:
-                        if node.role == "scatter":
-                            self._scatter(node, x)
-                        else:
-                            self.store(node, node.store_index(x), node.body(x))
-                else:
-                    self._loop(nodes, x, r, parallel_inner)
-            for _ in k.outer:
-                self.pop()
-                self.indent -= 1
-                self.line("}")
+            if not self.block:
+                for kind, nodes in segs:
+                    if kind == "outer":
+                        for node in nodes:
+                            if node.role == "scatter":
+                                self._scatter(node, x)
+                            else:
+                                self.store(node, node.store_index(x), node.body(x))
+                    else:
+                        self._loop(nodes, x, r, parallel_inner)
+                for _ in k.outer:
+                    self.pop()
+                    self.indent -= 1
+                    self.line("}")
         text = self._signature() + " {\n" + "\n".join(self.lines) + "\n}\n"
         if self.uses_indirect:
             # one flag per kernel library: set by any thread that met a bad index
@@ -365,6 +372,131 @@ class CppKernel:
                     f'extern "C" int {self.name}_oob() {{ int v = ember_oob; ember_oob = 0; '
                     f"return v; }}\n")
         return text
+
+    # -- column kernels: the last outer dim in SIMD blocks -------------------------------------
+    def _generate_blocked(self, x, r) -> None:
+        """A kernel whose memory runs along its last outer dim (a reduction over a non-last
+        dim: ``sum(0)`` of ``[n, c]`` reads ``p[r0 * c + x0]``): that dim is cut into blocks
+        of COLUMN_BLOCK; per block, each segment runs the inner loops sequentially outside a
+        SIMD loop over the block's lanes, with one accumulator per lane, so every access is
+        contiguous. Per-lane values a later segment reads live in arrays ``v_<buf>[lane]``."""
+        k = self.kernel
+        block = COLUMN_BLOCK
+        last, size = x[-1], k.outer[-1]
+        blocks = (int(size) + block - 1) // block
+        iters = int(product(k.outer[:-1])) * blocks
+        if iters >= 2 and int(product(k.outer + k.inner)) >= PARALLEL_MIN_INNER:
+            collapse = f" collapse({len(k.outer)})" if len(k.outer) > 1 else ""
+            self.line(f"#pragma omp parallel for{collapse}")
+        for var, n in zip(x[:-1], k.outer[:-1]):
+            self.line(f"for (int64_t {var} = 0; {var} < {cpp_index(n)}; {var}++) {{")
+            self.indent += 1
+        self.line(f"for (int64_t {last}_blk = 0; {last}_blk < {blocks}; {last}_blk++) {{")
+        self.indent += 1
+        self.line(f"const int64_t {last}_base = {last}_blk * {block};")
+        self.line(f"const int64_t {last}_len = std::min<int64_t>({block}, "
+                  f"{int(size)} - {last}_base);")
+        self.push()
+        for node in k.nodes:
+            if node.role != "inner":
+                self.line(f"{CPP_TYPES[node.buf.get_dtype()]} v_{node.name}[{block}];")
+        for kind, nodes in k.segments:
+            if kind == "outer":
+                self._open_lanes(x)
+                self.push()
+                for node in nodes:
+                    self._keep_lane(node, node.store_index(x), node.body(x))
+                self.pop()
+                self._close_lanes(nodes, x)
+            else:
+                self._blocked_loop(nodes, x, r)
+        self.pop()
+        for _ in k.outer:
+            self.indent -= 1
+            self.line("}")
+
+    def _open_lanes(self, x, simd: bool = True) -> None:
+        last = x[-1]
+        if simd:
+            self.line("#pragma omp simd")
+        self.line(f"for (int64_t xl = 0; xl < {last}_len; xl++) {{")
+        self.indent += 1
+        self.line(f"const int64_t {last} = {last}_base + xl;")
+
+    def _keep_lane(self, node, index, value) -> None:
+        """Store a per-lane value (unless local) and keep it in ``v_<buf>[xl]``."""
+        self.store(node, index, value)
+        self.line(f"v_{node.name}[xl] = {self.known_value(node.writes, index)};")
+
+    def _close_lanes(self, nodes, x) -> None:
+        self.indent -= 1
+        self.line("}")
+        for node in nodes:    # later segments read the lane arrays
+            self.set_value(node.writes, node.store_index(x),
+                           CppValue(f"v_{node.name}[xl]", node.buf.get_dtype()))
+
+    def _blocked_loop(self, nodes, x, r) -> None:
+        groups = _reduction_groups([n for n in nodes if n.role == "reduction"])
+        block = COLUMN_BLOCK
+        self.line("{")
+        self.indent += 1
+        welford = False
+        for acc, members in groups.items():
+            kind, dtype = _group_kind(members)
+            welford |= kind == "welford"
+            for ctype, field, init in _fields(kind, dtype):
+                if field != "_n":   # a Welford count is the same in every lane
+                    self.line(f"{ctype} {acc}{field}[{block}];")
+                    self.line(f"for (int64_t xl = 0; xl < {block}; xl++) "
+                              f"{acc}{field}[xl] = {init};")
+        if welford:
+            self.line("int64_t r_count = 0;")
+        for var, n in zip(r, self.kernel.inner):
+            self.line(f"for (int64_t {var} = 0; {var} < {cpp_index(n)}; {var}++) {{")
+            self.indent += 1
+        for acc, members in groups.items():
+            kind, dtype = _group_kind(members)
+            if kind == "welford":
+                ctype = CPP_TYPES[dtype]
+                self.line(f"const {ctype} {acc}_inv = {ctype}(1) / "
+                          f"static_cast<{ctype}>(r_count + 1);")
+        self._open_lanes(x)
+        self._loop_body(nodes, groups, x, r, None)
+        self.indent -= 1
+        self.line("}")
+        if welford:
+            self.line("r_count++;")
+        for _ in r:
+            self.indent -= 1
+            self.line("}")
+        finished = [n for members in groups.values() for n in members]
+        if finished:
+            self._open_lanes(x, simd=False)
+            self.push()
+            for acc, members in groups.items():
+                for node in members:
+                    self._keep_lane(node, node.store_index(x), self._result(acc, members, node))
+            self.pop()
+            self._close_lanes(finished, x)
+        self.indent -= 1
+        self.line("}")
+
+    def _acc(self, acc: str, field: str = "") -> str:
+        """An accumulator field of the element being reduced (per lane in column kernels)."""
+        return f"{acc}{field}[xl]" if self.block else f"{acc}{field}"
+
+    def _result(self, acc: str, members, node) -> CppValue:
+        """A reduction's final value from its group's state (NaN seen by max/min wins)."""
+        kind, dtype = _group_kind(members)
+        if kind in ("argmax", "argmin"):
+            return CppValue(self._acc(acc, "_i"), torch.int64)
+        if kind == "welford":
+            return CppValue(self._acc(acc, "_" + node.buf.data.reduction_type[8:]), dtype)
+        value = self._acc(acc)
+        if kind in ("max", "min") and dtype.is_floating_point:
+            return self.cse(f"{self._acc(acc, '_nan')} ? std::numeric_limits<"
+                            f"{CPP_TYPES[dtype]}>::quiet_NaN() : {value}", dtype)
+        return CppValue(value, dtype)
 
     # -- inner loops and reductions ------------------------------------------------------------
     def _loop(self, nodes, x, r, parallel):
@@ -383,19 +515,8 @@ class CppKernel:
             lanes = size.is_Integer and int(size) >= 2 * PARTIAL_SUMS
             self._range(nodes, groups, x, r, None, None, lanes=lanes)
         for acc, members in groups.items():
-            kind, dtype = _group_kind(members)
-            if kind in ("max", "min") and dtype.is_floating_point:
-                self.line(f"if ({acc}_nan) {acc} = "
-                          f"std::numeric_limits<{CPP_TYPES[dtype]}>::quiet_NaN();")
             for node in members:
-                rtype = node.buf.data.reduction_type
-                if kind in ("argmax", "argmin"):
-                    value = CppValue(f"{acc}_i", torch.int64)
-                elif kind == "welford":
-                    value = CppValue(f"{acc}_{rtype[len('welford_'):]}", dtype)
-                else:
-                    value = CppValue(acc, dtype)
-                self.store(node, node.store_index(x), value)
+                self.store(node, node.store_index(x), self._result(acc, members, node))
 
     def _declare(self, groups, count: int | None = None) -> None:
         """The accumulators of each reduction group (arrays of ``count`` when given)."""
@@ -546,32 +667,35 @@ class CppKernel:
         self.push()
         for node in nodes:
             if node.role != "reduction":
-                self.store(node, node.store_index(x + r), node.body(x + r))
+                self.store(node, node.where(x, r), node.value(x, r))
                 continue
             acc = acc_of[node.name]
             if acc in updated:       # the other output of a Welford state
                 continue
             updated.add(acc)
             data = node.buf.data
-            value = node.body(x, r)
+            value = node.value(x, r)
             if value.dtype != data.src_dtype:
                 value = CppOpsHandler(self).to_dtype(value, data.src_dtype)
             kind, _ = _group_kind(groups[acc])
+            a = lambda field="", acc=acc: self._acc(acc, field)   # noqa: E731
             if kind in ("argmax", "argmin"):
                 linear = sympy.Integer(0)
                 for var, size in zip(r, k.inner):
                     linear = linear * size + var
                 better = ">" if kind == "argmax" else "<"
                 # NaN wins and the first one is kept, as in eager
-                self.line(f"if ({acc} == {acc} && ({value} != {value} || {value} {better} "
-                          f"{acc})) {{ {acc} = {value}; {acc}_i = {cpp_index(linear)}; }}")
+                self.line(f"if ({a()} == {a()} && ({value} != {value} || {value} {better} "
+                          f"{a()})) {{ {a()} = {value}; {a('_i')} = {cpp_index(linear)}; }}")
             elif kind in ("max", "min"):
                 sign = ">" if kind == "max" else "<"
-                self.line(f"{acc} = {acc} {sign} {value} ? {acc} : {value};")
+                self.line(f"{a()} = {a()} {sign} {value} ? {a()} : {value};")
                 if data.src_dtype.is_floating_point:
-                    self.line(f"{acc}_nan |= ({value} != {value});")
-            elif kind == "welford" and lane is not None:
-                mean, m2 = f"{acc}_lmean[{lane}]", f"{acc}_lm2[{lane}]"
+                    self.line(f"{a('_nan')} |= ({value} != {value});")
+            elif kind == "welford" and (lane is not None or self.block):
+                # every lane has seen the same count: 1 / count is computed outside
+                mean = f"{acc}_lmean[{lane}]" if lane else a("_mean")
+                m2 = f"{acc}_lm2[{lane}]" if lane else a("_m2")
                 delta = self.cse(f"{value} - {mean}", data.src_dtype)
                 self.line(f"{mean} = {mean} + {delta} * {acc}_inv;")
                 self.line(f"{m2} = {m2} + {delta} * ({value} - {mean});")
@@ -580,7 +704,7 @@ class CppKernel:
             elif kind == "sum" and lane is not None:
                 self.line(f"{acc}_part[{lane}] = {acc}_part[{lane}] + {value};")
             else:
-                self.line(f"{acc} = {_combine(kind, acc, value)};")
+                self.line(f"{a()} = {_combine(kind, a(), value)};")
         self.pop()
 
     def _scatter(self, node, x):
@@ -601,6 +725,31 @@ class CppKernel:
             params.append(f"{const}{ctype}* p_{name}")
         self.args = sorted(self.loaded | self.stored)
         return f'extern "C" void {self.name}({", ".join(params)})'
+
+
+def _column_kernel(kernel: FusedKernel, x, r) -> bool:
+    """Whether the kernel's memory accesses mostly run along its last outer dim (stride 1)
+    rather than its last inner dim: then it is generated with blocks of columns."""
+    if (not kernel.outer or not kernel.inner or not kernel.outer[-1].is_Integer
+            or int(kernel.outer[-1]) < COLUMN_MIN
+            or not all(s.is_Integer for s in kernel.outer + kernel.inner)
+            or not any(n.is_reduction for n in kernel.nodes)
+            or any(n.role == "scatter" for n in kernel.nodes)):
+        return False
+    from ember.backend.scheduler import node_reads
+    along_outer = along_inner = 0
+    for node in kernel.nodes:    # the accesses made per element of the inner loops
+        if node.role == "outer":
+            continue
+        accesses = [index for _, index in node_reads(node, x, r)]
+        if node.role == "inner":
+            accesses.append(node.where(x, r))
+        for index in accesses:
+            if sympy.diff(index, r[-1]) == 1:
+                along_inner += 1
+            elif sympy.diff(index, x[-1]) == 1:
+                along_outer += 1
+    return along_outer > along_inner
 
 
 def _reduction_groups(reductions) -> dict[str, list]:
