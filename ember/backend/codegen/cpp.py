@@ -31,7 +31,7 @@ PARALLEL_MIN_ITERS = 64          # fewer outer iterations than this: parallelise
 PARALLEL_MIN_INNER = 8192        # ... and only inner loops at least this long
 PARTIAL_SUMS = 32                # lanes of partial sums in a row sum (4 AVX2 vectors)
 PARALLEL_CHUNKS = 64             # slices of a reduction split over threads
-COLUMN_BLOCK = 32                # lanes of a column kernel's block (see _generate_blocked)
+COLUMN_BLOCK = (32, 512)         # lanes of a column kernel's block (see _generate_blocked)
 COLUMN_MIN = 16                  # ... whose last outer dim has at least this many elements
 
 PRELUDE = r"""
@@ -377,12 +377,12 @@ class CppKernel:
     def _generate_blocked(self, x, r) -> None:
         """A kernel whose memory runs along its last outer dim (a reduction over a non-last
         dim: ``sum(0)`` of ``[n, c]`` reads ``p[r0 * c + x0]``): that dim is cut into blocks
-        of COLUMN_BLOCK; per block, each segment runs the inner loops sequentially outside a
+        of up to COLUMN_BLOCK[1] lanes; per block, each segment runs the inner loops sequentially outside a
         SIMD loop over the block's lanes, with one accumulator per lane, so every access is
         contiguous. Per-lane values a later segment reads live in arrays ``v_<buf>[lane]``."""
         k = self.kernel
-        block = COLUMN_BLOCK
         last, size = x[-1], k.outer[-1]
+        block = self.block_lanes = _column_block(int(size))
         blocks = (int(size) + block - 1) // block
         iters = int(product(k.outer[:-1])) * blocks
         if iters >= 2 and int(product(k.outer + k.inner)) >= PARALLEL_MIN_INNER:
@@ -437,7 +437,7 @@ class CppKernel:
 
     def _blocked_loop(self, nodes, x, r) -> None:
         groups = _reduction_groups([n for n in nodes if n.role == "reduction"])
-        block = COLUMN_BLOCK
+        block = self.block_lanes
         self.line("{")
         self.indent += 1
         welford = False
@@ -725,6 +725,15 @@ class CppKernel:
             params.append(f"{const}{ctype}* p_{name}")
         self.args = sorted(self.loaded | self.stored)
         return f'extern "C" void {self.name}({", ".join(params)})'
+
+
+def _column_block(size: int) -> int:
+    """Lanes per block of a column kernel: wide blocks read long runs of each row, but
+    there should be at least 4 blocks to share among threads."""
+    lanes = COLUMN_BLOCK[0]
+    while lanes * 2 <= COLUMN_BLOCK[1] and size >= lanes * 2 * 4:
+        lanes *= 2
+    return lanes
 
 
 def _column_kernel(kernel: FusedKernel, x, r) -> bool:
