@@ -1,0 +1,307 @@
+"""Lowerings of 2-D pooling: ``max_pool2d_with_indices``, ``avg_pool2d`` and
+``_adaptive_avg_pool2d``.
+
+A pooled value is one Pointwise body that loads the window's elements (unrolled, in eager's
+scan order: rows outer, columns inner) and combines them. Generated C++ has no masked loads,
+so a window position that may fall in the padding loads a clamped (in-bounds) index and
+``where`` replaces the value by -inf (max) or 0 (sum); which positions need the check is
+decided statically from the sizes. Windows larger than ``MAX_UNROLL`` elements become a sum
+Reduction over the window (average pools only; a large max pool runs its ATen kernel).
+
+Max pooling follows eager's CPU kernel exactly: the running maximum is replaced when a value
+is greater or is NaN, so the index is the first maximum in scan order, the last NaN when
+there are NaNs, and the first in-bounds position when nothing is greater than -inf. The
+indices are a separate Pointwise, so they cost nothing when unused.
+"""
+from __future__ import annotations
+
+import operator
+
+import sympy
+import torch
+
+from ember.backend.ir import FloorDiv, Pointwise, Reduction
+from ember.backend.lowering.registry import aten, register_lowering
+from ember.backend.ops import ops
+
+MAX_UNROLL = 64            # window elements one Pointwise body may load
+_FLOATS = (torch.float32, torch.float64)
+
+
+def _pair(value, default=None):
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        return default
+    if isinstance(value, int):
+        return (value, value)
+    value = [int(v) for v in value]
+    return (value[0], value[0]) if len(value) == 1 else (value[0], value[1])
+
+
+def _static(values) -> bool:
+    return all(isinstance(v, (int, sympy.Integer)) for v in values)
+
+
+class _Axis:
+    """One pooled dim: output ``o`` reads input positions ``start(o) + k * dilation`` for
+    ``k < kernel``; a position outside ``[0, size)`` (or past ``end(o)`` for adaptive
+    windows) is padding. ``k`` is a Python int (unrolled) or a reduction symbol."""
+
+    def __init__(self, size, out, kernel, stride, pad=0, dilation=1, adaptive=False):
+        self.size, self.out = int(size), int(out)
+        self.kernel, self.stride, self.pad, self.dilation = kernel, stride, pad, dilation
+        self.adaptive = adaptive
+        self._memo: dict = {}    # positions by (o, k): bodies run often, sympy Max/Min is slow
+        last = (self.out - 1) * stride - pad
+        if adaptive:     # windows [floor(o*size/out), ceil((o+1)*size/out)), not all equal
+            counts = [self._end_int(o) - self._start_int(o) for o in range(self.out)]
+            self.kernel = max(counts)
+            self._short = min(counts)      # positions k >= this can be past the window
+        else:
+            self._high_from = None         # first k whose position can be >= size
+            for k in range(kernel):
+                if last + k * dilation >= self.size:
+                    self._high_from = k
+                    break
+
+    def _start_int(self, o):
+        return o * self.size // self.out
+
+    def _end_int(self, o):
+        return -(-(o + 1) * self.size // self.out)
+
+    def start(self, o):
+        if self.adaptive:
+            return FloorDiv(o * self.size, self.out)
+        return o * self.stride - self.pad
+
+    def end(self, o):
+        return FloorDiv((o + 1) * self.size + self.out - 1, self.out)
+
+    def pos(self, o, k):
+        key = ("pos", o, k)
+        p = self._memo.get(key)
+        if p is None:
+            p = self._memo[key] = self.start(o) + k * self.dilation
+        return p
+
+    def need_low(self, k) -> bool:
+        if self.adaptive:
+            return False
+        return (k * self.dilation < self.pad) if isinstance(k, int) else self.pad > 0
+
+    def need_high(self, k) -> bool:
+        if self.adaptive:
+            return (k >= self._short) if isinstance(k, int) else self._short < self.kernel
+        if self._high_from is None:
+            return False
+        return k >= self._high_from if isinstance(k, int) else True
+
+    def load_pos(self, o, k):
+        key = (o, k)
+        p = self._memo.get(key)
+        if p is None:
+            p = self.pos(o, k)
+            if self.need_low(k):
+                p = sympy.Max(p, 0)
+            if self.need_high(k):
+                p = sympy.Min(p, self.size - 1)
+            self._memo[key] = p
+        return p
+
+    def valid(self, o, k):
+        """An ops bool that the position is inside the window, or None when it always is."""
+        conds = []
+        if self.need_low(k) or self.need_high(k):
+            i = ops.index_expr(self.pos(o, k), torch.int64)
+            if self.need_low(k):
+                conds.append(ops.ge(i, ops.constant(0, torch.int64)))
+            if self.need_high(k):
+                bound = ops.index_expr(self.end(o), torch.int64) if self.adaptive else \
+                    ops.constant(self.size, torch.int64)
+                conds.append(ops.lt(i, bound))
+        out = None
+        for c in conds:
+            out = c if out is None else ops.logical_and(out, c)
+        return out
+
+    def first_valid(self, o):
+        """The first in-bounds position of the window (eager's initial max index)."""
+        s = self.start(o)
+        if not self.need_low(0):
+            return s
+        d = self.dilation
+        return s + d * FloorDiv(sympy.Max(-s, 0) + d - 1, d)
+
+    def count(self, o, include_pad: bool):
+        """Elements an average divides by: in-bounds ones, or with ``include_pad`` those in
+        the padded input (a ceil_mode window past the padding counts only up to it)."""
+        if self.adaptive:
+            return self.end(o) - self.start(o) if self._short < self.kernel else self.kernel
+        s = self.start(o)
+        last = (self.out - 1) * self.stride - self.pad
+        if include_pad:
+            if last + self.kernel <= self.size + self.pad:
+                return self.kernel
+            return sympy.Min(s + self.kernel, self.size + self.pad) - s
+        if self.pad == 0 and self._high_from is None:
+            return self.kernel
+        return sympy.Min(s + self.kernel, self.size) - sympy.Max(s, 0)
+
+
+def _window(x, axes, fill):
+    """``values(index, kh, kw)``: the window element (``fill`` where it is padding)."""
+    load = x.make_loader()
+    dtype = x.get_dtype()
+    ah, aw = axes
+
+    def value(index, kh, kw):
+        oh, ow = index[-2], index[-1]
+        v = load(list(index[:-2]) + [ah.load_pos(oh, kh), aw.load_pos(ow, kw)])
+        vh, vw = ah.valid(oh, kh), aw.valid(ow, kw)
+        ok = vh if vw is None else vw if vh is None else ops.logical_and(vh, vw)
+        return v if ok is None else ops.where(ok, v, ops.constant(fill, dtype))
+    return value
+
+
+def _realize_if_shared(ctx, node, item):
+    """Realize an output of a multi-output op read by several consumers, as the graph does
+    for single outputs (the getitem nodes hide the real consumer count)."""
+    users = 0
+    for u in ctx.node.users:
+        if u.target is operator.getitem and u.args[1] == item:
+            users += len(u.users)
+        elif u.target is not operator.getitem:
+            users += 2
+    if users <= 1:
+        return node
+    from ember.backend import graph as graph_mod   # graph imports the lowerings
+    ops_count, loads = graph_mod.body_cost(node)
+    if ops_count > graph_mod._REALIZE_COST or loads > graph_mod._REALIZE_READS:
+        return ctx.graph.realize(node)
+    return node
+
+
+def _plane_ok(x, ctx_size):
+    size = x.get_size()
+    return len(size) in (3, 4) and _static(size) and _static(ctx_size) \
+        and x.get_dtype() in _FLOATS
+
+
+@register_lowering(aten.max_pool2d_with_indices.default)
+def _max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation=1,
+                             ceil_mode=False):
+    out_size = [int(s) for s in ctx.out[0].shape]
+    if not _plane_ok(x, out_size) or 0 in out_size:
+        return NotImplemented
+    kernel = _pair(kernel_size)
+    stride = _pair(stride, kernel)
+    padding, dilation = _pair(padding), _pair(dilation)
+    if kernel[0] * kernel[1] > MAX_UNROLL:
+        return NotImplemented
+    size = x.get_size()
+    axes = [_Axis(size[d - 2], out_size[d - 2], kernel[d], stride[d], padding[d], dilation[d])
+            for d in range(2)]
+    dtype = x.get_dtype()
+    value = _window(x, axes, float("-inf"))
+    positions = [(i, j) for i in range(kernel[0]) for j in range(kernel[1])]
+    width = int(size[-1])
+
+    def values(index):
+        acc = None
+        for i, j in positions:
+            v = value(index, i, j)
+            # replaced when greater or NaN, as eager's scan (ops.maximum(v, acc) does that)
+            acc = v if acc is None else ops.maximum(v, acc)
+        return acc
+
+    def indices(index):
+        oh, ow = index[-2], index[-1]
+        ah, aw = axes
+        acc, best = None, None
+        for i, j in positions:
+            v = value(index, i, j)
+            if acc is None:
+                acc = v
+                best = ops.index_expr(ah.first_valid(oh) * width + aw.first_valid(ow),
+                                      torch.int64)
+                continue
+            take = ops.logical_or(ops.gt(v, acc), ops.isnan(v))
+            flat = ops.index_expr(ah.pos(oh, i) * width + aw.pos(ow, j), torch.int64)
+            best = ops.where(take, flat, best)
+            acc = ops.maximum(v, acc)
+        return best
+
+    vals = Pointwise(x.get_device(), dtype, values, out_size)
+    idxs = Pointwise(x.get_device(), torch.int64, indices, out_size)
+    return _realize_if_shared(ctx, vals, 0), _realize_if_shared(ctx, idxs, 1)
+
+
+def _average(ctx, x, axes, divide):
+    """Sum of each window (padding adds nothing), then ``divide(sum, index)``."""
+    dtype = x.get_dtype()
+    out_size = [int(s) for s in ctx.out.shape]
+    value = _window(x, axes, 0)
+    kh, kw = axes[0].kernel, axes[1].kernel
+    if kh * kw <= MAX_UNROLL:
+        def inner(index):
+            acc = ops.constant(0, dtype)       # eager's sum starts at +0
+            for i in range(kh):
+                for j in range(kw):
+                    acc = ops.add(acc, value(index, i, j))
+            return divide(acc, index)
+        return Pointwise(x.get_device(), dtype, inner, out_size)
+    red = Reduction(x.get_device(), dtype, lambda index, r: value(index, r[0], r[1]), out_size,
+                    [kh, kw], "sum", dtype)
+    load = ctx.graph.realize(red).make_loader()
+    return Pointwise(x.get_device(), dtype, lambda index: divide(load(index), index), out_size)
+
+
+def _as_float(expr, dtype):
+    if isinstance(expr, (int, sympy.Integer)):
+        return ops.constant(int(expr), dtype)
+    return ops.to_dtype(ops.index_expr(expr, torch.int64), dtype)
+
+
+@register_lowering(aten.avg_pool2d.default)
+def _avg_pool2d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False,
+                count_include_pad=True, divisor_override=None):
+    out_size = [int(s) for s in ctx.out.shape]
+    if not _plane_ok(x, out_size) or 0 in out_size:
+        return NotImplemented
+    kernel = _pair(kernel_size)
+    stride = _pair(stride, kernel)
+    padding = _pair(padding)
+    size = x.get_size()
+    axes = [_Axis(size[d - 2], out_size[d - 2], kernel[d], stride[d], padding[d])
+            for d in range(2)]
+    dtype = x.get_dtype()
+
+    def divide(total, index):
+        if divisor_override:
+            return ops.truediv(total, ops.constant(int(divisor_override), dtype))
+        ch = axes[0].count(index[-2], count_include_pad)
+        cw = axes[1].count(index[-1], count_include_pad)
+        return ops.truediv(total, _as_float(ch * cw, dtype))   # eager: sum / (int) count
+    return _average(ctx, x, axes, divide)
+
+
+@register_lowering(aten._adaptive_avg_pool2d.default)
+def _adaptive_avg_pool2d(ctx, x, output_size):
+    out_size = [int(s) for s in ctx.out.shape]
+    if not _plane_ok(x, out_size) or 0 in out_size:
+        return NotImplemented
+    size = x.get_size()
+    axes = []
+    for d in range(2):
+        n, o = int(size[d - 2]), out_size[d - 2]
+        if n % o == 0:
+            axes.append(_Axis(n, o, n // o, n // o))
+        else:
+            axes.append(_Axis(n, o, 1, 1, adaptive=True))
+    dtype = x.get_dtype()
+
+    def divide(total, index):       # eager: sum / kh / kw
+        ch = axes[0].count(index[-2], True)
+        cw = axes[1].count(index[-1], True)
+        return ops.truediv(ops.truediv(total, _as_float(ch, dtype)), _as_float(cw, dtype))
+    return _average(ctx, x, axes, divide)

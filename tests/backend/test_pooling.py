@@ -1,0 +1,157 @@
+"""Pooling lowerings (max_pool2d_with_indices, avg_pool2d, _adaptive_avg_pool2d) become
+generated kernels that match eager: values within float tolerance (NaN where eager has NaN),
+max-pool indices exactly (first maximum in scan order, the last NaN, ties, padding).
+
+Each test compiles one function that pools with several configurations, so the C++ compiler
+runs a few times for the whole file; several inputs of one shape reuse the compiled code."""
+import itertools
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import ember
+from ember import config
+from ember.backend import metrics
+from ember.testing import run_and_get_code
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    ember.reset()
+    with config.patch(suppress_errors=False), torch.no_grad():
+        yield
+
+
+def _inputs(shape, dtype=torch.float32):
+    """Random values; NaNs (two in one window, a whole row) and infinities; all-equal (every
+    window a tie); all -inf (the index is the window's first in-bounds position); small
+    integers (many ties)."""
+    g = torch.Generator().manual_seed(0)
+    rand = torch.randn(shape, generator=g, dtype=dtype)
+    special = rand.clone()
+    special[..., 1, 1] = NAN
+    special[..., 1, 2] = NAN
+    special[..., 3, :] = NAN
+    special[..., 0, 0] = -INF
+    special[..., -1, -1] = INF
+    ties = torch.full(shape, 2.0, dtype=dtype)
+    low = torch.full(shape, -INF, dtype=dtype)
+    ints = torch.randint(-2, 3, shape, generator=g).to(dtype)
+    return [rand, special, ties, low, ints]
+
+
+def _flat(value):
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _flat(v)]
+    return [value]
+
+
+def check(fn, inputs, *, fallbacks_allowed=()):
+    """Compile once, compare with eager on every input, and require no ATen fallback other
+    than ``fallbacks_allowed``."""
+    compiled = ember.compile(fn, backend="ember")
+    for x in inputs:
+        expected, actual = _flat(fn(x)), _flat(compiled(x))
+        assert len(expected) == len(actual)
+        for e, a in zip(expected, actual):
+            assert e.dtype == a.dtype and e.shape == a.shape
+            if e.is_floating_point():
+                torch.testing.assert_close(a, e, equal_nan=True)
+            else:
+                assert torch.equal(a, e), (e, a)
+    assert set(metrics.fallback_ops) <= set(fallbacks_allowed), dict(metrics.fallback_ops)
+    assert fallbacks_allowed or metrics.generated_kernel_count >= 1
+
+
+@pytest.mark.parametrize("kernel,stride", [(2, 1), (2, 2), (3, 1), (3, 2)])
+def test_max_pool2d_values_and_indices(kernel, stride):
+    configs = list(itertools.product([0, 1], [1, 2], [False, True]))   # padding, dilation, ceil
+
+    def fn(x):
+        return [F.max_pool2d(x, kernel, stride, p, d, ceil_mode=c, return_indices=True)
+                for p, d, c in configs]
+    check(fn, _inputs((2, 3, 9, 7)))
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 8, 11), (3, 7, 6)], ids=["batch1", "unbatched"])
+def test_max_pool2d_other_shapes(shape):
+    def fn(x):
+        return [F.max_pool2d(x, 3, 2, 1, return_indices=True),
+                F.max_pool2d(x, (2, 3), (1, 2), (1, 0), (2, 1), ceil_mode=True,
+                             return_indices=True),
+                F.max_pool2d(x, 2)]
+    check(fn, _inputs(shape))
+
+
+def test_max_pool2d_float64_and_channels_last():
+    def fn(x):
+        return F.max_pool2d(x, 3, 2, 1, return_indices=True)
+    check(fn, _inputs((2, 3, 7, 7), torch.float64))
+    ember.reset()
+    check(fn, [x.to(memory_format=torch.channels_last) for x in _inputs((2, 4, 7, 7))])
+
+
+def test_resnet_stem_max_pool_is_a_generated_kernel():
+    stem = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3, bias=False), nn.BatchNorm2d(8),
+                         nn.ReLU(inplace=True), nn.MaxPool2d(3, 2, 1)).eval()
+    x = torch.randn(2, 3, 30, 30)
+    out, sources = run_and_get_code(stem, x)
+    torch.testing.assert_close(out, stem(x))
+    wrapper = sources[0]
+    assert "max_pool2d" not in wrapper, wrapper
+    assert not metrics.fallback_ops
+    # only the values are used: no kernel computes (or stores) the int64 indices
+    assert "int64_t*" not in "\n".join(sources)
+
+
+def test_max_pool2d_output_read_twice_and_indices_used():
+    def fn(x):
+        y, i = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+        return y.relu() + y.sigmoid() * y, i + 1, i * 2
+    check(fn, _inputs((2, 3, 9, 9)))
+
+
+def test_max_pool2d_unsupported_cases_fall_back():
+    check(lambda x: F.max_pool2d(x, 2, return_indices=True),
+          [torch.randint(-5, 5, (1, 2, 6, 6))], fallbacks_allowed={
+              "aten.max_pool2d_with_indices.default"})
+    ember.reset()
+    check(lambda x: F.max_pool2d(x, 9, 1, return_indices=True), [torch.randn(1, 2, 11, 10)],
+          fallbacks_allowed={"aten.max_pool2d_with_indices.default"})
+
+
+@pytest.mark.parametrize("ceil_mode", [False, True])
+def test_avg_pool2d(ceil_mode):
+    configs = list(itertools.product([2, 3], [2], [0, 1], [True, False]))   # k, s, p, cip
+    configs += [(2, 1, 0, True), (2, 1, 1, False), (3, 1, 1, True), (3, 1, 1, False)]
+
+    def fn(x):
+        out = [F.avg_pool2d(x, k, s, p, ceil_mode, count_include_pad=cip)
+               for k, s, p, cip in configs]
+        out.append(F.avg_pool2d(x, 3, 2, 1, ceil_mode, divisor_override=5))
+        return out
+    check(fn, _inputs((2, 3, 9, 8)))
+
+
+def test_avg_pool2d_unbatched_and_large_window():
+    def fn(x):
+        return [F.avg_pool2d(x, 3, 2, 1), F.avg_pool2d(x, (2, 3), ceil_mode=True),
+                # 9x9 windows: a sum reduction instead of an unrolled body
+                F.avg_pool2d(x, 9, 2, 4, ceil_mode=True, count_include_pad=False)]
+    check(fn, _inputs((3, 13, 12)))
+
+
+def test_adaptive_avg_pool2d():
+    keep_height = nn.AdaptiveAvgPool2d((None, 3))
+
+    def fn(x):
+        return [F.adaptive_avg_pool2d(x, (2, 2)), F.adaptive_avg_pool2d(x, (3, 7)),
+                F.adaptive_avg_pool2d(x, (4, 5)), keep_height(x)]
+    check(fn, _inputs((2, 3, 6, 14)))
+    ember.reset()
+    # large windows (a reduction), divisible and not; unbatched
+    check(lambda x: F.adaptive_avg_pool2d(x, (2, 3)), _inputs((3, 18, 19)))
