@@ -199,3 +199,14 @@ def test_dead_buffers_give_their_memory_to_later_ones():
     assert same(fn(x, y), result, rtol=1e-4, atol=1e-4)
     assert "# reuse" in sources[0]
     assert same(fn(x * 2, y), compiled(x * 2, y), rtol=1e-4, atol=1e-4)
+
+
+def test_eval_batch_norm_writes_nothing_back_to_its_running_stats():
+    bn = torch.nn.BatchNorm2d(4).eval()
+    bn.running_mean.uniform_()
+    bn.running_var.uniform_(0.5, 1.0)
+    x = torch.randn(2, 4, 5, 5)
+    compiled = ember.compile(bn, backend="ember")
+    result, sources = run_and_get_code(compiled, x)
+    assert same(bn(x), result)
+    assert metrics.generated_kernel_count == 1     # no kernel copying the stats onto themselves
