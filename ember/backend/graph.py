@@ -153,8 +153,8 @@ class GraphLowering:
         target = node.target
         args = [self._arg(a) for a in node.args]
         kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
-        if target is operator.getitem:
-            return args[0][args[1]]
+        if target is operator.getitem:    # an output of a multi-output lowering
+            return self._share(args[0][args[1]], node)
         if target is torch.ops.aten.copy_.default:
             return self.lower_input_copy(args[0], args[1])
         lowering = LOWERINGS.get(target)
@@ -168,6 +168,10 @@ class GraphLowering:
                 result = NotImplemented
         if result is NotImplemented:
             return self.fallback(node, args, kwargs)
+        return self._share(result, node)
+
+    def _share(self, result, node: torch.fx.Node):
+        """A body read by several consumers is computed once when recomputing it costs."""
         if isinstance(result, (Pointwise, IndexView)) and len(node.users) > 1:
             ops_count, loads = body_cost(result)
             if ops_count > _REALIZE_COST or loads > _REALIZE_READS:

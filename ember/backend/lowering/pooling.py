@@ -15,8 +15,6 @@ indices are a separate Pointwise, so they cost nothing when unused.
 """
 from __future__ import annotations
 
-import operator
-
 import sympy
 import torch
 
@@ -163,24 +161,6 @@ def _window(x, axes, fill):
     return value
 
 
-def _realize_if_shared(ctx, node, item):
-    """Realize an output of a multi-output op read by several consumers, as the graph does
-    for single outputs (the getitem nodes hide the real consumer count)."""
-    users = 0
-    for u in ctx.node.users:
-        if u.target is operator.getitem and u.args[1] == item:
-            users += len(u.users)
-        elif u.target is not operator.getitem:
-            users += 2
-    if users <= 1:
-        return node
-    from ember.backend import graph as graph_mod   # graph imports the lowerings
-    ops_count, loads = graph_mod.body_cost(node)
-    if ops_count > graph_mod._REALIZE_COST or loads > graph_mod._REALIZE_READS:
-        return ctx.graph.realize(node)
-    return node
-
-
 def _plane_ok(x, ctx_size):
     size = x.get_size()
     return len(size) in (3, 4) and _static(size) and _static(ctx_size) \
@@ -233,7 +213,7 @@ def _max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation
 
     vals = Pointwise(x.get_device(), dtype, values, out_size)
     idxs = Pointwise(x.get_device(), torch.int64, indices, out_size)
-    return _realize_if_shared(ctx, vals, 0), _realize_if_shared(ctx, idxs, 1)
+    return vals, idxs     # each realized if read twice (GraphLowering._share)
 
 
 def _average(ctx, x, axes, divide):
