@@ -131,3 +131,23 @@ def test_welford_over_columns(always_welford):
 def test_softmax_over_dim0_is_one_kernel():
     check(lambda t: torch.softmax(t, 0), torch.randn(64, 128))
     assert metrics.generated_kernel_count == 1
+
+
+@pytest.mark.parametrize("shape,dim", [((8, 1_000_000), 1), ((500_000, 16), 0)],
+                         ids=["long_rows", "long_columns"])
+def test_long_sums_are_as_accurate_as_eager(shape, dim):
+    # two-level accumulation (fine lanes folded into double coarse ones) keeps long sums
+    # within a few units in the last place, like eager's cascade sum
+    x = torch.randn(shape) + 1
+    exact = x.double().sum(dim)
+    compiled = ember.compile(lambda t: t.sum(dim), backend="ember")
+    ours = ((compiled(x).double() - exact).abs() / exact.abs()).max().item()
+    eager = ((x.sum(dim).double() - exact).abs() / exact.abs()).max().item()
+    assert ours <= max(4 * eager, 3e-7), (ours, eager)
+
+
+def test_long_welford_is_accurate(always_welford):
+    x = torch.randn(4, 300_000) * 3 + 5
+    exact = x.double().var(1)
+    compiled = ember.compile(lambda t: t.var(1), backend="ember")
+    assert ((compiled(x).double() - exact).abs() / exact).max() < 2e-6

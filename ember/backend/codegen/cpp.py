@@ -33,6 +33,8 @@ PARTIAL_SUMS = 32                # lanes of partial sums in a row sum (4 AVX2 ve
 PARALLEL_CHUNKS = 64             # slices of a reduction split over threads
 COLUMN_BLOCK = (32, 512)         # lanes of a column kernel's block (see _generate_blocked)
 COLUMN_MIN = 16                  # ... whose last outer dim has at least this many elements
+CASCADE = 128                    # steps a fine sum/Welford accumulator takes before folding
+_FOLDED = ("sum", "welford")     # reductions accumulated in two levels (see _lane_range)
 
 PRELUDE = r"""
 // glibc declares the SIMD variants of its math functions (libmvec, <= 4 ulp) only under
@@ -440,35 +442,42 @@ class CppKernel:
         block = self.block_lanes
         self.line("{")
         self.indent += 1
-        welford = False
         for acc, members in groups.items():
             kind, dtype = _group_kind(members)
-            welford |= kind == "welford"
             for ctype, field, init in _fields(kind, dtype):
                 if field != "_n":   # a Welford count is the same in every lane
+                    if kind == "sum":
+                        ctype = _coarse_type(kind, dtype)
                     self.line(f"{ctype} {acc}{field}[{block}];")
                     self.line(f"for (int64_t xl = 0; xl < {block}; xl++) "
                               f"{acc}{field}[xl] = {init};")
-        if welford:
-            self.line("int64_t r_count = 0;")
+        folded = {acc: m for acc, m in groups.items() if _group_kind(m)[0] in _FOLDED}
+        self._declare_fine(folded, block)
+        if folded:
+            self.line("int64_t r_count = 0, r_fine = 0;")
         for var, n in zip(r, self.kernel.inner):
             self.line(f"for (int64_t {var} = 0; {var} < {cpp_index(n)}; {var}++) {{")
             self.indent += 1
-        for acc, members in groups.items():
-            kind, dtype = _group_kind(members)
-            if kind == "welford":
-                ctype = CPP_TYPES[dtype]
-                self.line(f"const {ctype} {acc}_inv = {ctype}(1) / "
-                          f"static_cast<{ctype}>(r_count + 1);")
+        self._welford_inv(folded)
         self._open_lanes(x)
-        self._loop_body(nodes, groups, x, r, None)
+        self._loop_body(nodes, groups, x, r, "xl")
         self.indent -= 1
         self.line("}")
-        if welford:
-            self.line("r_count++;")
+        if folded:
+            self.line("r_count++; r_fine++;")
+            self.line(f"if (r_fine == {CASCADE}) {{")
+            self.indent += 1
+            self._fold(folded, "xl", f"{x[-1]}_len", lambda acc, field: f"{acc}{field}[xl]",
+                       "r_count")
+            self.line("r_fine = 0;")
+            self.indent -= 1
+            self.line("}")
         for _ in r:
             self.indent -= 1
             self.line("}")
+        if folded:
+            self._fold(folded, "xl", f"{x[-1]}_len", lambda acc, field: f"{acc}{field}[xl]",
+                       "r_count")
         finished = [n for members in groups.values() for n in members]
         if finished:
             self._open_lanes(x, simd=False)
@@ -493,6 +502,8 @@ class CppKernel:
         if kind == "welford":
             return CppValue(self._acc(acc, "_" + node.buf.data.reduction_type[8:]), dtype)
         value = self._acc(acc)
+        if self.block and _coarse_type(kind, dtype) != CPP_TYPES[dtype]:
+            return self.cse(f"static_cast<{CPP_TYPES[dtype]}>({value})", dtype)
         if kind in ("max", "min") and dtype.is_floating_point:
             return self.cse(f"{self._acc(acc, '_nan')} ? std::numeric_limits<"
                             f"{CPP_TYPES[dtype]}>::quiet_NaN() : {value}", dtype)
@@ -609,27 +620,30 @@ class CppKernel:
 
     def _lane_range(self, nodes, groups, x, r, start, end) -> None:
         """Sums and Welford reductions over ``[start, end)`` as blocks of PARTIAL_SUMS lanes,
-        one accumulator per lane (independent add chains pipeline and vectorise), merged
-        into the scalars after the blocks; the tail goes straight into the scalars."""
+        one accumulator per lane (independent add chains pipeline and vectorise). Lanes
+        accumulate CASCADE blocks into fine accumulators, which are then folded into coarse
+        ones: no add chain grows long, so a sum of millions of elements stays as accurate as
+        eager's cascade sum. The lanes are merged into the scalars after the blocks; the
+        tail goes straight into the scalars."""
         lanes = PARTIAL_SUMS
         self.line("{")
         self.indent += 1
         for acc, members in groups.items():
             kind, dtype = _group_kind(members)
             ctype = CPP_TYPES[dtype]
-            if kind == "sum":
-                self.line(f"{ctype} {acc}_part[{lanes}] = {{}};")
-            else:
-                self.line(f"{ctype} {acc}_lmean[{lanes}] = {{}}; {ctype} {acc}_lm2[{lanes}] = {{}};")
+            fields = ("",) if kind == "sum" else ("_mean", "_m2")
+            self.line(" ".join(f"{_coarse_type(kind, dtype)} {acc}_lane{f}[{lanes}] = {{}};"
+                               for f in fields))
         self.line(f"int64_t r_block = {start}, r_blocks = 0;")
-        self.line(f"for (; r_block + {lanes} <= {end}; r_block += {lanes}, r_blocks++) {{")
+        self.line(f"while (r_block + {lanes} <= {end}) {{")
         self.indent += 1
-        for acc, members in groups.items():
-            kind, dtype = _group_kind(members)
-            if kind == "welford":   # each lane has seen r_blocks + 1 values after this block
-                ctype = CPP_TYPES[dtype]
-                self.line(f"const {ctype} {acc}_inv = {ctype}(1) / "
-                          f"static_cast<{ctype}>(r_blocks + 1);")
+        self.line(f"const int64_t r_stop = r_block + std::min<int64_t>(({end} - r_block) / "
+                  f"{lanes}, {CASCADE}) * {lanes};")
+        self._declare_fine(groups, lanes)
+        self.line("int64_t r_fine = 0;")
+        self.line(f"for (; r_block < r_stop; r_block += {lanes}, r_blocks++, r_fine++) {{")
+        self.indent += 1
+        self._welford_inv(groups)
         self.line("#pragma omp simd")
         self.line(f"for (int64_t r_lane = 0; r_lane < {lanes}; r_lane++) {{")
         self.indent += 1
@@ -643,18 +657,74 @@ class CppKernel:
         self.line("}")
         self.indent -= 1
         self.line("}")
+        self._fold(groups, "r_lane", str(lanes), lambda acc, field: f"{acc}_lane{field}[r_lane]",
+                   "r_blocks")
+        self.indent -= 1
+        self.line("}")
         for acc, members in groups.items():
-            if _group_kind(members)[0] == "sum":
+            kind, dtype = _group_kind(members)
+            if kind == "sum":
+                self.line(f"{_coarse_type(kind, dtype)} {acc}_total = {acc};")
                 self.line(f"for (int64_t lane = 0; lane < {lanes}; lane++) "
-                          f"{acc} = {acc} + {acc}_part[lane];")
+                          f"{acc}_total = {acc}_total + {acc}_lane[lane];")
+                self.line(f"{acc} = static_cast<{CPP_TYPES[dtype]}>({acc}_total);")
             else:
                 self.line(f"for (int64_t lane = 0; lane < {lanes}; lane++) "
                           f"ember_welford_combine({acc}_mean, {acc}_m2, {acc}_n, "
-                          f"{acc}_lmean[lane], {acc}_lm2[lane], r_blocks);")
+                          f"{acc}_lane_mean[lane], {acc}_lane_m2[lane], r_blocks);")
         self._open_linear(r, "r_block", end)
         self._loop_body(nodes, groups, x, r, None)
         self.indent -= 1
         self.line("}")
+        self.indent -= 1
+        self.line("}")
+
+    def _declare_fine(self, groups, lanes: int) -> None:
+        """Zeroed fine accumulators, one per lane, of the sum and Welford groups."""
+        for acc, members in groups.items():
+            kind, dtype = _group_kind(members)
+            if kind in _FOLDED:
+                ctype = CPP_TYPES[dtype]
+                fields = ("",) if kind == "sum" else ("_mean", "_m2")
+                self.line(" ".join(f"{ctype} {acc}_fine{f}[{lanes}] = {{}};" for f in fields))
+
+    def _welford_inv(self, groups) -> None:
+        """1 / (values each lane's fine Welford state will have seen after this step)."""
+        for acc, members in groups.items():
+            kind, dtype = _group_kind(members)
+            if kind == "welford":
+                ctype = CPP_TYPES[dtype]
+                self.line(f"const {ctype} {acc}_inv = {ctype}(1) / "
+                          f"static_cast<{ctype}>(r_fine + 1);")
+
+    def _fold(self, groups, lane: str, count: str, coarse, total: str) -> None:
+        """Fold the fine accumulators (``r_fine`` steps each) into the coarse ones
+        (``coarse(acc, field)``; ``total`` steps after the fold) and zero them."""
+        if not groups:
+            return
+        for acc, members in groups.items():
+            kind, dtype = _group_kind(members)
+            if kind == "welford":
+                ctype = CPP_TYPES[dtype]
+                self.line(f"const {ctype} {acc}_w = r_fine ? static_cast<{ctype}>(r_fine) / "
+                          f"static_cast<{ctype}>({total}) : {ctype}(0);")
+                self.line(f"const {ctype} {acc}_before = static_cast<{ctype}>({total} - r_fine);")
+        self.line("#pragma omp simd")
+        self.line(f"for (int64_t {lane} = 0; {lane} < {count}; {lane}++) {{")
+        self.indent += 1
+        for acc, members in groups.items():
+            kind, dtype = _group_kind(members)
+            fine = f"{acc}_fine"
+            if kind == "sum":
+                c = coarse(acc, "")
+                self.line(f"{c} = {c} + {fine}[{lane}]; {fine}[{lane}] = 0;")
+                continue
+            mean, m2 = coarse(acc, "_mean"), coarse(acc, "_m2")
+            self.line(f"const auto {acc}_d = {fine}_mean[{lane}] - {mean};")
+            self.line(f"{mean} = {mean} + {acc}_d * {acc}_w;")
+            self.line(f"{m2} = {m2} + {fine}_m2[{lane}] + {acc}_d * {acc}_d * {acc}_before * "
+                      f"{acc}_w;")
+            self.line(f"{fine}_mean[{lane}] = 0; {fine}_m2[{lane}] = 0;")
         self.indent -= 1
         self.line("}")
 
@@ -692,17 +762,16 @@ class CppKernel:
                 self.line(f"{a()} = {a()} {sign} {value} ? {a()} : {value};")
                 if data.src_dtype.is_floating_point:
                     self.line(f"{a('_nan')} |= ({value} != {value});")
-            elif kind == "welford" and (lane is not None or self.block):
+            elif kind == "welford" and lane is not None:
                 # every lane has seen the same count: 1 / count is computed outside
-                mean = f"{acc}_lmean[{lane}]" if lane else a("_mean")
-                m2 = f"{acc}_lm2[{lane}]" if lane else a("_m2")
+                mean, m2 = f"{acc}_fine_mean[{lane}]", f"{acc}_fine_m2[{lane}]"
                 delta = self.cse(f"{value} - {mean}", data.src_dtype)
                 self.line(f"{mean} = {mean} + {delta} * {acc}_inv;")
                 self.line(f"{m2} = {m2} + {delta} * ({value} - {mean});")
             elif kind == "welford":
                 self.line(f"ember_welford_update({acc}_mean, {acc}_m2, {acc}_n, {value});")
             elif kind == "sum" and lane is not None:
-                self.line(f"{acc}_part[{lane}] = {acc}_part[{lane}] + {value};")
+                self.line(f"{acc}_fine[{lane}] = {acc}_fine[{lane}] + {value};")
             else:
                 self.line(f"{a()} = {_combine(kind, a(), value)};")
         self.pop()
@@ -725,6 +794,12 @@ class CppKernel:
             params.append(f"{const}{ctype}* p_{name}")
         self.args = sorted(self.loaded | self.stored)
         return f'extern "C" void {self.name}({", ".join(params)})'
+
+
+def _coarse_type(kind: str, dtype: torch.dtype) -> str:
+    """C++ type of a sum's coarse (folded) accumulators: double for float32, whose long
+    chains of adds would otherwise lose digits that eager's cascade sum keeps."""
+    return "double" if kind == "sum" and dtype == torch.float32 else CPP_TYPES[dtype]
 
 
 def _column_block(size: int) -> int:
