@@ -258,6 +258,8 @@ def _fusable_kernel(steps: list, node: SchedulerNode) -> FusedKernel | None:
     for step in reversed(steps):
         if isinstance(step, FusedKernel) and not any(n.role == "scatter" for n in step.nodes):
             for role, perm in _placements(node, step):
+                if perm is not None and not mine & _step_names(step)[0]:
+                    continue   # another loop order only to consume the kernel's values
                 if _read_ok(step, node, role, perm):
                     node.role, node.perm = role, perm
                     step.nodes.append(node)

@@ -14,6 +14,7 @@ from ember.testing import run_and_get_code, same
 @pytest.fixture(autouse=True)
 def _fresh():
     ember.reset()
+    torch.manual_seed(0)
     with config.patch(suppress_errors=False), torch.no_grad():
         yield
 
