@@ -31,8 +31,11 @@ Functionalisation
   later uses read the new value, and the op returns the mutated tensor object itself.
 * Mutations of graph *inputs* are recorded (``AtenGraph.input_mutations``) and replayed at the
   end of the graph as ``aten.copy_.default(input, new_value)`` nodes, so the user still sees
-  the mutation. If the mutated input is also returned, the output is the new value (a
-  different tensor object than the input, with the same values).
+  the mutation. If the mutated input itself is returned (``x.add_(1)`` returns ``x``), the
+  output is that ``copy_`` node, i.e. the input tensor, as in eager: the value is not
+  computed a second time, and a backend that computes outputs lazily cannot read the input
+  after its ``copy_`` has overwritten it. (A different tensor holding the new value, e.g.
+  ``y`` of ``x.copy_(y)``, stays the new-value node.)
 * View ops (``view``, ``t``, ``slice``, ``select``, ``expand``, ``permute``...) stay as view
   ops. **Limitation (first version):** an in-place op on a tensor that shares storage with
   any other tensor of the trace (it is a view, it has views, or two inputs alias) raises
@@ -96,6 +99,11 @@ def _bind(op, args, kwargs) -> list:
 _functional_cache: dict = {}
 
 
+def _signature(op) -> list:
+    """(name, type, kwarg_only) of each argument, alias annotations left out."""
+    return [(a.name, str(a.type), a.kwarg_only) for a in op._schema.arguments]
+
+
 def _functional_variant(op):
     """(functional_op, kind) for a mutating op; kind is 'inplace' or 'functional'; or None."""
     if op in _functional_cache:
@@ -115,7 +123,17 @@ def _functional_variant(op):
         fop = getattr(pkt, overload, None)
         if fop is None and kind == "functional":
             fop = getattr(pkt, "default", None)
-        if fop is not None and not fop._schema.is_mutable:
+        if kind == "inplace" and (fop is None or _signature(fop) != _signature(op)):
+            # the same overload name can be another op (``aten::ldexp(float, int)`` is the
+            # ``default`` of ``ldexp`` while ``ldexp_.default`` takes tensors): match the
+            # arguments, by name and type, in any order (``polygamma_(self, n)`` is
+            # ``polygamma(n, self)``; ``functionalize`` reorders them)
+            want = sorted(_signature(op))
+            fop = next((getattr(pkt, o) for o in pkt.overloads()
+                        if sorted(_signature(getattr(pkt, o))) == want), None)
+        if fop is not None and not fop._schema.is_mutable and not any(
+                r.alias_info is not None for r in fop._schema.returns):
+            # (a view op is no functional twin: ``transpose_`` changes geometry, not data)
             found = (fop, kind)
             break
     _functional_cache[op] = found
@@ -258,6 +276,13 @@ class _AtenTracer(TorchDispatchMode):
                     "another tensor (a view, or a tensor with views) is not supported yet")
         if kind == "inplace":
             (target,) = targets
+            if fop._overloadname != func._overloadname or _signature(fop) != _signature(func):
+                # found by signature: pass every argument (defaults are the in-place op's:
+                # ``bernoulli_.float(self, p=0.5)`` is ``bernoulli.p(self, p)``), in its order
+                values = {a.name: v for a, v in zip(func._schema.arguments, bound)}
+                fargs = fop._schema.arguments
+                args = tuple(values[a.name] for a in fargs if not a.kwarg_only)
+                kwargs = {a.name: values[a.name] for a in fargs if a.kwarg_only}
             new = self.run_op(fop, args, kwargs)
             self.assign(func, target, new)
             return target
@@ -323,14 +348,22 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,
     with torch.no_grad(), fake_mode, tracer:
         out = gm.forward(*fakes)
 
-    out_nodes = pytree.tree_map(
-        lambda x: tracer.to_node(tracer.to_fake(x)) if isinstance(x, torch.Tensor) else x, out)
     mutations = sorted(tracer.mutated_inputs)
+    copy_of: dict[int, torch.fx.Node] = {}       # id(mutated input fake) -> its copy_ node
     for i in mutations:
-        new = tracer.node_of[id(tracer.mutated_inputs[i])]
+        target = tracer.mutated_inputs[i]
+        new = tracer.node_of[id(target)]
         node = graph.call_function(aten.copy_.default, (placeholders[i], new))
         node.meta["val"] = fakes[i]
-    graph.output(out_nodes)
+        copy_of[id(target)] = node
+
+    def output_node(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        if id(x) in copy_of:                     # the mutated input itself is returned
+            return copy_of[id(x)]
+        return tracer.to_node(tracer.to_fake(x))
+    graph.output(pytree.tree_map(output_node, out))
     graph.eliminate_dead_code(is_impure_node=_is_impure)
     graph.lint()
     return AtenGraph(torch.fx.GraphModule(root, graph), mutations)

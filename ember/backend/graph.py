@@ -309,11 +309,4 @@ def _same_strides(a: Layout, b: Layout) -> bool:
 
 
 def _dense(layout: Layout) -> bool:
-    """Non-overlapping and dense: a permutation of contiguous strides."""
-    dims = sorted((int(st), int(sz)) for sz, st in zip(layout.size, layout.stride) if sz != 1)
-    expected = 1
-    for st, sz in dims:
-        if st != expected:
-            return False
-        expected *= sz
-    return int(layout.offset) == 0
+    return layout.is_dense() and int(layout.offset) == 0

@@ -100,6 +100,16 @@ class Layout:
         return all(st == cs for sz, st, cs in zip(self.size, self.stride,
                                                    contiguous_strides(self.size)) if sz != 1)
 
+    def is_dense(self) -> bool:
+        """Non-overlapping and dense: the strides are a permutation of contiguous ones."""
+        dims = sorted((int(st), int(sz)) for sz, st in zip(self.size, self.stride) if sz != 1)
+        expected = 1
+        for st, sz in dims:
+            if st != expected:
+                return False
+            expected *= sz
+        return True
+
     def storage_numel(self) -> Expr:
         """Elements of storage the layout spans (for allocation)."""
         if any(s == 0 for s in self.size):

@@ -47,6 +47,10 @@ DECOMPOSED_OPS = [
     aten.logsumexp,
     aten.addcmul,
     aten.addcdiv,
+    # the CPU kernels return channels-last outputs for channels-last inputs, their meta
+    # kernels contiguous ones: run as an ATen fallback, the layout check fails
+    aten.max_unpool2d,
+    aten.max_unpool3d,
 ]
 
 # Ember's own entries: OpOverload -> callable.

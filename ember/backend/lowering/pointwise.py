@@ -97,11 +97,31 @@ def _div_mode(ctx, a, b, *, rounding_mode=None):
 
 @register_lowering(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
 def _pow(ctx, a, b):
+    if not ctx.dtype.is_floating_point:
+        # eager raises integers to integer powers by repeated squaring (wrapping on overflow;
+        # a negative power is 0 unless the base is 1 or -1); std::pow goes through double
+        # (inexact past 2**53, and 0 ** -1 is inf). A constant power is unrolled; a tensor
+        # power runs ATen.
+        if not is_ir(a) or is_ir(b) or isinstance(b, bool) or not isinstance(b, int) or b < 0:
+            return NotImplemented
+        return make_pointwise(ctx, lambda x: _int_power(x, b, ctx.dtype), [a],
+                              compute=ctx.dtype)
     if not is_ir(b) and b == 2:
         return make_pointwise(ctx, lambda x: ops.mul(x, x), [a], compute=ctx.dtype)
     if not is_ir(b) and b == 0.5 and ctx.dtype.is_floating_point:
         return make_pointwise(ctx, ops.sqrt, [a], compute=ctx.dtype)
     return make_pointwise(ctx, ops.pow, [a, b], compute=ctx.dtype)
+
+
+def _int_power(x, n: int, dtype):
+    result, base = None, x
+    while n:
+        if n & 1:
+            result = base if result is None else ops.mul(result, base)
+        n >>= 1
+        if n:
+            base = ops.mul(base, base)
+    return ops.constant(1, dtype) if result is None else result
 
 
 for _packet, _name in [(aten.eq, "eq"), (aten.ne, "ne"), (aten.lt, "lt"), (aten.le, "le"),
@@ -216,6 +236,17 @@ def _full(ctx, size_or_value, fill_value=None, **kwargs):
 @register_lowering(aten.zeros.default, aten.ones.default)
 def _zeros_ones(ctx, size, **kwargs):
     value = 1 if ctx.node.target is aten.ones.default else 0
+    dtype = ctx.dtype
+    return Pointwise(ctx.device, dtype, lambda index: ops.constant(value, dtype), ctx.size)
+
+
+@register_lowering(aten.new_zeros.default, aten.new_ones.default, aten.new_full.default)
+def _new_filled(ctx, x, size, fill_value=None, **kwargs):
+    target = ctx.node.target
+    value = 0 if target is aten.new_zeros.default else 1 if target is aten.new_ones.default \
+        else fill_value
+    if is_ir(value):
+        return NotImplemented
     dtype = ctx.dtype
     return Pointwise(ctx.device, dtype, lambda index: ops.constant(value, dtype), ctx.size)
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import sympy
 import torch
+import torch.fx
 
-from ember.backend.ir import Buffer, IndexView, Layout, ReinterpretView, sym
+from ember.backend.ir import Buffer, IndexView, InputBuffer, Layout, ReinterpretView, sym
 from ember.backend.lowering.registry import aten, register_lowering
 
 
@@ -129,12 +130,59 @@ def _slice(ctx, x, dim=0, start=None, end=None, step=1):
 register_lowering(aten.slice.Tensor)(_view_lowering(_slice))
 
 
+def _storage_owner(node):
+    """The FX node whose eager result owns ``node``'s storage: up the chain of view ops (each
+    node's first argument, while it shares the storage)."""
+    def key(n):
+        v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
+        if not isinstance(v, torch.Tensor):
+            return None
+        return getattr(v, "_meta", v).untyped_storage()._cdata
+    own = key(node)
+    while node.op == "call_function" and node.args and own is not None \
+            and key(node.args[0]) == own:
+        node = node.args[0]
+    return node
+
+
 @register_lowering(aten.as_strided.default)
 def _as_strided(ctx, x, size, stride, storage_offset=None):
-    mem = _memory_view(x)
-    if mem is None:
-        buf = ctx.graph.realize(x)
-        mem = (buf, buf.layout)
-    buf, layout = mem
-    return ReinterpretView(buf, _meta_view(layout, ctx.node.target, (size, stride, storage_offset),
-                                           {}))
+    """``storage_offset`` counts from the start of the *eager* storage and the strides walk
+    that storage, so the view is made over the memory of the node that owns the storage in
+    eager (up the chain of views): a graph input or constant is that very memory (its layout
+    here counts from its data pointer, so the offset is shifted by its own storage offset);
+    any other owner is used (or realized) with eager's layout, when eager's storage is exactly
+    that dense tensor. Else ATen runs it."""
+    arg = ctx.node.args[0]
+    fake = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    if not isinstance(fake, torch.Tensor):
+        return NotImplemented
+    owner = _storage_owner(arg)
+    owner_fake = owner.meta["val"]
+    owner_ir = ctx.graph.env.get(owner)
+    if owner_ir is None:
+        return NotImplemented
+    mem = _memory_view(owner_ir)
+    if mem is not None and isinstance(mem[0], InputBuffer):
+        buf, layout = mem
+        base = owner_fake.storage_offset() - int(layout.offset)  # buf's data pointer in eager
+    else:
+        want = Layout.from_tensor(owner_fake)
+        meta = getattr(owner_fake, "_meta", owner_fake)
+        if owner_fake.storage_offset() != 0 or not want.is_dense() or \
+                int(want.storage_numel()) * owner_fake.element_size() != \
+                meta.untyped_storage().nbytes():
+            return NotImplemented
+        if mem is not None and int(mem[1].offset) == 0 and all(
+                int(a) == int(b) for n, a, b in zip(want.size, mem[1].stride, want.stride)
+                if n != 1) and not isinstance(mem[0], InputBuffer):
+            buf = mem[0]
+        else:
+            want.device = owner_ir.get_device()
+            buf = ctx.graph.realize(owner_ir, want)
+        base = 0
+    offset = fake.storage_offset() if storage_offset is None else storage_offset
+    out = ctx.out
+    return ReinterpretView(buf, Layout(buf.get_device(), buf.get_dtype(),
+                                       [sym(s) for s in out.shape],
+                                       [sym(s) for s in out.stride()], sym(offset - base)))
