@@ -81,6 +81,7 @@ class GraphLowering:
         # later, different node (which would then be "realized" as the wrong buffer)
         self._realized: dict[int, tuple] = {}
         self.reductions: dict[tuple, tuple] = {}   # reductions already made, for reuse
+        self.input_copies: list[tuple] = []        # (graph input, new value), see below
         self._count = 0
         self.env: dict[torch.fx.Node, Any] = {}
 
@@ -133,7 +134,10 @@ class GraphLowering:
                 self.env[node] = self.lower_node(node)
             elif node.op == "output":
                 flat = self._flat(node.args[0])
+                # outputs are computed before the inputs are overwritten: a lazy output
+                # (``x + 1`` of an ``x`` mutated later) reads the old values, as in eager
                 self.outputs = [self.finish_output(self._arg(n), n) for n in flat]
+                self.apply_input_copies()
             else:
                 raise NotImplementedError(f"node kind {node.op}")
         return self
@@ -156,7 +160,7 @@ class GraphLowering:
         if target is operator.getitem:    # an output of a multi-output lowering
             return self._share(args[0][args[1]], node)
         if target is torch.ops.aten.copy_.default:
-            return self.lower_input_copy(args[0], args[1])
+            return self.defer_input_copy(args[0], args[1])
         lowering = LOWERINGS.get(target)
         result = NotImplemented
         if lowering is not None and self._supported(node):
@@ -228,19 +232,35 @@ class GraphLowering:
             return type(a)(self._to_memory(x) for x in a)
         return a
 
-    def lower_input_copy(self, dst, src):
-        """``copy_(graph_input, new_value)``: the kernel writes the input's memory."""
+    def defer_input_copy(self, dst, src):
+        """``copy_(graph_input, new_value)`` (the tracer puts them at the end of the graph):
+        written in place by :meth:`apply_input_copies` once the outputs are computed."""
         if not isinstance(dst, InputBuffer):
             raise NotImplementedError("copy_ into something other than a graph input")
-        if _is_identity(src, dst):     # e.g. eval BatchNorm "updating" its running stats
-            return dst
-        if isinstance(src, IRNode) and self._reads_shifted(src, dst):
-            src = self.realize(src)
-        data = Pointwise(dst.get_device(), dst.get_dtype(),
-                         _cast_loader(src, dst.get_dtype()), dst.get_size())
-        buf = ComputedBuffer(self.new_name(), dst.layout, data, mutates=dst.name)
-        self.buffers.append(buf)
+        if not _is_identity(src, dst):     # e.g. eval BatchNorm "updating" its running stats
+            self.input_copies.append((dst, src))
         return dst
+
+    def apply_input_copies(self) -> None:
+        """Kernels that write each mutated input's new value into its memory. A new value
+        that reads another mutated input, or its own input at another index, is first
+        computed into a buffer of its own: the copies overwrite those inputs one by one."""
+        from ember.backend.scheduler import extract_reads
+        targets = {dst.name for dst, _ in self.input_copies}
+        sources = []
+        for dst, src in self.input_copies:
+            if isinstance(src, IRNode):
+                idx = index_vars("x", len(src.get_size()))
+                reads = {name for name, _ in extract_reads(src.make_loader(), idx)}
+                if reads & (targets - {dst.name}) or self._reads_shifted(src, dst):
+                    src = self.realize(Pointwise(src.get_device(), src.get_dtype(),
+                                                 src.make_loader(), src.get_size()))
+            sources.append(src)
+        for (dst, _), src in zip(self.input_copies, sources):
+            data = Pointwise(dst.get_device(), dst.get_dtype(),
+                             _cast_loader(src, dst.get_dtype()), dst.get_size())
+            self.buffers.append(ComputedBuffer(self.new_name(), dst.layout, data,
+                                               mutates=dst.name))
 
     def _reads_shifted(self, src: IRNode, dst: Buffer) -> bool:
         from ember.backend.scheduler import extract_reads
