@@ -62,9 +62,9 @@ Decisions
   type as eager, though the wording may differ (Python refs phrase broadcasting differently).
 * **Backend-dependent metadata.** Meta kernels cannot see the backend, so ``_FIXUPS`` corrects
   the few answers that depend on it: convolution keeps channels_last like mkldnn/cudnn, CPU
-  batch norm in eval returns empty save_mean/save_invstd. Known remaining differences (from
-  an OpInfo sweep, ~1800 samples agree): output strides of some complex/linalg ops
-  (``fft.rfftn``, ``linalg.eig``, ``svd_lowrank``).
+  batch norm in eval returns empty save_mean/save_invstd; and torch's ``device_hint`` (which
+  its Python meta kernels ask) answers the fake device, not "cuda", so CPU svd/fft/
+  nonzero_static get the CPU kernels' output strides.
 * **Randomness.** ``rand``/``randn``/``dropout``/``bernoulli`` run meta kernels: metadata
   only, no RNG state consumed, so capturing does not shift the user's random stream.
 * **Python dispatcher.** Several meta kernels (view/reshape/expand, layer_norm) are Python
@@ -77,6 +77,8 @@ Decisions
   (batch norm's decomposition dominates).
 """
 from __future__ import annotations
+
+import threading
 
 import torch
 from torch._dispatch.python import enable_python_dispatcher
@@ -325,6 +327,30 @@ def _bn_eval_stats(training_arg):
     return fix
 
 
+# torch's Python meta kernels ask ``device_hint(tensor)`` which backend they stand in for, and
+# on a plain meta tensor the answer is "cuda": CPU ops then get CUDA's output strides (svd,
+# fft, nonzero_static). While Ember's mode runs a meta kernel the hint is the fake device.
+_hint = threading.local()
+
+
+def _install_device_hint() -> None:
+    import torch._meta_registrations as registrations
+    original = registrations.device_hint
+    if getattr(original, "ember", False):
+        return
+
+    def device_hint(tensor) -> str:
+        device = getattr(_hint, "device", None)
+        if device is not None and getattr(tensor, "device", None) == _META:
+            return device
+        return original(tensor)
+    device_hint.ember = True
+    registrations.device_hint = device_hint
+
+
+_install_device_hint()
+
+
 # Per-op corrections applied to meta outputs, where a meta kernel's answer depends on the
 # backend it cannot see.
 _FIXUPS = {aten.convolution.default: _conv_layout, aten._convolution.default: _conv_layout,
@@ -536,6 +562,8 @@ class FakeTensorMode(TorchDispatchMode):
         else:
             args, kwargs = pytree.tree_unflatten(flat, spec)
 
+        prior_hint = getattr(_hint, "device", None)
+        _hint.device = device.type
         try:
             out = func(*args, **kwargs)
         except DataDependentError:
@@ -548,6 +576,8 @@ class FakeTensorMode(TorchDispatchMode):
                     "Meta" in msg and ("Could not run" in msg or "not implemented" in msg)):
                 raise FakeUnsupported(str(func), e) from e
             raise
+        finally:
+            _hint.device = prior_hint
 
         if fixup is not None:
             out = fixup(out, args, kwargs, device)

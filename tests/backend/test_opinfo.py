@@ -18,19 +18,7 @@ from opinfo_util import RESULTS, op_full_name, run_op, run_sample, selected_ops
 
 # {op full name: reason}: known failures, each verified to come from the backend or the
 # frontend, not from this harness; they show as XFAIL (XPASS, not an error, once they pass).
-_DEVICE_HINT = ("ember.fake runs torch's Python meta kernels on meta tensors, for which "
-                "torch._meta_registrations.device_hint() answers 'cuda'; ")
 XFAIL: dict[str, str] = {
-    "svd": _DEVICE_HINT + "_linalg_svd's fake Vh is row-major, the CPU kernel's column-major: "
-           "V (a transposed view of Vh, read with the fake strides) is wrong",
-    "svd_lowrank": _DEVICE_HINT + "wrong fake strides of _linalg_svd's Vh (see svd)",
-    "pca_lowrank": _DEVICE_HINT + "wrong fake strides of _linalg_svd's Vh (see svd)",
-    "nonzero_static": _DEVICE_HINT + "fake strides (1, size), the CPU kernel's (ndim, 1): the "
-                      "fallback's layout check raises",
-    "fft.hfft2": _DEVICE_HINT + "_fft_c2r's fake strides differ from the CPU kernel's: the "
-                 "fallback's layout check raises",
-    "fft.hfftn": _DEVICE_HINT + "_fft_c2r's fake strides differ from the CPU kernel's: the "
-                 "fallback's layout check raises",
 }
 
 pytest.importorskip("expecttest", reason="torch's OpInfo database imports expecttest "

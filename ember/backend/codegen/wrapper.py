@@ -62,6 +62,8 @@ class WrapperCodegen:
         last_use = self._last_uses()
         output_names = self._output_names()
         poolable = self._poolable(output_names)
+        read = {name for step in self.steps for name in (
+            self.kernels[id(step)].args if isinstance(step, FusedKernel) else _extern_reads(step))}
         pool: dict[tuple, list[str]] = {}      # (dtype, elements) -> dead buffers, by age
         pending: dict[str, int] = {}           # pooled name -> where its ``del`` would go
         for i, step in enumerate(self.steps):
@@ -81,7 +83,7 @@ class WrapperCodegen:
                                 f"in a gather/index/embedding of {kernel.name}')")
                 body.extend(aliases)
             else:
-                body.extend(self._extern(step))
+                body.extend(self._extern(step, step.name in read or step.name in output_names))
             dead = sorted(n for n, last in last_use.items()
                           if last == i and n not in output_names)
             for name in [n for n in dead if n in poolable]:
@@ -134,10 +136,17 @@ class WrapperCodegen:
                 if buf.name not in output_names and buf.name not in read_by_fallback
                 and buf.name not in taken and buf.layout.storage_numel().is_Integer}
 
-    def _extern(self, buf: ExternBuffer) -> list[str]:
+    def _extern(self, buf: ExternBuffer, used: bool = True) -> list[str]:
+        """The ATen call (or the pick of one output of a multi-output call); a result that
+        is read is checked to have the layout the kernels were generated for."""
         if buf.parent is not None:
             path = "".join(f"[{i}]" for i in buf.result_index)
-            return [f"{buf.name} = {buf.parent.name}{path}"]
+            lines = [f"{buf.name} = {buf.parent.name}{path}"]
+            if used:
+                lay = buf.layout
+                lines.append(f"check_layout({buf.name}, {_tuple(lay.size)}, "
+                             f"{_tuple(lay.stride)})")
+            return lines
         args = [self.ref(a) for a in buf.args]
         kwargs = [f"{k}={self.ref(v)}" for k, v in buf.kwargs.items()]
         target = self.const(buf.kernel)
