@@ -36,7 +36,7 @@ COLUMN_MIN = 16                  # ... whose last outer dim has at least this ma
 CASCADE = 128                    # steps a fine sum/Welford accumulator takes before folding
 _FOLDED = ("sum", "welford")     # reductions accumulated in two levels (see _lane_range)
 
-PRELUDE = r"""
+PRELUDE = "#define EMBER_CASCADE %d\n" % CASCADE + r"""
 // glibc declares the SIMD variants of its math functions (libmvec, <= 4 ulp) only under
 // __FAST_MATH__; define it for that header alone -- kernels are not built with -ffast-math.
 #define __FAST_MATH__ 1
@@ -69,6 +69,12 @@ template <typename T> static inline void ember_welford_combine(T& mean, T& m2, i
   int64_t total = n + n_b; T d = mean_b - mean;
   T w = static_cast<T>(n_b) / static_cast<T>(total);
   mean = mean + d * w; m2 = m2 + m2_b + d * d * static_cast<T>(n) * w; n = total; }
+// 1 / (k + 1) for the Welford updates of fine accumulators (k < CASCADE steps): a table
+// lookup keeps the int-to-float conversion and the division off the loop's dependency chain
+template <typename T> struct ember_inverse_table {
+  T v[EMBER_CASCADE];
+  ember_inverse_table() { for (int k = 0; k < EMBER_CASCADE; k++) v[k] = T(1) / T(k + 1); } };
+template <typename T> static const ember_inverse_table<T> ember_inverse{};
 template <typename T> static inline T ember_lowest() {
   return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
                                               : std::numeric_limits<T>::lowest(); }
@@ -694,8 +700,7 @@ class CppKernel:
             kind, dtype = _group_kind(members)
             if kind == "welford":
                 ctype = CPP_TYPES[dtype]
-                self.line(f"const {ctype} {acc}_inv = {ctype}(1) / "
-                          f"static_cast<{ctype}>(r_fine + 1);")
+                self.line(f"const {ctype} {acc}_inv = ember_inverse<{ctype}>.v[r_fine];")
 
     def _fold(self, groups, lane: str, count: str, coarse, total: str) -> None:
         """Fold the fine accumulators (``r_fine`` steps each) into the coarse ones

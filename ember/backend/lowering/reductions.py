@@ -70,10 +70,12 @@ def reduce(ctx, x, dims: list[int], reduction_type: str, compute: torch.dtype,
 
 
 # Reductions at least this long compute var/std in one pass with Welford's update (mean and
-# M2 per lane, lanes and threads merged with Chan's formula); shorter rows stay in cache, so
-# two passes (sum, then squared deviations from the mean) cost no more memory traffic, are
-# cheaper per element and exact-er.
-WELFORD_MIN_NUMEL = 1 << 15
+# M2 per lane, lanes and threads merged with Chan's formula). Shorter rows take two passes
+# (sum, then squared deviations from the mean): the second pass finds the row in cache, and
+# per element it is cheaper. Measured on a 2-core EPYC, 2 threads, var over the last dim:
+# 16 x 2**18 floats two-pass 1.25x faster; 1 x 2**22 even; 64 x 2**20 Welford 1.6x faster;
+# 1 x 2**26 Welford 1.9x faster.
+WELFORD_MIN_NUMEL = 1 << 20
 
 
 def welford(ctx, x, dims: list[int], compute: torch.dtype):
