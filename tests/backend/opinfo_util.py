@@ -34,6 +34,8 @@ Environment:
   ``0`` = all).
 - ``EMBER_OPINFO_OPS=add,mul,...``: exactly these ops (full names, ``name.variant``).
 - ``EMBER_OPINFO_REPORT=path.json``: write totals and per-sample outcomes there at the end.
+- ``EMBER_OPINFO_SHARD=i/n``: only the ops whose name hashes to shard ``i`` of ``n`` (to run a
+  full sweep as ``n`` processes side by side).
 """
 from __future__ import annotations
 
@@ -105,9 +107,12 @@ def selected_ops() -> list:
     if only:
         wanted = {s.strip() for s in only.split(",") if s.strip()}
         return [op for op in op_db if op_full_name(op) in wanted or op.name in wanted]
-    if full_mode():
-        return list(op_db)
-    return [op for op in op_db if _in_ci_subset(op)]
+    ops = list(op_db) if full_mode() else [op for op in op_db if _in_ci_subset(op)]
+    shard = os.environ.get("EMBER_OPINFO_SHARD", "")
+    if shard:
+        i, n = (int(v) for v in shard.split("/"))
+        ops = [op for op in ops if zlib.crc32(op_full_name(op).encode()) // 4 % n == i]
+    return ops
 
 
 # ---------------------------------------------------------------------- building the function
