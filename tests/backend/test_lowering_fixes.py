@@ -99,3 +99,19 @@ def test_inplace_op_with_a_default_its_functional_twin_lacks():
     got = compiled(x.clone())
     assert got.shape == want.shape and got.dtype == want.dtype
     assert set(got.unique().tolist()) <= {0.0, 1.0}
+
+
+def test_unbind_is_a_view_not_a_fallback():
+    from ember.backend import metrics
+    w = torch.randn(48, 16)
+
+    def attention_inputs(x):
+        qkv = (x @ w.t()).reshape(2, 5, 3, 4, 4).permute(2, 0, 3, 1, 4)
+        q, k, v = qkv.unbind(0)
+        return (q * 2 + k).softmax(-1) * v, (x * 3).unbind(1)[2]
+    x = torch.randn(2, 5, 16)
+    ember.reset()
+    compiled = ember.compile(attention_inputs, backend="ember")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x), attention_inputs(x))
+    assert not any("unbind" in op for op in metrics.fallback_ops)

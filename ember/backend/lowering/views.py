@@ -117,6 +117,24 @@ def _select(ctx, x, dim, index):
 register_lowering(aten.select.int)(_view_lowering(_select))
 
 
+@register_lowering(aten.unbind.int)
+def _unbind(ctx, x, dim=0):
+    """One select view per index along ``dim`` (vit's ``q, k, v = qkv.unbind(0)``)."""
+    size = x.get_size()
+    dim %= len(size)
+    if not size[dim].is_Integer:
+        return NotImplemented
+    views = []
+    for i in range(int(size[dim])):
+        mem = _memory_view(x)
+        if mem is not None:
+            buf, layout = mem
+            views.append(ReinterpretView(buf, _meta_view(layout, aten.select.int, (dim, i), {})))
+        else:
+            views.append(_select(ctx, x, dim, i))
+    return tuple(views)
+
+
 def _slice(ctx, x, dim=0, start=None, end=None, step=1):
     size = x.get_size()
     dim %= len(size)
