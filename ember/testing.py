@@ -7,22 +7,27 @@ import torch
 
 
 class CompileCounter:
-    """A backend that counts the graphs it receives and their ops, then runs them as they are.
+    """A backend that counts the graphs it receives and their ops, then runs them as they are
+    (or hands them to ``backend``, a backend name or callable, e.g. ``"ember"``).
 
     ``frame_count`` is the number of graphs compiled, ``op_count`` the total number of
     ``call_*`` nodes over all of them; ``graphs`` keeps each GraphModule for inspection.
     """
 
-    def __init__(self):
+    def __init__(self, backend: str | Callable | None = None):
         self.frame_count = 0
         self.op_count = 0
         self.graphs: list[torch.fx.GraphModule] = []
+        self.backend = backend
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         self.frame_count += 1
         self.op_count += sum(1 for n in gm.graph.nodes if n.op.startswith("call_"))
         self.graphs.append(gm)
-        return gm.forward
+        if self.backend is None:
+            return gm.forward
+        from ember.backends import lookup_backend
+        return lookup_backend(self.backend)(gm, example_inputs)
 
     def clear(self) -> None:
         self.frame_count = 0

@@ -24,6 +24,9 @@ Conventions:
 Environment switches (for triage):
 - ``EMBER_CONFORMANCE_SKIP_COUNT=1`` skips the graph/op count assertions, so only the
   eager-vs-compiled comparison is checked.
+- ``EMBER_CONFORMANCE_BACKEND=ember`` compiles the captured graphs with that backend instead
+  of running them as captured: the ~350 programs then also exercise ATen tracing and the
+  generated kernels.
 - ``EMBER_CONFORMANCE_GRAPH_BREAKS=1`` tells the fallback tests that the frontend graph-breaks
   (``graph_breaks_enabled()``); by default they expect a frontend that runs such frames eagerly.
 """
@@ -254,7 +257,7 @@ def check(fn, inputs_a, inputs_b=None, *, graphs=1, ops=None, rtol=1e-5, atol=1e
     Returns the CompileCounter.
     """
     ember.reset()
-    cnt = CompileCounter()
+    cnt = CompileCounter(os.environ.get("EMBER_CONFORMANCE_BACKEND") or None)
     if not isinstance(inputs_a, tuple):
         raise TypeError("inputs_a must be a tuple of positional arguments")
     if inputs_b is None:
