@@ -115,3 +115,18 @@ def test_unbind_is_a_view_not_a_fallback():
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), attention_inputs(x))
     assert not any("unbind" in op for op in metrics.fallback_ops)
+
+
+def test_functional_copy_broadcasts_and_casts():
+    from ember.backend import metrics
+
+    def fn(x, y):
+        z = x * 2
+        z.copy_(y)             # a view-free in-place copy inside the graph: aten.copy
+        return z + 1
+    x, y = torch.randn(4, 6, dtype=torch.float64), torch.randn(6)
+    ember.reset()
+    compiled = ember.compile(fn, backend="ember")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, y), fn(x, y))
+    assert not metrics.fallback_ops

@@ -214,6 +214,14 @@ def _to_copy(ctx, x, *, dtype=None, layout=None, device=None, pin_memory=None,
     return make_pointwise(ctx, lambda v: v, [x], compute=x.get_dtype())
 
 
+@register_lowering(aten.copy.default)
+def _copy(ctx, x, src, non_blocking=False):
+    """Functional ``copy``: ``src`` broadcast to ``x``'s shape, in ``x``'s dtype."""
+    if is_ir(src) and src.get_device() != x.get_device():
+        return NotImplemented
+    return make_pointwise(ctx, lambda v: v, [src], compute=ctx.dtype)
+
+
 @register_lowering(aten.clone.default)
 def _clone(ctx, x, *, memory_format=None):
     return make_pointwise(ctx, lambda v: v, [x], compute=x.get_dtype())
