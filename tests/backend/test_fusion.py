@@ -210,3 +210,20 @@ def test_eval_batch_norm_writes_nothing_back_to_its_running_stats():
     result, sources = run_and_get_code(compiled, x)
     assert same(bn(x), result)
     assert metrics.generated_kernel_count == 1     # no kernel copying the stats onto themselves
+
+
+def test_short_contiguous_planes_run_as_one_inner_loop():
+    bn = torch.nn.BatchNorm2d(8).eval()
+    bn.running_var.uniform_(0.5, 2.0)
+    x = torch.randn(2, 8, 4, 4)
+    compiled = ember.compile(lambda t: torch.relu(bn(t)), backend="ember")
+    result, sources = run_and_get_code(compiled, x)
+    assert same(torch.relu(bn(x)), result)
+    assert "r0 < 16;" in sources[1]          # h and w merged: one loop of 16, not 4 x 4
+    # a value broadcast along w alone breaks the contiguity: loops stay apart, still right
+    y = torch.randn(4)
+    ember.reset()
+    compiled = ember.compile(lambda t, u: torch.relu(bn(t)) + u, backend="ember")
+    result, sources = run_and_get_code(compiled, x, y)
+    assert same(torch.relu(bn(x)) + y, result)
+    assert "r0 < 4;" in sources[1]

@@ -13,6 +13,7 @@ PyTorch computes ``a * b + c`` with two roundings; contracting to FMA would chan
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -33,6 +34,7 @@ PARTIAL_SUMS = 32                # lanes of partial sums in a row sum (4 AVX2 ve
 PARALLEL_CHUNKS = 64             # slices of a reduction split over threads
 COLUMN_BLOCK = (32, 512)         # lanes of a column kernel's block (see _generate_blocked)
 COLUMN_MIN = 16                  # ... whose last outer dim has at least this many elements
+MERGE_BELOW = 1024               # pointwise inner loops shorter than this absorb outer dims
 CASCADE = 128                    # steps a fine sum/Welford accumulator takes before folding
 _FOLDED = ("sum", "welford")     # reductions accumulated in two levels (see _lane_range)
 
@@ -335,9 +337,10 @@ class CppKernel:
 
     # -- structure ---------------------------------------------------------------------------
     def generate(self) -> str:
+        x = index_vars("x", len(self.kernel.outer))
+        r = index_vars("r", len(self.kernel.inner))
+        self.kernel, x = _merge_contiguous_dims(self.kernel, x, r)
         k = self.kernel
-        x = index_vars("x", len(k.outer))
-        r = index_vars("r", len(k.inner))
         segs = self.kernel.segments
         handler = CppOpsHandler(self)
         outer_n = product(k.outer)
@@ -805,6 +808,77 @@ def _coarse_type(kind: str, dtype: torch.dtype) -> str:
     """C++ type of a sum's coarse (folded) accumulators: double for float32, whose long
     chains of adds would otherwise lose digits that eager's cascade sum keeps."""
     return "double" if kind == "sum" and dtype == torch.float32 else CPP_TYPES[dtype]
+
+
+class _AccessRecorder:
+    """An ops handler recording every index a body computes with: loads and index values;
+    ``opaque`` when it reads indices from memory."""
+
+    def __init__(self):
+        self.indices: list = []
+        self.opaque = False
+
+    def load(self, name, index):
+        self.indices.append(index)
+        return 0
+
+    def index_expr(self, expr, dtype):
+        self.indices.append(expr)
+        return 0
+
+    def indirect_indexing(self, *args, **kwargs):
+        self.opaque = True
+        return sympy.Integer(0)
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: 0
+
+
+def _merge_contiguous_dims(kernel: FusedKernel, x: list, r: list):
+    """A pointwise kernel whose every index runs through its last outer dim and its inner
+    dim as one contiguous range (``W * h + w``) loops over them as one inner dim: a
+    ``[n, c, 4, 4]`` plane is one loop of 16, not four loops of 4. Repeated while it holds.
+    Returns the kernel (a copy with merged loops) and the outer variables to call bodies
+    with (a merged dim's variable is 0: the inner variable covers it)."""
+    if (len(kernel.inner) != 1 or not kernel.outer
+            or any(n.role != "inner" for n in kernel.nodes)
+            or not all(s.is_Integer for s in kernel.outer + kernel.inner)):
+        return kernel, x
+    recorder = _AccessRecorder()
+    with use_handler(recorder):
+        for node in kernel.nodes:
+            node.value(x, r)
+            recorder.indices.append(node.where(x, r))
+    if recorder.opaque:
+        return kernel, x
+    indices = [sympy.expand(e) for e in recorder.indices]
+    outer, inner, merged = list(kernel.outer), kernel.inner[0], 0
+    total = int(product(kernel.outer + kernel.inner))
+    # only short inner loops gain, and the outer loops keep enough rows to parallelise
+    while outer and int(inner) < MERGE_BELOW and (
+            total < PARALLEL_MIN_INNER or int(product(outer[:-1])) >= PARALLEL_MIN_ITERS):
+        var = x[len(outer) - 1]
+        if not all(_runs_with(e, var, r[0], inner) for e in indices):
+            break
+        inner = inner * outer.pop()
+        merged += 1
+    if not merged:
+        return kernel, x
+    x = list(x[:len(outer)]) + [sympy.Integer(0)] * merged
+    return dataclasses.replace(kernel, outer=outer, inner=[inner]), x
+
+
+def _runs_with(expr, outer_var, inner_var, inner_size) -> bool:
+    """``expr`` is ``c * (inner_size * outer_var + inner_var) + rest`` with neither var in
+    ``rest``: the two vars advance it as one contiguous range."""
+    c_inner = sympy.diff(expr, inner_var)
+    c_outer = sympy.diff(expr, outer_var)
+    if c_inner.free_symbols or c_outer.free_symbols:
+        return False
+    rest = sympy.expand(expr - c_inner * inner_var - c_outer * outer_var)
+    if outer_var in rest.free_symbols or inner_var in rest.free_symbols:
+        return False
+    return c_outer == c_inner * inner_size
 
 
 def _column_block(size: int) -> int:
