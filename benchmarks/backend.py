@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import pathlib
 import platform
@@ -62,6 +61,7 @@ except ImportError:   # run from a checkout that is not pip-installed
     import ember
 import ember.frontend.convert  # noqa: F401  imported now so first calls exclude module imports
 from ember.bench import harness, models
+from ember.bench.cli import fmt_err, fmt_ms, fmt_ratio, render_table
 
 SCRIPT = pathlib.Path(__file__).resolve()
 SMALL_FACTOR = 16
@@ -186,25 +186,14 @@ def measure_speed(spec: RowSpec, *, small: bool, iters: int, warmup: int,
             row.notes.append(f"ember failed: {harness._one_line(e)}")
 
         if with_torch_compile:
-            try:
-                peer = torch.compile(fn)
-                with harness._time_limit(torch_compile_budget_s):
-                    row.torch_compile_err = harness.max_abs_error(peer(*inputs), expected)
-                variants["torch.compile"] = peer
-            except (harness._BudgetExceeded, Exception) as e:
-                row.notes.append(
-                    f"torch.compile skipped: compiling took over {torch_compile_budget_s:g} s"
-                    if harness._caused_by_budget(e)
-                    else f"torch.compile failed: {harness._one_line(e)}")
+            peer = harness.compile_peer(fn, inputs, torch.device("cpu"),
+                                        torch_compile_budget_s, row.notes)
+            if peer is not None:
+                variants["torch.compile"], _, out = peer
+                row.torch_compile_err = harness.max_abs_error(out, expected)
 
         times = harness._time_side_by_side(variants, inputs, torch.device("cpu"), iters, warmup)
-    row.eager_ms = times["eager"]
-    row.ember_ms = times.get("ember")
-    row.torch_compile_ms = times.get("torch.compile")
-    if with_torch_compile:
-        torch.compiler.reset()
-    ember.reset()
-    return row
+    return harness.finish_row(row, times, with_torch_compile)
 
 
 # ----------------------------------------------------------------------- compile-time table
@@ -307,22 +296,10 @@ SPEED_COLUMNS = ("row", "eager ms", "ember ms", "torch.compile ms", "eager/ember
                  "torch.compile/ember", "ember err", "tc err")
 
 
-def format_table(columns, lines) -> str:
-    cells = [tuple(columns)] + [tuple(line) for line in lines]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-
-    def render(line):   # the row name left-aligned, numbers right-aligned
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(line, widths)))
-
-    return "\n".join([render(cells[0]), render(["-" * w for w in widths])]
-                     + [render(line) for line in cells[1:]])
-
-
 def speed_cells(row: SpeedRow) -> tuple[str, ...]:
-    return (row.row, _ms(row.eager_ms), _ms(row.ember_ms), _ms(row.torch_compile_ms),
-            _times(row.eager_over_ember), _times(row.torch_compile_over_ember),
-            _err(row.ember_err), _err(row.torch_compile_err))
+    return (row.row, fmt_ms(row.eager_ms), fmt_ms(row.ember_ms), fmt_ms(row.torch_compile_ms),
+            fmt_ratio(row.eager_over_ember), fmt_ratio(row.torch_compile_over_ember),
+            fmt_err(row.ember_err), fmt_err(row.torch_compile_err))
 
 
 def compile_columns(compilers: list[str]) -> tuple[str, ...]:
@@ -334,20 +311,8 @@ def compile_cells(row: CompileRow, compilers: list[str]) -> tuple[str, ...]:
                        for c in compilers for phase in ("cold", "warm")))
 
 
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}" if value < 1 else f"{value:.2f}"
-
-
 def _s(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}"
-
-
-def _times(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}x"
-
-
-def _err(value: float | None) -> str:
-    return "n/a" if value is None else "inf" if math.isinf(value) else f"{value:.1e}"
 
 
 # ------------------------------------------------------------------------------------ main
@@ -417,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
             ROWS[name], small=args.small, iters=args.iters, warmup=args.warmup,
             with_torch_compile=args.torch_compile,
             torch_compile_budget_s=args.torch_compile_budget))
-    print(format_table(SPEED_COLUMNS, [speed_cells(r) for r in speed_rows]))
+    print(render_table(SPEED_COLUMNS, [speed_cells(r) for r in speed_rows]))
     for row in speed_rows:
         print(f"  {row.row}: {ROWS[row.row].description}")
     for row in speed_rows:
@@ -434,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
             compile_rows.append(measure_compile_times(
                 ROWS[name], compilers, small=args.small, threads=args.threads,
                 timeout_s=args.compile_timeout))
-        print(format_table(compile_columns(compilers),
+        print(render_table(compile_columns(compilers),
                            [compile_cells(r, compilers) for r in compile_rows]))
         for row in compile_rows:
             for note in row.notes:

@@ -107,10 +107,15 @@ def bench_main(argv: list[str], prog: str = "ember bench") -> int:
 
 
 def format_table(rows: list[Row]) -> str:
-    cells = [COLUMNS] + [_cells(row) for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(COLUMNS))]
+    return render_table(COLUMNS, [_cells(row) for row in rows])
 
-    def render(line):   # the model name left-aligned, numbers right-aligned
+
+def render_table(columns, lines) -> str:
+    """A plain-text table: the first column left-aligned, the others right-aligned."""
+    cells = [tuple(columns)] + [tuple(line) for line in lines]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+
+    def render(line):
         return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
                          for i, (c, w) in enumerate(zip(line, widths)))
 
@@ -119,21 +124,21 @@ def format_table(rows: list[Row]) -> str:
 
 
 def _cells(row: Row) -> tuple[str, ...]:
-    return (row.model, _ms(row.eager_ms), _ms(row.ember_ms), _times(row.speedup),
-            _ms(row.torch_compile_ms), _times(row.vs_torch_compile), _err(row.max_abs_err),
-            _int(row.graphs), _int(row.graph_breaks),
+    return (row.model, fmt_ms(row.eager_ms), fmt_ms(row.ember_ms), fmt_ratio(row.speedup),
+            fmt_ms(row.torch_compile_ms), fmt_ratio(row.vs_torch_compile),
+            fmt_err(row.max_abs_err), _int(row.graphs), _int(row.graph_breaks),
             "n/a" if row.compile_s is None else f"{row.compile_s:.2f}")
 
 
-def _ms(value: float | None) -> str:
+def fmt_ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.3f}" if value < 1 else f"{value:.2f}"
 
 
-def _times(value: float | None) -> str:
+def fmt_ratio(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.2f}x"
 
 
-def _err(value: float | None) -> str:
+def fmt_err(value: float | None) -> str:
     return "n/a" if value is None else "inf" if math.isinf(value) else f"{value:.1e}"
 
 

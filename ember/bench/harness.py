@@ -123,11 +123,33 @@ def benchmark_model(name: str, device: str = "cpu", backend: str | Callable = "e
                 row.notes.append(f"ember ran {row.frames_eager} frame(s) eagerly")
 
         if with_torch_compile:
-            peer = _compile_with_torch(model, inputs, device, row, torch_compile_budget_s)
+            peer = compile_peer(model, inputs, device, torch_compile_budget_s, row.notes)
             if peer is not None:
-                variants["torch.compile"] = peer
+                variants["torch.compile"], row.torch_compile_s, _ = peer
 
         times = _time_side_by_side(variants, inputs, device, iters, warmup)
+    return finish_row(row, times, with_torch_compile)
+
+
+def compile_peer(fn, inputs, device, budget_s: float | None, notes: list[str]):
+    """``torch.compile(fn)`` and its first call: (compiled, seconds, output), or None with a
+    note when it fails or runs past ``budget_s``."""
+    try:
+        peer = torch.compile(fn)
+        with _time_limit(budget_s):
+            seconds, out = _timed_call(peer, inputs, device)
+        return peer, seconds, out
+    except (_BudgetExceeded, Exception) as e:
+        if _caused_by_budget(e):
+            notes.append(f"torch.compile skipped: compiling took over {budget_s:g} s")
+        else:
+            notes.append(f"torch.compile failed: {_one_line(e)}")
+    torch.compiler.reset()
+    return None
+
+
+def finish_row(row, times: dict[str, float], with_torch_compile: bool):
+    """Store the side-by-side medians on ``row`` and drop the compiled state."""
     row.eager_ms = times["eager"]
     row.ember_ms = times.get("ember")
     row.torch_compile_ms = times.get("torch.compile")
@@ -135,21 +157,6 @@ def benchmark_model(name: str, device: str = "cpu", backend: str | Callable = "e
         torch.compiler.reset()
     ember.reset()
     return row
-
-
-def _compile_with_torch(model, inputs, device, row: Row, budget_s: float | None):
-    try:
-        peer = torch.compile(model)
-        with _time_limit(budget_s):
-            row.torch_compile_s, _ = _timed_call(peer, inputs, device)
-        return peer
-    except (_BudgetExceeded, Exception) as e:
-        if _caused_by_budget(e):
-            row.notes.append(f"torch.compile skipped: compiling took over {budget_s:g} s")
-        else:
-            row.notes.append(f"torch.compile failed: {_one_line(e)}")
-    torch.compiler.reset()
-    return None
 
 
 def _timed_call(fn, inputs, device) -> tuple[float, Any]:
