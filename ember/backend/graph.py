@@ -251,8 +251,11 @@ class GraphLowering:
         for dst, src in self.input_copies:
             if isinstance(src, IRNode):
                 idx = index_vars("x", len(src.get_size()))
-                reads = {name for name, _ in extract_reads(src.make_loader(), idx)}
-                if reads & (targets - {dst.name}) or self._reads_shifted(src, dst):
+                reads = extract_reads(src.make_loader(), idx)
+                want = dst.layout.index(idx)
+                if any(name in targets and (name != dst.name or
+                                            sympy.simplify(index - want) != 0)
+                       for name, index in reads):
                     src = self.realize(Pointwise(src.get_device(), src.get_dtype(),
                                                  src.make_loader(), src.get_size()))
             sources.append(src)
@@ -261,14 +264,6 @@ class GraphLowering:
                              _cast_loader(src, dst.get_dtype()), dst.get_size())
             self.buffers.append(ComputedBuffer(self.new_name(), dst.layout, data,
                                                mutates=dst.name))
-
-    def _reads_shifted(self, src: IRNode, dst: Buffer) -> bool:
-        from ember.backend.scheduler import extract_reads
-        idx = index_vars("x", len(src.get_size()))
-        reads = extract_reads(src.make_loader(), idx)
-        want = dst.layout.index(idx)
-        return any(name == dst.name and sympy.simplify(index - want) != 0
-                   for name, index in reads)
 
     def finish_output(self, value, fx_node):
         """Outputs keep eager's strides; views of memory are returned as views."""
@@ -285,6 +280,16 @@ class GraphLowering:
         return self.realize(value, want)
 
 
+class _LoadProbe:
+    """An ops handler under which only a plain load gives something back: (name, index)."""
+
+    def load(self, name, index):
+        return (name, index)
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
 def _is_identity(src, dst: Buffer) -> bool:
     """``src`` reads ``dst`` element for element, unchanged: copying it back is a no-op."""
     if src is dst:
@@ -293,14 +298,8 @@ def _is_identity(src, dst: Buffer) -> bool:
             list(src.get_size()) != list(dst.get_size()):
         return False
 
-    class Probe:      # an ops handler under which only a plain load gives a tuple back
-        def load(self, name, index):
-            return (name, index)
-
-        def __getattr__(self, name):
-            return lambda *args, **kwargs: None
     idx = index_vars("x", len(dst.get_size()))
-    with use_handler(Probe()):
+    with use_handler(_LoadProbe()):
         value = src.make_loader()(idx)
     return (isinstance(value, tuple) and value[0] == dst.name
             and sympy.simplify(value[1] - dst.layout.index(idx)) == 0)

@@ -22,7 +22,7 @@ import torch
 
 from ember.backend.ir import FloorDiv, ModIndex, index_vars, product
 from ember.backend.ops import use_handler
-from ember.backend.scheduler import FusedKernel, SchedulerNode
+from ember.backend.scheduler import FusedKernel, SchedulerNode, node_reads
 
 CPP_TYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
              torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",
@@ -899,7 +899,6 @@ def _column_kernel(kernel: FusedKernel, x, r) -> bool:
             or not any(n.is_reduction for n in kernel.nodes)
             or any(n.role == "scatter" for n in kernel.nodes)):
         return False
-    from ember.backend.scheduler import node_reads
     along_outer = along_inner = 0
     for node in kernel.nodes:    # the accesses made per element of the inner loops
         if node.role == "outer":

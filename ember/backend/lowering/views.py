@@ -30,13 +30,14 @@ def _meta_view(layout: Layout, op, args, kwargs) -> Layout:
                   [sym(s) for s in out.stride()], sym(out.storage_offset()))
 
 
-def _view_lowering(index_view):
-    """``index_view(ctx, x, *args) -> IndexView`` for bodies; memory goes through meta."""
+def _view_lowering(index_view, op=None):
+    """``index_view(ctx, x, *args) -> IndexView`` for bodies; memory goes through meta (with
+    ``op``, by default the node's own)."""
     def lower(ctx, x, *args, **kwargs):
         mem = _memory_view(x)
         if mem is not None:
             buf, layout = mem
-            return ReinterpretView(buf, _meta_view(layout, ctx.node.target, args, kwargs))
+            return ReinterpretView(buf, _meta_view(layout, op or ctx.node.target, args, kwargs))
         return index_view(ctx, x, *args, **kwargs)
     return lower
 
@@ -124,15 +125,8 @@ def _unbind(ctx, x, dim=0):
     dim %= len(size)
     if not size[dim].is_Integer:
         return NotImplemented
-    views = []
-    for i in range(int(size[dim])):
-        mem = _memory_view(x)
-        if mem is not None:
-            buf, layout = mem
-            views.append(ReinterpretView(buf, _meta_view(layout, aten.select.int, (dim, i), {})))
-        else:
-            views.append(_select(ctx, x, dim, i))
-    return tuple(views)
+    select = _view_lowering(_select, aten.select.int)
+    return tuple(select(ctx, x, dim, i) for i in range(int(size[dim])))
 
 
 def _slice(ctx, x, dim=0, start=None, end=None, step=1):
