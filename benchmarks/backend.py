@@ -52,7 +52,6 @@ import time
 from typing import Any, Callable
 
 import torch
-import torch.nn.functional as F
 
 try:
     import ember
@@ -60,7 +59,7 @@ except ImportError:   # run from a checkout that is not pip-installed
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
     import ember
 import ember.frontend.convert  # noqa: F401  imported now so first calls exclude module imports
-from ember.bench import harness, models
+from ember.bench import harness, kernels, models
 from ember.bench.cli import fmt_err, fmt_ms, fmt_ratio, render_table
 
 SCRIPT = pathlib.Path(__file__).resolve()
@@ -69,17 +68,8 @@ SMALL_FACTOR = 16
 
 # --------------------------------------------------------------------------------- the rows
 
-def pointwise(x, y, z):
-    # 10 ops: mul, add, sin, mul, relu, exp, add, div, tanh, sub
-    return (((x * 2 + 1).sin() * y).relu() / (1 + z.exp())).tanh() - 0.5
-
-
-def softmax(x):
-    return torch.softmax(x, dim=-1)
-
-
-def layer_norm(x, weight, bias):
-    return F.layer_norm(x, (x.shape[-1],), weight, bias, 1e-5)
+# The same three programs as ``ember bench --suite kernels`` (which reports them in GB/s).
+pointwise, softmax, layer_norm = kernels.pointwise, kernels.softmax, kernels.layer_norm
 
 
 def _seeded(build: Callable[[], tuple[Callable, tuple]]) -> tuple[Callable, tuple]:

@@ -9,7 +9,19 @@ configs with random weights: nothing is downloaded.
 Every factory seeds torch's generator inside ``fork_rng`` so weights and inputs are the same on
 every run without disturbing the caller's random state, and returns the model in ``eval()``
 mode (dropout off, batch norm on running statistics) so outputs are deterministic. Input sizes
-are small on purpose: the benchmark and the model tests run on a 2-core CPU.
+of the ``builtin`` suite are small on purpose: the benchmark and the model tests run on a
+2-core CPU.
+
+Suites: ``builtin`` (the models above, the default of ``ember bench``) and ``gpu``: timm
+resnet50, mobilenetv3_large_100 and vit_base_patch16_224, HF BERT-base and GPT-2 (base models,
+no task head; ``use_cache=False`` so GPT-2 returns only tensors), meant for a large GPU in
+bfloat16 at batch 64/64/32 and 16 x 512 tokens. On the CPU the same models get batch 1 (and
+128 tokens), since they exist there to check the code path, not to be timed.
+
+Each model has a default batch size (per device type) and dtype; ``build_model(batch_size=,
+dtype=)`` overrides them. A factory takes ``(device, batch_size)``; ``build_model`` casts the
+model's floating-point parameters and buffers and the floating-point inputs to the dtype
+(integer inputs, such as token ids, stay integer).
 """
 from __future__ import annotations
 
@@ -22,23 +34,41 @@ from torch import nn
 
 from ember.bench import compat
 
-Factory = Callable[[torch.device], tuple[nn.Module, tuple]]
+Factory = Callable[[torch.device, int], tuple[nn.Module, tuple]]
+
+SUITES = ("builtin", "gpu")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 @dataclasses.dataclass(frozen=True)
 class ModelSpec:
     name: str
-    build: Factory              # called with the random state already seeded
+    build: Factory              # build(device, batch_size), the random state already seeded
     requires: str | None = None  # optional package the model needs ("timm", "transformers")
     description: str = ""
+    batch_size: int = 1          # default batch on the CPU
+    cuda_batch_size: int | None = None   # default batch on CUDA (None: batch_size)
+    dtype: torch.dtype = torch.float32   # default dtype
+    suite: str = "builtin"
+
+    def default_batch_size(self, device: str | torch.device) -> int:
+        if torch.device(device).type == "cuda" and self.cuda_batch_size is not None:
+            return self.cuda_batch_size
+        return self.batch_size
 
 
 MODELS: dict[str, ModelSpec] = {}
 
 
-def register_model(name: str, *, requires: str | None = None, description: str = ""):
+def register_model(name: str, *, requires: str | None = None, description: str = "",
+                   batch_size: int = 1, cuda_batch_size: int | None = None,
+                   dtype: torch.dtype = torch.float32, suite: str = "builtin"):
+    if suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
+
     def deco(build: Factory) -> Factory:
-        MODELS[name] = ModelSpec(name, build, requires, description)
+        MODELS[name] = ModelSpec(name, build, requires, description, batch_size,
+                                 cuda_batch_size, dtype, suite)
         return build
     return deco
 
@@ -63,9 +93,17 @@ def known() -> list[str]:
     return list(MODELS)
 
 
-def available() -> list[str]:
-    """Registered models whose optional package is installed, in registration order."""
-    return [name for name in MODELS if is_available(name)]
+def available(suite: str | None = None) -> list[str]:
+    """Registered models whose optional package is installed, in registration order; only
+    those of ``suite`` when given."""
+    return [name for name in in_suite(suite) if is_available(name)]
+
+
+def in_suite(suite: str | None = None) -> list[str]:
+    """Registered models of ``suite`` (every model when None), installed or not."""
+    if suite is not None and suite not in SUITES:
+        raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
+    return [name for name, spec in MODELS.items() if suite is None or spec.suite == suite]
 
 
 def check_names(names: list[str]) -> None:
@@ -81,14 +119,29 @@ def check_names(names: list[str]) -> None:
                 f"benchmark extras: pip install torch==2.13.0 -e '.[bench]'")
 
 
-def build_model(name: str, device: str | torch.device = "cpu") -> tuple[nn.Module, tuple]:
-    """A fresh, seeded, eval-mode model on ``device`` and its example inputs (a tuple)."""
+def build_model(name: str, device: str | torch.device = "cpu", *,
+                dtype: torch.dtype | None = None,
+                batch_size: int | None = None) -> tuple[nn.Module, tuple]:
+    """A fresh, seeded, eval-mode model on ``device`` and its example inputs (a tuple).
+
+    ``dtype`` (default: the model's, float32 for the builtin suite) casts the floating-point
+    parameters, buffers and inputs; ``batch_size`` (default: the model's for this device
+    type) is the inputs' first dim."""
     check_names([name])
+    spec = MODELS[name]
     device = torch.device(device)
+    dtype = spec.dtype if dtype is None else dtype
+    if not dtype.is_floating_point:
+        raise ValueError(f"models are cast to a floating-point dtype, got {dtype}")
+    batch_size = spec.default_batch_size(device) if batch_size is None else batch_size
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(0)
-        model, inputs = MODELS[name].build(device)
-    return model.to(device).eval(), tuple(inputs)
+        model, inputs = spec.build(device, batch_size)
+    inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+                   for t in inputs)
+    return model.to(device=device, dtype=dtype).eval(), inputs
 
 
 # --------------------------------------------------------------------------- built-in models
@@ -105,9 +158,9 @@ class MLP(nn.Module):
         return self.head(x)
 
 
-@register_model("mlp", description="4 x (Linear 512 + GELU), batch 64")
-def _mlp(device):
-    return MLP(), (torch.randn(64, 512, device=device),)
+@register_model("mlp", description="4 x (Linear 512 + GELU), batch 64", batch_size=64)
+def _mlp(device, batch_size):
+    return MLP(), (torch.randn(batch_size, 512, device=device),)
 
 
 class ConvNet(nn.Module):
@@ -127,15 +180,16 @@ class ConvNet(nn.Module):
         return self.fc(torch.flatten(x, 1))
 
 
-@register_model("convnet", description="3 x (conv-bn-relu), pool, linear; batch 16 x 3x64x64")
-def _convnet(device):
+@register_model("convnet", description="3 x (conv-bn-relu), pool, linear; batch 16 x 3x64x64",
+                batch_size=16)
+def _convnet(device, batch_size):
     model = ConvNet()
     # Non-trivial running statistics, so eval-mode batch norm is not the identity.
     for module in model.modules():
         if isinstance(module, nn.BatchNorm2d):
             module.running_mean.uniform_(-0.5, 0.5)
             module.running_var.uniform_(0.5, 2.0)
-    return model, (torch.randn(16, 3, 64, 64, device=device),)
+    return model, (torch.randn(batch_size, 3, 64, 64, device=device),)
 
 
 class SelfAttention(nn.Module):
@@ -179,9 +233,10 @@ class TransformerBlock(nn.Module):
         return x + self.mlp(self.ln2(x))
 
 
-@register_model("transformer_block", description="pre-LN block, 4 heads; batch 8 x seq 128 x 256")
-def _transformer_block(device):
-    return TransformerBlock(), (torch.randn(8, 128, 256, device=device),)
+@register_model("transformer_block", description="pre-LN block, 4 heads; batch 8 x seq 128 x 256",
+                batch_size=8)
+def _transformer_block(device, batch_size):
+    return TransformerBlock(), (torch.randn(batch_size, 128, 256, device=device),)
 
 
 # ------------------------------------------------------------- optional: timm, transformers
@@ -189,26 +244,75 @@ def _transformer_block(device):
 # resnet18 is fully convolutional: 128x128 inputs cost a third of 224x224 and exercise the same
 # graph. ViT's patch embedding fixes its input at 224x224.
 @register_model("resnet18", requires="timm", description="timm resnet18; batch 1 x 3x128x128")
-def _resnet18(device):
+def _resnet18(device, batch_size):
     timm = compat.import_timm()
     return (timm.create_model("resnet18", pretrained=False),
-            (torch.randn(1, 3, 128, 128, device=device),))
+            (torch.randn(batch_size, 3, 128, 128, device=device),))
 
 
 @register_model("vit_tiny", requires="timm",
                 description="timm vit_tiny_patch16_224; batch 1 x 3x224x224")
-def _vit_tiny(device):
+def _vit_tiny(device, batch_size):
     timm = compat.import_timm()
     return (timm.create_model("vit_tiny_patch16_224", pretrained=False),
-            (torch.randn(1, 3, 224, 224, device=device),))
+            (torch.randn(batch_size, 3, 224, 224, device=device),))
 
 
 @register_model("bert", requires="transformers",
-                description="HF BertModel, 2 layers, hidden 128; batch 4 x seq 64 token ids")
-def _bert(device):
+                description="HF BertModel, 2 layers, hidden 128; batch 4 x seq 64 token ids",
+                batch_size=4)
+def _bert(device, batch_size):
     transformers = compat.import_transformers()
     config = transformers.BertConfig(hidden_size=128, num_hidden_layers=2,
                                      num_attention_heads=2, intermediate_size=256,
                                      vocab_size=1000)
     model = transformers.BertModel(config)
-    return model, (torch.randint(0, config.vocab_size, (4, 64), device=device),)
+    return model, (torch.randint(0, config.vocab_size, (batch_size, 64), device=device),)
+
+
+# ------------------------------------------------- the gpu suite: large models, bfloat16, CUDA
+
+def _seq_len(device: torch.device) -> int:
+    """Tokens per sequence of the gpu suite's language models: 512 on CUDA, 128 on the CPU."""
+    return 512 if device.type == "cuda" else 128
+
+
+def _timm_gpu_model(name: str, timm_name: str, cuda_batch_size: int):
+    @register_model(name, requires="timm", suite="gpu", batch_size=1,
+                    cuda_batch_size=cuda_batch_size, dtype=torch.bfloat16,
+                    description=f"timm {timm_name}; batch {cuda_batch_size} (CUDA) or 1 (CPU) "
+                                f"x 3x224x224, bfloat16")
+    def build(device, batch_size):
+        timm = compat.import_timm()
+        return (timm.create_model(timm_name, pretrained=False),
+                (torch.randn(batch_size, 3, 224, 224, device=device),))
+    return build
+
+
+_timm_gpu_model("resnet50", "resnet50", 64)
+_timm_gpu_model("mobilenetv3_large_100", "mobilenetv3_large_100", 64)
+_timm_gpu_model("vit_base", "vit_base_patch16_224", 32)
+
+
+@register_model("bert_base", requires="transformers", suite="gpu", batch_size=1,
+                cuda_batch_size=16, dtype=torch.bfloat16,
+                description="HF BertModel, BERT-base config (12 layers, hidden 768); batch 16 "
+                            "x 512 token ids (CUDA) or 1 x 128 (CPU), bfloat16")
+def _bert_base(device, batch_size):
+    transformers = compat.import_transformers()
+    config = transformers.BertConfig()   # the defaults are bert-base-uncased's sizes
+    model = transformers.BertModel(config)
+    return model, (torch.randint(0, config.vocab_size, (batch_size, _seq_len(device)),
+                                 device=device),)
+
+
+@register_model("gpt2", requires="transformers", suite="gpu", batch_size=1,
+                cuda_batch_size=16, dtype=torch.bfloat16,
+                description="HF GPT2Model, GPT-2 small config (12 layers, hidden 768), no LM "
+                            "head; batch 16 x 512 token ids (CUDA) or 1 x 128 (CPU), bfloat16")
+def _gpt2(device, batch_size):
+    transformers = compat.import_transformers()
+    config = transformers.GPT2Config(use_cache=False)   # defaults: the 124M-parameter gpt2
+    model = transformers.GPT2Model(config)
+    return model, (torch.randint(0, config.vocab_size, (batch_size, _seq_len(device)),
+                                 device=device),)

@@ -1,0 +1,266 @@
+"""``ember bench``'s suites, compilers, dtype, batch size and kernel rows, on tiny CPU sizes.
+
+Speed is never asserted (DESIGN.md §7): only that the options reach the rows, the numbers are
+consistent with each other (GB/s from bytes and times) and failures become "n/a" with a note.
+torch.compile is left out (``--no-torch-compile`` or ember-only ``compilers``): importing
+inductor alone takes ~10 s here.
+"""
+import json
+import re
+
+import pytest
+import torch
+
+from ember.bench import cli, harness, kernels, models
+
+TINY = ["--iters", "2", "--warmup", "1"]
+
+
+def cells(line: str) -> list[str]:
+    """A table line's cells (columns are separated by two spaces or more)."""
+    return re.split(r"\s{2,}", line.strip())
+
+
+# ------------------------------------------------------------------------ argument parsing
+
+def test_resolve_compilers_orders_names_and_always_measures_eager():
+    assert harness.resolve_compilers() == ("eager", "ember", "torch-inductor")
+    assert harness.resolve_compilers("torch-inductor-reduce-overhead, ember") == (
+        "eager", "ember", "torch-inductor-reduce-overhead")
+    assert harness.resolve_compilers("all") == harness.VARIANTS
+    assert harness.resolve_compilers("all", with_torch_compile=False) == (
+        "eager", "ember", "ember-reduce-overhead")
+    assert harness.resolve_compilers(["eager"]) == ("eager",)
+    with pytest.raises(ValueError, match="unknown compiler.*inductor.*known: eager"):
+        harness.resolve_compilers("ember,inductor")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--compilers", "ember,tvm"], "--compilers: unknown compiler(s): tvm"),
+    (["--suite", "huge"], "--suite: unknown suite(s) huge; known: builtin, kernels, gpu"),
+    (["--models", "mlp,nope"], "known kernels: pointwise, softmax, layer_norm"),
+    (["--models", "mlp", "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
+    (["--models", "mlp", "--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--suite", "kernels", "--kernel-bytes", "lots"], "expected a byte count"),
+    (["--suite", "kernels", "--kernel-bytes", "2"], "--kernel-bytes must be >= 4"),
+])
+def test_bad_options_are_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["bench", *argv])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_suites_and_models_select_rows_in_order():
+    parser = cli.build_parser()
+
+    def rows(*argv):
+        return cli.select_rows(parser, parser.parse_args(list(argv)))
+
+    builtin = [("model", name) for name in models.available("builtin")]
+    assert rows() == builtin                                   # the default, as before
+    assert rows("--models", "convnet") == [("model", "convnet")]
+    assert rows("--suite", "kernels") == [("kernel", "pointwise"), ("kernel", "softmax"),
+                                          ("kernel", "layer_norm")]
+    assert rows("--suite", "kernels", "--models", "mlp,softmax") == [
+        ("kernel", "pointwise"), ("kernel", "softmax"), ("kernel", "layer_norm"),
+        ("model", "mlp")]
+    if all(models.is_available(n) for n in models.in_suite("gpu")):
+        assert rows("--suite", "gpu") == [("model", n) for n in
+                                          ("resnet50", "mobilenetv3_large_100", "vit_base",
+                                           "bert_base", "gpt2")]
+
+
+def test_kernel_bytes_accepts_powers_of_two():
+    assert cli._byte_count("2^28") == 2 ** 28
+    assert cli._byte_count("2**12") == 4096
+    assert cli._byte_count("65536") == 65536
+
+
+# -------------------------------------------------------------------- models: dtype, batch
+
+def test_gpu_suite_models_are_bfloat16_with_the_issue_batch_sizes():
+    expected = {"resnet50": 64, "mobilenetv3_large_100": 64, "vit_base": 32, "bert_base": 16,
+                "gpt2": 16}
+    assert models.in_suite("gpu") == list(expected)
+    for name, batch in expected.items():
+        spec = models.MODELS[name]
+        assert spec.dtype == torch.bfloat16
+        assert spec.default_batch_size("cuda") == batch
+        assert spec.default_batch_size("cpu") == 1
+    assert not set(expected) & set(models.in_suite("builtin"))
+
+
+def test_dtype_casts_weights_buffers_and_float_inputs():
+    model, (x,) = models.build_model("convnet", dtype=torch.bfloat16, batch_size=2)
+    assert x.dtype == torch.bfloat16 and x.shape == (2, 3, 64, 64)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    bn = model.features[0][1]
+    assert bn.running_mean.dtype == torch.bfloat16
+    assert bn.num_batches_tracked.dtype == torch.int64      # integer buffers stay integer
+    reference, (x32,) = models.build_model("convnet", batch_size=2)
+    assert torch.equal(x, x32.to(torch.bfloat16))            # same seeded values, rounded
+    with torch.no_grad():
+        assert model(x).dtype == torch.bfloat16
+
+
+def test_token_ids_stay_integer_under_a_float_dtype():
+    if not models.is_available("bert"):
+        pytest.skip("transformers is not installed")
+    model, (ids,) = models.build_model("bert", dtype=torch.float16, batch_size=3)
+    assert ids.dtype == torch.int64 and ids.shape == (3, 64)
+    assert {p.dtype for p in model.parameters()} == {torch.float16}
+
+
+def test_harness_row_reports_dtype_batch_and_inputs():
+    row = harness.benchmark_model("mlp", iters=1, warmup=0, compilers="ember",
+                                  dtype=torch.float64, batch_size=5)
+    assert (row.dtype, row.batch_size, row.inputs) == ("float64", 5, ["5x512 float64"])
+    assert row.ember_ms > 0 and row.max_abs_err is not None and row.max_abs_err < 1e-9
+    assert set(row.variants) == {"eager", "ember"}
+    assert row.variants["ember"].host_ms > 0 and row.variants["ember"].first_call_s > 0
+
+
+# ------------------------------------------------------------------------------ kernel rows
+
+def test_kernel_bytes_moved_count_inputs_and_output():
+    case = kernels.build_kernel("pointwise", "cpu", torch.float32, tensor_bytes=4096)
+    assert [t.shape for t in case.inputs] == [(1024,)] * 3
+    assert case.bytes_moved == 4 * 4096 and case.copy_numel == 2 * 1024
+    case = kernels.build_kernel("layer_norm", "cpu", torch.bfloat16, tensor_bytes=2 ** 12)
+    assert case.inputs[0].shape == (2, 1024) and case.inputs[1].shape == (1024,)
+    assert case.bytes_moved == 2 * 2 ** 12 + 2 * 2 * 1024
+    case = kernels.build_kernel("softmax", "cpu", torch.float32, tensor_bytes=400)
+    assert case.inputs[0].shape == (1, 100)                 # too small for a full row
+    with pytest.raises(ValueError, match="unknown kernel"):
+        kernels.build_kernel("matmul")
+
+
+def test_kernel_row_reports_gbps_against_copy():
+    row = harness.benchmark_kernel("softmax", iters=3, warmup=1, compilers="ember",
+                                   tensor_bytes=2 ** 14)
+    assert row.kind == "kernel" and row.bytes_moved == 2 * 2 ** 14
+    assert row.inputs == ["4x1024 float32"]
+    assert row.copy_ms > 0 and row.eager_ms > 0 and row.ember_ms > 0
+    assert row.max_abs_err < 1e-5
+    assert row.copy_gbps == pytest.approx(row.bytes_moved / (row.copy_ms * 1e6))
+    for variant in ("eager", "ember"):
+        assert row.gbps(variant) == pytest.approx(row.bytes_moved / (row.ms(variant) * 1e6))
+        assert row.fraction_of_copy(variant) == pytest.approx(
+            row.gbps(variant) / row.copy_gbps)
+    data = row.as_dict()
+    assert data["copy_gbps"] == pytest.approx(row.copy_gbps)
+    assert data["variants"]["ember"]["gbps"] == pytest.approx(row.gbps("ember"))
+    assert data["variants"]["ember"]["fraction_of_copy"] == pytest.approx(
+        row.fraction_of_copy("ember"))
+
+
+def test_cli_kernels_suite_prints_a_gbps_table_and_json(capsys, tmp_path):
+    out_json = tmp_path / "kernels.json"
+    assert cli.main(["bench", "--suite", "kernels", "--models", "mlp", *TINY,
+                     "--compilers", "ember,ember-reduce-overhead", "--kernel-bytes", "2^12",
+                     "--dtype", "bfloat16", "--json", str(out_json)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("kernel "))
+    assert cells(header) == ["kernel", "MB moved", "copy GB/s", "eager GB/s", "ember GB/s",
+                             "ember-ro GB/s", "torch.compile GB/s", "ember err"]
+    for name in kernels.known():
+        (line,) = [line for line in lines if line.split()[:1] == [name]]
+        row = cells(line)
+        assert float(row[2]) > 0                                        # copy GB/s
+        for cell in row[3:6]:                                           # eager, ember, ro
+            assert re.fullmatch(r"[\d.]+ \(\d+%\)", cell), cell
+        assert row[6] == "n/a"                                          # torch.compile
+    model_header = next(line for line in lines if line.startswith("model "))
+    assert "ember-ro ms" in model_header and "torch.compile-ro ms" not in model_header
+
+    report = json.loads(out_json.read_text())
+    assert report["compilers"] == ["eager", "ember", "ember-reduce-overhead"]
+    assert report["dtype"] == "bfloat16" and report["kernel_bytes"] == 4096
+    assert report["suites"] == ["kernels"] and report["timer"] == "time.perf_counter"
+    assert [(r["kind"], r["model"]) for r in report["rows"]] == [
+        ("kernel", "pointwise"), ("kernel", "softmax"), ("kernel", "layer_norm"),
+        ("model", "mlp")]
+    for row in report["rows"]:
+        assert row["dtype"] == "bfloat16"
+        assert set(row["variants"]) == {"eager", "ember", "ember-reduce-overhead"}
+        if row["kind"] == "kernel":
+            assert row["copy_gbps"] > 0 and row["variants"]["ember"]["gbps"] > 0
+            assert row["variants"]["eager"]["fraction_of_copy"] > 0
+        else:
+            assert row["batch_size"] == 64 and "copy_gbps" not in row
+
+
+# ---------------------------------------------------------------------- failures are n/a
+
+def test_a_variant_that_fails_to_compile_is_na_with_a_note(monkeypatch, capsys):
+    def not_implemented(fn, backend):
+        raise NotImplementedError("reduce-overhead needs CUDA graphs")
+
+    monkeypatch.setitem(harness.COMPILERS, "ember-reduce-overhead", not_implemented)
+    assert cli.main(["bench", "--models", "mlp", *TINY, "--compilers",
+                     "ember,ember-reduce-overhead"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = cells(next(line for line in lines if line.startswith("model ")))
+    (mlp,) = [cells(line) for line in lines if line.split()[:1] == ["mlp"]]
+    row = dict(zip(header, mlp))
+    assert row["ember-ro ms"] == "n/a" and row["ember-ro speedup"] == "n/a"
+    assert float(row["ember ms"]) > 0
+    assert ("note: mlp: ember-reduce-overhead failed: NotImplementedError: reduce-overhead "
+            "needs CUDA graphs") in lines
+
+
+def test_a_variant_that_fails_while_timed_is_dropped(monkeypatch):
+    calls = []
+
+    def flaky(fn, backend):
+        def run(*args):
+            calls.append(1)
+            if len(calls) > 1:
+                raise RuntimeError("replay failed")
+            return fn(*args)
+        return run
+
+    monkeypatch.setitem(harness.COMPILERS, "ember-reduce-overhead", flaky)
+    row = harness.benchmark_kernel("pointwise", iters=2, warmup=1, tensor_bytes=1024,
+                                   compilers="ember-reduce-overhead")
+    ro = row.variants["ember-reduce-overhead"]
+    assert ro.first_call_s is not None and ro.max_abs_err == 0.0    # the first call ran
+    assert ro.ms is None and ro.error == "failed while timing: RuntimeError: replay failed"
+    assert row.gbps("ember-reduce-overhead") is None
+    assert row.eager_ms > 0 and row.copy_ms > 0                      # the others go on
+    assert "ember-reduce-overhead failed while timing: RuntimeError: replay failed" in \
+        row.notes
+
+
+def test_a_row_that_cannot_be_built_is_reported(monkeypatch, capsys):
+    def broken(device, batch_size):
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setitem(models.MODELS, "mlp",
+                        models.ModelSpec("mlp", broken, batch_size=64))
+    assert cli.main(["bench", "--models", "mlp,softmax", *TINY, "--compilers", "ember",
+                     "--kernel-bytes", "1024"]) == 0
+    out = capsys.readouterr().out
+    assert "note: mlp: not measured: RuntimeError: CUDA out of memory" in out
+    assert re.search(r"^softmax\s", out, re.MULTILINE)
+
+
+def test_kernel_table_shows_missing_values_as_na():
+    row = harness.Row("softmax", "cpu", "ember", eager_ms=None, kind="kernel")
+    assert cells(cli.format_kernel_table([row]).splitlines()[2]) == ["softmax"] + ["n/a"] * 6
+
+
+# ------------------------------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_rows_are_timed_with_events():
+    row = harness.benchmark_kernel("layer_norm", "cuda", iters=3, warmup=1,
+                                   compilers="ember", dtype=torch.bfloat16,
+                                   tensor_bytes=2 ** 20)
+    assert row.copy_ms > 0 and row.eager_ms > 0 and row.inputs[0].endswith("bfloat16")
+    assert row.variants["eager"].host_ms > 0
+    model_row = harness.benchmark_model("mlp", "cuda", iters=3, warmup=1, compilers="ember",
+                                        dtype=torch.bfloat16)
+    assert model_row.eager_ms > 0 and model_row.dtype == "bfloat16"
