@@ -12,6 +12,7 @@ eagerly and the reason is logged.
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 import inspect
@@ -22,7 +23,7 @@ from typing import Any, Callable
 import torch
 
 from ember import config, logs, metrics
-from ember.backends import EMBER_OPTIONS, MODES, lookup_backend
+from ember.backends import MODES, ember_backend, lookup_backend, resolve_options
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +32,9 @@ class CompileSettings:
     fullgraph: bool = False
     dynamic: bool | None = None
     mode: str | None = None
-    options: tuple = ()
+    # the "ember" backend's options, resolved from mode= and options= (every option, its
+    # value); empty for any other backend, which is called with (gm, example_inputs) only
+    options: dict = dataclasses.field(default_factory=dict)
 
 
 _live_functions: "weakref.WeakSet[OptimizedFunction]" = weakref.WeakSet()
@@ -50,19 +53,19 @@ def _validate(backend, fullgraph, dynamic, mode, options) -> CompileSettings:
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; known modes: "
                          f"{', '.join(m for m in MODES if m)}")
-    options = dict(options or {})
-    if options:
-        if backend != "ember":
+    if options is not None and not isinstance(options, collections.abc.Mapping):
+        raise TypeError(f"options must be a dict, got {type(options).__name__}")
+    if backend_fn is not ember_backend:
+        # mode= and options= configure the ember compiler; another backend cannot honour them
+        if options:
             raise ValueError("options= is only understood by the 'ember' backend; "
                              f"backend {backend!r} got {sorted(options)}")
-        for key, value in options.items():
-            if key not in EMBER_OPTIONS:
-                raise ValueError(f"unknown option {key!r}; known options: "
-                                 f"{', '.join(sorted(EMBER_OPTIONS))}")
-            if not isinstance(value, EMBER_OPTIONS[key]):
-                raise TypeError(f"option {key!r} expects {EMBER_OPTIONS[key].__name__}, "
-                                f"got {type(value).__name__}")
-    return CompileSettings(backend_fn, fullgraph, dynamic, mode, tuple(sorted(options.items())))
+        if mode not in (None, "default"):
+            raise ValueError(f"mode={mode!r} is only understood by the 'ember' backend; "
+                             f"backend {backend!r} cannot honour it (use mode=None)")
+        return CompileSettings(backend_fn, fullgraph, dynamic, mode)
+    return CompileSettings(backend_fn, fullgraph, dynamic, mode,
+                           resolve_options(mode, options))
 
 
 def compile(fn_or_module=None, *, backend="ember", fullgraph=False, dynamic=None, mode=None,

@@ -55,6 +55,11 @@ debug_dir: str = _option(
 suppress_errors: bool = _option(
     "suppress_errors", bool, True,
     "an internal compiler error falls back to eager (logged) instead of raising")
+fallback_on_lowering_error: bool = _option(
+    "fallback_on_lowering_error", bool, True,
+    "a lowering that raises anything but NotImplementedError (a bug in the lowering) logs a "
+    "warning naming the op and runs the op's ATen kernel; False raises instead, and "
+    "suppress_errors decides whether that reaches the caller (the tests set both False)")
 
 
 def options() -> dict[str, Option]:

@@ -191,6 +191,9 @@ def _atomic_write(path: pathlib.Path, text: str) -> None:
         raise
 
 
+atomic_write = _atomic_write   # also used for generated Triton modules (targets.py)
+
+
 def _unlink(path) -> None:
     try:
         os.unlink(path)

@@ -2,14 +2,14 @@
 
     compiled = compile_graph(gm, example_inputs)    # compiled(*inputs) == gm(*inputs)
 
-CPU graphs get C++/OpenMP kernels. What this version does not compile it still runs
-correctly: training graphs (inputs that require grad) and non-CPU graphs run the captured
-graph as it is (the Triton target and the joint forward/backward graph come later); an op
-without a lowering runs its ATen kernel from the generated wrapper.
+CPU graphs get C++/OpenMP kernels, CUDA graphs Triton kernels (``targets.py``; CPU graphs
+too with ``cpu_backend="triton"``, under Triton's interpreter). What this version does not
+compile it still runs correctly: training graphs (inputs that require grad) run the
+captured graph as it is (the joint forward/backward graph comes later); an op without a
+lowering runs its ATen kernel from the generated wrapper.
 """
 from __future__ import annotations
 
-import ctypes
 import time
 from typing import Callable
 
@@ -17,23 +17,55 @@ import torch
 
 from ember import config, logs
 from ember.backend import metrics
-from ember.backend.codegen.cpp import PRELUDE, CppKernel
+from ember.backend.codegen.common import Kernel
 from ember.backend.codegen.wrapper import WrapperCodegen
 from ember.backend.graph import GraphLowering
 from ember.backend.ir import Buffer, ReinterpretView
 from ember.backend.scheduler import FusedKernel, schedule
+from ember.backend.targets import CppTarget, Target, target_for
 
 
 generated_sources: list[str] = []   # wrapper and kernel sources, for tests and tools
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, **options) -> Callable:
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: bool = False,
+                  max_autotune: bool = False, cudagraphs: bool = False, debug: bool = False,
+                  cpu_backend: str = "cpp") -> Callable:
+    """Compile ``gm`` for inputs like ``example_inputs``.
+
+    The keywords are the ember options, with the names and defaults of
+    ``ember.backends.EMBER_OPTIONS`` (``ember.compile``'s ``mode=`` and ``options=`` arrive
+    here resolved); they are checked as ``ember.compile`` checks them. ``debug``: this graph
+    compiles as under ``EMBER_LOGS=output_code`` (its wrapper and kernels are logged).
+    ``cudagraphs``: a CPU graph has no launches to replay (a perf hint says so); a CUDA
+    graph raises NotImplementedError. ``cpu_backend``: the kernel language of CPU graphs
+    (``targets.target_for``).
+    """
     from ember.aot import trace_to_aten
+    from ember.backends import check_option
     from ember.decomp import core_decompositions
+    options = dict(freezing=freezing, max_autotune=max_autotune, cudagraphs=cudagraphs,
+                   debug=debug, cpu_backend=cpu_backend)
+    for name, value in options.items():
+        check_option(name, value)
+    if debug and not logs.enabled("output_code"):
+        was_on = [a for a in logs.ARTIFACTS if logs.enabled(a)]
+        logs.set_logs(",".join([*was_on, "output_code"]))
+        try:
+            return compile_graph(gm, example_inputs, **options)
+        finally:
+            logs.set_logs(",".join(was_on))
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
-    if any(t.device.type != "cpu" for t in tensors):
-        logs.log("perf_hints", "ember backend: non-CPU graph runs as captured (no GPU codegen "
-                               "yet)")
+    # kernels are generated for the accelerator's tensors when there is one; ops on the
+    # other device's tensors run their ATen kernels
+    device = next((t.device for t in tensors if t.device.type != "cpu"), torch.device("cpu"))
+    if cudagraphs and device.type != "cuda":
+        logs.log("perf_hints", "ember backend: cudagraphs=True, but CUDA graphs are not used: "
+                               "graph is on %s", device.type)
+    try:
+        target = target_for(device, cpu_backend, debug=debug)
+    except NotImplementedError as e:
+        logs.log("perf_hints", "ember backend: %s; graph runs as captured", e)
         return gm.forward
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
         logs.log("perf_hints", "ember backend: training graph runs as captured (no joint "
@@ -47,7 +79,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, **options) -> 
                                "captured", e)
         return gm.forward
     try:
-        compiled = compile_aten(aten_graph.gm, example_inputs)
+        compiled = compile_aten(aten_graph.gm, example_inputs, target, device)
     except Exception as e:
         if not config.suppress_errors:
             raise
@@ -56,46 +88,47 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, **options) -> 
         return gm.forward
     logs.log("output_code", "compiled %d-node graph in %.3f s", len(gm.graph.nodes),
              time.perf_counter() - start)
+    if cudagraphs and device.type == "cuda":
+        if compiled.mutates_inputs:
+            logs.log("perf_hints", "cudagraphs: not used, the graph mutates its inputs")
+        else:
+            from ember.backend.cudagraphs import CudaGraphRunner
+            return CudaGraphRunner(compiled, example_inputs)
     return compiled
 
 
-def compile_aten(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-    from ember.backend import build
-    graph = GraphLowering(gm, example_inputs).run()
+def compile_aten(gm: torch.fx.GraphModule, example_inputs: list,
+                 target: Target | None = None,
+                 device: torch.device = torch.device("cpu")) -> Callable:
+    target = target or CppTarget()
+    graph = GraphLowering(gm, example_inputs, target, device).run()
     output_names = {o.name if isinstance(o, Buffer) else o.data.name
                     for o in graph.outputs if isinstance(o, (Buffer, ReinterpretView))}
     steps = schedule(graph.buffers, output_names)
-    dtypes = {b.name: b.get_dtype() for b in [*graph.inputs, *graph.buffers]
-              if b.layout is not None}
-    kernels: dict[int, CppKernel] = {}
-    sources = []
+    layouts = {b.name: b.layout for b in [*graph.inputs, *graph.buffers] if b.layout is not None}
+    dtypes = {name: layout.dtype for name, layout in layouts.items()}
+    kernels: dict[int, Kernel] = {}
     for step in steps:
         if isinstance(step, FusedKernel):
-            kernel = CppKernel(step, f"kernel{len(kernels)}", dtypes)
-            source = kernel.generate()
-            kernel.source = source
+            kernel = target.make_kernel(step, f"kernel{len(kernels)}", dtypes)
+            kernel.numels = {n: int(lay.storage_numel()) for n, lay in layouts.items()
+                             if lay.storage_numel().is_Integer}
+            kernel.source = kernel.generate()
             kernels[id(step)] = kernel
-            sources.append(PRELUDE + "\n" + source)
-    libs = build.compile_many(sources) if sources else []
+    namespace: dict = target.build(list(kernels.values()))
     wrapper = WrapperCodegen(graph, steps, kernels)
     src = wrapper.generate()
-    namespace: dict = dict(wrapper.consts)
+    namespace.update(wrapper.consts)
     namespace.update(graph.constants)
-    for kernel, lib in zip(kernels.values(), libs):
-        namespace[kernel.name] = build.kernel_function(lib, kernel.name, len(kernel.args))
-        if kernel.uses_indirect:
-            oob = getattr(lib, f"{kernel.name}_oob")
-            oob.restype, oob.argtypes = ctypes.c_int, []
-            namespace[f"{kernel.name}_oob"] = oob
     exec(compile(src, "<ember wrapper>", "exec"), namespace)
     metrics.generated_kernel_count += len(kernels)
+    kernel_source = target.full_source(list(kernels.values())) if kernels else ""
     if logs.enabled("output_code"):
-        logs.log("output_code", "wrapper:\n%s\nkernels:\n%s", src,
-                 "\n".join(k.source for k in kernels.values()))
+        logs.log("output_code", "wrapper:\n%s\nkernels:\n%s", src, kernel_source)
     folder = logs.debug_frame_dir("backend")
     if folder is not None:
         logs.dump(folder, "wrapper.py", src)
-        logs.dump(folder, "kernels.cpp", PRELUDE + "\n" + "\n".join(k.source for k in kernels.values()))
+        logs.dump(folder, "kernels" + target.source_suffix, kernel_source)
         logs.dump(folder, "aten_graph.py", gm.code)
     generated_sources.append(src)
     generated_sources.extend(k.source for k in kernels.values())
@@ -103,4 +136,5 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     compiled = lambda *args: call(list(args))  # noqa: E731
     compiled.source = src
     compiled.kernel_sources = [k.source for k in kernels.values()]
+    compiled.mutates_inputs = bool(graph.input_copies)
     return compiled

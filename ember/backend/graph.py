@@ -24,8 +24,6 @@ from ember.backend.lowering import LOWERINGS
 from ember.backend.lowering.registry import LoweringContext
 from ember.backend.ops import use_handler
 
-SUPPORTED_DTYPES = {torch.float32, torch.float64, torch.int64, torch.int32, torch.int16,
-                    torch.int8, torch.uint8, torch.bool}
 # Ops a library does best: called from the wrapper on purpose, not counted as fallbacks.
 LIBRARY_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
                torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default,
@@ -70,8 +68,12 @@ def body_cost(node: IRNode) -> tuple[int, int]:
 
 
 class GraphLowering:
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list):
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list, target=None,
+                 device: torch.device = torch.device("cpu")):
+        from ember.backend.targets import CppTarget
         self.gm = gm
+        self.target = target or CppTarget()     # decides which dtypes kernels compute
+        self.device = device                    # kernels read tensors on this device only
         self.example_inputs = example_inputs
         self.buffers: list[Buffer] = []          # ComputedBuffer / ExternBuffer, in order
         self.inputs: list[InputBuffer] = []      # graph inputs, placeholder order
@@ -154,6 +156,14 @@ class GraphLowering:
         return a
 
     def lower_node(self, node: torch.fx.Node):
+        """Lower one call: its registered lowering, or its ATen kernel (a fallback).
+
+        A lowering declines a case it does not handle by returning ``NotImplemented`` or
+        raising ``NotImplementedError``: the op then runs its ATen kernel (a perf hint says
+        why). Any other exception is a bug in the lowering: with
+        ``config.fallback_on_lowering_error`` (the default) a warning names the op and the
+        error and the op runs its ATen kernel; without it (the tests) it raises.
+        """
         target = node.target
         args = [self._arg(a) for a in node.args]
         kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
@@ -166,10 +176,25 @@ class GraphLowering:
         if lowering is not None and self._supported(node):
             try:
                 result = lowering(LoweringContext(self, node), *args, **kwargs)
-            except (NotImplementedError, TypeError, ValueError, RuntimeError) as e:
-                logs.log("perf_hints", "lowering of %s failed (%s: %s); running ATen",
-                         target, type(e).__name__, e)
+            except NotImplementedError as e:
+                logs.log("perf_hints", "lowering of %s declines (%s); running ATen", target, e)
                 result = NotImplemented
+            except Exception as e:
+                from ember import config
+                where = (f"{getattr(lowering, '__module__', '?')}."
+                         f"{getattr(lowering, '__qualname__', lowering)}")
+                if not config.fallback_on_lowering_error:
+                    raise RuntimeError(
+                        f"ember backend: the lowering of {target} ({where}) raised "
+                        f"{type(e).__name__}: {e}") from e
+                logs.warn("ember backend: the lowering of %s (%s) raised %s: %s (a bug in "
+                          "the lowering); running its ATen kernel instead",
+                          target, where, type(e).__name__, e)
+                result = NotImplemented
+            else:
+                if result is NotImplemented:
+                    logs.log("perf_hints", "lowering of %s declines this case; running ATen",
+                             target)
         if result is NotImplemented:
             return self.fallback(node, args, kwargs)
         return self._share(result, node)
@@ -187,7 +212,7 @@ class GraphLowering:
         for v in vals:
             for t in (v if isinstance(v, (list, tuple)) else [v]):
                 if isinstance(t, torch.Tensor):
-                    if t.dtype not in SUPPORTED_DTYPES or t.device.type != "cpu":
+                    if t.dtype not in self.target.dtypes or t.device != self.device:
                         return False
         return True
 

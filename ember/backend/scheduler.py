@@ -152,6 +152,9 @@ class FusedKernel:
     inner: list
     nodes: list = dataclasses.field(default_factory=list)
     local: set = dataclasses.field(default_factory=set)   # buffers never written to memory
+    # buffers read only inside this kernel, before loop segments are split (a target that
+    # keeps whole rows in registers can keep all of these local)
+    kernel_local: set = dataclasses.field(default_factory=set)
     segments: list = dataclasses.field(default_factory=list)   # (kind, nodes), see below
 
 
@@ -231,6 +234,7 @@ def schedule(buffers: Sequence[Buffer], output_names: set[str]) -> list:
     _mark_local_buffers(steps, output_names)
     for step in steps:
         if isinstance(step, FusedKernel):
+            step.kernel_local = set(step.local)
             _segment(step)
     _reuse_dead_buffers(steps, output_names)
     return steps

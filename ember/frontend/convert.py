@@ -133,7 +133,10 @@ def _build_entry(fn, output: OutputGraph, result: VariableTracker, settings, mis
     if has_ops or out_nodes:
         example_inputs = [inp.value for inp in output.inputs]
         logs.log("graph", "captured graph of %s:\n%s", fn.__qualname__, gm.code)
-        compiled = settings.backend(gm, example_inputs)
+        if settings.options:   # the "ember" backend: its options as keywords
+            compiled = settings.backend(gm, example_inputs, **settings.options)
+        else:                  # any backend: the plain two-argument contract
+            compiled = settings.backend(gm, example_inputs)
         if not callable(compiled):
             raise TypeError(f"backend {settings.backend!r} returned {type(compiled).__name__}, "
                             f"not a callable")

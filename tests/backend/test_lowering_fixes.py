@@ -2,6 +2,7 @@
 test compiles a small function with the "ember" backend and compares it with eager."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import ember
@@ -130,3 +131,26 @@ def test_functional_copy_broadcasts_and_casts():
     with torch.no_grad():
         torch.testing.assert_close(compiled(x, y), fn(x, y))
     assert not metrics.fallback_ops
+
+
+def test_reduction_of_a_0d_tensor_over_dim_0():
+    # reductions: _dims turned dim=0 of a 0-d tensor into a reduced dim 0 the tensor lacks
+    # (IndexError in the lowering or its body); the reduction is over the one element
+    x = torch.tensor(3.5)
+    for op in (torch.sum, torch.mean, torch.amax, torch.amin, torch.any, torch.prod):
+        _check(lambda t, op=op: op(t, 0, keepdim=True), x)
+        _check(lambda t, op=op: op(t, -1), x)
+    _check(lambda t: (torch.var(t, 0), torch.std(t, -1, keepdim=True)), x)
+
+
+def test_index_select_and_gather_of_a_0d_tensor():
+    # indexing: x.get_size()[dim] of a 0-d x raised IndexError in the lowering
+    x = torch.tensor(5.0)
+    _check(lambda t, i: torch.index_select(t, 0, i), x, torch.tensor([0]))
+    _check(lambda t, i: torch.index_select(t, -1, i), x, torch.tensor(0))
+    _check(lambda t, i: torch.gather(t, 0, i), x, torch.tensor(0))
+    _check(lambda t, i: torch.gather(t, 0, i), x, torch.tensor([0, 0]))
+    _check(lambda t, i: torch.gather(t, 0, i), torch.tensor([5.0, 6.0]), torch.tensor(1))
+    ember.reset()
+    with pytest.raises(IndexError):   # the index is still checked
+        ember.compile(lambda t, i: torch.index_select(t, 0, i))(x, torch.tensor([1]))

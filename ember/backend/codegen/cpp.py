@@ -20,7 +20,9 @@ from typing import Any
 import sympy
 import torch
 
-from ember.backend.ir import FloorDiv, ModIndex, index_vars, product
+from ember.backend.codegen.common import (IndexPrinter, Kernel, Value, group_kind,
+                                          reduction_groups)
+from ember.backend.ir import index_vars, product
 from ember.backend.ops import use_handler
 from ember.backend.scheduler import FusedKernel, SchedulerNode, node_reads
 
@@ -113,39 +115,18 @@ _BINARY_CPP = {
 _COMPARE_CPP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 
-def cpp_index(expr) -> str:
-    """C++ for an index expression (int64 arithmetic)."""
-    expr = sympy.expand(expr)
-    return _print(expr)
+class CppIndexPrinter(IndexPrinter):
+    def integer(self, value: int) -> str:
+        return f"{value}L" if abs(value) > 2**31 - 1 else str(value)
+
+    def fold(self, fn: str, parts: list[str]) -> str:
+        out = parts[0]
+        for p in parts[1:]:
+            out = f"std::{fn}<int64_t>({out}, {p})"
+        return out
 
 
-def _print(e) -> str:
-    if isinstance(e, sympy.Integer):
-        return f"{int(e)}L" if abs(int(e)) > 2**31 - 1 else str(int(e))
-    if isinstance(e, sympy.Symbol):
-        return e.name
-    if isinstance(e, sympy.Add):
-        return "(" + " + ".join(_print(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Mul):
-        return "(" + " * ".join(_print(a) for a in e.args) + ")"
-    if isinstance(e, FloorDiv):
-        return f"({_print(e.args[0])} / {_print(e.args[1])})"
-    if isinstance(e, ModIndex):
-        return f"({_print(e.args[0])} % {_print(e.args[1])})"
-    if isinstance(e, sympy.Min):
-        return _fold("std::min", [_print(a) for a in e.args])
-    if isinstance(e, sympy.Max):
-        return _fold("std::max", [_print(a) for a in e.args])
-    if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) > 0:
-        return "(" + " * ".join([_print(e.base)] * int(e.exp)) + ")"
-    raise NotImplementedError(f"index expression {e!r} ({type(e).__name__})")
-
-
-def _fold(fn, parts):
-    out = parts[0]
-    for p in parts[1:]:
-        out = f"{fn}<int64_t>({out}, {p})"
-    return out
+cpp_index = CppIndexPrinter()   # C++ for an index expression (int64 arithmetic)
 
 
 def cpp_constant(value, dtype: torch.dtype) -> str:
@@ -166,15 +147,7 @@ def cpp_constant(value, dtype: torch.dtype) -> str:
     return f"static_cast<{ctype}>({int(value)}L)"
 
 
-class CppValue:
-    __slots__ = ("name", "dtype")
-
-    def __init__(self, name: str, dtype: torch.dtype):
-        self.name = name
-        self.dtype = dtype
-
-    def __str__(self):
-        return self.name
+CppValue = Value
 
 
 class CppOpsHandler:
@@ -267,54 +240,25 @@ class CppOpsHandler:
         raise AttributeError(f"no C++ for ops.{name}")
 
 
-class CppKernel:
+class CppKernel(Kernel):
     """Generates one fused kernel's C++ function."""
 
     def __init__(self, kernel: FusedKernel, name: str, dtypes: dict[str, torch.dtype]):
+        super().__init__(name, dtypes)
         self.kernel = kernel
-        self.name = name
-        self.dtypes = dtypes           # storage name -> dtype
-        self.lines: list[str] = []
-        self.indent = 1
-        self.scopes: list[dict] = [{}]
-        self.values: list[dict] = [{}]  # (buffer, index key) -> value, per scope
-        self.counter = 0
-        self.loaded: set[str] = set()
-        self.stored: set[str] = set()
         self.uses_indirect = False
         self.block = False              # a column kernel (see _generate_blocked)
 
-    # -- emission --------------------------------------------------------------------------
-    def line(self, text: str) -> None:
-        self.lines.append("  " * self.indent + text)
+    def declare(self, var: str, text: str) -> str:
+        return f"auto {var} = {text};"
 
-    def push(self):
-        self.scopes.append({})
-        self.values.append({})
-
-    def pop(self):
-        self.scopes.pop()
-        self.values.pop()
-
-    def cse(self, text: str, dtype: torch.dtype) -> CppValue:
-        for scope in reversed(self.scopes):
-            if text in scope:
-                return scope[text]
-        var = CppValue(f"tmp{self.counter}", dtype)
-        self.counter += 1
-        self.line(f"auto {var.name} = {text};")
-        self.scopes[-1][text] = var
-        return var
-
-    def known_value(self, name: str, index) -> CppValue | None:
-        key = (name, str(sympy.expand(index)))
-        for scope in reversed(self.values):
-            if key in scope:
-                return scope[key]
-        return None
-
-    def set_value(self, name: str, index, value: CppValue) -> None:
-        self.values[-1][(name, str(sympy.expand(index)))] = value
+    def call_lines(self, refs: dict[str, str]) -> list[str]:
+        ptrs = ", ".join(f"{refs[a]}.data_ptr()" for a in self.args)
+        lines = [f"{self.name}({ptrs})"]
+        if self.uses_indirect:
+            lines.append(f"if {self.name}_oob(): raise IndexError('index out of range in a "
+                         f"gather/index/embedding of {self.name}')")
+        return lines
 
     def load(self, name: str, index) -> CppValue:
         known = self.known_value(name, index)
@@ -447,12 +391,12 @@ class CppKernel:
                            CppValue(f"v_{node.name}[xl]", node.buf.get_dtype()))
 
     def _blocked_loop(self, nodes, x, r) -> None:
-        groups = _reduction_groups([n for n in nodes if n.role == "reduction"])
+        groups = reduction_groups([n for n in nodes if n.role == "reduction"])
         block = self.block_lanes
         self.line("{")
         self.indent += 1
         for acc, members in groups.items():
-            kind, dtype = _group_kind(members)
+            kind, dtype = group_kind(members)
             for ctype, field, init in _fields(kind, dtype):
                 if field != "_n":   # a Welford count is the same in every lane
                     if kind == "sum":
@@ -460,7 +404,7 @@ class CppKernel:
                     self.line(f"{ctype} {acc}{field}[{block}];")
                     self.line(f"for (int64_t xl = 0; xl < {block}; xl++) "
                               f"{acc}{field}[xl] = {init};")
-        folded = {acc: m for acc, m in groups.items() if _group_kind(m)[0] in _FOLDED}
+        folded = {acc: m for acc, m in groups.items() if group_kind(m)[0] in _FOLDED}
         self._declare_fine(folded, block)
         if folded:
             self.line("int64_t r_count = 0, r_fine = 0;")
@@ -505,7 +449,7 @@ class CppKernel:
 
     def _result(self, acc: str, members, node) -> CppValue:
         """A reduction's final value from its group's state (NaN seen by max/min wins)."""
-        kind, dtype = _group_kind(members)
+        kind, dtype = group_kind(members)
         if kind in ("argmax", "argmin"):
             return CppValue(self._acc(acc, "_i"), torch.int64)
         if kind == "welford":
@@ -523,7 +467,7 @@ class CppKernel:
         """One inner loop: its pointwise nodes store per element, its reductions accumulate
         and store once per outer iteration. ``parallel``: the loop itself is split over
         threads (few outer iterations)."""
-        groups = _reduction_groups([n for n in nodes if n.role == "reduction"])
+        groups = reduction_groups([n for n in nodes if n.role == "reduction"])
         size = product(self.kernel.inner)
         if not groups:
             self._range(nodes, groups, x, r, None, None, parallel=parallel)
@@ -541,7 +485,7 @@ class CppKernel:
     def _declare(self, groups, count: int | None = None) -> None:
         """The accumulators of each reduction group (arrays of ``count`` when given)."""
         for acc, members in groups.items():
-            for ctype, field, init in _fields(*_group_kind(members)):
+            for ctype, field, init in _fields(*group_kind(members)):
                 if count is None:
                     self.line(f"{ctype} {acc}{field} = {init};")
                 else:
@@ -563,7 +507,7 @@ class CppKernel:
         self._declare(groups)
         self._range(nodes, groups, x, r, "r_start", "r_end", lanes=True)
         for acc, members in groups.items():
-            for _, field, _ in _fields(*_group_kind(members)):
+            for _, field, _ in _fields(*group_kind(members)):
                 self.line(f"{acc}{field}_c[chunk] = {acc}{field};")
         self.pop()
         self.indent -= 1
@@ -573,14 +517,14 @@ class CppKernel:
         self.indent += 1
         for acc, members in groups.items():
             part = lambda field, acc=acc: f"{acc}{field}_c[chunk]"   # noqa: E731
-            self.line(_merge(acc, *_group_kind(members), part))
+            self.line(_merge(acc, *group_kind(members), part))
         self.indent -= 1
         self.line("}")
 
     def _range(self, nodes, groups, x, r, start, end, lanes=False, parallel=False) -> None:
         """The loop over inner indices ``[start, end)`` (linear over the inner dims; None: all
         of them), accumulating into the groups' scalars."""
-        kinds = {_group_kind(m)[0] for m in groups.values()}
+        kinds = {group_kind(m)[0] for m in groups.values()}
         if groups and kinds <= {"sum", "welford"} and (
                 (lanes and len(r) == 1) or "welford" in kinds):
             self._lane_range(nodes, groups, x, r, start or 0, end or cpp_index(
@@ -588,7 +532,7 @@ class CppKernel:
             return
         # the first extreme element, or a Welford state outside lanes: one element at a time
         sequential = bool(kinds & {"argmax", "argmin", "welford"})
-        clauses = "" if sequential else " ".join(_clause(acc, *_group_kind(m))
+        clauses = "" if sequential else " ".join(_clause(acc, *group_kind(m))
                                                  for acc, m in groups.items())
         pragma = None if sequential or not r else \
             ("#pragma omp parallel for simd" if parallel else "#pragma omp simd")
@@ -638,7 +582,7 @@ class CppKernel:
         self.line("{")
         self.indent += 1
         for acc, members in groups.items():
-            kind, dtype = _group_kind(members)
+            kind, dtype = group_kind(members)
             ctype = CPP_TYPES[dtype]
             fields = ("",) if kind == "sum" else ("_mean", "_m2")
             self.line(" ".join(f"{_coarse_type(kind, dtype)} {acc}_lane{f}[{lanes}] = {{}};"
@@ -671,7 +615,7 @@ class CppKernel:
         self.indent -= 1
         self.line("}")
         for acc, members in groups.items():
-            kind, dtype = _group_kind(members)
+            kind, dtype = group_kind(members)
             if kind == "sum":
                 self.line(f"{_coarse_type(kind, dtype)} {acc}_total = {acc};")
                 self.line(f"for (int64_t lane = 0; lane < {lanes}; lane++) "
@@ -691,7 +635,7 @@ class CppKernel:
     def _declare_fine(self, groups, lanes: int) -> None:
         """Zeroed fine accumulators, one per lane, of the sum and Welford groups."""
         for acc, members in groups.items():
-            kind, dtype = _group_kind(members)
+            kind, dtype = group_kind(members)
             if kind in _FOLDED:
                 ctype = CPP_TYPES[dtype]
                 fields = ("",) if kind == "sum" else ("_mean", "_m2")
@@ -700,7 +644,7 @@ class CppKernel:
     def _welford_inv(self, groups) -> None:
         """1 / (values each lane's fine Welford state will have seen after this step)."""
         for acc, members in groups.items():
-            kind, dtype = _group_kind(members)
+            kind, dtype = group_kind(members)
             if kind == "welford":
                 ctype = CPP_TYPES[dtype]
                 self.line(f"const {ctype} {acc}_inv = ember_inverse<{ctype}>.v[r_fine];")
@@ -711,7 +655,7 @@ class CppKernel:
         if not groups:
             return
         for acc, members in groups.items():
-            kind, dtype = _group_kind(members)
+            kind, dtype = group_kind(members)
             if kind == "welford":
                 ctype = CPP_TYPES[dtype]
                 self.line(f"const {ctype} {acc}_w = r_fine ? static_cast<{ctype}>(r_fine) / "
@@ -721,7 +665,7 @@ class CppKernel:
         self.line(f"for (int64_t {lane} = 0; {lane} < {count}; {lane}++) {{")
         self.indent += 1
         for acc, members in groups.items():
-            kind, dtype = _group_kind(members)
+            kind, dtype = group_kind(members)
             fine = f"{acc}_fine"
             if kind == "sum":
                 c = coarse(acc, "")
@@ -755,7 +699,7 @@ class CppKernel:
             value = node.value(x, r)
             if value.dtype != data.src_dtype:
                 value = CppOpsHandler(self).to_dtype(value, data.src_dtype)
-            kind, _ = _group_kind(groups[acc])
+            kind, _ = group_kind(groups[acc])
             a = lambda field="", acc=acc: self._acc(acc, field)   # noqa: E731
             if kind in ("argmax", "argmin"):
                 linear = sympy.Integer(0)
@@ -912,27 +856,6 @@ def _column_kernel(kernel: FusedKernel, x, r) -> bool:
             elif sympy.diff(index, x[-1]) == 1:
                 along_outer += 1
     return along_outer > along_inner
-
-
-def _reduction_groups(reductions) -> dict[str, list]:
-    """Accumulator name -> the reduction nodes it serves: one each, except the Welford mean
-    and M2 of the same body, which share one state."""
-    groups: dict[str, list] = {}
-    welford: dict[int, str] = {}
-    for node in reductions:
-        data = node.buf.data
-        if data.reduction_type.startswith("welford_"):
-            acc = welford.setdefault(id(data.inner_fn), f"acc_{node.name}")
-            groups.setdefault(acc, []).append(node)
-        else:
-            groups[f"acc_{node.name}"] = [node]
-    return groups
-
-
-def _group_kind(members) -> tuple[str, torch.dtype]:
-    data = members[0].buf.data
-    kind = data.reduction_type
-    return ("welford" if kind.startswith("welford_") else kind), data.src_dtype
 
 
 def _fields(kind: str, dtype: torch.dtype) -> list[tuple[str, str, str]]:

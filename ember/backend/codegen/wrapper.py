@@ -1,8 +1,9 @@
 """The wrapper: a generated Python module whose ``call(args)`` runs one compiled graph.
 
-It allocates the buffers kernels write, calls the kernels (through ctypes, with data
-pointers) and the ATen calls (library kernels and fallbacks) in order, frees each buffer after
-its last use, and returns the outputs. The module is plain Python a user can read:
+It allocates the buffers kernels write, calls the kernels (each target prints its own launch
+lines: ctypes calls with data pointers for C++, grid launches for Triton) and the ATen calls
+(library kernels and fallbacks) in order, frees each buffer after its last use, and returns
+the outputs. The module is plain Python a user can read:
 ``EMBER_LOGS=output_code`` prints it with the kernels' C++, ``EMBER_DEBUG_DIR`` dumps it.
 """
 from __future__ import annotations
@@ -11,7 +12,6 @@ import math
 
 import torch
 
-from ember.backend.codegen.cpp import cpp_index
 from ember.backend.ir import Buffer, ComputedBuffer, ExternBuffer, InputBuffer, ReinterpretView
 from ember.backend.scheduler import FusedKernel, _extern_reads
 
@@ -25,7 +25,7 @@ class WrapperCodegen:
     def __init__(self, graph, steps, kernels: dict[int, "object"]):
         self.graph = graph
         self.steps = steps
-        self.kernels = kernels       # id(FusedKernel) -> CppKernel (with .name, .args)
+        self.kernels = kernels       # id(FusedKernel) -> codegen.common.Kernel
         self.lines: list[str] = []
         self.consts: dict[str, object] = {}
 
@@ -76,11 +76,7 @@ class WrapperCodegen:
                     if node.name in step.local or node.writes != node.name:
                         continue
                     body.append(self._allocate(node.buf, pool, pending, output_names))
-                ptrs = ", ".join(f"{a}.data_ptr()" for a in kernel.args)
-                body.append(f"{kernel.name}({ptrs})")
-                if kernel.uses_indirect:
-                    body.append(f"if {kernel.name}_oob(): raise IndexError('index out of range "
-                                f"in a gather/index/embedding of {kernel.name}')")
+                body.extend(kernel.call_lines({a: a for a in kernel.args}))
                 body.extend(aliases)
             else:
                 body.extend(self._extern(step, step.name in read or step.name in output_names))
@@ -112,7 +108,8 @@ class WrapperCodegen:
             old = free.pop(0)
             del pending[old]
             return f"{buf.name} = reinterpret({old}, {size}, {stride}, 0); del {old}  # reuse"
-        return f"{buf.name} = empty_strided({size}, {stride}, dtype={self.const(lay.dtype)})"
+        return (f"{buf.name} = empty_strided({size}, {stride}, dtype={self.const(lay.dtype)}, "
+                f"device={self.const(lay.device)})")
 
     def _poolable(self, output_names: set[str]) -> dict[str, tuple]:
         """Buffers whose memory a later buffer may take once they are dead: not returned,

@@ -94,28 +94,38 @@ def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, s
 
 @register_lowering(aten.index_select.default)
 def _index_select(ctx, x, dim, index):
-    dim %= max(len(x.get_size()), 1)
+    ndim = len(x.get_size())
+    dim %= max(ndim, 1)
     load_x, load_i = x.make_loader(), index.make_loader()
-    size = x.get_size()[dim]
+    # a 0-d ``x`` is selected from as if it had one dim of size 1 (its one index must be 0)
+    size = x.get_size()[dim] if ndim else sympy.Integer(1)
     scalar_index = len(index.get_size()) == 0
 
     def inner(idx):
-        i = ops.indirect_indexing(load_i([] if scalar_index else [idx[dim]]), size)
+        at = [] if scalar_index else [idx[dim] if ndim else sympy.Integer(0)]
+        i = ops.indirect_indexing(load_i(at), size)   # also flags an index out of range
         full = list(idx)
-        full[dim] = i
+        if ndim:
+            full[dim] = i
         return load_x(full)
     return Pointwise(ctx.device, ctx.dtype, inner, ctx.size)
 
 
 @register_lowering(aten.gather.default)
 def _gather(ctx, x, dim, index, *, sparse_grad=False):
-    dim %= max(len(x.get_size()), 1)
+    ndim = len(x.get_size())
+    dim %= max(ndim, 1)
     load_x, load_i = x.make_loader(), index.make_loader()
-    size = x.get_size()[dim]
+    # ``x`` and ``index`` have the same rank, or one is 0-d: a 0-d ``x`` is gathered from as
+    # if it had one dim of size 1; a 0-d ``index`` (with a 1-d ``x``) is one position
+    size = x.get_size()[dim] if ndim else sympy.Integer(1)
+    same_rank = len(index.get_size()) == ndim
 
     def inner(idx):
-        i = ops.indirect_indexing(load_i(idx), size)
-        full = list(idx)
+        i = ops.indirect_indexing(load_i(idx), size)   # also flags an index out of range
+        if not ndim:
+            return load_x([])
+        full = list(idx) if same_rank else [sympy.Integer(0)] * ndim
         full[dim] = i
         return load_x(full)
     return Pointwise(ctx.device, ctx.dtype, inner, ctx.size)

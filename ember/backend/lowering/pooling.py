@@ -23,7 +23,7 @@ from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
 
 MAX_UNROLL = 64            # window elements one Pointwise body may load
-_FLOATS = (torch.float32, torch.float64)
+_FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
 def _pair(value, default=None):

@@ -11,11 +11,15 @@ from ember.backend.ops import ops
 
 
 def _dims(x, dim) -> list[int]:
+    """The dims reduced, sorted and non-negative. A 0-d tensor has none: ``dim=0`` or
+    ``-1`` names the tensor itself, whose one element is the whole reduction."""
     ndim = len(x.get_size())
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
         return list(range(ndim))
+    if ndim == 0:
+        return []
     dims = [dim] if isinstance(dim, int) else list(dim)
-    return sorted({d % ndim if ndim else 0 for d in dims})
+    return sorted({d % ndim for d in dims})
 
 
 def _reduction_body(x, dims: list[int], compute: torch.dtype, map_fn=None):

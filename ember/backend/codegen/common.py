@@ -1,0 +1,162 @@
+"""What every kernel code generator shares: emitted values, a kernel base with common
+subexpression elimination, an index-expression printer, and the grouping of reductions into
+accumulator states.
+
+A target (``cpp.py``, ``triton.py``) subclasses :class:`Kernel` and :class:`IndexPrinter`;
+its ops handler calls :meth:`Kernel.cse` for every expression it emits, so an expression
+computed twice in a scope becomes one temporary. Loads and stores go through
+:meth:`Kernel.known_value` / :meth:`Kernel.set_value`: a value a kernel already holds for
+``(buffer, index)`` is reused instead of read again from memory.
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ember.backend.ir import FloorDiv, ModIndex
+
+
+class Value:
+    """A named value in generated code, with the dtype of the IR value it holds."""
+    __slots__ = ("name", "dtype")
+
+    def __init__(self, name: str, dtype: torch.dtype):
+        self.name = name
+        self.dtype = dtype
+
+    def __str__(self):
+        return self.name
+
+    def __repr__(self):
+        return f"Value({self.name}, {self.dtype})"
+
+
+class Kernel:
+    """Lines of one kernel's body, nested scopes of common subexpressions, and the buffers it
+    loads and stores. Subclasses give :meth:`declare` (how a temporary is written)."""
+
+    value_class = Value
+
+    def __init__(self, name: str, dtypes: dict[str, torch.dtype]):
+        self.name = name
+        self.dtypes = dtypes            # storage name -> dtype
+        self.lines: list[str] = []
+        self.indent = 1
+        self.scopes: list[dict] = [{}]
+        self.values: list[dict] = [{}]  # (buffer, index key) -> value, per scope
+        self.counter = 0
+        self.loaded: set[str] = set()
+        self.stored: set[str] = set()
+        self.args: list[str] = []       # buffer arguments, in call order (after generate())
+        self.source = ""
+
+    # -- emission ------------------------------------------------------------------------------
+    indent_unit = 2      # spaces per nesting level
+
+    def line(self, text: str) -> None:
+        self.lines.append(" " * (self.indent_unit * self.indent) + text)
+
+    def push(self) -> None:
+        self.scopes.append({})
+        self.values.append({})
+
+    def pop(self) -> None:
+        self.scopes.pop()
+        self.values.pop()
+
+    def new_var(self, prefix: str = "tmp") -> str:
+        name = f"{prefix}{self.counter}"
+        self.counter += 1
+        return name
+
+    def declare(self, var: str, text: str) -> str:
+        raise NotImplementedError
+
+    def cse(self, text: str, dtype: torch.dtype) -> Value:
+        for scope in reversed(self.scopes):
+            if text in scope:
+                return scope[text]
+        var = self.value_class(self.new_var(), dtype)
+        self.line(self.declare(var.name, text))
+        self.scopes[-1][text] = var
+        return var
+
+    def known_value(self, name: str, index) -> Value | None:
+        key = (name, str(sympy.expand(index)))
+        for scope in reversed(self.values):
+            if key in scope:
+                return scope[key]
+        return None
+
+    def set_value(self, name: str, index, value: Value) -> None:
+        self.values[-1][(name, str(sympy.expand(index)))] = value
+
+    # -- the wrapper's side ----------------------------------------------------------------------
+    def call_lines(self, refs: dict[str, str]) -> list[str]:
+        """Python lines of the wrapper that run this kernel; ``refs`` maps each buffer
+        argument to the wrapper's expression for its tensor."""
+        raise NotImplementedError
+
+
+class IndexPrinter:
+    """Prints sympy index expressions (integer arithmetic over loop variables and sizes).
+    Targets override the hooks for their syntax."""
+
+    def __call__(self, expr) -> str:
+        return self.print(sympy.expand(expr))
+
+    def print(self, e) -> str:
+        if isinstance(e, sympy.Integer):
+            return self.integer(int(e))
+        if isinstance(e, sympy.Symbol):
+            return e.name
+        if isinstance(e, sympy.Add):
+            return "(" + " + ".join(self.print(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Mul):
+            return "(" + " * ".join(self.print(a) for a in e.args) + ")"
+        if isinstance(e, FloorDiv):
+            return self.floordiv(self.print(e.args[0]), self.print(e.args[1]))
+        if isinstance(e, ModIndex):
+            return self.mod(self.print(e.args[0]), self.print(e.args[1]))
+        if isinstance(e, sympy.Min):
+            return self.fold("min", [self.print(a) for a in e.args])
+        if isinstance(e, sympy.Max):
+            return self.fold("max", [self.print(a) for a in e.args])
+        if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) > 0:
+            return "(" + " * ".join([self.print(e.base)] * int(e.exp)) + ")"
+        raise NotImplementedError(f"index expression {e!r} ({type(e).__name__})")
+
+    def integer(self, value: int) -> str:
+        return str(value)
+
+    def floordiv(self, a: str, b: str) -> str:
+        """Division of non-negative operands (truncation and floor agree)."""
+        return f"({a} / {b})"
+
+    def mod(self, a: str, b: str) -> str:
+        return f"({a} % {b})"
+
+    def fold(self, fn: str, parts: list[str]) -> str:
+        raise NotImplementedError
+
+
+def reduction_groups(reductions) -> dict[str, list]:
+    """Accumulator name -> the reduction nodes it serves: one each, except the Welford mean
+    and M2 of the same body, which share one state."""
+    groups: dict[str, list] = {}
+    welford: dict[int, str] = {}
+    for node in reductions:
+        data = node.buf.data
+        if data.reduction_type.startswith("welford_"):
+            acc = welford.setdefault(id(data.inner_fn), f"acc_{node.name}")
+            groups.setdefault(acc, []).append(node)
+        else:
+            groups[f"acc_{node.name}"] = [node]
+    return groups
+
+
+def group_kind(members) -> tuple[str, torch.dtype]:
+    """(reduction kind, dtype it reduces) of a group: Welford's two outputs are "welford"."""
+    data = members[0].buf.data
+    kind = data.reduction_type
+    return ("welford" if kind.startswith("welford_") else kind), data.src_dtype

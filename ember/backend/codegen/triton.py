@@ -1,0 +1,479 @@
+"""Triton code generation for fused kernels (CUDA GPUs; CPUs through Triton's interpreter).
+
+One ``@triton.jit`` function per :class:`FusedKernel`, all of a graph's kernels in one
+Python module. Tiling:
+
+- **pointwise kernels** (every node over the full loop nest) are one flat range of
+  ``xnumel`` elements in blocks of XBLOCK;
+- **kernels with reductions**, or with values made once per outer index, are 2-D tiles:
+  XBLOCK rows of the outer loops (axis 0) by RBLOCK elements of the inner loops (axis 1).
+  A row that fits in one block is *persistent*: the whole row lives in registers, every
+  segment of the kernel (softmax's max, sum and division) works on the same tile, and values
+  read by later segments are never written to memory. Longer rows *loop* over RBLOCK
+  chunks once per segment, with one accumulator per lane, reduced across lanes at the end.
+
+Loop dims that every access runs through contiguously are merged first
+(``loops.merge_dims``), so a contiguous tensor is indexed by ``xindex`` itself and Triton
+sees unit-stride accesses it can vectorise. Every load and store is masked by the axes its
+index varies over; reductions ignore masked lanes. Indices are int32 unless a buffer or the
+iteration space reaches 2^31 elements.
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ember.backend.codegen.common import Kernel, group_kind, reduction_groups
+from ember.backend.codegen.triton_ops import (HALF, TL_TYPES, TritonOpsHandler, TritonValue,
+                                             compute_type, triton_constant, triton_index)
+from ember.backend.ir import index_vars, product
+from ember.backend.loops import merge_dims
+from ember.backend.ops import use_handler
+from ember.backend.scheduler import FusedKernel, SchedulerNode, node_reads
+
+POINTWISE_BLOCK = 1024        # elements per program of a flat pointwise kernel
+PERSISTENT_MAX = 4096         # longest row reduced in one block
+TILE = 4096                   # elements per program of a 2-D tile (XBLOCK * RBLOCK)
+LOOP_RBLOCK = 1024            # chunk of a looped reduction (rows of contiguous elements)
+COLUMN_XBLOCK = 64            # rows per program when accesses run along the outer dim
+INTERPRETER_TILE = 1 << 14    # the interpreter pays per program: fewer, larger ones
+
+
+def next_power_of_2(n: int) -> int:
+    return 1 << max(int(n) - 1, 0).bit_length()
+
+
+def _reduction_init(kind: str, dtype: torch.dtype) -> str:
+    if kind in ("sum", "welford"):
+        return "0"
+    if kind == "prod":
+        return "1"
+    if kind in ("any",):
+        return "0"
+    if kind == "all":
+        return "1"
+    if dtype.is_floating_point:
+        low = kind in ("max", "argmax")
+        return 'float("-inf")' if low else 'float("inf")'
+    if dtype is torch.bool:
+        return "0" if kind in ("max", "argmax") else "1"
+    info = torch.iinfo(dtype)
+    return str(info.min if kind in ("max", "argmax") else info.max)
+
+
+class TritonKernel(Kernel):
+    """Generates one fused kernel's ``@triton.jit`` function and its launch line."""
+
+    indent_unit = 4
+    value_class = TritonValue
+
+    def __init__(self, kernel: FusedKernel, name: str, dtypes: dict[str, torch.dtype],
+                 interpret: bool = False, debug: bool = False):
+        super().__init__(name, dtypes)
+        self.kernel = kernel
+        self.interpret = interpret
+        self.debug = debug
+        self.load_masks: list = []        # masks of enclosing ops.masked
+        self.index_dims: dict[str, frozenset] = {}   # loop / indirect symbol -> tile axes
+        self.config: dict[str, int] = {}
+        self.grid = 1
+        self.local: set[str] = set(kernel.local)
+        self.numels: dict[str, int] = {}    # storage name -> elements (set by the target)
+
+    def declare(self, var: str, text: str) -> str:
+        return f"{var} = {text}"
+
+    def cse(self, text: str, dtype: torch.dtype, dims: frozenset = frozenset()) -> TritonValue:
+        value = super().cse(text, dtype)
+        value.dims = value.dims | dims
+        return value
+
+    # -- indices and memory ----------------------------------------------------------------------
+    def index(self, expr) -> tuple[str, frozenset]:
+        expr = sympy.expand(expr)
+        dims = frozenset().union(*[self.index_dims.get(s.name, frozenset())
+                                   for s in expr.free_symbols])
+        return triton_index(expr), dims
+
+    def mask(self, dims: frozenset) -> str | None:
+        parts = [m for d, m in (("x", "xmask"), ("r", "rmask")) if d in dims]
+        parts += [str(m) for m in self.load_masks]
+        return " & ".join(parts) if parts else None
+
+    def load(self, name: str, index) -> TritonValue:
+        known = self.known_value(name, index)
+        if known is not None:
+            return known
+        if name in self.local:
+            raise AssertionError(f"{name} is kept local but read where it is not available")
+        self.loaded.add(name)
+        text, dims = self.index(index)
+        dims = dims | frozenset().union(*[getattr(m, "dims", frozenset())
+                                          for m in self.load_masks])
+        mask = self.mask(dims)
+        dtype = self.dtypes[name]
+        load = f"tl.load(p_{name} + ({text})" + (f", {mask}, other=0)" if mask else ")")
+        if dtype in HALF:
+            load += ".to(tl.float32)"
+        return self.cse(load, dtype, dims)
+
+    def store(self, node: SchedulerNode, index, value: TritonValue) -> None:
+        dtype = node.buf.get_dtype()
+        if value.dtype != dtype:
+            value = TritonOpsHandler(self).to_dtype(value, dtype)
+        self.set_value(node.writes, index, value)
+        if node.name in self.local:
+            return
+        self.stored.add(node.writes)
+        self.line(self._store_text(node.writes, index, value, "tl.store"))
+
+    def _store_text(self, name: str, index, value: TritonValue, fn: str) -> str:
+        text, dims = self.index(index)
+        dims = dims | value.dims
+        spread = self._zeros(dims - self.index(index)[1])
+        mask = self.mask(dims)
+        cast = f"{value}.to({TL_TYPES[self.dtypes[name]]})"
+        return f"{fn}(p_{name} + ({text}{spread}), {cast}" + (f", {mask})" if mask else ")")
+
+    def _zeros(self, dims: frozenset) -> str:
+        """Text that broadcasts an index over the tile axes ``dims`` (a store of a row's
+        value at an index that does not vary along them)."""
+        if not dims:
+            return ""
+        if self.mode == "flat":
+            return " + tl.zeros([XBLOCK], tl.int32)"
+        shape = "[XBLOCK, RBLOCK]" if "r" in dims else "[XBLOCK, 1]"
+        return f" + tl.zeros({shape}, tl.int32)"
+
+    def indirect_indexing(self, value: TritonValue, size, wrap_negative=False) -> sympy.Symbol:
+        """An index read from memory. Out-of-range values are clamped so memory stays safe;
+        with ``debug`` a device-side assertion reports them (eager raises)."""
+        var = self.new_var("ix")
+        n = triton_index(size)
+        text = f"{value}.to({self.index_type})"
+        if wrap_negative:
+            text = f"tl.where({value} < 0, {value} + {n}, {value}).to({self.index_type})"
+        self.line(f"{var} = {text}")
+        if self.debug:
+            mask = self.mask(value.dims)
+            bad = f"(({var} >= 0) & ({var} < {n}))"
+            if mask:
+                bad = f"{bad} | ~({mask})"
+            self.line(f'tl.device_assert({bad}, "index out of range in {self.name}")')
+        self.line(f"{var} = tl.minimum(tl.maximum({var}, 0), {n} - 1)")
+        self.index_dims[var] = value.dims
+        return sympy.Symbol(var, integer=True)
+
+    # -- structure ---------------------------------------------------------------------------------
+    def generate(self) -> str:
+        k = self.kernel
+        x = index_vars("x", len(k.outer))
+        r = index_vars("r", len(k.inner))
+        reductions = any(n.role == "reduction" for n in k.nodes)
+        scatter = any(n.role == "scatter" for n in k.nodes)
+        flat = not reductions and not scatter and all(n.role == "inner" for n in k.nodes)
+        self.index_type = "tl.int64" if self._needs_int64() else "tl.int32"
+        with use_handler(TritonOpsHandler(self)):
+            if scatter or flat or not k.inner:
+                self.mode = "flat"
+                self._generate_flat(x, r)
+            else:
+                self.mode = "tiled"
+                self._generate_tiled(x, r)
+        params = [f"p_{n}" for n in self._arg_names()] + \
+            [f"{c}: tl.constexpr" for c in self.config if c != "num_warps"]
+        head = f"@triton.jit\ndef {self.name}({', '.join(params)}):\n"
+        return head + "\n".join(self.lines) + "\n"
+
+    def _arg_names(self) -> list[str]:
+        self.args = sorted(self.loaded | self.stored)
+        return self.args
+
+    def _needs_int64(self) -> bool:
+        """Whether an index may reach 2^31: the iteration space or a buffer it touches."""
+        k = self.kernel
+        sizes = [int(product(k.outer + k.inner))] + list(self.numels.values()) + \
+            [int(n.buf.layout.storage_numel()) for n in k.nodes]
+        return max(sizes) >= 2**31 - 1
+
+    def _decompose(self, linear: str, vars_: list, sizes: list, axis: str) -> None:
+        """Define each loop variable from the linear tile index ``linear`` (row-major)."""
+        for i, (var, size) in enumerate(zip(vars_, sizes)):
+            self.index_dims[var.name] = frozenset({axis})
+            stride = product(sizes[i + 1:])
+            text = linear if stride == 1 else f"{linear} // {triton_index(stride)}"
+            if i > 0:
+                text = f"({text}) % {triton_index(size)}"
+            self.line(f"{var} = {text}")
+
+    def _program_offset(self, block: str) -> str:
+        pid = "tl.program_id(0)"
+        if self.index_type == "tl.int64":
+            pid += ".to(tl.int64)"
+        return f"{pid} * {block}"
+
+    def _generate_flat(self, x, r) -> None:
+        """One flat range over every loop dim (pointwise kernels, scatters, scalars)."""
+        k = self.kernel
+        scatter = any(n.role == "scatter" for n in k.nodes)
+        sizes = list(k.outer) + ([] if scatter else list(k.inner))
+        loop_vars = list(x) + ([] if scatter else list(r))
+        sizes, new_vars, subst = merge_dims(k, x, r, sizes, loop_vars)
+        numel = int(product(sizes))
+        cap = INTERPRETER_TILE if self.interpret else POINTWISE_BLOCK
+        block = min(next_power_of_2(numel), cap)
+        self.config = {"XBLOCK": block, "num_warps": 4 if block >= 512 else
+                       max(1, block // 128)}
+        self.grid = (numel + block - 1) // block
+        self.line(f"xindex = {self._program_offset('XBLOCK')} + tl.arange(0, XBLOCK)")
+        self.line(f"xmask = xindex < {numel}")
+        self._decompose("xindex", new_vars, sizes, "x")
+        cx = [subst.get(v, v) for v in x]
+        cr = [] if scatter else [subst.get(v, v) for v in r]
+        for kind, nodes in k.segments:
+            for node in nodes:
+                if node.role == "scatter":
+                    self._scatter(node, cx)
+                elif node.role == "outer":
+                    self.store(node, node.store_index(cx), node.body(cx))
+                else:
+                    self.store(node, node.where(cx, cr), node.value(cx, cr))
+
+    def _scatter(self, node, x) -> None:
+        data = node.buf.data
+        value = node.body(x)
+        dtype = node.buf.get_dtype()
+        if value.dtype != dtype:
+            value = TritonOpsHandler(self).to_dtype(value, dtype)
+        self.stored.add(node.writes)
+        fn = "tl.atomic_add" if data.accumulate else "tl.store"
+        self.line(self._store_text(node.writes, node.store_index(x), value, fn))
+
+    def _generate_tiled(self, x, r) -> None:
+        k = self.kernel
+        xsizes, xvars, xsub = merge_dims(k, x, r, list(k.outer), list(x))
+        rsizes, rvars, rsub = merge_dims(k, x, r, list(k.inner), list(r))
+        cx, cr = [xsub.get(v, v) for v in x], [rsub.get(v, v) for v in r]
+        xnumel, rnumel = int(product(xsizes)), int(product(rsizes))
+        column = _runs_along_outer(k, x, r)
+        tile = INTERPRETER_TILE if self.interpret else TILE
+        persistent_max = max(PERSISTENT_MAX, tile) if self.interpret else PERSISTENT_MAX
+        if column and not self.interpret:
+            xblock = min(next_power_of_2(xnumel), COLUMN_XBLOCK)
+            rblock = min(next_power_of_2(rnumel), max(1, tile // xblock))
+            persistent = rblock >= rnumel
+        elif rnumel <= persistent_max:
+            rblock = next_power_of_2(rnumel)
+            xblock = min(next_power_of_2(xnumel), max(1, tile // rblock))
+            persistent = True
+        else:
+            rblock = min(LOOP_RBLOCK if not self.interpret else tile, next_power_of_2(rnumel))
+            xblock = 1
+            persistent = False
+        self.persistent = persistent
+        if persistent:      # a row's values stay in registers for every segment
+            self._keep_rows_local()
+        self.config = {"XBLOCK": xblock, "RBLOCK": rblock,
+                       "num_warps": min(8, max(1, (xblock * rblock) // 256))}
+        self.grid = (xnumel + xblock - 1) // xblock
+        self.line(f"xindex = {self._program_offset('XBLOCK')} + tl.arange(0, XBLOCK)[:, None]")
+        self.line(f"xmask = xindex < {xnumel}")
+        self._decompose("xindex", xvars, xsizes, "x")
+        self.rnumel = rnumel
+        self.rsizes, self.rvars = rsizes, rvars
+        if persistent:
+            self._open_rows("tl.arange(0, RBLOCK)[None, :]")
+        for kind, nodes in k.segments:
+            if kind == "outer":
+                for node in nodes:
+                    self.store(node, node.store_index(cx), node.body(cx))
+            else:
+                self._segment(nodes, cx, cr, persistent)
+
+    def _keep_rows_local(self) -> None:
+        """Values read only inside this kernel need no memory when rows are persistent."""
+        k = self.kernel
+        local = set(k.kernel_local)
+        for node in k.nodes:
+            if node.buf.reuses in local:     # it would have overwritten a dead value
+                node.buf.reuses = None
+        self.local = local
+        k.local = local
+
+    def _open_rows(self, rindex: str) -> None:
+        self.line(f"rindex = {rindex}")
+        self.line(f"rmask = rindex < {self.rnumel}")
+        self._decompose("rindex", self.rvars, self.rsizes, "r")
+
+    def _segment(self, nodes, x, r, persistent: bool) -> None:
+        """One inner loop of the kernel: pointwise nodes store per element; reductions
+        accumulate and store one value per row."""
+        groups = reduction_groups([n for n in nodes if n.role == "reduction"])
+        acc_of = {n.name: acc for acc, members in groups.items() for n in members}
+        states: dict = {}
+        if not persistent:
+            for acc, members in groups.items():
+                self._declare_lanes(acc, members)
+            self.line(f"for roffset in range(0, {self.rnumel}, RBLOCK):")
+            self.indent += 1
+            self.push()
+            self._open_rows("roffset + tl.arange(0, RBLOCK)[None, :]")
+        for node in nodes:       # in order: a reduction may read a value made before it
+            if node.role != "reduction":
+                self.store(node, node.where(x, r), node.value(x, r))
+                continue
+            acc = acc_of[node.name]
+            if acc in states:    # the other output of a Welford state
+                continue
+            states[acc] = self._row_state(acc, groups[acc], x, r) if persistent else \
+                self._accumulate(acc, groups[acc], x, r)
+        if not persistent:
+            self.pop()
+            self.indent -= 1
+            states = {acc: self._finish_lanes(acc, members) for acc, members in groups.items()}
+        for acc, members in groups.items():
+            for node in members:
+                self.store(node, node.store_index(x), states[acc][node.name])
+
+    def _reduced_value(self, members, x, r) -> tuple[TritonValue, str, torch.dtype]:
+        node = members[0]
+        data = node.buf.data
+        value = node.value(x, r)
+        if value.dtype != data.src_dtype:
+            value = TritonOpsHandler(self).to_dtype(value, data.src_dtype)
+        kind, dtype = group_kind(members)
+        return value, kind, dtype
+
+    def _masked(self, value, kind, dtype, name: str) -> str:
+        """``value`` over the whole tile, the reduction's identity where masked."""
+        init = _reduction_init(kind, dtype)
+        ctype = compute_type(dtype) if dtype is not torch.bool else "tl.int8"
+        v = f"{value}.to(tl.int8)" if dtype is torch.bool else str(value)
+        self.line(f"{name} = tl.where(xmask & rmask, {v}, tl.full([XBLOCK, RBLOCK], {init}, "
+                  f"{ctype}))")
+        return name
+
+    def _row_state(self, acc, members, x, r) -> dict[str, TritonValue]:
+        """A persistent row's reduction: one ``tl`` reduction over axis 1."""
+        value, kind, dtype = self._reduced_value(members, x, r)
+        v = self._masked(value, kind, dtype, f"{acc}_in")
+        out_dtype = {n.name: n.buf.get_dtype() for n in members}
+        if kind == "welford":
+            n_name = f"{acc}_n"
+            self.line(f"{n_name} = tl.sum((xmask & rmask).to(tl.float32), 1)[:, None]")
+            self.line(f"{acc}_mean = tl.sum({v}, 1)[:, None] / tl.maximum({n_name}, 1.0)")
+            self.line(f"{acc}_d = tl.where(xmask & rmask, {value} - {acc}_mean, 0.0)")
+            self.line(f"{acc}_m2 = tl.sum({acc}_d * {acc}_d, 1)[:, None]")
+            return {n.name: TritonValue(f"{acc}_{n.buf.data.reduction_type[8:]}", dtype,
+                                        frozenset({"x"})) for n in members}
+        if kind in ("argmax", "argmin"):
+            self.line(f"{acc}_i = tl.where(xmask & rmask, rindex, 2147483647)"
+                      f" + tl.zeros([XBLOCK, RBLOCK], tl.int32)")
+            self.line(f"_, {acc} = tl.reduce(({v}, {acc}_i), 1, ember_{kind})")
+            self.line(f"{acc} = {acc}[:, None].to(tl.int64)")
+            return {members[0].name: TritonValue(acc, torch.int64, frozenset({"x"}))}
+        self.line(f"{acc} = {_tl_reduce(kind, v)}[:, None]")
+        if dtype is torch.bool:
+            self.line(f"{acc} = {acc} != 0")
+        return {members[0].name: TritonValue(acc, out_dtype[members[0].name]
+                                             if dtype is torch.bool else dtype,
+                                             frozenset({"x"}))}
+
+    def _declare_lanes(self, acc, members) -> None:
+        kind, dtype = group_kind(members)
+        ctype = compute_type(dtype) if dtype is not torch.bool else "tl.int8"
+        init = _reduction_init(kind, dtype)
+        if kind == "welford":
+            for f in ("mean", "m2", "n"):
+                self.line(f"{acc}_{f} = tl.zeros([XBLOCK, RBLOCK], tl.float32)")
+            return
+        self.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {init}, {ctype})")
+        if kind in ("argmax", "argmin"):
+            self.line(f"{acc}_i = tl.full([XBLOCK, RBLOCK], 2147483647, tl.int32)")
+
+    def _accumulate(self, acc, members, x, r) -> bool:
+        value, kind, dtype = self._reduced_value(members, x, r)
+        if kind == "welford":
+            self.line(f"{acc}_n = {acc}_n + (xmask & rmask).to(tl.float32)")
+            self.line(f"{acc}_d = {value} - {acc}_mean")
+            self.line(f"{acc}_mean = tl.where(xmask & rmask, {acc}_mean + {acc}_d / "
+                      f"tl.maximum({acc}_n, 1.0), {acc}_mean)")
+            self.line(f"{acc}_m2 = tl.where(xmask & rmask, {acc}_m2 + {acc}_d * ({value} - "
+                      f"{acc}_mean), {acc}_m2)")
+            return True
+        v = self._masked(value, kind, dtype, f"{acc}_in")
+        if kind in ("argmax", "argmin"):
+            self.line(f"{acc}, {acc}_i = ember_{kind}({acc}, {acc}_i, {v}, "
+                      f"tl.where(xmask & rmask, rindex, 2147483647))")
+            return True
+        self.line(f"{acc} = {_tl_combine(kind, acc, v)}")
+        return True
+
+    def _finish_lanes(self, acc, members) -> dict[str, TritonValue]:
+        kind, dtype = group_kind(members)
+        if kind == "welford":
+            self.line(f"{acc}_mean, {acc}_m2, _ = tl.reduce(({acc}_mean, {acc}_m2, {acc}_n), "
+                      f"1, ember_welford)")
+            out = {}
+            for n in members:
+                field = n.buf.data.reduction_type[8:]
+                out[n.name] = TritonValue(f"{acc}_{field}_row", dtype, frozenset({"x"}))
+                self.line(f"{acc}_{field}_row = {acc}_{field}[:, None]")
+            return out
+        if kind in ("argmax", "argmin"):
+            self.line(f"_, {acc}_row = tl.reduce(({acc}, {acc}_i), 1, ember_{kind})")
+            self.line(f"{acc}_row = {acc}_row[:, None].to(tl.int64)")
+            return {members[0].name: TritonValue(f"{acc}_row", torch.int64, frozenset({"x"}))}
+        self.line(f"{acc}_row = {_tl_reduce(kind, acc)}[:, None]")
+        if dtype is torch.bool:
+            self.line(f"{acc}_row = {acc}_row != 0")
+        return {members[0].name: TritonValue(f"{acc}_row", dtype, frozenset({"x"}))}
+
+    # -- the wrapper's side ------------------------------------------------------------------------
+    def call_lines(self, refs: dict[str, str]) -> list[str]:
+        args = [refs[a] for a in self.args]
+        config = ", ".join(f"{k}={v}" for k, v in self.config.items())
+        return [f"{self.name}[({self.grid},)]({', '.join(args + [config])})"]
+
+
+def _tl_reduce(kind: str, value: str) -> str:
+    return {"sum": f"tl.sum({value}, 1)", "prod": f"tl.reduce({value}, 1, ember_prod)",
+            "max": f"tl.reduce({value}, 1, ember_max)",
+            "min": f"tl.reduce({value}, 1, ember_min)",
+            "any": f"tl.max({value}, 1)", "all": f"tl.min({value}, 1)"}[kind]
+
+
+def _tl_combine(kind: str, acc: str, value: str) -> str:
+    return {"sum": f"{acc} + {value}", "prod": f"{acc} * {value}",
+            "max": f"ember_max({acc}, {value})", "min": f"ember_min({acc}, {value})",
+            "any": f"tl.maximum({acc}, {value})", "all": f"tl.minimum({acc}, {value})"}[kind]
+
+
+def _runs_along_outer(kernel: FusedKernel, x, r) -> bool:
+    """Most accesses have unit stride along the last outer dim, not the inner ones (a
+    reduction over a non-last dim): rows of the tile then read contiguous columns."""
+    if not x or not r:
+        return False
+    along_outer = along_inner = 0
+    for node in kernel.nodes:
+        if node.role == "outer":
+            continue
+        accesses = [index for _, index in node_reads(node, x, r)]
+        if node.role == "inner":
+            accesses.append(node.where(x, r))
+        for index in accesses:
+            if sympy.diff(index, r[-1]) == 1:
+                along_inner += 1
+            elif sympy.diff(index, x[-1]) == 1:
+                along_outer += 1
+    return along_outer > along_inner
+
+
+def module_source(kernels: list[TritonKernel], interpret: bool) -> str:
+    from ember.backend.codegen.triton_ops import GPU_IMPORTS, HELPERS, INTERPRETER_MATH
+    head = "import triton\nimport triton.language as tl\n"
+    head += INTERPRETER_MATH if interpret else GPU_IMPORTS
+    return head + HELPERS + "\n\n" + "\n\n".join(k.source for k in kernels)
+
+
+__all__ = ["TritonKernel", "module_source", "triton_constant"]

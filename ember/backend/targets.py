@@ -1,0 +1,143 @@
+"""Code generation targets, and which one serves each device.
+
+A :class:`Target` turns the scheduler's fused kernels into callables: it makes one
+``codegen.common.Kernel`` per kernel (whose ``generate()`` gives the source and whose
+``call_lines()`` give the wrapper's launch), builds them together, and says which dtypes
+its kernels compute (others run their ATen kernels).
+
+- ``cpp``: C++/OpenMP, compiled by g++ and called through ctypes (CPU tensors);
+- ``triton``: Triton kernels for CUDA tensors; for CPU tensors, with
+  ``options={"cpu_backend": "triton"}``, the same kernels run under Triton's interpreter
+  (how CI checks the generated Triton without a GPU).
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib.util
+import os
+import sys
+
+import torch
+
+from ember.backend.codegen.common import Kernel
+
+_COMMON_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32,
+                            torch.int16, torch.int8, torch.uint8, torch.bool})
+
+
+class Target:
+    name = ""
+    dtypes: frozenset = _COMMON_DTYPES
+    source_suffix = ".txt"
+
+    def make_kernel(self, step, name: str, dtypes: dict) -> Kernel:
+        raise NotImplementedError
+
+    def build(self, kernels: list[Kernel]) -> dict[str, object]:
+        """Compile ``kernels`` (sources generated); the wrapper's namespace entries."""
+        raise NotImplementedError
+
+    def full_source(self, kernels: list[Kernel]) -> str:
+        raise NotImplementedError
+
+
+class CppTarget(Target):
+    name = "cpp"
+    source_suffix = ".cpp"
+
+    def make_kernel(self, step, name, dtypes):
+        from ember.backend.codegen.cpp import CppKernel
+        return CppKernel(step, name, dtypes)
+
+    def full_source(self, kernels):
+        from ember.backend.codegen.cpp import PRELUDE
+        return PRELUDE + "\n" + "\n".join(k.source for k in kernels)
+
+    def build(self, kernels):
+        from ember.backend import build
+        from ember.backend.codegen.cpp import PRELUDE
+        libs = build.compile_many([PRELUDE + "\n" + k.source for k in kernels]) \
+            if kernels else []
+        namespace = {}
+        for kernel, lib in zip(kernels, libs):
+            namespace[kernel.name] = build.kernel_function(lib, kernel.name, len(kernel.args))
+            if kernel.uses_indirect:
+                oob = getattr(lib, f"{kernel.name}_oob")
+                oob.restype, oob.argtypes = ctypes.c_int, []
+                namespace[f"{kernel.name}_oob"] = oob
+        return namespace
+
+
+class TritonTarget(Target):
+    name = "triton"
+    source_suffix = ".py"
+
+    def __init__(self, interpret: bool, debug: bool = False):
+        self.interpret = interpret
+        self.debug = debug
+        # the interpreter computes half precision wrongly (DESIGN.md): float32 and wider only
+        self.dtypes = _COMMON_DTYPES if interpret else \
+            _COMMON_DTYPES | {torch.float16, torch.bfloat16}
+
+    def make_kernel(self, step, name, dtypes):
+        from ember.backend.codegen.triton import TritonKernel
+        return TritonKernel(step, name, dtypes, interpret=self.interpret, debug=self.debug)
+
+    def full_source(self, kernels):
+        from ember.backend.codegen.triton import module_source
+        return module_source(kernels, self.interpret)
+
+    def build(self, kernels):
+        if not kernels:
+            return {}
+        module = load_triton_module(self.full_source(kernels), self.interpret)
+        return {k.name: getattr(module, k.name) for k in kernels}
+
+
+def load_triton_module(source: str, interpret: bool):
+    """Import generated Triton source from the kernel cache (Triton reads a kernel's source
+    through ``inspect``, so it must live in a file)."""
+    if interpret:
+        _enter_interpreter()
+    from ember.backend.build import atomic_write, cache_dir
+    key = hashlib.sha256(source.encode()).hexdigest()
+    name = f"ember_triton_{key[:24]}"
+    if name in sys.modules:
+        return sys.modules[name]
+    folder = cache_dir() / "triton" / key[:2]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{key}.py"
+    if not path.exists():
+        atomic_write(path, source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+def _enter_interpreter() -> None:
+    """Triton's interpreter must be chosen before Triton is imported: its own library
+    functions (``tl.sum``...) are decorated then. Set ``TRITON_INTERPRET=1`` now if Triton
+    is not imported yet; it stays set for the process."""
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    if "triton" in sys.modules:
+        raise RuntimeError(
+            "cpu_backend='triton' runs kernels under Triton's interpreter, which must be "
+            "enabled before triton is imported: set TRITON_INTERPRET=1 in the environment")
+    os.environ["TRITON_INTERPRET"] = "1"
+
+
+def target_for(device: torch.device, cpu_backend: str = "cpp", debug: bool = False) -> Target:
+    """The target that generates kernels for tensors on ``device``."""
+    if device.type == "cpu":
+        if cpu_backend == "cpp":
+            return CppTarget()
+        if cpu_backend == "triton":
+            return TritonTarget(interpret=True, debug=debug)
+        raise ValueError(f"cpu_backend must be 'cpp' or 'triton', not {cpu_backend!r}")
+    if device.type == "cuda":
+        return TritonTarget(interpret=False, debug=debug)
+    raise NotImplementedError(f"no code generation target for device {device.type!r}")

@@ -1,0 +1,29 @@
+"""Settings every test process and every test shares.
+
+- Without a CUDA GPU, ``TRITON_INTERPRET=1`` is set here, before anything imports Triton
+  (its interpreter must be chosen then), so the Triton target's tests
+  (``backend/test_triton.py``) run generated kernels on CPU tensors.
+- Every test runs the compiler strictly, so a bug raises instead of being papered over:
+  ``config.fallback_on_lowering_error=False`` makes a lowering that raises anything but
+  ``NotImplementedError`` (its way of declining a case) an error rather than an ATen
+  fallback, and ``config.suppress_errors=False`` lets an error while compiling a graph
+  (such as that one) reach the test instead of the graph running as captured. Users keep
+  both defaults (True); a test of the lenient behaviour patches them back.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from ember import config  # noqa: E402  (after TRITON_INTERPRET is decided)
+
+
+@pytest.fixture(autouse=True)
+def _strict_compiler():
+    with config.patch(fallback_on_lowering_error=False, suppress_errors=False):
+        yield
