@@ -219,6 +219,8 @@ class _AtenTracer(TorchDispatchMode):
         args, kwargs = pytree.tree_map(self.to_fake, (args, kwargs))
         if func is aten.lift_fresh.default:          # torch.tensor(...) constant: already lifted
             return args[0]
+        if func is aten._fused_sdp_choice.default:   # which attention kernel eager would run
+            return _real_sdp_choice(func, args, kwargs)
         schema = func._schema
         if schema.is_mutable:
             for _, a in _written_args(func):
@@ -308,6 +310,19 @@ class _AtenTracer(TorchDispatchMode):
         idx = self.input_index.get(id(target))
         if idx is not None:
             self.mutated_inputs[idx] = target
+
+
+def _real_sdp_choice(func, args, kwargs) -> int:
+    """``scaled_dot_product_attention`` picks its kernel (flash, memory-efficient, cuDNN,
+    math) from the inputs' device, dtype, shapes and strides; asked on fakes, the meta
+    device's answer can differ from eager's. Ask the real function on uninitialised tensors
+    of the same geometry (it reads no data), so the graph calls the kernel eager calls."""
+    def real(x):
+        if isinstance(x, torch.Tensor):
+            return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+        return x
+    with torch._C._DisableTorchDispatch():
+        return func(*pytree.tree_map(real, args), **pytree.tree_map(real, kwargs))
 
 
 def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,

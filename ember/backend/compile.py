@@ -37,8 +37,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     ``ember.backends.EMBER_OPTIONS`` (``ember.compile``'s ``mode=`` and ``options=`` arrive
     here resolved); they are checked as ``ember.compile`` checks them. ``debug``: this graph
     compiles as under ``EMBER_LOGS=output_code`` (its wrapper and kernels are logged).
-    ``cudagraphs``: a CPU graph has no launches to replay (a perf hint says so); a CUDA
-    graph raises NotImplementedError. ``cpu_backend``: the kernel language of CPU graphs
+    ``cudagraphs``: a CUDA graph's launches replay as one CUDA graph (``cudagraphs.py``); a
+    CPU graph has none to replay (a perf hint says so). ``cpu_backend``: the kernel language of CPU graphs
     (``targets.target_for``).
     """
     from ember.aot import trace_to_aten

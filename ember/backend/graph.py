@@ -31,6 +31,7 @@ LIBRARY_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
                torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
                torch.ops.aten._scaled_dot_product_efficient_attention.default,
                torch.ops.aten._scaled_dot_product_flash_attention.default,
+               torch.ops.aten._scaled_dot_product_cudnn_attention.default,
                torch.ops.aten._scaled_dot_product_attention_math.default}
 _REALIZE_COST = 12     # body cost (ops) above which a body read twice is computed once
 _REALIZE_READS = 4     # ... or more loads than this
@@ -306,10 +307,17 @@ class GraphLowering:
 
 
 class _LoadProbe:
-    """An ops handler under which only a plain load gives something back: (name, index)."""
+    """An ops handler under which only a plain load gives something back: (name, index).
+    A cast to the loaded buffer's own dtype (``_to_copy`` of a running stat) keeps it."""
+
+    def __init__(self, dtype: torch.dtype):
+        self.dtype = dtype
 
     def load(self, name, index):
         return (name, index)
+
+    def to_dtype(self, value, dtype):
+        return value if dtype == self.dtype else None
 
     def __getattr__(self, name):
         return lambda *args, **kwargs: None
@@ -324,7 +332,7 @@ def _is_identity(src, dst: Buffer) -> bool:
         return False
 
     idx = index_vars("x", len(dst.get_size()))
-    with use_handler(_LoadProbe()):
+    with use_handler(_LoadProbe(dst.get_dtype())):
         value = src.make_loader()(idx)
     return (isinstance(value, tuple) and value[0] == dst.name
             and sympy.simplify(value[1] - dst.layout.index(idx)) == 0)

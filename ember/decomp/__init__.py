@@ -96,3 +96,13 @@ def _var_mean(x, dim=None, *, correction=None, keepdim=False):
     return (aten.var.correction(x, dim, correction=correction, keepdim=keepdim),
             aten.mean.dim(x, dim, keepdim) if dim is not None else
             aten.mean.dim(x, list(range(x.dim())), keepdim))
+
+
+@register_decomposition(aten._safe_softmax.default)
+def _safe_softmax(x, dim, dtype=None):
+    """Softmax whose rows of only -inf (fully masked attention rows) give 0, not NaN."""
+    out = aten._softmax.default(x if dtype is None else aten._to_copy.default(x, dtype=dtype),
+                                dim, False)
+    masked = aten.all.dim(aten.eq.Scalar(x, float("-inf")), dim, True)
+    return aten.where.self(masked, aten.scalar_tensor.default(0.0, dtype=out.dtype,
+                                                              device=out.device), out)

@@ -69,3 +69,20 @@ def test_mutated_inputs_match_eager(fn, n):
         actual = ember.compile(fn, backend="ember")(*ours_in)
     assert same(expected, actual)
     assert same(eager_in, ours_in)
+
+
+def test_copy_of_a_same_dtype_cast_of_itself_generates_nothing():
+    """timm's eval BatchNormAct writes ``running_mean.copy_(running_mean.to(float32))``: no
+    kernel, and the graph does not count as mutating its inputs (CUDA graphs need that)."""
+    from ember.backend import metrics
+
+    def fn(x, stat):
+        stat.copy_(stat.to(torch.float32))
+        return x + 1
+    ember.reset()
+    x, stat = torch.randn(8), torch.randn(4)
+    before = stat.clone()
+    with config.patch(suppress_errors=False):
+        out = ember.compile(fn)(x, stat)
+    assert same(out, x + 1) and same(stat, before)
+    assert metrics.generated_kernel_count == 1

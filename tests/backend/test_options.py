@@ -179,7 +179,7 @@ def test_cudagraphs_on_a_cpu_graph_is_a_logged_perf_hint(ember_log):
     x = torch.randn(5)
     assert torch.equal(f(x), x + 1)
     assert metrics.generated_kernel_count == 1      # still compiled
-    assert "CUDA graphs are not used: graph is on CPU" in ember_log.text
+    assert "CUDA graphs are not used: graph is on cpu" in ember_log.text
 
 
 def test_debug_logs_the_generated_code_of_that_graph_only(ember_log):

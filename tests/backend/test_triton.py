@@ -40,10 +40,8 @@ def _strict():
 
 
 def compile_for(fn, device):
-    import functools
-    from ember.backends import ember_backend
     options = {"cpu_backend": "triton"} if device == "cpu" else {}
-    return ember.compile(fn, backend=functools.partial(ember_backend, **options))
+    return ember.compile(fn, backend="ember", options=options)
 
 
 def run(target, fn, *inputs, tol=None):
