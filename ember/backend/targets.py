@@ -73,9 +73,11 @@ class TritonTarget(Target):
     name = "triton"
     source_suffix = ".py"
 
-    def __init__(self, interpret: bool, debug: bool = False):
+    def __init__(self, interpret: bool, debug: bool = False,
+                 device: torch.device = torch.device("cpu")):
         self.interpret = interpret
         self.debug = debug
+        self.device = device
         # the interpreter computes half precision wrongly (DESIGN.md): float32 and wider only
         self.dtypes = _COMMON_DTYPES if interpret else \
             _COMMON_DTYPES | {torch.float16, torch.bfloat16}
@@ -89,10 +91,16 @@ class TritonTarget(Target):
         return module_source(kernels, self.interpret)
 
     def build(self, kernels):
+        from ember.backend.launch import TritonLauncher, precompile
         if not kernels:
             return {}
         module = load_triton_module(self.full_source(kernels), self.interpret)
-        return {k.name: getattr(module, k.name) for k in kernels}
+        launchers = {k.name: TritonLauncher(getattr(module, k.name), k.grid, k.config,
+                                            self.interpret) for k in kernels}
+        if not self.interpret:    # compile every kernel now, in parallel
+            precompile(launchers, {k.name: [torch.empty(1, dtype=k.dtypes[a], device=self.device)
+                                            for a in k.args] for k in kernels})
+        return launchers
 
 
 def load_triton_module(source: str, interpret: bool):
@@ -139,5 +147,5 @@ def target_for(device: torch.device, cpu_backend: str = "cpp", debug: bool = Fal
             return TritonTarget(interpret=True, debug=debug)
         raise ValueError(f"cpu_backend must be 'cpp' or 'triton', not {cpu_backend!r}")
     if device.type == "cuda":
-        return TritonTarget(interpret=False, debug=debug)
+        return TritonTarget(interpret=False, debug=debug, device=device)
     raise NotImplementedError(f"no code generation target for device {device.type!r}")

@@ -27,9 +27,9 @@ from ember.backend.codegen.common import Kernel, group_kind, reduction_groups
 from ember.backend.codegen.triton_ops import (HALF, TL_TYPES, TritonOpsHandler, TritonValue,
                                              compute_type, triton_constant, triton_index)
 from ember.backend.ir import index_vars, product
-from ember.backend.loops import merge_dims
+from ember.backend.loops import access_indices, merge_dims
 from ember.backend.ops import use_handler
-from ember.backend.scheduler import FusedKernel, SchedulerNode, node_reads
+from ember.backend.scheduler import FusedKernel, SchedulerNode
 
 POINTWISE_BLOCK = 1024        # elements per program of a flat pointwise kernel
 PERSISTENT_MAX = 4096         # longest row reduced in one block
@@ -173,13 +173,14 @@ class TritonKernel(Kernel):
         scatter = any(n.role == "scatter" for n in k.nodes)
         flat = not reductions and not scatter and all(n.role == "inner" for n in k.nodes)
         self.index_type = "tl.int64" if self._needs_int64() else "tl.int32"
+        split = self._transposed_split(x, r) if flat else None
         with use_handler(TritonOpsHandler(self)):
-            if scatter or flat or not k.inner:
+            if (scatter or flat or not k.inner) and split is None:
                 self.mode = "flat"
                 self._generate_flat(x, r)
             else:
                 self.mode = "tiled"
-                self._generate_tiled(x, r)
+                self._generate_tiled(x, r, split)
         params = [f"p_{n}" for n in self._arg_names()] + \
             [f"{c}: tl.constexpr" for c in self.config if c != "num_warps"]
         head = f"@triton.jit\ndef {self.name}({', '.join(params)}):\n"
@@ -249,16 +250,34 @@ class TritonKernel(Kernel):
         fn = "tl.atomic_add" if data.accumulate else "tl.store"
         self.line(self._store_text(node.writes, node.store_index(x), value, fn))
 
-    def _generate_tiled(self, x, r) -> None:
+    def _transposed_split(self, x, r):
+        """A pointwise kernel some of whose accesses run along another dim than the last
+        (a transpose, NCHW -> NHWC) is tiled 2-D: rows over the other dims, columns over
+        the last, so each access is contiguous along one axis of the tile and Triton
+        coalesces both. Returns the split of the merged dims, or None (flat is best)."""
         k = self.kernel
-        xsizes, xvars, xsub = merge_dims(k, x, r, list(k.outer), list(x))
-        rsizes, rvars, rsub = merge_dims(k, x, r, list(k.inner), list(r))
-        cx, cr = [xsub.get(v, v) for v in x], [rsub.get(v, v) for v in r]
+        sizes, vars_, sub = merge_dims(k, x, r, list(k.outer) + list(k.inner), list(x) + list(r))
+        if len(vars_) < 2:
+            return None
+        cx, cr = [sub.get(v, v) for v in x], [sub.get(v, v) for v in r]
+        if not any(sympy.diff(e, vars_[-2]) == 1 for e in access_indices(k, cx, cr)):
+            return None
+        return sizes[:-1], vars_[:-1], sizes[-1:], vars_[-1:], sub
+
+    def _generate_tiled(self, x, r, split=None) -> None:
+        k = self.kernel
+        if split is None:
+            xsizes, xvars, xsub = merge_dims(k, x, r, list(k.outer), list(x))
+            rsizes, rvars, rsub = merge_dims(k, x, r, list(k.inner), list(r))
+            sub = {**xsub, **rsub}
+        else:
+            xsizes, xvars, rsizes, rvars, sub = split
+        cx, cr = [sub.get(v, v) for v in x], [sub.get(v, v) for v in r]
         xnumel, rnumel = int(product(xsizes)), int(product(rsizes))
-        column = _runs_along_outer(k, x, r)
+        column = _runs_along_outer(access_indices(k, cx, cr), xvars[-1:], rvars[-1:])
         tile = INTERPRETER_TILE if self.interpret else TILE
         persistent_max = max(PERSISTENT_MAX, tile) if self.interpret else PERSISTENT_MAX
-        if column and not self.interpret:
+        if column:
             xblock = min(next_power_of_2(xnumel), COLUMN_XBLOCK)
             rblock = min(next_power_of_2(rnumel), max(1, tile // xblock))
             persistent = rblock >= rnumel
@@ -431,9 +450,11 @@ class TritonKernel(Kernel):
 
     # -- the wrapper's side ------------------------------------------------------------------------
     def call_lines(self, refs: dict[str, str]) -> list[str]:
-        args = [refs[a] for a in self.args]
+        """``kernel0(buf0, buf1)``: a launch.TritonLauncher with the grid and config; the
+        comment keeps them readable in the wrapper."""
         config = ", ".join(f"{k}={v}" for k, v in self.config.items())
-        return [f"{self.name}[({self.grid},)]({', '.join(args + [config])})"]
+        args = ", ".join(refs[a] for a in self.args)
+        return [f"{self.name}({args})  # grid=({self.grid},), {config}"]
 
 
 def _tl_reduce(kind: str, value: str) -> str:
@@ -449,24 +470,16 @@ def _tl_combine(kind: str, acc: str, value: str) -> str:
             "any": f"tl.maximum({acc}, {value})", "all": f"tl.minimum({acc}, {value})"}[kind]
 
 
-def _runs_along_outer(kernel: FusedKernel, x, r) -> bool:
-    """Most accesses have unit stride along the last outer dim, not the inner ones (a
-    reduction over a non-last dim): rows of the tile then read contiguous columns."""
+def _runs_along_outer(indices, x, r) -> bool:
+    """Accesses that move with both tile axes run with unit stride along the rows' last
+    dim at least as often as along the columns' (a reduction over a non-last dim, a
+    transpose): the tile then takes many rows, so those accesses read contiguous runs."""
     if not x or not r:
         return False
-    along_outer = along_inner = 0
-    for node in kernel.nodes:
-        if node.role == "outer":
-            continue
-        accesses = [index for _, index in node_reads(node, x, r)]
-        if node.role == "inner":
-            accesses.append(node.where(x, r))
-        for index in accesses:
-            if sympy.diff(index, r[-1]) == 1:
-                along_inner += 1
-            elif sympy.diff(index, x[-1]) == 1:
-                along_outer += 1
-    return along_outer > along_inner
+    both = [e for e in indices if x[-1] in e.free_symbols and r[-1] in e.free_symbols]
+    along_outer = sum(1 for e in both if sympy.diff(e, x[-1]) == 1)
+    along_inner = sum(1 for e in both if sympy.diff(e, r[-1]) == 1)
+    return along_outer > 0 and along_outer >= along_inner
 
 
 def module_source(kernels: list[TritonKernel], interpret: bool) -> str:
