@@ -4,7 +4,21 @@
 body under different handlers computes different things: the dependency extractor records
 loads, the counter measures cost, the C++ kernel handler emits code. Handlers implement the
 methods they need; the set of operation names is the one in ``OP_NAMES`` below (a body may
-only use those), so a new backend knows what to implement.
+only use those), so a new backend knows what to implement:
+
+- ``load(name, index)``: the element of buffer ``name`` at the sympy ``index``;
+- ``constant(value, dtype)``, ``index_expr(expr, dtype)`` (an index as a value),
+  ``to_dtype(x, dtype)``, ``where(cond, a, b)``, the math of ``UNARY``/``BINARY``;
+- ``masked(mask, body, other)``: ``body()`` where ``mask`` holds, ``other`` elsewhere; the
+  loads ``body`` makes touch no memory where ``mask`` is false (padding, the parts of a
+  ``cat``), so they may index outside their buffer there;
+- ``indirect_indexing(value, size, wrap_negative=False)``: a sympy symbol standing for an
+  index read from memory, for use in later ``load`` indices; the target checks its range.
+
+Bodies compute values only. Storing and reducing are the kernel's: a ``Reduction`` node
+says which value is reduced over which loops, and each target combines it in the way its
+tiling needs (OpenMP lanes, Triton tiles), so there is no ``ops.reduction`` or
+``ops.store`` for bodies to call.
 """
 from __future__ import annotations
 
@@ -20,8 +34,7 @@ BINARY = ("add", "sub", "mul", "truediv", "floordiv", "truncdiv", "remainder", "
           "maximum", "minimum", "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
           "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
           "bitwise_left_shift", "bitwise_right_shift", "copysign", "hypot", "nextafter")
-OTHER = ("load", "store", "constant", "index_expr", "to_dtype", "where", "masked",
-         "indirect_indexing", "reduction", "store_reduction")
+OTHER = ("load", "constant", "index_expr", "to_dtype", "where", "masked", "indirect_indexing")
 OP_NAMES = UNARY + BINARY + OTHER
 COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
                "logical_not", "isnan", "isinf"}

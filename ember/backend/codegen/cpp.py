@@ -209,7 +209,26 @@ class CppOpsHandler:
         return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({text})", dtype)
 
     def masked(self, mask, body, other):
-        raise NotImplementedError("masked loads are not generated for C++ yet")
+        """``body()`` computed (its loads made) only where ``mask`` holds; ``other``
+        elsewhere. The body's lines go inside an ``if``; its result is declared before."""
+        k = self.k
+        start = len(k.lines)
+        k.indent += 1
+        k.push()
+        value = body()
+        k.pop()
+        k.indent -= 1
+        inner = k.lines[start:]
+        del k.lines[start:]
+        var = k.new_var()
+        ctype = CPP_TYPES[value.dtype]
+        fill = other if isinstance(other, CppValue) else cpp_constant(other, value.dtype)
+        k.line(f"{ctype} {var} = {fill};")
+        k.line(f"if ({mask}) {{")
+        k.lines.extend(inner)
+        k.line(f"  {var} = {value};")
+        k.line("}")
+        return CppValue(var, value.dtype)
 
     def indirect_indexing(self, value: CppValue, size, wrap_negative=False) -> sympy.Symbol:
         """An index read from a tensor (negative values wrap, for Python-style indexing, when

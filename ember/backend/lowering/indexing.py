@@ -15,10 +15,6 @@ from ember.backend.lowering.registry import aten, compute_dtype, register_loweri
 from ember.backend.ops import ops
 
 
-def _clamp(expr, low, high):
-    return sympy.Min(sympy.Max(expr, low), high)
-
-
 @register_lowering(aten.cat.default)
 def _cat(ctx, tensors, dim=0):
     tensors = [t for t in tensors if not (len(t.get_size()) == 1 and t.get_size()[0] == 0)]
@@ -34,19 +30,20 @@ def _cat(ctx, tensors, dim=0):
         offset = offset + n
 
     def inner(index):
+        # each element loads only from the part it lies in (masked: no read elsewhere)
         value = None
         for load, start, n, src in reversed(parts):
             idx = list(index)
-            idx[dim] = _clamp(index[dim] - start, 0, n - 1)
-            v = load(idx)
-            if src != dtype:
-                v = ops.to_dtype(v, dtype)
-            if value is None:
-                value = v
-            else:
-                inside = ops.lt(ops.index_expr(index[dim], torch.int64),
-                                ops.constant(start + n, torch.int64))
-                value = ops.where(inside, v, value)
+            idx[dim] = index[dim] - start
+            i = ops.index_expr(index[dim], torch.int64)
+            inside = ops.logical_and(ops.ge(i, ops.constant(start, torch.int64)),
+                                     ops.lt(i, ops.constant(start + n, torch.int64)))
+
+            def part(load=load, idx=idx, src=src):
+                v = load(idx)
+                return v if src == dtype else ops.to_dtype(v, dtype)
+            v = ops.masked(inside, part, 0)
+            value = v if value is None else ops.where(inside, v, value)
         return value
     return Pointwise(ctx.device, dtype, inner, out)
 
@@ -66,16 +63,15 @@ def _constant_pad(ctx, x, pad, value=0):
         idx = list(index)
         inside = None
         for d, low in lows.items():
-            shifted = index[d] - low
-            idx[d] = _clamp(shifted, 0, size[d] - 1)
+            idx[d] = index[d] - low
             i = ops.index_expr(index[d], torch.int64)
             ok = ops.logical_and(ops.ge(i, ops.constant(low, torch.int64)),
                                  ops.lt(i, ops.constant(low + size[d], torch.int64)))
             inside = ok if inside is None else ops.logical_and(inside, ok)
-        v = load(idx)
         if inside is None:
-            return v
-        return ops.where(inside, v, ops.constant(value, dtype))
+            return load(idx)
+        # padding reads nothing: the load is masked off there
+        return ops.masked(inside, lambda: load(idx), value)
     return Pointwise(ctx.device, dtype, inner, ctx.size)
 
 
