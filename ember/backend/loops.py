@@ -13,6 +13,7 @@ from __future__ import annotations
 import sympy
 
 from ember.backend.ops import use_handler
+from ember.backend.sizevars import is_static
 
 
 class _IndexRecorder:
@@ -77,7 +78,7 @@ def merge_dims(kernel, x: list, r: list, sizes: list, loop_vars: list):
     substitution)``: the remaining dims, their variables, and the value each merged-away
     variable takes in bodies (0: the next variable now covers its range)."""
     sizes, vars_ = list(sizes), list(loop_vars)
-    if len(vars_) < 2 or not all(sympy.sympify(s).is_Integer for s in sizes):
+    if len(vars_) < 2 or not all(is_static(s) for s in sizes):
         return sizes, vars_, {}
     indices = access_indices(kernel, x, r)
     substitution: dict = {}

@@ -23,8 +23,10 @@ import torch
 from ember.backend.codegen.common import (IndexPrinter, Kernel, Value, group_kind,
                                           reduction_groups)
 from ember.backend.ir import index_vars, product
+from ember.backend.loops import runs_with
 from ember.backend.ops import use_handler
 from ember.backend.scheduler import FusedKernel, SchedulerNode, node_reads
+from ember.backend.sizevars import is_static, size_hint
 
 CPP_TYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
              torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",
@@ -309,10 +311,10 @@ class CppKernel(Kernel):
         outer_n = product(k.outer)
         scatter = any(n.role == "scatter" for n in k.nodes)
         parallel_outer = bool(k.outer) and outer_n.is_Integer and \
-            int(outer_n) >= PARALLEL_MIN_ITERS and not scatter
+            size_hint(outer_n) >= PARALLEL_MIN_ITERS and not scatter
         inner_n = product(k.inner)
         parallel_inner = not parallel_outer and inner_n.is_Integer and \
-            int(inner_n) >= PARALLEL_MIN_INNER
+            size_hint(inner_n) >= PARALLEL_MIN_INNER
         self.block = _column_kernel(k, x, r)
         with use_handler(handler):
             if self.block:
@@ -356,10 +358,10 @@ class CppKernel(Kernel):
         contiguous. Per-lane values a later segment reads live in arrays ``v_<buf>[lane]``."""
         k = self.kernel
         last, size = x[-1], k.outer[-1]
-        block = self.block_lanes = _column_block(int(size))
-        blocks = (int(size) + block - 1) // block
-        iters = int(product(k.outer[:-1])) * blocks
-        if iters >= 2 and int(product(k.outer + k.inner)) >= PARALLEL_MIN_INNER:
+        block = self.block_lanes = _column_block(size_hint(size))
+        blocks = (size_hint(size) + block - 1) // block
+        iters = size_hint(product(k.outer[:-1])) * blocks
+        if iters >= 2 and size_hint(product(k.outer + k.inner)) >= PARALLEL_MIN_INNER:
             collapse = f" collapse({len(k.outer)})" if len(k.outer) > 1 else ""
             self.line(f"#pragma omp parallel for{collapse}")
         for var, n in zip(x[:-1], k.outer[:-1]):
@@ -369,7 +371,7 @@ class CppKernel(Kernel):
         self.indent += 1
         self.line(f"const int64_t {last}_base = {last}_blk * {block};")
         self.line(f"const int64_t {last}_len = std::min<int64_t>({block}, "
-                  f"{int(size)} - {last}_base);")
+                  f"{size_hint(size)} - {last}_base);")
         self.push()
         for node in k.nodes:
             if node.role != "inner":
@@ -495,7 +497,7 @@ class CppKernel(Kernel):
             self._chunked(nodes, groups, x, r, size)
         else:
             self._declare(groups)
-            lanes = size.is_Integer and int(size) >= 2 * PARTIAL_SUMS
+            lanes = is_static(size) and size_hint(size) >= 2 * PARTIAL_SUMS
             self._range(nodes, groups, x, r, None, None, lanes=lanes)
         for acc, members in groups.items():
             for node in members:
@@ -816,12 +818,12 @@ def _merge_contiguous_dims(kernel: FusedKernel, x: list, r: list):
         return kernel, x
     indices = [sympy.expand(e) for e in recorder.indices]
     outer, inner, merged = list(kernel.outer), kernel.inner[0], 0
-    total = int(product(kernel.outer + kernel.inner))
+    total = size_hint(product(kernel.outer + kernel.inner))
     # only short inner loops gain, and the outer loops keep enough rows to parallelise
-    while outer and int(inner) < MERGE_BELOW and (
-            total < PARALLEL_MIN_INNER or int(product(outer[:-1])) >= PARALLEL_MIN_ITERS):
+    while outer and size_hint(inner) < MERGE_BELOW and (
+            total < PARALLEL_MIN_INNER or size_hint(product(outer[:-1])) >= PARALLEL_MIN_ITERS):
         var = x[len(outer) - 1]
-        if not all(_runs_with(e, var, r[0], inner) for e in indices):
+        if not all(runs_with(e, var, r[0], inner) for e in indices):
             break
         inner = inner * outer.pop()
         merged += 1
@@ -829,19 +831,6 @@ def _merge_contiguous_dims(kernel: FusedKernel, x: list, r: list):
         return kernel, x
     x = list(x[:len(outer)]) + [sympy.Integer(0)] * merged
     return dataclasses.replace(kernel, outer=outer, inner=[inner]), x
-
-
-def _runs_with(expr, outer_var, inner_var, inner_size) -> bool:
-    """``expr`` is ``c * (inner_size * outer_var + inner_var) + rest`` with neither var in
-    ``rest``: the two vars advance it as one contiguous range."""
-    c_inner = sympy.diff(expr, inner_var)
-    c_outer = sympy.diff(expr, outer_var)
-    if c_inner.free_symbols or c_outer.free_symbols:
-        return False
-    rest = sympy.expand(expr - c_inner * inner_var - c_outer * outer_var)
-    if outer_var in rest.free_symbols or inner_var in rest.free_symbols:
-        return False
-    return c_outer == c_inner * inner_size
 
 
 def _column_block(size: int) -> int:
@@ -857,7 +846,7 @@ def _column_kernel(kernel: FusedKernel, x, r) -> bool:
     """Whether the kernel's memory accesses mostly run along its last outer dim (stride 1)
     rather than its last inner dim: then it is generated with blocks of columns."""
     if (not kernel.outer or not kernel.inner or not kernel.outer[-1].is_Integer
-            or int(kernel.outer[-1]) < COLUMN_MIN
+            or size_hint(kernel.outer[-1]) < COLUMN_MIN
             or not all(s.is_Integer for s in kernel.outer + kernel.inner)
             or not any(n.is_reduction for n in kernel.nodes)
             or any(n.role == "scatter" for n in kernel.nodes)):

@@ -30,6 +30,7 @@ from ember.backend.ir import index_vars, product
 from ember.backend.loops import access_indices, merge_dims
 from ember.backend.ops import use_handler
 from ember.backend.scheduler import FusedKernel, SchedulerNode
+from ember.backend.sizevars import size_hint
 
 POINTWISE_BLOCK = 1024        # elements per program of a flat pointwise kernel
 PERSISTENT_MAX = 4096         # longest row reduced in one block
@@ -193,8 +194,8 @@ class TritonKernel(Kernel):
     def _needs_int64(self) -> bool:
         """Whether an index may reach 2^31: the iteration space or a buffer it touches."""
         k = self.kernel
-        sizes = [int(product(k.outer + k.inner))] + list(self.numels.values()) + \
-            [int(n.buf.layout.storage_numel()) for n in k.nodes]
+        sizes = [size_hint(product(k.outer + k.inner))] + list(self.numels.values()) + \
+            [size_hint(n.buf.layout.storage_numel()) for n in k.nodes]
         return max(sizes) >= 2**31 - 1
 
     def _decompose(self, linear: str, vars_: list, sizes: list, axis: str) -> None:
@@ -220,7 +221,7 @@ class TritonKernel(Kernel):
         sizes = list(k.outer) + ([] if scatter else list(k.inner))
         loop_vars = list(x) + ([] if scatter else list(r))
         sizes, new_vars, subst = merge_dims(k, x, r, sizes, loop_vars)
-        numel = int(product(sizes))
+        numel = size_hint(product(sizes))
         cap = INTERPRETER_TILE if self.interpret else POINTWISE_BLOCK
         block = min(next_power_of_2(numel), cap)
         self.config = {"XBLOCK": block, "num_warps": 4 if block >= 512 else
@@ -273,7 +274,7 @@ class TritonKernel(Kernel):
         else:
             xsizes, xvars, rsizes, rvars, sub = split
         cx, cr = [sub.get(v, v) for v in x], [sub.get(v, v) for v in r]
-        xnumel, rnumel = int(product(xsizes)), int(product(rsizes))
+        xnumel, rnumel = size_hint(product(xsizes)), size_hint(product(rsizes))
         column = _runs_along_outer(access_indices(k, cx, cr), xvars[-1:], rvars[-1:])
         tile = INTERPRETER_TILE if self.interpret else TILE
         persistent_max = max(PERSISTENT_MAX, tile) if self.interpret else PERSISTENT_MAX
