@@ -13,7 +13,9 @@ only use those), so a new backend knows what to implement:
   loads ``body`` makes touch no memory where ``mask`` is false (padding, the parts of a
   ``cat``), so they may index outside their buffer there;
 - ``indirect_indexing(value, size, wrap_negative=False)``: a sympy symbol standing for an
-  index read from memory, for use in later ``load`` indices; the target checks its range.
+  index read from memory, for use in later ``load`` indices; the target checks its range;
+- ``rand(seed, offset)`` / ``randn(seed, offset)``: float32 uniform in [0, 1) / standard
+  normal, a pure function of two int64 values (counter-based Philox; lowering/random.py).
 
 Bodies compute values only. Storing and reducing are the kernel's: a ``Reduction`` node
 says which value is reduced over which loops, and each target combines it in the way its
@@ -34,7 +36,8 @@ BINARY = ("add", "sub", "mul", "truediv", "floordiv", "truncdiv", "remainder", "
           "maximum", "minimum", "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
           "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
           "bitwise_left_shift", "bitwise_right_shift", "copysign", "hypot", "nextafter")
-OTHER = ("load", "constant", "index_expr", "to_dtype", "where", "masked", "indirect_indexing")
+OTHER = ("load", "constant", "index_expr", "to_dtype", "where", "masked", "indirect_indexing",
+         "rand", "randn")
 OP_NAMES = UNARY + BINARY + OTHER
 COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
                "logical_not", "isnan", "isinf"}

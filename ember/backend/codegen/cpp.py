@@ -81,6 +81,29 @@ template <typename T> struct ember_inverse_table {
   T v[EMBER_CASCADE];
   ember_inverse_table() { for (int k = 0; k < EMBER_CASCADE; k++) v[k] = T(1) / T(k + 1); } };
 template <typename T> static const ember_inverse_table<T> ember_inverse{};
+// Philox4x32-10 (Salmon et al., 2011): a counter-based generator; rand/randn of an
+// element are a pure function of (seed, offset)
+static inline void ember_philox(uint64_t seed, uint64_t offset, uint32_t out[4]) {
+  uint32_t c0 = static_cast<uint32_t>(offset), c1 = static_cast<uint32_t>(offset >> 32);
+  uint32_t c2 = 0, c3 = 0;
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; round++) {
+    uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
+    uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+    uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+    uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+    c1 = static_cast<uint32_t>(p1); c3 = static_cast<uint32_t>(p0); c0 = n0; c2 = n2;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }
+  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3; }
+static inline float ember_uniform(uint32_t bits) {   // [0, 1) from the top 24 bits
+  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f); }
+static inline float ember_rand(int64_t seed, int64_t offset) {
+  uint32_t r[4]; ember_philox(seed, offset, r); return ember_uniform(r[0]); }
+static inline float ember_randn(int64_t seed, int64_t offset) {   // Box-Muller
+  uint32_t r[4]; ember_philox(seed, offset, r);
+  float u = ember_uniform(r[0]) + (1.0f / 33554432.0f), v = ember_uniform(r[1]);
+  return std::sqrt(-2.0f * std::log(u)) * std::cos(6.283185307179586f * v); }
 template <typename T> static inline T ember_lowest() {
   return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
                                               : std::numeric_limits<T>::lowest(); }
@@ -209,6 +232,12 @@ class CppOpsHandler:
 
     def _typed(self, text, dtype):
         return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({text})", dtype)
+
+    def rand(self, seed, offset):
+        return self._emit(f"ember_rand({seed}, {offset})", torch.float32)
+
+    def randn(self, seed, offset):
+        return self._emit(f"ember_randn({seed}, {offset})", torch.float32)
 
     def masked(self, mask, body, other):
         """``body()`` computed (its loads made) only where ``mask`` holds; ``other``

@@ -339,6 +339,14 @@ class TritonOpsHandler:
     def where(self, c, a, b) -> TritonValue:
         return self._emit(f"tl.where({c}, {a}, {b})", a.dtype, c, a, b)
 
+    def rand(self, seed, offset):
+        return self._emit(f"tl.rand({seed}, {offset}.to(tl.uint32))", torch.float32,
+                          seed, offset)
+
+    def randn(self, seed, offset):
+        return self._emit(f"tl.randn({seed}, {offset}.to(tl.uint32))", torch.float32,
+                          seed, offset)
+
     def masked(self, mask, body, other):
         """``body()`` where ``mask`` holds (its loads masked by it too), ``other`` elsewhere."""
         self.k.load_masks.append(mask)
