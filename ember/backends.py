@@ -37,18 +37,20 @@ class EmberOption:
 # a keyword argument of ``ember.backend.compile.compile_graph`` with the same default.
 EMBER_OPTIONS: dict[str, EmberOption] = {
     "freezing": EmberOption(
-        bool, False, implemented=False, doc="inference only: bake parameters and buffers into the kernels as constants"),
+        bool, False, implemented=False,
+        doc="inference only: bake parameters and buffers into the kernels as constants"),
     "max_autotune": EmberOption(
-        bool, False, implemented=False, doc="benchmark several kernel configurations and keep the fastest"),
+        bool, False, implemented=False,
+        doc="benchmark several kernel configurations and keep the fastest"),
     "cudagraphs": EmberOption(
         bool, False, implemented=True,
-        doc="replay a graph's kernel launches through CUDA graphs. A CPU graph has none to "
-        "replay and ignores it (EMBER_LOGS=perf_hints says so); for a CUDA graph it is not "
-        "implemented yet: compiling one raises NotImplementedError"),
+        doc="replay a CUDA graph's kernel launches as one captured CUDA graph "
+            "(backend/cudagraphs.py). A CPU graph has none to replay and ignores it "
+            "(EMBER_LOGS=perf_hints says so)"),
     "debug": EmberOption(
         bool, False, implemented=True,
         doc="log the generated wrapper and kernels of each graph, as EMBER_LOGS=output_code "
-        "does, and check indices in generated Triton kernels"),
+            "does, and check indices in generated Triton kernels"),
     "cpu_backend": EmberOption(
         str, "cpp", allowed=("cpp", "triton"), implemented=True,
         doc="kernel language for CPU graphs: C++/OpenMP, or Triton (run by Triton's "

@@ -105,7 +105,8 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs: list,
     output_names = {o.name if isinstance(o, Buffer) else o.data.name
                     for o in graph.outputs if isinstance(o, (Buffer, ReinterpretView))}
     steps = schedule(graph.buffers, output_names)
-    layouts = {b.name: b.layout for b in [*graph.inputs, *graph.buffers] if b.layout is not None}
+    layouts = {b.name: b.layout for b in [*graph.inputs, *graph.constant_buffers, *graph.buffers]
+               if b.layout is not None}
     dtypes = {name: layout.dtype for name, layout in layouts.items()}
     kernels: dict[int, Kernel] = {}
     for step in steps:

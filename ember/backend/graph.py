@@ -79,6 +79,7 @@ class GraphLowering:
         self.buffers: list[Buffer] = []          # ComputedBuffer / ExternBuffer, in order
         self.inputs: list[InputBuffer] = []      # graph inputs, placeholder order
         self.constants: dict[str, torch.Tensor] = {}
+        self.constant_buffers: list[InputBuffer] = []   # their buffers, read like inputs
         self.outputs: list[Any] = []
         # id(node) -> (buffer, node); holding the node keeps its id from being reused by a
         # later, different node (which would then be "realized" as the wrong buffer)
@@ -132,6 +133,7 @@ class GraphLowering:
                 value = getattr(self.gm, node.target)
                 buf = InputBuffer(self.new_name("const"), _base_layout(value))
                 self.constants[buf.name] = value
+                self.constant_buffers.append(buf)
                 self.env[node] = buf
             elif node.op == "call_function":
                 self.env[node] = self.lower_node(node)

@@ -154,3 +154,14 @@ def test_index_select_and_gather_of_a_0d_tensor():
     ember.reset()
     with pytest.raises(IndexError):   # the index is still checked
         ember.compile(lambda t, i: torch.index_select(t, 0, i))(x, torch.tensor([1]))
+
+
+def test_kernel_reads_a_graph_constant():
+    """``x[[1, 2]]``: the index list is a constant tensor of the graph, read by the kernel
+    (its dtype was missing from the code generator's table: KeyError)."""
+    from ember.backend import metrics
+    ember.reset()
+    x = torch.randn(4, 3)
+    out = ember.compile(lambda t: t[[1, 2]] * 2)(x)
+    assert torch.equal(out, x[[1, 2]] * 2)
+    assert metrics.generated_kernel_count == 1

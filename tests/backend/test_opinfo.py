@@ -18,17 +18,8 @@ from opinfo_util import RESULTS, op_full_name, run_op, run_sample, selected_ops
 
 # {op full name: reason}: known failures, each verified to come from the backend or the
 # frontend, not from this harness; they show as XFAIL (XPASS, not an error, once they pass).
-_CONST_DTYPE = ("C++ codegen: a kernel that reads a graph constant (get_attr) fails with "
-                "KeyError 'constN': compile_aten's dtypes table lists graph.inputs and "
-                "graph.buffers but not graph.constants")
-XFAIL: dict[str, str] = {
-    "unravel_index": _CONST_DTYPE,
-    "__getitem__": _CONST_DTYPE + " (x[[1, 2]]: the index list is such a constant)",
-    # fail in full mode only (EMBER_OPINFO_FULL=1: samples past the first two)
-    **{f"signal.windows.{name}": _CONST_DTYPE for name in (
-        "hamming", "hann", "blackman", "kaiser", "general_cosine", "general_hamming",
-        "nuttall")},
-}
+XFAIL: dict[str, str] = {}
+
 
 pytest.importorskip("expecttest", reason="torch's OpInfo database imports expecttest "
                                   "(in the test extra)")
