@@ -40,8 +40,10 @@ EMBER_OPTIONS: dict[str, EmberOption] = {
         bool, False, implemented=False,
         doc="inference only: bake parameters and buffers into the kernels as constants"),
     "max_autotune": EmberOption(
-        bool, False, implemented=False,
-        doc="benchmark several kernel configurations and keep the fastest"),
+        bool, False, implemented=True,
+        doc="time candidate block sizes and warps of each generated Triton kernel on its "
+            "first call and keep the fastest (cached on disk); C++ kernels have none "
+            "(EMBER_LOGS=perf_hints says so). Library matmuls are not tuned yet"),
     "cudagraphs": EmberOption(
         bool, False, implemented=True,
         doc="replay a CUDA graph's kernel launches as one captured CUDA graph "

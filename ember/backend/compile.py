@@ -59,11 +59,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     # kernels are generated for the accelerator's tensors when there is one; ops on the
     # other device's tensors run their ATen kernels
     device = next((t.device for t in tensors if t.device.type != "cpu"), torch.device("cpu"))
+    if max_autotune and device.type == "cpu" and cpu_backend == "cpp":
+        logs.log("perf_hints", "ember backend: max_autotune=True, but C++ kernels have no "
+                               "configurations to time (it tunes Triton kernels)")
     if cudagraphs and device.type != "cuda":
         logs.log("perf_hints", "ember backend: cudagraphs=True, but CUDA graphs are not used: "
                                "graph is on %s", device.type)
     try:
-        target = target_for(device, cpu_backend, debug=debug)
+        target = target_for(device, cpu_backend, debug=debug, autotune=max_autotune)
     except NotImplementedError as e:
         logs.log("perf_hints", "ember backend: %s; graph runs as captured", e)
         return gm.forward

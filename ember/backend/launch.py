@@ -19,7 +19,9 @@ in Triton's on-disk cache, so a later process loads it without compiling.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import os
+import time
 
 import torch
 
@@ -27,20 +29,36 @@ from ember import logs
 
 
 class TritonLauncher:
-    """``launcher(*buffers)`` runs one generated kernel over a fixed grid and config."""
+    """``launcher(*buffers)`` runs one generated kernel over a fixed grid and config.
 
-    def __init__(self, fn, grid: int, config: dict[str, int], interpret: bool):
+    With ``candidates`` (max_autotune), the first call times each candidate config on the
+    real arguments (the buffers the kernel writes are restored between trials, so a kernel
+    that updates memory in place or accumulates atomically is timed on the same data) and
+    keeps the fastest; the choice is cached on disk by the kernel's source and device."""
+
+    def __init__(self, fn, grid: int, config: dict[str, int], interpret: bool,
+                 candidates: list | None = None, rows: int = 1, written: tuple = (),
+                 key: str = ""):
         self.fn = fn
         self.grid = grid
-        self.config = dict(config)
-        self.constexprs = tuple(v for k, v in config.items() if k != "num_warps")
         self.interpret = interpret
         self.fast = None
         self.checked = False       # the fast path has launched once without error
+        self._use(config)
+        self.candidates = candidates or []
+        self.rows = rows           # the grid covers ceil(rows / XBLOCK) programs
+        self.written = written     # argument positions the kernel writes
+        self.key = key
+
+    def _use(self, config) -> None:
+        self.config = dict(config)
+        self.constexprs = tuple(v for k, v in config.items() if k != "num_warps")
 
     def __call__(self, *args):
         if self.grid == 0:
             return
+        if self.candidates:
+            self._autotune(args)
         if self.fast is not None:
             if self.checked:
                 return self.fast(*args)
@@ -76,6 +94,72 @@ class TritonLauncher:
             logs.log("perf_hints", "triton: direct launch unavailable (%s: %s)",
                      type(e).__name__, e)
             return None
+
+
+    # -- max_autotune ---------------------------------------------------------------------------
+    def _autotune(self, args) -> None:
+        candidates, self.candidates = self.candidates, []
+        path = _autotune_path(self.key)
+        best = _read_choice(path)
+        if best is None:
+            saved = [args[i].clone() for i in self.written]
+            timings = []
+            for config in candidates:
+                try:
+                    elapsed = self._time(config, args, saved)
+                except Exception as e:     # e.g. out of shared memory: not a candidate
+                    logs.log("perf_hints", "autotune: %s skipped (%s)", config,
+                             type(e).__name__)
+                    continue
+                timings.append((elapsed, config))
+            for i, value in zip(self.written, saved):
+                args[i].copy_(value)
+            best = min(timings, key=lambda t: t[0])[1]
+            _write_choice(path, best)
+            logs.log("perf_hints", "autotune: %s",
+                     ", ".join(f"{c} {t * 1e3:.1f} us" for t, c in sorted(timings,
+                                                                      key=lambda t: t[0])))
+        self._use(best)
+        self.grid = -(-self.rows // best["XBLOCK"])
+
+    def _time(self, config, args, saved) -> float:
+        grid = (-(-self.rows // config["XBLOCK"]),)
+        repeat = 1 if self.interpret else 5
+        times = []
+        for _ in range(repeat + 1):     # the first run compiles
+            for i, value in zip(self.written, saved):
+                args[i].copy_(value)
+            if self.interpret:
+                start = time.perf_counter()
+                self.fn[grid](*args, **config)
+                times.append(time.perf_counter() - start)
+            else:
+                begin, end = torch.cuda.Event(enable_timing=True), \
+                    torch.cuda.Event(enable_timing=True)
+                begin.record()
+                self.fn[grid](*args, **config)
+                end.record()
+                end.synchronize()
+                times.append(begin.elapsed_time(end) / 1e3)
+        return sorted(times[1:])[len(times[1:]) // 2]
+
+
+def _autotune_path(key: str):
+    from ember.backend.build import cache_dir
+    return cache_dir() / "autotune" / f"{key}.json"
+
+
+def _read_choice(path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_choice(path, config) -> None:
+    from ember.backend.build import atomic_write
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(config))
 
 
 def precompile(launchers: dict, example_args: dict) -> None:

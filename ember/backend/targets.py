@@ -74,10 +74,11 @@ class TritonTarget(Target):
     source_suffix = ".py"
 
     def __init__(self, interpret: bool, debug: bool = False,
-                 device: torch.device = torch.device("cpu")):
+                 device: torch.device = torch.device("cpu"), autotune: bool = False):
         self.interpret = interpret
         self.debug = debug
         self.device = device
+        self.autotune = autotune
         # the interpreter computes half precision wrongly (DESIGN.md): float32 and wider only
         self.dtypes = _COMMON_DTYPES if interpret else \
             _COMMON_DTYPES | {torch.float16, torch.bfloat16}
@@ -94,9 +95,18 @@ class TritonTarget(Target):
         from ember.backend.launch import TritonLauncher, precompile
         if not kernels:
             return {}
-        module = load_triton_module(self.full_source(kernels), self.interpret)
-        launchers = {k.name: TritonLauncher(getattr(module, k.name), k.grid, k.config,
-                                            self.interpret) for k in kernels}
+        source = self.full_source(kernels)
+        module = load_triton_module(source, self.interpret)
+        device_name = "interpreter" if self.interpret else torch.cuda.get_device_name(self.device)
+        launchers = {}
+        for k in kernels:
+            key = hashlib.sha256(f"{device_name}\n{k.source}".encode()).hexdigest()
+            launchers[k.name] = TritonLauncher(
+                getattr(module, k.name), k.grid, k.config, self.interpret,
+                # the interpreter's timings mean nothing: a few configs test the machinery
+                candidates=(k.candidates[:3] if self.interpret else k.candidates)
+                if self.autotune else None, rows=k.numel_x,
+                written=tuple(i for i, a in enumerate(k.args) if a in k.stored), key=key)
         if not self.interpret:    # compile every kernel now, in parallel
             precompile(launchers, {k.name: [torch.empty(1, dtype=k.dtypes[a], device=self.device)
                                             for a in k.args] for k in kernels})
@@ -138,14 +148,15 @@ def _enter_interpreter() -> None:
     os.environ["TRITON_INTERPRET"] = "1"
 
 
-def target_for(device: torch.device, cpu_backend: str = "cpp", debug: bool = False) -> Target:
+def target_for(device: torch.device, cpu_backend: str = "cpp", debug: bool = False,
+               autotune: bool = False) -> Target:
     """The target that generates kernels for tensors on ``device``."""
     if device.type == "cpu":
         if cpu_backend == "cpp":
             return CppTarget()
         if cpu_backend == "triton":
-            return TritonTarget(interpret=True, debug=debug)
+            return TritonTarget(interpret=True, debug=debug, autotune=autotune)
         raise ValueError(f"cpu_backend must be 'cpp' or 'triton', not {cpu_backend!r}")
     if device.type == "cuda":
-        return TritonTarget(interpret=False, debug=debug, device=device)
+        return TritonTarget(interpret=False, debug=debug, device=device, autotune=autotune)
     raise NotImplementedError(f"no code generation target for device {device.type!r}")

@@ -141,10 +141,6 @@ def test_mode_with_another_backend_raises(backend, mode):
 
 @pytest.mark.parametrize("kwargs, words", [
     (dict(options={"freezing": True}), "option 'freezing' is not implemented yet"),
-    (dict(options={"max_autotune": True}), "option 'max_autotune' is not implemented yet"),
-    (dict(mode="max-autotune"),
-     r"option 'max_autotune' is not implemented yet \(set by mode='max-autotune'\)"),
-    (dict(mode="max-autotune-no-cudagraphs"), "option 'max_autotune' is not implemented yet"),
 ])
 def test_unimplemented_options_raise_at_compile_time(kwargs, words):
     with pytest.raises(NotImplementedError, match=f"ember.compile {words}"):

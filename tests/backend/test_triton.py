@@ -159,3 +159,25 @@ def test_reduce_overhead_replays_cuda_graphs():
     assert same(model(inputs[0]), compiled(inputs[0]), rtol=1e-4, atol=1e-4)
     model[0].weight = torch.nn.Parameter(model[0].weight * 0.5)   # a new address
     assert same(model(inputs[1]), compiled(inputs[1]), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target", TARGETS[:2])
+def test_max_autotune_times_configs_and_caches_the_choice(target, tmp_path, monkeypatch):
+    """Candidates are timed on the real buffers: a softmax whose output overwrites its
+    exponentials in place, and an accumulating scatter, still give eager's values."""
+    device, dtype = target
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(triton_codegen, "PERSISTENT_MAX", 8)   # looped: several RBLOCKs
+    monkeypatch.setattr(triton_codegen, "INTERPRETER_TILE", 16)
+    x = torch.randn(8, 600, device=device, dtype=dtype)
+    idx = torch.randint(0, 8, (20,), device=device)
+    fns = [lambda t: torch.softmax(t, -1),
+           lambda t, i: t.index_put((i,), t.new_ones(20, 600), accumulate=True)]
+    for fn, args in zip(fns, [(x,), (x, idx)]):
+        ember.reset()
+        options = {"max_autotune": True, **({"cpu_backend": "triton"} if device == "cpu"
+                                            else {})}
+        compiled = ember.compile(fn, options=options)
+        for _ in range(2):
+            assert same(fn(*args), compiled(*args), rtol=1e-4, atol=1e-4)
+    assert list((tmp_path / "autotune").glob("*.json"))     # the choices, on disk

@@ -77,6 +77,8 @@ class TritonKernel(Kernel):
         self.load_masks: list = []        # masks of enclosing ops.masked
         self.index_dims: dict[str, frozenset] = {}   # loop / indirect symbol -> tile axes
         self.config: dict[str, int] = {}
+        self.candidates: list[dict] = []     # other configs max_autotune may time
+        self.numel_x = 1                     # rows (flat: elements) the grid covers
         self.grid = 1
         self.local: set[str] = set(kernel.local)
         self.numels: dict[str, int] = {}    # storage name -> elements (set by the target)
@@ -227,6 +229,11 @@ class TritonKernel(Kernel):
         self.config = {"XBLOCK": block, "num_warps": 4 if block >= 512 else
                        max(1, block // 128)}
         self.grid = (numel + block - 1) // block
+        # max_autotune's candidates: other block sizes and warps over the same range
+        self.candidates = [self.config] + [
+            {"XBLOCK": b, "num_warps": w} for b in (256, 512, 1024, 2048, 4096)
+            for w in (4, 8) if b <= next_power_of_2(numel) and b // w >= 32]
+        self.numel_x = numel
         self.line(f"xindex = {self._program_offset('XBLOCK')} + tl.arange(0, XBLOCK)")
         self.line(f"xmask = xindex < {numel}")
         self._decompose("xindex", new_vars, sizes, "x")
@@ -296,6 +303,16 @@ class TritonKernel(Kernel):
         self.config = {"XBLOCK": xblock, "RBLOCK": rblock,
                        "num_warps": min(8, max(1, (xblock * rblock) // 256))}
         self.grid = (xnumel + xblock - 1) // xblock
+        self.numel_x = xnumel
+        # max_autotune's candidates; a persistent row must stay whole (RBLOCK >= rnumel)
+        rblocks = [rblock] if persistent else \
+            [b for b in (256, 512, 1024, 2048, 4096) if b <= next_power_of_2(rnumel)] or [rblock]
+        self.candidates = [self.config] + [
+            {"XBLOCK": xb, "RBLOCK": rb, "num_warps": w}
+            for rb in rblocks for xb in (1, 2, 4, 8, 16, 32, 64)
+            for w in (2, 4, 8)
+            if xb <= next_power_of_2(xnumel) and 256 <= xb * rb <= 16384
+            and xb * rb // w >= 64 and (xb, rb) != (xblock, rblock)][:15]
         self.line(f"xindex = {self._program_offset('XBLOCK')} + tl.arange(0, XBLOCK)[:, None]")
         self.line(f"xmask = xindex < {xnumel}")
         self._decompose("xindex", xvars, xsizes, "x")
