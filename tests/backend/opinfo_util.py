@@ -36,10 +36,16 @@ Environment:
 - ``EMBER_OPINFO_REPORT=path.json``: write totals and per-sample outcomes there at the end.
 - ``EMBER_OPINFO_SHARD=i/n``: only the ops whose name hashes to shard ``i`` of ``n`` (to run a
   full sweep as ``n`` processes side by side).
+
+Targets: ``cpu_backend`` of ``run_op``/``run_sample`` picks the kernel language (``"cpp"``, or
+``"triton"``: the same Triton kernels a GPU gets, run by Triton's interpreter; see
+``test_opinfo_triton.py``). Each target keeps its own outcomes (``RESULTS[target]``) and
+summary line.
 """
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import os
 import traceback
@@ -52,7 +58,7 @@ import torch
 
 import ember
 from ember.backend import metrics as backend_metrics
-from ember.backends import lookup_backend
+from ember.backends import ember_backend
 
 CATEGORIES = ("kernel", "fallback", "eager-graph", "no-graph", "frontend-eager", "skip", "fail")
 
@@ -85,11 +91,16 @@ def full_mode() -> bool:
     return os.environ.get("EMBER_OPINFO_FULL", "") not in ("", "0")
 
 
-def samples_per_op() -> int | None:
+# CI mode's samples per (op, dtype), by target: the interpreter pays ~0.5 ms per program
+# instance and per traced op, so its suite takes one sample to stay within CI's budget
+CI_SAMPLES = {"cpp": 2, "triton": 1}
+
+
+def samples_per_op(cpu_backend: str = "cpp") -> int | None:
     k = os.environ.get("EMBER_OPINFO_K")
     if k is not None and k != "":
         return int(k) or None
-    return None if full_mode() else 2
+    return None if full_mode() else CI_SAMPLES[cpu_backend]
 
 
 def op_full_name(op) -> str:
@@ -245,10 +256,12 @@ def _has_complex_or_sparse(x: Any) -> str | None:
 # ---------------------------------------------------------------------- running one sample
 
 class _CountingBackend:
-    """Counts the graphs the frontend hands to the (real) ``"ember"`` backend."""
+    """Counts the graphs the frontend hands to the (real) ``"ember"`` backend, which
+    generates kernels in the ``cpu_backend`` language."""
 
-    def __init__(self, inner=None):
-        self.inner = inner if inner is not None else lookup_backend("ember")
+    def __init__(self, inner=None, cpu_backend: str = "cpp"):
+        self.inner = inner if inner is not None else functools.partial(
+            ember_backend, cpu_backend=cpu_backend)
         self.frame_count = 0
         self.op_count = 0
 
@@ -281,7 +294,7 @@ def _short(e: BaseException, limit: int = 400) -> str:
 
 
 def run_sample(op, callable_, sample, dtype, index: int = 0, variant: str = "out-of-place",
-               backend=None) -> Outcome:
+               backend=None, cpu_backend: str = "cpp") -> Outcome:
     """One sample's outcome; ``backend`` replaces the "ember" backend (the harness's own tests)."""
     name = op_full_name(op)
     dname = str(dtype).replace("torch.", "")
@@ -313,7 +326,7 @@ def run_sample(op, callable_, sample, dtype, index: int = 0, variant: str = "out
 
     ember.reset()
     backend_metrics.reset()
-    counter = _CountingBackend(backend)
+    counter = _CountingBackend(backend, cpu_backend)
     compiled_fn = ember.compile(fn, backend=counter)
     torch.manual_seed(1234)
     try:
@@ -376,9 +389,9 @@ def without_seed_wrapper(callable_):
     return new
 
 
-def run_op(op) -> list[Outcome]:
+def run_op(op, cpu_backend: str = "cpp") -> list[Outcome]:
     """Every selected dtype, variant and sample of one OpInfo."""
-    k = samples_per_op()
+    k = samples_per_op(cpu_backend)
     name = op_full_name(op)
     try:
         supported = op.supported_dtypes("cpu")
@@ -399,7 +412,8 @@ def run_op(op) -> list[Outcome]:
                 for sample in samples:
                     if k is not None and index >= k:
                         break
-                    results.append(run_sample(op, callable_, sample, dtype, index, variant))
+                    results.append(run_sample(op, callable_, sample, dtype, index, variant,
+                                              cpu_backend=cpu_backend))
                     index += 1
             except Exception as e:
                 results.append(Outcome(name, str(dtype).replace("torch.", ""), -1, variant,
@@ -410,30 +424,38 @@ def run_op(op) -> list[Outcome]:
 
 # ---------------------------------------------------------------------- totals
 
-RESULTS: "collections.OrderedDict[str, list[Outcome]]" = collections.OrderedDict()
+TARGET_NAMES = {"cpp": "C++", "triton": "Triton interpreter"}
+# target -> {op full name: its outcomes}
+RESULTS: "dict[str, collections.OrderedDict[str, list[Outcome]]]" = {
+    t: collections.OrderedDict() for t in TARGET_NAMES}
 
 
-def totals() -> dict[str, int]:
+def totals(cpu_backend: str = "cpp") -> dict[str, int]:
     counts = dict.fromkeys(CATEGORIES, 0)
-    for outcomes in RESULTS.values():
+    for outcomes in RESULTS[cpu_backend].values():
         for o in outcomes:
             counts[o.category] = counts.get(o.category, 0) + 1
     return counts
 
 
-def summary_line() -> str:
-    counts = totals()
+def summary_line(cpu_backend: str = "cpp") -> str:
+    counts = totals(cpu_backend)
     body = " / ".join(f"{k} {v}" for k, v in counts.items())
     mode = "full" if full_mode() else "ci"
-    return f"ember OpInfo conformance ({mode}, {len(RESULTS)} ops, {sum(counts.values())} samples): {body}"
+    return (f"ember OpInfo conformance, {TARGET_NAMES[cpu_backend]} ({mode}, "
+            f"{len(RESULTS[cpu_backend])} ops, {sum(counts.values())} samples): {body}")
 
 
 def write_report(path: str) -> None:
+    """C++ totals and outcomes at the top level (``"totals"``, ``"ops"``); the Triton
+    interpreter's, if it ran, under ``"triton"`` in the same form."""
     import json
-    data = {
-        "mode": "full" if full_mode() else "ci",
-        "totals": totals(),
-        "ops": {name: [o.__dict__ for o in outs] for name, outs in RESULTS.items()},
-    }
+
+    def part(target):
+        return {"totals": totals(target), "ops": {
+            name: [o.__dict__ for o in outs] for name, outs in RESULTS[target].items()}}
+    data = {"mode": "full" if full_mode() else "ci", **part("cpp")}
+    if RESULTS["triton"]:
+        data["triton"] = part("triton")
     with open(path, "w") as f:
         json.dump(data, f, indent=1, default=str)

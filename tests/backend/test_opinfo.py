@@ -33,7 +33,7 @@ def test_opinfo(op, request):
     if name in XFAIL:   # non-strict: an op that passes (e.g. with K=2 in CI) shows as XPASS
         request.node.add_marker(pytest.mark.xfail(reason=XFAIL[name], strict=False))
     outcomes = run_op(op)
-    RESULTS[name] = outcomes
+    RESULTS["cpp"][name] = outcomes
     failures = [o for o in outcomes if o.category == "fail"]
     if failures:
         pytest.fail(f"{len(failures)}/{len(outcomes)} samples failed:\n" + "\n".join(
