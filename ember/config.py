@@ -55,6 +55,10 @@ debug_dir: str = _option(
 suppress_errors: bool = _option(
     "suppress_errors", bool, True,
     "an internal compiler error falls back to eager (logged) instead of raising")
+layout_optimization: str = _option(
+    "layout_optimization", str, "auto",
+    "channels-last convolutions: 'auto' (CUDA graphs in half precision), 'channels_last' "
+    "(always), 'off' (never); see ember/backend/layout.py")
 fallback_on_lowering_error: bool = _option(
     "fallback_on_lowering_error", bool, True,
     "a lowering that raises anything but NotImplementedError (a bug in the lowering) logs a "

@@ -21,6 +21,7 @@ from ember.backend.codegen.common import Kernel
 from ember.backend.codegen.wrapper import WrapperCodegen
 from ember.backend.graph import GraphLowering
 from ember.backend.ir import Buffer, ReinterpretView
+from ember.backend.layout import convert_convolutions, wants_channels_last
 from ember.backend.scheduler import FusedKernel, schedule
 from ember.backend.targets import CppTarget, Target, target_for
 
@@ -77,6 +78,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     start = time.perf_counter()
     try:
         aten_graph = trace_to_aten(gm, example_inputs, decompositions=core_decompositions())
+        if wants_channels_last(aten_graph.gm, device):   # traced again: metadata follows
+            aten_graph = trace_to_aten(convert_convolutions(aten_graph.gm), example_inputs,
+                                       decompositions=core_decompositions())
     except NotImplementedError as e:
         logs.log("perf_hints", "ember backend: ATen tracing declined (%s); graph runs as "
                                "captured", e)

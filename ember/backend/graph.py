@@ -84,6 +84,7 @@ class GraphLowering:
         # id(node) -> (buffer, node); holding the node keeps its id from being reused by a
         # later, different node (which would then be "realized" as the wrong buffer)
         self._realized: dict[int, tuple] = {}
+        self._eager_vals: dict[int, tuple] = {}   # id(IR value) -> (value, fake of its node)
         self.reductions: dict[tuple, tuple] = {}   # reductions already made, for reuse
         self.input_copies: list[tuple] = []        # (graph input, new value), see below
         self._count = 0
@@ -105,7 +106,8 @@ class GraphLowering:
         size = node.get_size()
         memo = layout is None
         if layout is None:
-            layout = Layout(node.get_device(), node.get_dtype(), size, contiguous_strides(size))
+            layout = self.preferred_layout(node) or Layout(
+                node.get_device(), node.get_dtype(), size, contiguous_strides(size))
         data = node if isinstance(node, Reduction) else \
             Pointwise(node.get_device(), node.get_dtype(), node.make_loader(), size)
         buf = ComputedBuffer(self.new_name(), layout, data)
@@ -113,6 +115,18 @@ class GraphLowering:
         if memo:
             self._realized[key] = (buf, node)
         return buf
+
+    def preferred_layout(self, node: IRNode) -> Layout | None:
+        """Eager's channels-last strides for a value whose op eager would give them (the
+        pointwise work after a channels-last convolution): kept, so the graph does not
+        convert back and forth."""
+        val = self._eager_vals.get(id(node), (None, None))[1]
+        if not isinstance(val, torch.Tensor) or val.dim() != 4 or \
+                list(val.shape) != [int(s) for s in node.get_size()] or \
+                val.is_contiguous() or not val.is_contiguous(memory_format=torch.channels_last):
+            return None
+        return Layout(node.get_device(), node.get_dtype(), node.get_size(),
+                      [sym(s) for s in val.stride()])
 
     def memory(self, node: IRNode) -> IRNode:
         """A node an ATen call can receive: a buffer or a view of one."""
@@ -200,6 +214,8 @@ class GraphLowering:
                              target)
         if result is NotImplemented:
             return self.fallback(node, args, kwargs)
+        if isinstance(result, IRNode) and not isinstance(result, Buffer):
+            self._eager_vals[id(result)] = (result, node.meta.get("val"))
         return self._share(result, node)
 
     def _share(self, result, node: torch.fx.Node):

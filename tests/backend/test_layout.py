@@ -1,0 +1,53 @@
+"""Channels-last convolutions (ember/backend/layout.py): the graph converts conv inputs and
+weights, the pointwise work between convolutions stays channels-last, results match eager."""
+import os
+
+import pytest
+import torch
+
+import ember
+from ember import config
+from ember.backend import compile as backend_compile
+from ember.backend import metrics
+from ember.bench import models
+from ember.testing import same
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _last_wrapper() -> str:
+    return [s for s in backend_compile.generated_sources if "def call(" in s][-1]
+
+
+@pytest.mark.parametrize("options", [
+    {}, pytest.param({"cpu_backend": "triton"}, marks=pytest.mark.skipif(
+        not INTERPRETED, reason="Triton's interpreter is enabled only in processes started "
+                                "with TRITON_INTERPRET=1 (tests/conftest.py, without a GPU)"))],
+    ids=["cpp", "triton-interp"])
+def test_channels_last_convnet_matches_eager(options):
+    model, inputs = models.build_model("convnet", batch_size=2)[:2]
+    model.eval()
+    ember.reset()
+    with torch.no_grad(), config.patch(layout_optimization="channels_last"):
+        out = ember.compile(model, options=options)(*inputs)
+        assert same(model(*inputs), out, rtol=1e-4, atol=1e-4)
+    wrapper = _last_wrapper()
+    # conv results are channels-last (C has stride 1) and so are the BN+ReLU buffers after them
+    assert "check_layout(buf" in wrapper and ", 1, 1024, 16))" in wrapper
+    assert not metrics.fallback_ops
+
+
+def test_auto_keeps_nchw_on_cpu():
+    model, inputs = models.build_model("convnet", batch_size=2)[:2]
+    model.eval()
+    ember.reset()
+    with torch.no_grad():
+        assert same(model(*inputs), ember.compile(model)(*inputs), rtol=1e-4, atol=1e-4)
+    assert "memory_format" not in _last_wrapper() and ", 1, 1024, 16))" not in _last_wrapper()
+
+
+def test_unknown_layout_choice_raises():
+    ember.reset()
+    with config.patch(layout_optimization="nhwc"), pytest.raises(ValueError,
+                                                                match="layout_optimization"):
+        ember.compile(torch.nn.Conv2d(3, 4, 3))(torch.randn(1, 3, 8, 8))
