@@ -48,6 +48,6 @@ def test_auto_keeps_nchw_on_cpu():
 
 def test_unknown_layout_choice_raises():
     ember.reset()
-    with config.patch(layout_optimization="nhwc"), pytest.raises(ValueError,
-                                                                match="layout_optimization"):
+    with torch.no_grad(), config.patch(layout_optimization="nhwc"), \
+            pytest.raises(ValueError, match="layout_optimization"):
         ember.compile(torch.nn.Conv2d(3, 4, 3))(torch.randn(1, 3, 8, 8))
