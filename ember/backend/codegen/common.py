@@ -136,8 +136,13 @@ class IndexPrinter:
     def mod(self, a: str, b: str) -> str:
         return f"({a} % {b})"
 
+    fold_template = "{fn}({a}, {b})"     # min/max of two index values
+
     def fold(self, fn: str, parts: list[str]) -> str:
-        raise NotImplementedError
+        out = parts[0]
+        for p in parts[1:]:
+            out = self.fold_template.format(fn=fn, a=out, b=p)
+        return out
 
 
 def reduction_groups(reductions) -> dict[str, list]:
@@ -160,3 +165,17 @@ def group_kind(members) -> tuple[str, torch.dtype]:
     data = members[0].buf.data
     kind = data.reduction_type
     return ("welford" if kind.startswith("welford_") else kind), data.src_dtype
+
+
+def loop_steps(nodes, groups: dict[str, list]):
+    """The nodes of one loop, in order: ``(node, None)`` for a pointwise value, ``(None,
+    acc)`` once per reduction group, where its first member stands (a Welford mean and M2
+    update one state)."""
+    acc_of = {n.name: acc for acc, members in groups.items() for n in members}
+    seen: set[str] = set()
+    for node in nodes:
+        if node.role != "reduction":
+            yield node, None
+        elif acc_of[node.name] not in seen:
+            seen.add(acc_of[node.name])
+            yield None, acc_of[node.name]

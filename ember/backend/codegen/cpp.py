@@ -21,9 +21,9 @@ import sympy
 import torch
 
 from ember.backend.codegen.common import (IndexPrinter, Kernel, Value, group_kind,
-                                          reduction_groups)
+                                          loop_steps, reduction_groups)
 from ember.backend.ir import index_vars, product
-from ember.backend.loops import runs_with
+from ember.backend.loops import access_indices, runs_with
 from ember.backend.ops import use_handler
 from ember.backend.scheduler import FusedKernel, SchedulerNode, node_reads
 from ember.backend.sizevars import is_static, size_hint
@@ -144,11 +144,7 @@ class CppIndexPrinter(IndexPrinter):
     def integer(self, value: int) -> str:
         return f"{value}L" if abs(value) > 2**31 - 1 else str(value)
 
-    def fold(self, fn: str, parts: list[str]) -> str:
-        out = parts[0]
-        for p in parts[1:]:
-            out = f"std::{fn}<int64_t>({out}, {p})"
-        return out
+    fold_template = "std::{fn}<int64_t>({a}, {b})"
 
 
 cpp_index = CppIndexPrinter()   # C++ for an index expression (int64 arithmetic)
@@ -734,17 +730,12 @@ class CppKernel(Kernel):
         """The nodes of one inner loop; reductions update their group's accumulator (lane
         ``lane``'s, inside a lane block) once per element."""
         k = self.kernel
-        acc_of = {n.name: acc for acc, members in groups.items() for n in members}
-        updated: set[str] = set()
         self.push()
-        for node in nodes:
-            if node.role != "reduction":
+        for node, acc in loop_steps(nodes, groups):
+            if acc is None:
                 self.store(node, node.where(x, r), node.value(x, r))
                 continue
-            acc = acc_of[node.name]
-            if acc in updated:       # the other output of a Welford state
-                continue
-            updated.add(acc)
+            node = groups[acc][0]
             data = node.buf.data
             value = node.value(x, r)
             if value.dtype != data.src_dtype:
@@ -804,30 +795,6 @@ def _coarse_type(kind: str, dtype: torch.dtype) -> str:
     return "double" if kind == "sum" and dtype == torch.float32 else CPP_TYPES[dtype]
 
 
-class _AccessRecorder:
-    """An ops handler recording every index a body computes with: loads and index values;
-    ``opaque`` when it reads indices from memory."""
-
-    def __init__(self):
-        self.indices: list = []
-        self.opaque = False
-
-    def load(self, name, index):
-        self.indices.append(index)
-        return 0
-
-    def index_expr(self, expr, dtype):
-        self.indices.append(expr)
-        return 0
-
-    def indirect_indexing(self, *args, **kwargs):
-        self.opaque = True
-        return sympy.Integer(0)
-
-    def __getattr__(self, name):
-        return lambda *args, **kwargs: 0
-
-
 def _merge_contiguous_dims(kernel: FusedKernel, x: list, r: list):
     """A pointwise kernel whose every index runs through its last outer dim and its inner
     dim as one contiguous range (``W * h + w``) loops over them as one inner dim: a
@@ -838,14 +805,7 @@ def _merge_contiguous_dims(kernel: FusedKernel, x: list, r: list):
             or any(n.role != "inner" for n in kernel.nodes)
             or not all(s.is_Integer for s in kernel.outer + kernel.inner)):
         return kernel, x
-    recorder = _AccessRecorder()
-    with use_handler(recorder):
-        for node in kernel.nodes:
-            node.value(x, r)
-            recorder.indices.append(node.where(x, r))
-    if recorder.opaque:
-        return kernel, x
-    indices = [sympy.expand(e) for e in recorder.indices]
+    indices = access_indices(kernel, x, r)
     outer, inner, merged = list(kernel.outer), kernel.inner[0], 0
     total = size_hint(product(kernel.outer + kernel.inner))
     # only short inner loops gain, and the outer loops keep enough rows to parallelise

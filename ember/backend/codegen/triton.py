@@ -23,7 +23,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ember.backend.codegen.common import Kernel, group_kind, reduction_groups
+from ember.backend.codegen.common import Kernel, group_kind, loop_steps, reduction_groups
 from ember.backend.codegen.triton_ops import (HALF, TL_TYPES, TritonOpsHandler, TritonValue,
                                              compute_type, triton_constant, triton_index)
 from ember.backend.ir import index_vars, product
@@ -346,7 +346,6 @@ class TritonKernel(Kernel):
         """One inner loop of the kernel: pointwise nodes store per element; reductions
         accumulate and store one value per row."""
         groups = reduction_groups([n for n in nodes if n.role == "reduction"])
-        acc_of = {n.name: acc for acc, members in groups.items() for n in members}
         states: dict = {}
         if not persistent:
             for acc, members in groups.items():
@@ -355,15 +354,12 @@ class TritonKernel(Kernel):
             self.indent += 1
             self.push()
             self._open_rows("roffset + tl.arange(0, RBLOCK)[None, :]")
-        for node in nodes:       # in order: a reduction may read a value made before it
-            if node.role != "reduction":
+        for node, acc in loop_steps(nodes, groups):   # a reduction may read values before it
+            if acc is None:
                 self.store(node, node.where(x, r), node.value(x, r))
-                continue
-            acc = acc_of[node.name]
-            if acc in states:    # the other output of a Welford state
-                continue
-            states[acc] = self._row_state(acc, groups[acc], x, r) if persistent else \
-                self._accumulate(acc, groups[acc], x, r)
+            else:
+                states[acc] = self._row_state(acc, groups[acc], x, r) if persistent else \
+                    self._accumulate(acc, groups[acc], x, r)
         if not persistent:
             self.pop()
             self.indent -= 1

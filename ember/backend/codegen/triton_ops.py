@@ -44,11 +44,7 @@ class TritonIndexPrinter(IndexPrinter):
     def floordiv(self, a: str, b: str) -> str:
         return f"({a} // {b})"     # operands are non-negative: truncation is the floor
 
-    def fold(self, fn: str, parts: list[str]) -> str:
-        out = parts[0]
-        for p in parts[1:]:
-            out = f"tl.{fn}imum({out}, {p})"
-        return out
+    fold_template = "tl.{fn}imum({a}, {b})"
 
 
 triton_index = TritonIndexPrinter()
@@ -68,12 +64,17 @@ _UNARY = {
 }
 _BINARY = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
-    "maximum": "tl.where(({0} > {1}) | ({0} != {0}), {0}, {1})",
-    "minimum": "tl.where(({0} < {1}) | ({0} != {0}), {0}, {1})",
+    # nested selects, not |: see TritonOpsHandler._truth
+    "maximum": "tl.where({0} != {0}, {0}, tl.where({0} > {1}, {0}, {1}))",
+    "minimum": "tl.where({0} != {0}, {0}, tl.where({0} < {1}, {0}, {1}))",
     "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}", "bitwise_xor": "{0} ^ {1}",
     "bitwise_left_shift": "{0} << {1}", "bitwise_right_shift": "{0} >> {1}",
 }
+_BOOL_BITWISE = {"bitwise_and": "logical_and", "bitwise_or": "logical_or",
+                 "bitwise_xor": "logical_xor"}
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+# the identity on integers (tl's and libdevice's versions take floats only)
+_ROUNDING = ("floor", "ceil", "trunc", "round")
 # libdevice on the GPU; the interpreter's helpers of the same names (below)
 _LIBM_UNARY = ("expm1", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
                "asinh", "acosh", "atanh", "erfc", "nearbyint")
@@ -249,8 +250,8 @@ def ember_pow(a, b):
     r = tl.exp2(db * tl.log2(tl.abs(da)))
     whole = tl.floor(db) == db
     odd = whole & ((db - 2.0 * tl.floor(db * 0.5)) != 0)
-    r = tl.where((da < 0) & odd, -r, r)
-    r = tl.where((da < 0) & ~whole, float("nan"), r)
+    # nested selects, not &: a 0-d b would reach & as numbers (TritonOpsHandler._truth)
+    r = tl.where(da < 0, tl.where(odd, -r, tl.where(whole, r, float("nan"))), r)
     r = tl.where(db == 0, 1.0, r)
     return r.to(a.dtype)
 
@@ -322,6 +323,8 @@ class TritonOpsHandler:
         return self._emit(triton_constant(value, dtype), dtype)
 
     def index_expr(self, expr, dtype) -> TritonValue:
+        if not sympy.sympify(expr).free_symbols:   # a Python int has no .to()
+            return self.constant(expr, dtype)
         text, dims = self.k.index(expr)
         return self.k.cse(f"({text}).to({compute_type(dtype)})", dtype, dims)
 
@@ -361,14 +364,22 @@ class TritonOpsHandler:
     def logical_not(self, a):
         return self._emit(f"({a} == 0)", torch.bool, a)
 
+    def _truth(self, a, other) -> str:
+        """``a != 0`` as an operand of & | ^ beside ``other``. Triton's interpreter gives a
+        0-d comparison its operands' type, so broadcast against a block it arrives as
+        numbers, which & | ^ reject: there it is rebuilt from int1 constants."""
+        if self.k.interpret and not a.dims and other.dims:
+            return f"tl.where({a} != 0, True, False)"
+        return f"({a} != 0)"
+
     def logical_and(self, a, b):
-        return self._emit(f"({a} != 0) & ({b} != 0)", torch.bool, a, b)
+        return self._emit(f"{self._truth(a, b)} & {self._truth(b, a)}", torch.bool, a, b)
 
     def logical_or(self, a, b):
-        return self._emit(f"({a} != 0) | ({b} != 0)", torch.bool, a, b)
+        return self._emit(f"{self._truth(a, b)} | {self._truth(b, a)}", torch.bool, a, b)
 
     def logical_xor(self, a, b):
-        return self._emit(f"({a} != 0) ^ ({b} != 0)", torch.bool, a, b)
+        return self._emit(f"{self._truth(a, b)} ^ {self._truth(b, a)}", torch.bool, a, b)
 
     def bitwise_not(self, a):
         if a.dtype is torch.bool:
@@ -411,19 +422,29 @@ class TritonOpsHandler:
         return self.k.indirect_indexing(value, size, wrap_negative)
 
     def __getattr__(self, name):
+        if name in _ROUNDING and name != "round":
+            return lambda a: a if not a.dtype.is_floating_point else self._emit(
+                _UNARY[name].format(a, compute_type(a.dtype)), a.dtype, a)
         if name in _UNARY:
             template = _UNARY[name]
             return lambda a: self._emit(template.format(a, compute_type(a.dtype)), a.dtype, a)
         if name in _BINARY:
             template = _BINARY[name]
-            return lambda a, b: self._emit(template.format(a, b), a.dtype, a, b)
+            logical = _BOOL_BITWISE.get(name)
+
+            def binary(a, b):
+                if logical and a.dtype is torch.bool:   # operands may be 0-d comparisons
+                    return getattr(self, logical)(a, b)
+                return self._emit(template.format(a, b), a.dtype, a, b)
+            return binary
         if name in _COMPARE:
             sign = _COMPARE[name]
             return lambda a, b: self._emit(f"{a} {sign} {b}", torch.bool, a, b)
         if name in _LIBM_UNARY:
             return lambda a: self._libm(name, a.dtype, a)
         if name == "round":
-            return lambda a: self._libm("nearbyint", a.dtype, a)
+            return lambda a: a if not a.dtype.is_floating_point else \
+                self._libm("nearbyint", a.dtype, a)
         if name in _LIBM_BINARY:
             return lambda a, b: self._libm(name, a.dtype, a, b)
         raise AttributeError(f"no Triton for ops.{name}")
