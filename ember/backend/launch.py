@@ -40,7 +40,7 @@ class TritonLauncher:
                  candidates: list | None = None, rows: int = 1, written: tuple = (),
                  key: str = ""):
         self.fn = fn
-        self.grid = grid
+        self.grid = grid if isinstance(grid, tuple) else (grid,)   # programs per axis
         self.interpret = interpret
         self.fast = None
         self.checked = False       # the fast path has launched once without error
@@ -55,7 +55,7 @@ class TritonLauncher:
         self.constexprs = tuple(v for k, v in config.items() if k != "num_warps")
 
     def __call__(self, *args):
-        if self.grid == 0:
+        if 0 in self.grid:
             return
         if self.candidates:
             self._autotune(args)
@@ -70,13 +70,13 @@ class TritonLauncher:
                 logs.log("perf_hints", "triton: direct launch unavailable (%s); using "
                                        "Triton's launcher", e)
                 self.fast = None
-        compiled = self.fn[(self.grid,)](*args, **self.config)
+        compiled = self.fn[self.grid](*args, **self.config)
         if not self.interpret and compiled is not None and not self.checked:
             self.fast = self._fast_path(compiled, args)
 
     def warmup(self, args) -> None:
         """Compile for ``args`` (tensors like the real ones) without launching."""
-        self.fn.warmup(*args, grid=(self.grid,), **self.config)
+        self.fn.warmup(*args, grid=self.grid, **self.config)
 
     def _fast_path(self, compiled, args):
         try:
@@ -84,10 +84,11 @@ class TritonLauncher:
             packed = compiled.packed_metadata
             stream_of = torch._C._cuda_getCurrentRawStream
             device = args[0].device.index if args else torch.cuda.current_device()
-            grid, consts = self.grid, self.constexprs
+            gx, gy = self.grid[0], self.grid[1] if len(self.grid) > 1 else 1
+            consts = self.constexprs
 
             def launch(*a):
-                run(grid, 1, 1, stream_of(device), function, packed, None, None, None,
+                run(gx, gy, 1, stream_of(device), function, packed, None, None, None,
                     *a, *consts)
             return launch
         except AttributeError as e:    # another Triton's compiled kernel: the generic path
@@ -120,7 +121,7 @@ class TritonLauncher:
                      ", ".join(f"{c} {t * 1e3:.1f} us" for t, c in sorted(timings,
                                                                       key=lambda t: t[0])))
         self._use(best)
-        self.grid = -(-self.rows // best["XBLOCK"])
+        self.grid = (-(-self.rows // best["XBLOCK"]),)
 
     def _time(self, config, args, saved) -> float:
         grid = (-(-self.rows // config["XBLOCK"]),)
@@ -165,7 +166,7 @@ def _write_choice(path, config) -> None:
 def precompile(launchers: dict, example_args: dict) -> None:
     """Compile every kernel (name -> launcher) for its example arguments, in parallel."""
     items = [(launcher, example_args[name]) for name, launcher in launchers.items()
-             if launcher.grid > 0 and name in example_args]
+             if 0 not in launcher.grid and name in example_args]
     if len(items) < 2:
         return
     workers = min(len(items), os.cpu_count() or 1, 16)

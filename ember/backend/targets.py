@@ -105,7 +105,7 @@ class TritonTarget(Target):
                 getattr(module, k.name), k.grid, k.config, self.interpret,
                 # the interpreter's timings mean nothing: a few configs test the machinery
                 candidates=(k.candidates[:3] if self.interpret else k.candidates)
-                if self.autotune else None, rows=k.numel_x,
+                if self.autotune and not isinstance(k.grid, tuple) else None, rows=k.numel_x,
                 written=tuple(i for i, a in enumerate(k.args) if a in k.stored), key=key)
         if not self.interpret:    # compile every kernel now, in parallel
             precompile(launchers, {k.name: [torch.empty(1, dtype=k.dtypes[a], device=self.device)

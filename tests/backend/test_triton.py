@@ -120,6 +120,9 @@ def test_indexing_and_scatter(target):
 def test_views_cat_pad_pool(target):
     x = torch.randn(2, 3, 8, 8)
     run(target, lambda t: t.transpose(2, 3).contiguous() * 2, x)
+    # NCHW -> NHWC with 3 channels: a 2-D grid of tiles (few rows must not mean few programs)
+    run(target, lambda t: t.contiguous(memory_format=torch.channels_last) + 1,
+        torch.randn(2, 3, 40, 40))
     run(target, lambda t: torch.cat([t, t * 2], 1).relu(), x)
     run(target, lambda t: F.pad(t, (1, 2, 0, 1)) + 1, x)
     run(target, lambda t: F.max_pool2d(t, 3, 2, 1), x)

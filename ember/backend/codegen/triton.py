@@ -37,6 +37,7 @@ PERSISTENT_MAX = 4096         # longest row reduced in one block
 TILE = 4096                   # elements per program of a 2-D tile (XBLOCK * RBLOCK)
 LOOP_RBLOCK = 1024            # chunk of a looped reduction (rows of contiguous elements)
 COLUMN_XBLOCK = 64            # rows per program when accesses run along the outer dim
+TRANSPOSE_TILE = 64           # each side of a transposing pointwise kernel's tiles
 INTERPRETER_TILE = 1 << 14    # the interpreter pays per program: fewer, larger ones
 
 
@@ -285,6 +286,9 @@ class TritonKernel(Kernel):
         column = _runs_along_outer(access_indices(k, cx, cr), xvars[-1:], rvars[-1:])
         tile = INTERPRETER_TILE if self.interpret else TILE
         persistent_max = max(PERSISTENT_MAX, tile) if self.interpret else PERSISTENT_MAX
+        if split is not None:      # pointwise: a 2-D grid of tiles, no loop
+            self._generate_grid2d(xsizes, xvars, rsizes, rvars, cx, cr, column)
+            return
         if column:
             xblock = min(next_power_of_2(xnumel), COLUMN_XBLOCK)
             rblock = min(next_power_of_2(rnumel), max(1, tile // xblock))
@@ -326,6 +330,30 @@ class TritonKernel(Kernel):
                     self.store(node, node.store_index(cx), node.body(cx))
             else:
                 self._segment(nodes, cx, cr, persistent)
+
+    def _generate_grid2d(self, xsizes, xvars, rsizes, rvars, cx, cr, column) -> None:
+        """A transposing pointwise kernel: tiles of TRANSPOSE_TILE x TRANSPOSE_TILE elements,
+        one per program over both axes, so a small dim (3 channels) still gives many
+        programs."""
+        xnumel, rnumel = size_hint(product(xsizes)), size_hint(product(rsizes))
+        xblock = min(next_power_of_2(xnumel), TRANSPOSE_TILE)
+        rblock = min(next_power_of_2(rnumel), TRANSPOSE_TILE)
+        while -(-rnumel // rblock) > 65535:     # CUDA's limit on the second grid axis
+            rblock *= 2
+        self.config = {"XBLOCK": xblock, "RBLOCK": rblock,
+                       "num_warps": min(8, max(1, (xblock * rblock) // 512))}
+        self.grid = (-(-xnumel // xblock), -(-rnumel // rblock))
+        self.numel_x = xnumel
+        self.persistent = True
+        self.line(f"xindex = {self._program_offset('XBLOCK')} + tl.arange(0, XBLOCK)[:, None]")
+        self.line(f"xmask = xindex < {xnumel}")
+        self._decompose("xindex", xvars, xsizes, "x")
+        self.rnumel, self.rsizes, self.rvars = rnumel, rsizes, rvars
+        pid = "tl.program_id(1)" + (".to(tl.int64)" if self.index_type == "tl.int64" else "")
+        self._open_rows(f"{pid} * RBLOCK + tl.arange(0, RBLOCK)[None, :]")
+        for kind, nodes in self.kernel.segments:
+            for node in nodes:
+                self.store(node, node.where(cx, cr), node.value(cx, cr))
 
     def _keep_rows_local(self) -> None:
         """Values read only inside this kernel need no memory when rows are persistent."""
@@ -402,10 +430,10 @@ class TritonKernel(Kernel):
         if kind in ("argmax", "argmin"):
             self.line(f"{acc}_i = tl.where(xmask & rmask, rindex, 2147483647)"
                       f" + tl.zeros([XBLOCK, RBLOCK], tl.int32)")
-            self.line(f"_, {acc} = tl.reduce(({v}, {acc}_i), 1, ember_{kind})")
+            self.line(self._arg_reduce(acc, kind, dtype, v, f"{acc}_i", acc))
             self.line(f"{acc} = {acc}[:, None].to(tl.int64)")
             return {members[0].name: TritonValue(acc, torch.int64, frozenset({"x"}))}
-        self.line(f"{acc} = {_tl_reduce(kind, v)}[:, None]")
+        self.line(f"{acc} = {self._reduce(kind, v, dtype)}[:, None]")
         if dtype is torch.bool:
             self.line(f"{acc} = {acc} != 0")
         return {members[0].name: TritonValue(acc, out_dtype[members[0].name]
@@ -445,8 +473,16 @@ class TritonKernel(Kernel):
     def _finish_lanes(self, acc, members) -> dict[str, TritonValue]:
         kind, dtype = group_kind(members)
         if kind == "welford":
-            self.line(f"{acc}_mean, {acc}_m2, _ = tl.reduce(({acc}_mean, {acc}_m2, {acc}_n), "
-                      f"1, ember_welford)")
+            if self.interpret:   # Chan's merge of all lanes as sums (see _reduce)
+                self.line(f"{acc}_nt = tl.sum({acc}_n, 1)")
+                self.line(f"{acc}_mt = tl.sum({acc}_mean * {acc}_n, 1) / "
+                          f"tl.maximum({acc}_nt, 1.0)")
+                self.line(f"{acc}_dt = {acc}_mean - {acc}_mt[:, None]")
+                self.line(f"{acc}_m2 = tl.sum({acc}_m2 + {acc}_n * {acc}_dt * {acc}_dt, 1)")
+                self.line(f"{acc}_mean = {acc}_mt")
+            else:
+                self.line(f"{acc}_mean, {acc}_m2, _ = tl.reduce(({acc}_mean, {acc}_m2, "
+                          f"{acc}_n), 1, ember_welford)")
             out = {}
             for n in members:
                 field = n.buf.data.reduction_type[8:]
@@ -454,13 +490,37 @@ class TritonKernel(Kernel):
                 self.line(f"{acc}_{field}_row = {acc}_{field}[:, None]")
             return out
         if kind in ("argmax", "argmin"):
-            self.line(f"_, {acc}_row = tl.reduce(({acc}, {acc}_i), 1, ember_{kind})")
+            self.line(self._arg_reduce(acc, kind, dtype, acc, f"{acc}_i", f"{acc}_row"))
             self.line(f"{acc}_row = {acc}_row[:, None].to(tl.int64)")
             return {members[0].name: TritonValue(f"{acc}_row", torch.int64, frozenset({"x"}))}
-        self.line(f"{acc}_row = {_tl_reduce(kind, acc)}[:, None]")
+        self.line(f"{acc}_row = {self._reduce(kind, acc, dtype)}[:, None]")
         if dtype is torch.bool:
             self.line(f"{acc}_row = {acc}_row != 0")
         return {members[0].name: TritonValue(f"{acc}_row", dtype, frozenset({"x"}))}
+
+    def _reduce(self, kind: str, value: str, dtype: torch.dtype) -> str:
+        """Text of ``value``'s reduction over axis 1. Triton's interpreter runs a reduction
+        with a combine function of ours one element at a time in Python (minutes for one
+        softmax): there max and min are tl.max/tl.min, which it runs in numpy, with NaN put
+        back in rows that hold one (those skip NaN; eager propagates it)."""
+        if not self.interpret or kind not in ("max", "min"):
+            return _tl_reduce(kind, value)
+        text = f"tl.{kind}({value}, 1)"
+        if dtype.is_floating_point:
+            text = (f'tl.where(tl.max(({value} != {value}).to(tl.int8), 1) > 0, float("nan"), '
+                    f'{text})')
+        return text
+
+    def _arg_reduce(self, acc: str, kind: str, dtype, value: str, index: str, out: str) -> str:
+        """``out = `` the first ``index`` of a row's extreme of ``value`` (NaN wins). Under
+        the interpreter: the extreme (``_reduce``), then the least index holding it."""
+        if not self.interpret:
+            return f"_, {out} = tl.reduce(({value}, {index}), 1, ember_{kind})"
+        best = f"{self._reduce(kind[3:], value, dtype)}[:, None]"
+        self.line(f"{acc}_best = {best}")
+        hit = (f"({value} == {acc}_best) | (({value} != {value}) & "
+               f"({acc}_best != {acc}_best))")
+        return f"{out} = tl.min(tl.where({hit}, {index}, 2147483647), 1)"
 
     # -- the wrapper's side ------------------------------------------------------------------------
     def call_lines(self, refs: dict[str, str]) -> list[str]:
@@ -468,7 +528,8 @@ class TritonKernel(Kernel):
         comment keeps them readable in the wrapper."""
         config = ", ".join(f"{k}={v}" for k, v in self.config.items())
         args = ", ".join(refs[a] for a in self.args)
-        return [f"{self.name}({args})  # grid=({self.grid},), {config}"]
+        grid = self.grid if isinstance(self.grid, tuple) else (self.grid,)
+        return [f"{self.name}({args})  # grid={grid}, {config}"]
 
 
 def _tl_reduce(kind: str, value: str) -> str:
