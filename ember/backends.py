@@ -37,8 +37,11 @@ class EmberOption:
 # a keyword argument of ``ember.backend.compile.compile_graph`` with the same default.
 EMBER_OPTIONS: dict[str, EmberOption] = {
     "freezing": EmberOption(
-        bool, False, implemented=False,
-        doc="inference only: bake parameters and buffers into the kernels as constants"),
+        bool, False, implemented=True,
+        doc="inference (no grad): fold parameters and buffers as constants: batch norm into "
+            "the convolution before it, constant subgraphs computed once "
+            "(backend/freezing.py). Guarded on each frozen tensor's identity, data pointer "
+            "and version counter: a changed weight re-freezes before the next call"),
     "max_autotune": EmberOption(
         bool, False, implemented=True,
         doc="time candidate block sizes and warps of each generated Triton kernel on its "

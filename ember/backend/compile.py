@@ -72,6 +72,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         logs.log("perf_hints", "ember backend: %s; graph runs as captured", e)
         return gm.forward
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        if freezing:
+            logs.warn("ember backend: freezing=True is for inference (call under "
+                      "torch.no_grad()); this graph needs gradients and is not frozen")
         logs.log("perf_hints", "ember backend: training graph runs as captured (no joint "
                                "graph yet)")
         return gm.forward
@@ -85,7 +88,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         logs.log("perf_hints", "ember backend: ATen tracing declined (%s); graph runs as "
                                "captured", e)
         return gm.forward
+    frozen = None
     try:
+        if freezing:   # parameters and buffers folded as guarded constants (freezing.py)
+            from ember.backend.freezing import freeze
+            frozen = freeze(gm, aten_graph.gm, example_inputs)
         compiled = compile_aten(aten_graph.gm, example_inputs, target, device)
     except Exception as e:
         if not config.suppress_errors:
@@ -100,7 +107,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
             logs.log("perf_hints", "cudagraphs: not used, the graph mutates its inputs")
         else:
             from ember.backend.cudagraphs import CudaGraphRunner
-            return CudaGraphRunner(compiled, example_inputs)
+            compiled = CudaGraphRunner(compiled, example_inputs)
+    if frozen is not None:
+        return frozen.guard(compiled, lambda args: compile_graph(gm, args, **options))
     return compiled
 
 
