@@ -124,12 +124,16 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs: list,
     layouts = {b.name: b.layout for b in [*graph.inputs, *graph.constant_buffers, *graph.buffers]
                if b.layout is not None}
     dtypes = {name: layout.dtype for name, layout in layouts.items()}
+    numels = {}      # storage elements of each buffer, for the targets' index widths
+    for name, layout in layouts.items():
+        n = layout.storage_numel()
+        if n.is_Integer:
+            numels[name] = int(n)
     kernels: dict[int, Kernel] = {}
     for step in steps:
         if isinstance(step, FusedKernel):
             kernel = target.make_kernel(step, f"kernel{len(kernels)}", dtypes)
-            kernel.numels = {n: int(lay.storage_numel()) for n, lay in layouts.items()
-                             if lay.storage_numel().is_Integer}
+            kernel.numels = numels
             kernel.source = kernel.generate()
             kernels[id(step)] = kernel
     namespace: dict = target.build(list(kernels.values()))
