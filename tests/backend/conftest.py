@@ -1,8 +1,35 @@
-"""Session summary of the OpInfo conformance suites (``test_opinfo.py``: C++ kernels,
-``test_opinfo_triton.py``: Triton kernels under the interpreter), one line per target run."""
+"""Shared by the backend tests:
+
+- ``cpu_backend``: a fixture that runs a test once per CPU target, ``cpp`` (C++/OpenMP) and
+  ``triton-interp`` (Triton kernels run by Triton's interpreter, skipped unless the process
+  has ``TRITON_INTERPRET=1``). It sets the default of the ``cpu_backend`` option, so every
+  ``ember.compile(..., backend="ember")`` in the test (``run_and_get_code`` too) generates
+  for that target; its value is the target's name.
+- the session summary of the OpInfo conformance suites (``test_opinfo.py``: C++ kernels,
+  ``test_opinfo_triton.py``: Triton kernels under the interpreter), one line per target run.
+"""
 from __future__ import annotations
 
+import dataclasses
 import os
+
+import pytest
+
+INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@pytest.fixture(params=[
+    pytest.param("cpp", id="cpp"),
+    pytest.param("triton", id="triton-interp", marks=pytest.mark.skipif(
+        not INTERPRETED, reason="Triton's interpreter runs only in processes started with "
+                                "TRITON_INTERPRET=1 (tests/conftest.py sets it without a GPU)")),
+])
+def cpu_backend(request, monkeypatch):
+    from ember.backends import EMBER_OPTIONS
+    spec = EMBER_OPTIONS["cpu_backend"]
+    monkeypatch.setitem(EMBER_OPTIONS, "cpu_backend",
+                        dataclasses.replace(spec, default=request.param))
+    return request.param
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

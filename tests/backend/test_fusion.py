@@ -1,5 +1,8 @@
 """The ember backend on CPU: generated kernels match eager, and fusion gives the kernel
-counts it should (a pointwise chain is one kernel, softmax and layer_norm one each)."""
+counts it should (a pointwise chain is one kernel, softmax and layer_norm one each).
+
+Every test runs on both CPU targets (the ``cpu_backend`` fixture, ``conftest.py``): C++
+kernels, and Triton kernels under Triton's interpreter; the counts are the same on both."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -8,6 +11,9 @@ import ember
 from ember import config
 from ember.backend import metrics
 from ember.testing import run_and_get_code, same
+
+
+pytestmark = pytest.mark.usefixtures("cpu_backend")
 
 
 @pytest.fixture(autouse=True)
@@ -121,7 +127,7 @@ def test_mlp_uses_library_matmul_and_fuses_the_rest():
     assert metrics.extern_calls
 
 
-def test_generated_code_is_readable():
+def test_generated_code_is_readable(cpu_backend):
     from ember.testing import run_and_get_code
     def f(x):
         return (x + 1).relu().sum(1)
@@ -129,7 +135,8 @@ def test_generated_code_is_readable():
     result, sources = run_and_get_code(f, x)
     assert same(result, f(x))
     text = "\n".join(sources)
-    assert "def call(args)" in text and 'extern "C"' in text
+    kernel = {"cpp": 'extern "C"', "triton": "@triton.jit"}[cpu_backend]
+    assert "def call(args)" in text and kernel in text
 
 
 def test_indirect_indexing_kernels():
@@ -145,11 +152,18 @@ def test_indirect_indexing_kernels():
     assert not metrics.fallback_ops
 
 
-def test_index_out_of_range_raises_like_eager():
+def test_index_out_of_range_raises_like_eager(cpu_backend):
     table = torch.randn(5, 3)
     compiled = ember.compile(lambda w, i: torch.nn.functional.embedding(i, w) + 1,
                              backend="ember")
     compiled(table, torch.tensor([0, 4]))
+    if cpu_backend == "triton":
+        # Triton kernels clamp an index read from memory into range (memory stays safe);
+        # only options={"debug": True} checks it, with tl.device_assert, which Triton's
+        # interpreter does not run (its builder never has debug on)
+        out = compiled(table, torch.tensor([0, 5]))
+        assert same(out, table[[0, 4]] + 1)
+        return
     with pytest.raises(IndexError):
         compiled(table, torch.tensor([0, 5]))
 
@@ -212,18 +226,21 @@ def test_eval_batch_norm_writes_nothing_back_to_its_running_stats():
     assert metrics.generated_kernel_count == 1     # no kernel copying the stats onto themselves
 
 
-def test_short_contiguous_planes_run_as_one_inner_loop():
+def test_short_contiguous_planes_run_as_one_inner_loop(cpu_backend):
+    # h and w merged: one loop (Triton: one tile axis) of 16, not 4 x 4
+    merged, apart = {"cpp": ("r0 < 16;", "r0 < 4;"),
+                     "triton": ("rmask = rindex < 16", "r0 = (xindex) % 4")}[cpu_backend]
     bn = torch.nn.BatchNorm2d(8).eval()
     bn.running_var.uniform_(0.5, 2.0)
     x = torch.randn(2, 8, 4, 4)
     compiled = ember.compile(lambda t: torch.relu(bn(t)), backend="ember")
     result, sources = run_and_get_code(compiled, x)
     assert same(torch.relu(bn(x)), result)
-    assert "r0 < 16;" in sources[1]          # h and w merged: one loop of 16, not 4 x 4
+    assert merged in sources[1]
     # a value broadcast along w alone breaks the contiguity: loops stay apart, still right
     y = torch.randn(4)
     ember.reset()
     compiled = ember.compile(lambda t, u: torch.relu(bn(t)) + u, backend="ember")
     result, sources = run_and_get_code(compiled, x, y)
     assert same(torch.relu(bn(x)) + y, result)
-    assert "r0 < 4;" in sources[1]
+    assert apart in sources[1]

@@ -1,11 +1,14 @@
 """Graph inputs mutated in place: the backend writes the new values into the inputs' memory
-after everything that reads the old values (outputs computed lazily, other new values)."""
+after everything that reads the old values (outputs computed lazily, other new values), on
+both CPU targets (the ``cpu_backend`` fixture, ``conftest.py``)."""
 import pytest
 import torch
 
 import ember
 from ember import config
 from ember.testing import same
+
+pytestmark = pytest.mark.usefixtures("cpu_backend")
 
 
 def later_output(x):

@@ -1,11 +1,14 @@
 """Regressions for bugs found by the full OpInfo run (``tests/backend/test_opinfo.py``): each
-test compiles a small function with the "ember" backend and compares it with eager."""
+test compiles a small function with the "ember" backend and compares it with eager, on both
+CPU targets (the ``cpu_backend`` fixture, ``conftest.py``)."""
 from __future__ import annotations
 
 import pytest
 import torch
 
 import ember
+
+pytestmark = pytest.mark.usefixtures("cpu_backend")
 
 
 def _copy(t):
@@ -143,7 +146,7 @@ def test_reduction_of_a_0d_tensor_over_dim_0():
     _check(lambda t: (torch.var(t, 0), torch.std(t, -1, keepdim=True)), x)
 
 
-def test_index_select_and_gather_of_a_0d_tensor():
+def test_index_select_and_gather_of_a_0d_tensor(cpu_backend):
     # indexing: x.get_size()[dim] of a 0-d x raised IndexError in the lowering
     x = torch.tensor(5.0)
     _check(lambda t, i: torch.index_select(t, 0, i), x, torch.tensor([0]))
@@ -152,8 +155,15 @@ def test_index_select_and_gather_of_a_0d_tensor():
     _check(lambda t, i: torch.gather(t, 0, i), x, torch.tensor([0, 0]))
     _check(lambda t, i: torch.gather(t, 0, i), torch.tensor([5.0, 6.0]), torch.tensor(1))
     ember.reset()
+    compiled = ember.compile(lambda t, i: torch.index_select(t, 0, i))
+    if cpu_backend == "triton":
+        # Triton kernels clamp an index read from memory into range instead (only
+        # options={"debug": True} asserts, which Triton's interpreter does not run)
+        clamped = torch.index_select(x, 0, torch.tensor([0]))
+        assert torch.equal(compiled(x, torch.tensor([1])), clamped)
+        return
     with pytest.raises(IndexError):   # the index is still checked
-        ember.compile(lambda t, i: torch.index_select(t, 0, i))(x, torch.tensor([1]))
+        compiled(x, torch.tensor([1]))
 
 
 def test_kernel_reads_a_graph_constant():
@@ -165,3 +175,26 @@ def test_kernel_reads_a_graph_constant():
     out = ember.compile(lambda t: t[[1, 2]] * 2)(x)
     assert torch.equal(out, x[[1, 2]] * 2)
     assert metrics.generated_kernel_count == 1
+
+
+def test_bugs_the_triton_sweep_found():
+    """Found by the Triton target's OpInfo run (``test_opinfo_triton.py``); each was a
+    Triton-only failure, checked here on both targets."""
+    # argmax over a size-1 dim is 0: the kernel without an inner loop stored the value
+    _check(lambda t: (t.argmax(2, keepdim=True), t.argmin(1)), torch.randn(3, 2, 1, 2))
+    # a part of a cat read at a constant index under the part's mask (column_stack of a
+    # 0-d tensor): the mask was a block, the pointer a scalar
+    _check(lambda a, b: torch.cat([a.reshape(1), b]) * 2, torch.tensor(0.5), torch.randn(6))
+    # bool accumulation (scatter_add, index_put): Triton has no atomic_add on int1
+    idx = torch.tensor([[0, 1, 1], [2, 0, 0]])
+    _check(lambda t, i, s: t.scatter_add(1, i, s), torch.zeros(2, 3, dtype=torch.bool), idx,
+           torch.tensor([[True, False, True], [False, False, True]]))
+    # sign of bools, rounding of integers, and an index constant (max_pool1d's indices)
+    _check(lambda t: (torch.sign(t > 0), torch.round(t.long()), torch.floor(t.int())),
+           torch.randn(8) * 5)
+    _check(lambda t: torch.nn.functional.max_pool1d(t, 3, 2, return_indices=True),
+           torch.randn(1, 2, 3))
+    # a 0-d comparison beside a block in & | ^ and pow (the interpreter broadcast it as
+    # numbers)
+    _check(lambda a, b: ((a > 0) ^ (b > 0), torch.logical_and(a, b), b ** a),
+           torch.tensor(2.0), torch.randn(7))

@@ -1,5 +1,6 @@
-"""Real models through the whole pipeline on CPU (frontend, aot, IR, fused C++ kernels):
-outputs match eager within float tolerance."""
+"""Real models through the whole pipeline on CPU (frontend, aot, IR, fused kernels):
+outputs match eager within float tolerance, on both CPU targets (the ``cpu_backend``
+fixture: C++ kernels, and Triton kernels under Triton's interpreter)."""
 import pytest
 import torch
 
@@ -11,7 +12,7 @@ from ember.testing import same
 
 
 @pytest.mark.parametrize("name", ["mlp", "convnet", "transformer_block", "resnet18", "bert"])
-def test_model_matches_eager_with_generated_kernels(name):
+def test_model_matches_eager_with_generated_kernels(name, cpu_backend):
     if not models.is_available(name):
         pytest.skip(f"{name} needs a package that is not installed")
     model, inputs = models.build_model(name, "cpu")

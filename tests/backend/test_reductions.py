@@ -1,5 +1,9 @@
 """Reductions of the C++ backend against eager: Welford var/std (one pass, lanes and threads
-merged), long reductions split over threads in fixed slices, and column reductions."""
+merged), long reductions split over threads in fixed slices, and column reductions.
+
+Tests that take the ``cpu_backend`` fixture (``conftest.py``) also run the Triton target
+under Triton's interpreter (its persistent and looped rows, column tiles); what a test finds
+in the generated source is per target (``MARKS``)."""
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,6 +21,12 @@ def _fresh():
     torch.manual_seed(0)
     with config.patch(suppress_errors=False), torch.no_grad():
         yield
+
+
+# what the generated source shows, per target: a one-pass Welford state, rows split into
+# chunks (C++: over threads; Triton: a loop over RBLOCK chunks)
+MARKS = {"cpp": {"welford": "ember_welford", "split": "chunk"},
+         "triton": {"welford": "_m2 = ", "split": "for roffset in range("}}
 
 
 def check(fn, *inputs, rtol=1e-5, atol=1e-5):
@@ -37,28 +47,28 @@ def always_welford(monkeypatch):
     ((7, 5), 1), ((7, 5), 0), ((3, 100), 1), ((2, 3, 67), (1, 2)), ((4, 40), None),
     ((5, 33), -1), ((1, 1), 1), ((6, 1), 0)])
 @pytest.mark.parametrize("correction", [0, 1])
-def test_welford_var_std_match_eager(always_welford, shape, dim, correction):
+def test_welford_var_std_match_eager(always_welford, shape, dim, correction, cpu_backend):
     x = torch.randn(shape) * 3 + 10
     code = check(lambda t: (torch.var(t, dim, correction=correction),
                             torch.std(t, dim, correction=correction, keepdim=True)), x,
                  rtol=1e-4, atol=1e-5)
-    assert "ember_welford" in code
+    assert MARKS[cpu_backend]["welford"] in code
 
 
-def test_welford_var_mean_and_layer_norm_share_one_pass(always_welford):
+def test_welford_var_mean_and_layer_norm_share_one_pass(always_welford, cpu_backend):
     x = torch.randn(16, 200)
     code = check(lambda t: torch.var_mean(t, 1, keepdim=True), x, rtol=1e-4)
-    assert code.count("acc_") and "ember_welford" in code
+    assert code.count("acc_") and MARKS[cpu_backend]["welford"] in code
     w, b = torch.randn(200), torch.randn(200)
     check(lambda t: F.layer_norm(t, (200,), w, b), x, rtol=1e-4, atol=1e-4)
     assert metrics.generated_kernel_count == 1
 
 
-def test_long_rows_use_welford_by_default():
+def test_long_rows_use_welford_by_default(cpu_backend):
     n = reductions.WELFORD_MIN_NUMEL * 2 + 7
     x = torch.randn(3, n) + 100
     code = check(lambda t: t.var(1), x, rtol=1e-4, atol=1e-4)
-    assert "ember_welford" in code
+    assert MARKS[cpu_backend]["welford"] in code
 
 
 @pytest.mark.parametrize("fn", [
@@ -66,15 +76,15 @@ def test_long_rows_use_welford_by_default():
     lambda t: t.argmin(1), lambda t: (t > 3).any(), lambda t: (t > -5).all(1),
     lambda t: t.var(), lambda t: (t * 0.999).prod(1)],
     ids=["sum", "amax", "amin", "argmax", "argmin", "any", "all", "var", "prod"])
-def test_few_long_rows_are_split_over_threads(fn):
+def test_few_long_rows_are_split_over_threads(fn, cpu_backend):
     x = torch.randn(2, 50_001)
     x[1, 123] = x[1, 40_000] = 50.0        # ties: the first index wins, as in eager
     x[0, 7] = x[0, 49_999] = -50.0
     code = check(fn, x, rtol=1e-4, atol=1e-3)
-    assert "chunk" in code
+    assert MARKS[cpu_backend]["split"] in code
 
 
-def test_split_rows_propagate_nan():
+def test_split_rows_propagate_nan(cpu_backend):
     x = torch.randn(2, 30_000)
     x[1, 29_000] = float("nan")
     check(lambda t: (t.amax(1), t.argmax(1), t.sum(1), t.var(1)), x, rtol=1e-4, atol=1e-3)
@@ -95,7 +105,7 @@ def test_welford_is_deterministic_across_thread_counts(always_welford):
     torch.testing.assert_close(one, x.var(), rtol=1e-5, atol=0)
 
 
-def test_epilogue_joins_its_reduction_past_an_unrelated_kernel():
+def test_epilogue_joins_its_reduction_past_an_unrelated_kernel(cpu_backend):
     x = torch.randn(8, 64)
     check(lambda t: (torch.var(t, 0), t.std(1, keepdim=True)), x, rtol=1e-4)
     assert metrics.generated_kernel_count == 2
@@ -111,32 +121,33 @@ def test_epilogue_joins_its_reduction_past_an_unrelated_kernel():
     ((2, 30, 8, 20), lambda t: t.sum((1, 2))),
 ], ids=["softmax0", "log_softmax_mid", "sum_amax_amin", "argmax_argmin", "var_std_mid",
         "center_relu", "sum_two_mid_dims"])
-def test_reductions_over_non_last_dims(shape, fn):
+def test_reductions_over_non_last_dims(shape, fn, cpu_backend):
     x = torch.randn(shape)
     x.view(-1)[5] = x.view(-1)[shape[-1] + 5] = 3.0       # a tie down a column
     code = check(fn, x, rtol=1e-4, atol=1e-5)
-    assert "_blk" in code          # generated with blocks of columns: contiguous accesses
+    if cpu_backend == "cpp":       # (Triton's column tiles differ only in their block sizes)
+        assert "_blk" in code      # generated with blocks of columns: contiguous accesses
 
 
-def test_column_reductions_propagate_nan_and_take_the_first_tie():
+def test_column_reductions_propagate_nan_and_take_the_first_tie(cpu_backend):
     x = torch.randn(20, 40)
     x[7, 3] = float("nan")
     x[2, 10] = x[9, 10] = 100.0
     check(lambda t: (t.amax(0), t.argmax(0), t.sum(0), t.argmin(0)), x)
 
 
-def test_welford_over_columns(always_welford):
+def test_welford_over_columns(always_welford, cpu_backend):
     check(lambda t: torch.var_mean(t, 0), torch.randn(37, 50) * 4 + 7, rtol=1e-4)
 
 
-def test_softmax_over_dim0_is_one_kernel():
+def test_softmax_over_dim0_is_one_kernel(cpu_backend):
     check(lambda t: torch.softmax(t, 0), torch.randn(64, 128))
     assert metrics.generated_kernel_count == 1
 
 
 @pytest.mark.parametrize("shape,dim", [((8, 1_000_000), 1), ((500_000, 16), 0)],
                          ids=["long_rows", "long_columns"])
-def test_long_sums_are_as_accurate_as_eager(shape, dim):
+def test_long_sums_are_as_accurate_as_eager(shape, dim, cpu_backend):
     # two-level accumulation (fine lanes folded into double coarse ones) keeps long sums
     # within a few units in the last place, like eager's cascade sum
     x = torch.randn(shape) + 1
@@ -147,7 +158,7 @@ def test_long_sums_are_as_accurate_as_eager(shape, dim):
     assert ours <= max(4 * eager, 3e-7), (ours, eager)
 
 
-def test_long_welford_is_accurate(always_welford):
+def test_long_welford_is_accurate(always_welford, cpu_backend):
     x = torch.randn(4, 300_000) * 3 + 5
     exact = x.double().var(1)
     compiled = ember.compile(lambda t: t.var(1), backend="ember")

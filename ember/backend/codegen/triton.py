@@ -111,12 +111,15 @@ class TritonKernel(Kernel):
         if name in self.local:
             raise AssertionError(f"{name} is kept local but read where it is not available")
         self.loaded.add(name)
-        text, dims = self.index(index)
-        dims = dims | frozenset().union(*[getattr(m, "dims", frozenset())
-                                          for m in self.load_masks])
+        text, index_dims = self.index(index)
+        dims = index_dims | frozenset().union(*[getattr(m, "dims", frozenset())
+                                                for m in self.load_masks])
+        # a mask over more axes than the index (a constant index under ops.masked): the
+        # pointer is spread over them, as tl.load wants the mask no wider than the pointer
+        spread = self._zeros(dims - index_dims)
         mask = self.mask(dims)
         dtype = self.dtypes[name]
-        load = f"tl.load(p_{name} + ({text})" + (f", {mask}, other=0)" if mask else ")")
+        load = f"tl.load(p_{name} + ({text}{spread})" + (f", {mask}, other=0)" if mask else ")")
         if dtype in HALF:
             load += ".to(tl.float32)"
         return self.cse(load, dtype, dims)
@@ -131,11 +134,12 @@ class TritonKernel(Kernel):
         self.stored.add(node.writes)
         self.line(self._store_text(node.writes, index, value, "tl.store"))
 
-    def _store_text(self, name: str, index, value: TritonValue, fn: str) -> str:
+    def _store_text(self, name: str, index, value: TritonValue, fn: str,
+                    only_where: str | None = None) -> str:
         text, dims = self.index(index)
         dims = dims | value.dims
         spread = self._zeros(dims - self.index(index)[1])
-        mask = self.mask(dims)
+        mask = " & ".join(m for m in (self.mask(dims), only_where) if m)
         cast = f"{value}.to({TL_TYPES[self.dtypes[name]]})"
         return f"{fn}(p_{name} + ({text}{spread}), {cast}" + (f", {mask})" if mask else ")")
 
@@ -179,7 +183,9 @@ class TritonKernel(Kernel):
         self.index_type = "tl.int64" if self._needs_int64() else "tl.int32"
         split = self._transposed_split(x, r) if flat else None
         with use_handler(TritonOpsHandler(self)):
-            if (scatter or flat or not k.inner) and split is None:
+            # a reduction over size-1 dims (no inner loop) still reduces: a flat kernel would
+            # store its body's value (argmax's value, not index 0)
+            if (scatter or flat or (not k.inner and not reductions)) and split is None:
                 self.mode = "flat"
                 self._generate_flat(x, r)
             else:
@@ -187,7 +193,9 @@ class TritonKernel(Kernel):
                 self._generate_tiled(x, r, split)
         params = [f"p_{n}" for n in self._arg_names()] + \
             [f"{c}: tl.constexpr" for c in self.config if c != "num_warps"]
-        head = f"@triton.jit\ndef {self.name}({', '.join(params)}):\n"
+        # tl.device_assert (debug's index checks) runs only in kernels compiled for debug
+        jit = "@triton.jit(debug=True)" if self.debug else "@triton.jit"
+        head = f"{jit}\ndef {self.name}({', '.join(params)}):\n"
         return head + "\n".join(self.lines) + "\n"
 
     def _arg_names(self) -> list[str]:
@@ -256,6 +264,13 @@ class TritonKernel(Kernel):
         if value.dtype != dtype:
             value = TritonOpsHandler(self).to_dtype(value, dtype)
         self.stored.add(node.writes)
+        if data.accumulate and dtype is torch.bool:
+            # bool += v sets True where v holds: a store masked by v (duplicates all write
+            # True), as Triton has no atomics on int1
+            only_where = TritonOpsHandler(self).truth(value, frozenset({"x"}))
+            self.line(self._store_text(node.writes, node.store_index(x), value, "tl.store",
+                                       only_where))
+            return
         fn = "tl.atomic_add" if data.accumulate else "tl.store"
         self.line(self._store_text(node.writes, node.store_index(x), value, fn))
 

@@ -64,7 +64,7 @@ _UNARY = {
 }
 _BINARY = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
-    # nested selects, not |: see TritonOpsHandler._truth
+    # nested selects, not |: see TritonOpsHandler.truth
     "maximum": "tl.where({0} != {0}, {0}, tl.where({0} > {1}, {0}, {1}))",
     "minimum": "tl.where({0} != {0}, {0}, tl.where({0} < {1}, {0}, {1}))",
     "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}", "bitwise_xor": "{0} ^ {1}",
@@ -73,8 +73,11 @@ _BINARY = {
 _BOOL_BITWISE = {"bitwise_and": "logical_and", "bitwise_or": "logical_or",
                  "bitwise_xor": "logical_xor"}
 _COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
-# the identity on integers (tl's and libdevice's versions take floats only)
-_ROUNDING = ("floor", "ceil", "trunc", "round")
+# ops that are the identity on some dtypes: rounding on integers (tl's and libdevice's
+# versions take floats only), sign on bool (its formula subtracts, which bool lacks)
+_IDENTITY_ON = {**dict.fromkeys(("floor", "ceil", "trunc", "round"),
+                                lambda dtype: not dtype.is_floating_point),
+                "sign": lambda dtype: dtype is torch.bool}
 # libdevice on the GPU; the interpreter's helpers of the same names (below)
 _LIBM_UNARY = ("expm1", "log1p", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh",
                "asinh", "acosh", "atanh", "erfc", "nearbyint")
@@ -250,7 +253,7 @@ def ember_pow(a, b):
     r = tl.exp2(db * tl.log2(tl.abs(da)))
     whole = tl.floor(db) == db
     odd = whole & ((db - 2.0 * tl.floor(db * 0.5)) != 0)
-    # nested selects, not &: a 0-d b would reach & as numbers (TritonOpsHandler._truth)
+    # nested selects, not &: a 0-d b would reach & as numbers (TritonOpsHandler.truth)
     r = tl.where(da < 0, tl.where(odd, -r, tl.where(whole, r, float("nan"))), r)
     r = tl.where(db == 0, 1.0, r)
     return r.to(a.dtype)
@@ -364,22 +367,26 @@ class TritonOpsHandler:
     def logical_not(self, a):
         return self._emit(f"({a} == 0)", torch.bool, a)
 
-    def _truth(self, a, other) -> str:
-        """``a != 0`` as an operand of & | ^ beside ``other``. Triton's interpreter gives a
-        0-d comparison its operands' type, so broadcast against a block it arrives as
-        numbers, which & | ^ reject: there it is rebuilt from int1 constants."""
-        if self.k.interpret and not a.dims and other.dims:
+    def truth(self, a, beside: frozenset) -> str:
+        """``a != 0`` as an operand of & | ^ beside values varying over the axes ``beside``.
+        Triton's interpreter gives a 0-d comparison its operands' type, so broadcast
+        against a block it arrives as numbers, which & | ^ reject: there it is rebuilt from
+        int1 constants."""
+        if self.k.interpret and not a.dims and beside:
             return f"tl.where({a} != 0, True, False)"
         return f"({a} != 0)"
 
     def logical_and(self, a, b):
-        return self._emit(f"{self._truth(a, b)} & {self._truth(b, a)}", torch.bool, a, b)
+        return self._emit(f"{self.truth(a, b.dims)} & {self.truth(b, a.dims)}", torch.bool,
+                          a, b)
 
     def logical_or(self, a, b):
-        return self._emit(f"{self._truth(a, b)} | {self._truth(b, a)}", torch.bool, a, b)
+        return self._emit(f"{self.truth(a, b.dims)} | {self.truth(b, a.dims)}", torch.bool,
+                          a, b)
 
     def logical_xor(self, a, b):
-        return self._emit(f"{self._truth(a, b)} ^ {self._truth(b, a)}", torch.bool, a, b)
+        return self._emit(f"{self.truth(a, b.dims)} ^ {self.truth(b, a.dims)}", torch.bool,
+                          a, b)
 
     def bitwise_not(self, a):
         if a.dtype is torch.bool:
@@ -422,9 +429,12 @@ class TritonOpsHandler:
         return self.k.indirect_indexing(value, size, wrap_negative)
 
     def __getattr__(self, name):
-        if name in _ROUNDING and name != "round":
-            return lambda a: a if not a.dtype.is_floating_point else self._emit(
-                _UNARY[name].format(a, compute_type(a.dtype)), a.dtype, a)
+        op = self._op(name)
+        if name in _IDENTITY_ON:
+            return lambda a: a if _IDENTITY_ON[name](a.dtype) else op(a)
+        return op
+
+    def _op(self, name):
         if name in _UNARY:
             template = _UNARY[name]
             return lambda a: self._emit(template.format(a, compute_type(a.dtype)), a.dtype, a)
@@ -443,8 +453,7 @@ class TritonOpsHandler:
         if name in _LIBM_UNARY:
             return lambda a: self._libm(name, a.dtype, a)
         if name == "round":
-            return lambda a: a if not a.dtype.is_floating_point else \
-                self._libm("nearbyint", a.dtype, a)
+            return lambda a: self._libm("nearbyint", a.dtype, a)
         if name in _LIBM_BINARY:
             return lambda a, b: self._libm(name, a.dtype, a, b)
         raise AttributeError(f"no Triton for ops.{name}")
