@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import logging
 import os
 
 import pytest
@@ -20,10 +21,24 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from ember import config  # noqa: E402  (after TRITON_INTERPRET is decided)
+from ember import config, logs  # noqa: E402  (after TRITON_INTERPRET is decided)
 
 
 @pytest.fixture(autouse=True)
 def _strict_compiler():
     with config.patch(fallback_on_lowering_error=False, suppress_errors=False):
         yield
+
+
+@pytest.fixture
+def ember_log(caplog):
+    """caplog that sees Ember's loggers; the logging setup is restored afterwards."""
+    root = logging.getLogger("ember")
+    handlers, propagate = list(root.handlers), root.propagate
+    was_on = [a for a in logs.ARTIFACTS if logs.enabled(a)]
+    root.addHandler(caplog.handler)
+    with caplog.at_level(logging.INFO, logger="ember"):
+        yield caplog
+    logs.set_logs(",".join(was_on))
+    root.handlers[:] = handlers
+    root.propagate = propagate

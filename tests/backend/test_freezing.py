@@ -30,20 +30,6 @@ def _reset():
     ember.reset()
 
 
-@pytest.fixture
-def ember_log(caplog):
-    """caplog that sees Ember's loggers; the logging setup is restored afterwards."""
-    root = logging.getLogger("ember")
-    handlers, propagate = list(root.handlers), root.propagate
-    was_on = [a for a in logs.ARTIFACTS if logs.enabled(a)]
-    root.addHandler(caplog.handler)
-    with caplog.at_level(logging.INFO, logger="ember"):
-        yield caplog
-    logs.set_logs(",".join(was_on))
-    root.handlers[:] = handlers
-    root.propagate = propagate
-
-
 def _randomize_bn(model: nn.Module) -> nn.Module:
     """Batch norms whose eval-mode transform is far from the identity."""
     with torch.no_grad():

@@ -34,20 +34,6 @@ def _reset():
 
 
 @pytest.fixture
-def ember_log(caplog):
-    """caplog that sees Ember's loggers; the logging setup is restored afterwards."""
-    root = logging.getLogger("ember")
-    handlers, propagate = list(root.handlers), root.propagate
-    was_on = [a for a in logs.ARTIFACTS if logs.enabled(a)]
-    root.addHandler(caplog.handler)
-    with caplog.at_level(logging.INFO, logger="ember"):
-        yield caplog
-    logs.set_logs(",".join(was_on))
-    root.handlers[:] = handlers
-    root.propagate = propagate
-
-
-@pytest.fixture
 def received(monkeypatch):
     """The keywords each compile_graph call received (the graph then runs as captured)."""
     calls: list[dict] = []
