@@ -1,0 +1,67 @@
+"""Where a compiled model's GPU time goes: eager vs Ember, and Ember's top CUDA kernels.
+
+    python benchmarks/profile_models.py resnet50,bert_base [--layout auto|channels_last|off]
+        [--mode reduce-overhead] [--rows 10]
+
+Models come from the bench zoo (``ember/bench/models.py``) in their default dtype and batch.
+Times are CUDA-event medians of 10 calls; the table is torch.profiler's, sorted by CUDA time
+over 3 calls. ``EMBER_LOGS=perf_hints`` adds the compiler's decisions (CUDA graph capture,
+layout, autotuning).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+
+import torch
+
+import ember
+from ember import config
+from ember.backend import metrics
+from ember.bench import models
+
+
+def median_ms(fn, *args, n: int = 10) -> float:
+    for _ in range(3):
+        fn(*args)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(n):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models")
+    parser.add_argument("--layout", default="auto", choices=["auto", "channels_last", "off"])
+    parser.add_argument("--mode", default=None)
+    parser.add_argument("--rows", type=int, default=10)
+    args = parser.parse_args()
+    from torch.profiler import ProfilerActivity, profile
+    for name in args.models.split(","):
+        model, inputs = models.build_model(name, "cuda")[:2]
+        with torch.no_grad(), config.patch(layout_optimization=args.layout):
+            ember.reset()
+            metrics.reset()
+            compiled = ember.compile(model, mode=args.mode)
+            compiled(*inputs)
+            print(f"{name}: eager {median_ms(model, *inputs):.2f} ms, ember "
+                  f"{median_ms(compiled, *inputs):.2f} ms; kernels "
+                  f"{metrics.generated_kernel_count}, library {dict(metrics.extern_calls)}, "
+                  f"fallbacks {dict(metrics.fallback_ops)}")
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(3):
+                    compiled(*inputs)
+                torch.cuda.synchronize()
+            print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows,
+                                            max_name_column_width=60))
+
+
+if __name__ == "__main__":
+    main()
