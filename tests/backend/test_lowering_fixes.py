@@ -198,3 +198,16 @@ def test_bugs_the_triton_sweep_found():
     # numbers)
     _check(lambda a, b: ((a > 0) ^ (b > 0), torch.logical_and(a, b), b ** a),
            torch.tensor(2.0), torch.randn(7))
+
+
+@pytest.mark.parametrize("fn", [torch.maximum, torch.minimum, torch.atan2, torch.hypot])
+def test_default_overload_binary_ops_are_lowered(fn):
+    """maximum/minimum/atan2/hypot have only a ``.default`` overload: they were never
+    registered (every call ran ATen) and now fuse, NaN rules included."""
+    from ember.backend import metrics
+    ember.reset()
+    a, b = torch.randn(6, 5), torch.randn(5)
+    a[0, 0] = float("nan")
+    out = ember.compile(lambda x, y: fn(x, y) * 2)(a, b)
+    torch.testing.assert_close(out, fn(a, b) * 2, equal_nan=True)
+    assert metrics.generated_kernel_count == 1 and not metrics.fallback_ops

@@ -68,7 +68,7 @@ for _packet, _name in [(aten.add, "add"), (aten.sub, "sub"), (aten.mul, "mul"),
                        (aten.bitwise_xor, "bitwise_xor"), (aten.remainder, "remainder"),
                        (aten.fmod, "fmod"), (aten.atan2, "atan2"),
                        (aten.copysign, "copysign"), (aten.hypot, "hypot")]:
-    for _overload in ("Tensor", "Scalar", "self"):
+    for _overload in ("Tensor", "Scalar", "self", "default"):   # maximum, atan2: default
         if hasattr(_packet, _overload):
             register_lowering(getattr(_packet, _overload))(
                 _binary(_name, float_compute=_name in ("atan2", "copysign", "hypot")))
