@@ -12,9 +12,9 @@ An input is a parameter or buffer when its example value is an ``nn.Parameter`` 
 placeholder's ``meta["source"]`` (set by Ember's frontend: ``L['self'].bn.running_mean`` is a
 ``ModuleDictSource`` into ``_buffers``) names an entry of a module's ``_parameters`` or
 ``_buffers``; no new metadata is needed, and the backend contract is unchanged (the frontend
-still passes every input on every call). Behind TorchDynamo (``torch.compile(backend=
-"ember")``) placeholders carry no source: parameters are still recognised, buffers are not
-(so batch norms are not folded there). Not frozen: inputs the graph mutates (training-mode
+still passes every input on every call). When another frontend hands the graph over (the
+``torch_dynamo_backends`` entry point), placeholders carry no Ember source: parameters are
+still recognised, buffers are not (so batch norms are not folded there). Not frozen: inputs the graph mutates (training-mode
 batch-norm statistics), inference tensors (``torch.inference_mode`` tensors keep no version
 counter, so a change could not be seen) and every other input.
 
