@@ -31,6 +31,8 @@ class CudaGraphRunner:
         self.static_inputs: list = []
         self.static_outputs = None
         self.by_address: list[bool] = []
+        self.fixed: list[int] = []
+        self.copied: list[int] = []
         self.disabled = False
 
     def __call__(self, *args):
@@ -39,22 +41,24 @@ class CudaGraphRunner:
         if self.graph is None or not self._addresses_hold(args):
             if not self._capture(args):
                 return self.compiled(*args)
-        for static, arg, fixed in zip(self.static_inputs, args, self.by_address):
-            if isinstance(arg, torch.Tensor) and not fixed:
-                static.copy_(arg)
+        for i in self.copied:
+            self.static_inputs[i].copy_(args[i])
         self.graph.replay()
         return tuple(o.clone() if isinstance(o, torch.Tensor) else o
                      for o in self.static_outputs)
 
     def _addresses_hold(self, args) -> bool:
-        return all(not fixed or arg.data_ptr() == static.data_ptr()
-                   for static, arg, fixed in zip(self.static_inputs, args, self.by_address))
+        return all(args[i].data_ptr() == self.static_inputs[i].data_ptr() for i in self.fixed)
 
     def _capture(self, args) -> bool:
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if any(t.device.type != "cuda" for t in tensors):
             return self._decline("a graph input is not on the GPU")
         self.by_address = [isinstance(a, torch.nn.Parameter) for a in args]
+        # per call: parameters' addresses checked, other tensors copied in
+        self.fixed = [i for i, f in enumerate(self.by_address) if f]
+        self.copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+                       and not self.by_address[i]]
         self.static_inputs = [
             a if fixed or not isinstance(a, torch.Tensor) else
             torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)

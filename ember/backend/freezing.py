@@ -95,6 +95,7 @@ import torch
 import torch.fx
 
 from ember import logs
+from ember.backend.ir import Layout
 
 __all__ = ["freeze", "FrozenGraph", "FrozenCallable", "is_parameter_or_buffer"]
 
@@ -630,12 +631,4 @@ def _materialize(gm, const, leaves, values):
 
 def _dense(t: torch.Tensor) -> bool:
     """Elements at distinct addresses, with no gaps, in some order of the dims."""
-    if t.numel() == 0:
-        return True
-    dims = sorted((s, n) for s, n in zip(t.stride(), t.shape) if n != 1)
-    expected = 1
-    for s, n in dims:
-        if s != expected:
-            return False
-        expected *= n
-    return True
+    return t.numel() == 0 or Layout.from_tensor(t).is_dense()

@@ -87,6 +87,8 @@ class GraphLowering:
         self._eager_vals: dict[int, tuple] = {}   # id(IR value) -> (value, fake of its node)
         self.reductions: dict[tuple, tuple] = {}   # reductions already made, for reuse
         self.input_copies: list[tuple] = []        # (graph input, new value), see below
+        self.random_seed: ExternBuffer | None = None   # drawn once per call (lowering/random.py)
+        self.random_offset = 0                     # Philox offsets taken by random ops so far
         self._count = 0
         self.env: dict[torch.fx.Node, Any] = {}
 

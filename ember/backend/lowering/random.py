@@ -23,7 +23,7 @@ _FLOAT = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 def _seed_and_offset(graph, numel):
     """The graph's seed buffer (made on first use) and a fresh range of ``numel`` offsets."""
-    seed = getattr(graph, "random_seed", None)
+    seed = graph.random_seed
     if seed is None:
         layout = Layout(graph.device, torch.int64, [1], contiguous_strides([1]))
         seed = ExternBuffer(graph.new_name("seed"), layout, aten.randint.low,
@@ -31,7 +31,6 @@ def _seed_and_offset(graph, numel):
                             True)
         graph.buffers.append(seed)
         graph.random_seed = seed
-        graph.random_offset = 0
     base = graph.random_offset
     graph.random_offset = base + int(numel)
     return seed, base
