@@ -376,17 +376,18 @@ class TritonOpsHandler:
             return f"tl.where({a} != 0, True, False)"
         return f"({a} != 0)"
 
+    def _logical(self, sign: str, a, b):
+        return self._emit(f"{self.truth(a, b.dims)} {sign} {self.truth(b, a.dims)}",
+                          torch.bool, a, b)
+
     def logical_and(self, a, b):
-        return self._emit(f"{self.truth(a, b.dims)} & {self.truth(b, a.dims)}", torch.bool,
-                          a, b)
+        return self._logical("&", a, b)
 
     def logical_or(self, a, b):
-        return self._emit(f"{self.truth(a, b.dims)} | {self.truth(b, a.dims)}", torch.bool,
-                          a, b)
+        return self._logical("|", a, b)
 
     def logical_xor(self, a, b):
-        return self._emit(f"{self.truth(a, b.dims)} ^ {self.truth(b, a.dims)}", torch.bool,
-                          a, b)
+        return self._logical("^", a, b)
 
     def bitwise_not(self, a):
         if a.dtype is torch.bool:
