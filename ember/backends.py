@@ -56,6 +56,12 @@ EMBER_OPTIONS: dict[str, EmberOption] = {
         bool, False, implemented=True,
         doc="log the generated wrapper and kernels of each graph, as EMBER_LOGS=output_code "
             "does, and check indices in generated Triton kernels"),
+    "fallback_random": EmberOption(
+        bool, True, implemented=True,
+        doc="random ops (rand, randn, bernoulli, dropout) call eager's ATen kernels in "
+            "program order, so compiled code draws eager's numbers and leaves the generator "
+            "where eager leaves it. False generates them inside fused kernels from a Philox "
+            "counter (backend/lowering/random.py): faster, same distributions, other numbers"),
     "cpu_backend": EmberOption(
         str, "cpp", allowed=("cpp", "triton"), implemented=True,
         doc="kernel language for CPU graphs: C++/OpenMP, or Triton (run by Triton's "

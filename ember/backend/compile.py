@@ -31,7 +31,7 @@ generated_sources: list[str] = []   # wrapper and kernel sources, for tests and 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: bool = False,
                   max_autotune: bool = False, cudagraphs: bool = False, debug: bool = False,
-                  cpu_backend: str = "cpp") -> Callable:
+                  cpu_backend: str = "cpp", fallback_random: bool = True) -> Callable:
     """Compile ``gm`` for inputs like ``example_inputs``.
 
     The keywords are the ember options, with the names and defaults of
@@ -39,14 +39,15 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     here resolved); they are checked as ``ember.compile`` checks them. ``debug``: this graph
     compiles as under ``EMBER_LOGS=output_code`` (its wrapper and kernels are logged).
     ``cudagraphs``: a CUDA graph's launches replay as one CUDA graph (``cudagraphs.py``); a
-    CPU graph has none to replay (a perf hint says so). ``cpu_backend``: the kernel language of CPU graphs
-    (``targets.target_for``).
+    CPU graph has none to replay (a perf hint says so). ``cpu_backend``: the kernel language
+    of CPU graphs (``targets.target_for``). ``fallback_random``: random ops run eager's
+    kernels (same numbers as eager) instead of fused Philox draws.
     """
     from ember.aot import trace_to_aten
     from ember.backends import check_option
     from ember.decomp import core_decompositions
     options = dict(freezing=freezing, max_autotune=max_autotune, cudagraphs=cudagraphs,
-                   debug=debug, cpu_backend=cpu_backend)
+                   debug=debug, cpu_backend=cpu_backend, fallback_random=fallback_random)
     for name, value in options.items():
         check_option(name, value)
     if debug and not logs.enabled("output_code"):
@@ -93,7 +94,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         if freezing:   # parameters and buffers folded as guarded constants (freezing.py)
             from ember.backend.freezing import freeze
             frozen = freeze(gm, aten_graph.gm, example_inputs)
-        compiled = compile_aten(aten_graph.gm, example_inputs, target, device)
+        compiled = compile_aten(aten_graph.gm, example_inputs, target, device,
+                                fused_random=not fallback_random)
     except Exception as e:
         if not config.suppress_errors:
             raise
@@ -115,9 +117,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
 
 def compile_aten(gm: torch.fx.GraphModule, example_inputs: list,
                  target: Target | None = None,
-                 device: torch.device = torch.device("cpu")) -> Callable:
+                 device: torch.device = torch.device("cpu"),
+                 fused_random: bool = False) -> Callable:
     target = target or CppTarget()
-    graph = GraphLowering(gm, example_inputs, target, device).run()
+    graph = GraphLowering(gm, example_inputs, target, device, fused_random).run()
     output_names = {o.name if isinstance(o, Buffer) else o.data.name
                     for o in graph.outputs if isinstance(o, (Buffer, ReinterpretView))}
     steps = schedule(graph.buffers, output_names)

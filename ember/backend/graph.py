@@ -70,7 +70,7 @@ def body_cost(node: IRNode) -> tuple[int, int]:
 
 class GraphLowering:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list, target=None,
-                 device: torch.device = torch.device("cpu")):
+                 device: torch.device = torch.device("cpu"), fused_random: bool = False):
         from ember.backend.targets import CppTarget
         self.gm = gm
         self.target = target or CppTarget()     # decides which dtypes kernels compute
@@ -87,6 +87,7 @@ class GraphLowering:
         self._eager_vals: dict[int, tuple] = {}   # id(IR value) -> (value, fake of its node)
         self.reductions: dict[tuple, tuple] = {}   # reductions already made, for reuse
         self.input_copies: list[tuple] = []        # (graph input, new value), see below
+        self.fused_random = fused_random   # Philox draws in kernels; else eager's random ops
         self.random_seed: ExternBuffer | None = None   # drawn once per call (lowering/random.py)
         self.random_offset = 0                     # Philox offsets taken by random ops so far
         self._count = 0

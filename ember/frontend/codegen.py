@@ -159,6 +159,8 @@ class EntryCodegen:
                 text = (f"{self.const(vt.cls)}({self.reconstruct(vt.default_factory)}, "
                         f"{{{pairs}}})")
             return self._temp(vt, text)
+        if isinstance(vt, c.DictViewVariable):
+            return f"{self.reconstruct(vt.dict_vt)}.{vt.kind}()"
         if isinstance(vt, c.SetVariable):
             items = self._items(list(vt.items.values()))
             text = f"{{{items}}}" if vt.items else "set()"

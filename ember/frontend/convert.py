@@ -97,6 +97,8 @@ def _collect_tensors(vt: VariableTracker, out: dict, seen: set) -> None:
         items = list(vt.items.values()) + list(vt.keys.values())
     elif isinstance(vt, c.SetVariable):
         items = list(vt.items.values())
+    elif isinstance(vt, c.DictViewVariable):
+        items = [vt.dict_vt]
     elif isinstance(vt, c.SliceVariable):
         items = vt.parts
     elif isinstance(vt, UserDefinedObjectVariable) and vt.is_new:
@@ -110,6 +112,7 @@ def _collect_tensors(vt: VariableTracker, out: dict, seen: set) -> None:
 
 
 def _build_entry(fn, output: OutputGraph, result: VariableTracker, settings, miss):
+    output.distinct_object_guards()
     side_values = output.side_effects.values()
     needed: dict[int, torch.fx.Node] = {}
     seen: set = set()

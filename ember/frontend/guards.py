@@ -109,6 +109,11 @@ def same_object(source: Source, other: Source) -> Guard:
                  f"is {other.name()}", ("alias", source, other))
 
 
+def distinct(source: Source, other: Source) -> Guard:
+    return Guard(source, "DISTINCT", lambda v, const: f"{v} is not {other.expr()}",
+                 f"is not {other.name()}", ("distinct", source, other))
+
+
 def grad_mode(enabled: bool) -> Guard:
     return Guard(None, "GRAD_MODE",
                  lambda v, const: f"{const(torch.is_grad_enabled)}() is {enabled}",

@@ -43,6 +43,9 @@ class OutputGraph:
         self.fake_mode = fake_mod.FakeTensorMode()
         self.inputs: list[GraphInput] = []
         self._input_by_id: dict[int, VariableTracker] = {}
+        # id -> (object, its tracker) for mutable objects read from the frame's state; the
+        # object is held so its id cannot be reused while capture runs
+        self.tracked: dict[int, tuple[Any, VariableTracker]] = {}
         self._constant_tensors: list[torch.Tensor] = []
         self.frame_name = frame_name
         self.initial_grad_mode = torch.is_grad_enabled()
@@ -85,6 +88,28 @@ class OutputGraph:
         vt.fake_python_type = type(value)
         self._input_by_id[id(value)] = vt
         return vt
+
+    def tracked_object(self, value) -> VariableTracker | None:
+        entry = self.tracked.get(id(value))
+        return entry[1] if entry is not None else None
+
+    def track_object(self, value, vt: VariableTracker) -> None:
+        self.tracked[id(value)] = (value, vt)
+
+    def distinct_object_guards(self) -> None:
+        """Objects the code mutated were distinct from every other object of their type it
+        read; a later call that passes one object under two names must capture anew (the
+        mutation through one name would be invisible through the other)."""
+        mutated = {id(vt) for vt in self.side_effects.mutated_objects()}
+        by_type: dict[type, list[VariableTracker]] = {}
+        for value, vt in self.tracked.values():
+            if vt.source is not None:
+                by_type.setdefault(type(value), []).append(vt)
+        for group in by_type.values():
+            for i, a in enumerate(group):
+                for b in group[i + 1:]:
+                    if id(a) in mutated or id(b) in mutated:
+                        self.guards.add(guards_mod.distinct(a.source, b.source))
 
     def constant_tensor_slots(self) -> dict[str, torch.Tensor]:
         return {f"___tensor{i}": t for i, t in enumerate(self._constant_tensors)}
@@ -172,6 +197,16 @@ class OutputGraph:
         torch._C._set_grad_enabled(self.initial_grad_mode)
 
 
+# Functions and methods that draw from a random generator: removing one, even with its
+# result unused, would leave the generator where eager does not.
+_RANDOM_NAMES = {"rand", "randn", "randint", "randperm", "rand_like", "randn_like",
+                 "randint_like", "bernoulli", "multinomial", "normal", "poisson", "dropout",
+                 "dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                 "feature_alpha_dropout", "rrelu", "native_dropout", "fused_dropout",
+                 "gumbel_softmax", "binomial", "standard_gamma", "_standard_gamma",
+                 "_sample_dirichlet"}
+
+
 def is_effectful(node: torch.fx.Node) -> bool:
     if node.op == "placeholder" or node.op == "output":
         return True
@@ -186,7 +221,9 @@ def is_effectful(node: torch.fx.Node) -> bool:
         return True
     if node.kwargs.get("out") is not None or node.kwargs.get("inplace") is True:
         return True
-    return name in ("copy_", "__setitem__", "set_", "resize_")
+    if isinstance(target, torch.nn.Module) or node.op == "call_module":
+        return True     # a module's forward may do anything, random draws included
+    return name in ("copy_", "__setitem__", "set_", "resize_") or name in _RANDOM_NAMES
 
 
 def remove_dead_nodes(graph: torch.fx.Graph) -> None:

@@ -50,6 +50,10 @@ class SideEffects:
     def track_new_object(self, obj: "VariableTracker") -> None:
         self.new_objects.append(obj)
 
+    def mutated_objects(self) -> list["VariableTracker"]:
+        """Trackers of pre-existing objects the code changed (containers, attribute owners)."""
+        return [*self.mutated.values(), *(obj for obj, _ in self.attr_stores.values())]
+
     # -- replay ------------------------------------------------------------------------------
     def values(self) -> list["VariableTracker"]:
         """Every tracker whose value the replay stores (their tensors must be graph outputs)."""

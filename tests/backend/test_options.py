@@ -151,7 +151,8 @@ def test_unimplemented_option_left_at_its_default_is_accepted(received):
     ({"cudagraphs": 1}, TypeError, "option 'cudagraphs' expects bool, got int"),
     ({"debug": "yes"}, TypeError, "option 'debug' expects bool, got str"),
     ({"fast": True}, ValueError, "unknown option 'fast'; known options: cpu_backend, "
-                                 "cudagraphs, debug, freezing, max_autotune"),
+                                 "cudagraphs, debug, fallback_random, freezing, max_autotune"),
+    ({"fallback_random": 0}, TypeError, "option 'fallback_random' expects bool, got int"),
     ([("debug", True)], TypeError, "options must be a dict, got list"),
 ])
 def test_bad_option_values_raise(options, exc, words):

@@ -4,7 +4,8 @@ Every element's value is a counter-based Philox draw, ``ops.rand(seed, offset)``
 ``ops.randn(seed, offset)``: a pure function of a seed and the element's offset, so fused
 kernels compute it anywhere, in any order, and the same seed gives the same values.
 
-The seed: once per call of the compiled graph the wrapper draws one from torch's generator
+Used with ``fallback_random=False``; by default random ops run eager's kernels instead (the
+same numbers as eager). The seed: once per call of the compiled graph the wrapper draws one from torch's generator
 (``aten.randint``, a library call on the graph's device), so results follow
 ``torch.manual_seed`` and differ from call to call as eager's do. Each random op of the
 graph takes its own range of offsets. The values match eager in distribution, not bit for
@@ -55,6 +56,11 @@ def _draws(ctx, size, normal: bool):
     return draw
 
 
+def _eager_kernel(ctx, generator=None) -> bool:
+    """Leave the op to eager's kernel: asked to (fallback_random), or a user's generator."""
+    return not ctx.graph.fused_random or generator is not None
+
+
 def _random(ctx, normal: bool, dtype=None):
     if ctx.dtype not in _FLOAT or not ctx.device == ctx.graph.device:
         return NotImplemented
@@ -69,14 +75,14 @@ def _random(ctx, normal: bool, dtype=None):
 
 @register_lowering(aten.rand.default, aten.rand_like.default)
 def _rand(ctx, *args, generator=None, **kwargs):
-    if generator is not None:
-        return NotImplemented      # draws from a user's generator: eager's kernel
+    if _eager_kernel(ctx, generator):
+        return NotImplemented
     return _random(ctx, normal=False)
 
 
 @register_lowering(aten.randn.default, aten.randn_like.default)
 def _randn(ctx, *args, generator=None, **kwargs):
-    if generator is not None:
+    if _eager_kernel(ctx, generator):
         return NotImplemented
     return _random(ctx, normal=True)
 
@@ -89,7 +95,7 @@ def _bernoulli_mask(ctx, p_loader, size):
 
 @register_lowering(aten.bernoulli.default)
 def _bernoulli(ctx, p, *, generator=None):
-    if generator is not None or ctx.dtype not in _FLOAT:
+    if _eager_kernel(ctx, generator) or ctx.dtype not in _FLOAT:
         return NotImplemented
     load_p = p.make_loader()
     src = p.get_dtype()
@@ -101,7 +107,7 @@ def _bernoulli(ctx, p, *, generator=None):
 
 @register_lowering(aten.bernoulli.p)
 def _bernoulli_p(ctx, x, p=0.5, *, generator=None):
-    if generator is not None or ctx.dtype not in _FLOAT:
+    if _eager_kernel(ctx, generator) or ctx.dtype not in _FLOAT:
         return NotImplemented
     hit = _bernoulli_mask(ctx, lambda index: ops.constant(p, torch.float32), ctx.size)
     return Pointwise(ctx.device, ctx.dtype, lambda index: ops.to_dtype(hit(index), ctx.dtype),
@@ -111,7 +117,7 @@ def _bernoulli_p(ctx, x, p=0.5, *, generator=None):
 @register_lowering(aten.native_dropout.default)
 def _native_dropout(ctx, x, p, train):
     """(x * keep / (1 - p), keep) with keep ~ Bernoulli(1 - p), as eager's kernel."""
-    if not train or x.get_dtype() not in _FLOAT or not 0 <= p < 1:
+    if _eager_kernel(ctx) or not train or x.get_dtype() not in _FLOAT or not 0 <= p < 1:
         return NotImplemented
     size = x.get_size()
     dtype = x.get_dtype()

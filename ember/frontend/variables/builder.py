@@ -32,7 +32,36 @@ from ember.frontend.variables.objects import (NNModuleVariable, PythonModuleVari
 from ember.frontend.variables.torch_functions import is_graph_callable, special_handler
 
 
+# Values tracked by identity: one tracker per object, however many names reach it, so a
+# mutation through one name is seen through every other (see OutputGraph.tracked).
+_BY_IDENTITY = (list, dict, collections.OrderedDict, collections.defaultdict, set,
+                collections.deque)
+
+
 def wrap(tx, value, source: Source | None) -> VariableTracker:
+    if source is not None and (type(value) in _BY_IDENTITY or _is_user_object(value)):
+        known = tx.output.tracked_object(value)
+        if known is not None:
+            if known.source is not None and known.source != source:
+                tx.output.guards.add(guards.same_object(source, known.source))
+            return known
+        vt = _wrap(tx, value, source)
+        tx.output.track_object(value, vt)
+        return vt
+    return _wrap(tx, value, source)
+
+
+def _is_user_object(value) -> bool:
+    """An object whose attributes compiled code may change (modules, user instances)."""
+    if isinstance(value, torch.nn.Module):
+        return True
+    typ = type(value)
+    return (hasattr(value, "__dict__") and not isinstance(value, (type, types.ModuleType,
+            types.FunctionType, types.MethodType, functools.partial))
+            and not is_constant_value(value) and not typ.__module__.startswith("torch"))
+
+
+def _wrap(tx, value, source: Source | None) -> VariableTracker:
     add = tx.output.guards.add if source is not None else (lambda g: None)
 
     if is_constant_value(value):

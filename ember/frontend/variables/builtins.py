@@ -21,7 +21,7 @@ import torch
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
 from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVariable,
-                                                 DictVariable,
+                                                 DictVariable, DictViewVariable,
                                                  ListIteratorVariable, ListVariable,
                                                  NamedTupleVariable, SetVariable,
                                                  SizeVariable, SliceVariable, TupleVariable,
@@ -153,6 +153,10 @@ def _lookup_dunder(vt, name):
     return None
 
 
+_SET_OPERATORS = {operator.or_: "__or__", operator.and_: "__and__", operator.sub: "__sub__",
+                  operator.xor: "__xor__"}
+
+
 def _structural_operator(tx, op, args):
     a = args[0]
     b = args[1] if len(args) > 1 else None
@@ -168,6 +172,15 @@ def _structural_operator(tx, op, args):
             a, NamedTupleVariable) else TupleVariable(a.items * b.as_python_constant())
     if op is operator.mul and isinstance(b, seq) and a.is_python_constant():
         return _structural_operator(tx, op, [b, a])
+    set_like = (SetVariable, DictViewVariable)
+    set_op = _SET_OPERATORS.get(op)
+    if set_op is not None and b is not None:
+        # dict views take any iterable on either side; sets only other sets
+        if isinstance(a, set_like) and (isinstance(b, set_like) or
+                                        isinstance(a, DictViewVariable)):
+            return a.call_method(tx, set_op, [b], {})
+        if isinstance(b, DictViewVariable):
+            return b.call_method(tx, "__r" + set_op[2:], [a], {})
     if op in (operator.eq, operator.ne):
         if isinstance(a, seq) and isinstance(b, seq):
             equal = a.python_type() is b.python_type() or {a.python_type(), b.python_type()} \

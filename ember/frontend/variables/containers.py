@@ -316,13 +316,8 @@ class DictVariable(VariableTracker):
             return ConstantVariable(len(self.items))
         if name == "__contains__":
             return ConstantVariable(hashable_key(args[0]) in self.items)
-        if name == "keys":
-            return TupleVariable([self.keys[k] for k in self.items])
-        if name == "values":
-            return TupleVariable(list(self.items.values()))
-        if name == "items":
-            return TupleVariable([TupleVariable([self.keys[k], v])
-                                  for k, v in self.items.items()])
+        if name in ("keys", "values", "items") and not args and not kwargs:
+            return DictViewVariable(self, name)
         if name == "copy":
             return DictVariable(self.items, self.keys, cls=self.cls)
         if name == "__iter__":
@@ -373,8 +368,75 @@ class DictVariable(VariableTracker):
         raise Unsupported(f"dict.{name}")
 
 
+class DictViewVariable(VariableTracker):
+    """``d.keys()``, ``d.values()`` or ``d.items()``: a live view, so every use reads the
+    dict as it is then (``keys = d.keys(); d[k] = v; k in keys`` is True, as in Python)."""
+
+    _TYPES = {"keys": type({}.keys()), "values": type({}.values()), "items": type({}.items())}
+
+    def __init__(self, dict_vt: DictVariable, kind: str):
+        super().__init__()
+        self.dict_vt = dict_vt
+        self.kind = kind
+
+    def python_type(self):
+        return self._TYPES[self.kind]
+
+    def as_python_constant(self):
+        return getattr(self.dict_vt.as_python_constant(), self.kind)()
+
+    def truthy(self, tx):
+        return bool(self.dict_vt.items)
+
+    def unpack(self, tx):
+        d = self.dict_vt
+        if self.kind == "keys":
+            return [d.keys[k] for k in d.items]
+        if self.kind == "values":
+            return list(d.items.values())
+        return [TupleVariable([d.keys[k], v]) for k, v in d.items.items()]
+
+    def as_set(self, tx) -> "SetVariable":
+        if self.kind == "values":
+            raise Unsupported("set operations on dict.values()")
+        return SetVariable(self.unpack(tx))
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__len__":
+            return ConstantVariable(len(self.dict_vt.items))
+        if name == "__iter__":
+            return ListIteratorVariable(self.unpack(tx))
+        if name == "__reversed__":
+            return ListIteratorVariable(self.unpack(tx)[::-1])
+        if name == "__contains__":
+            item = args[0]
+            if self.kind == "keys":
+                return ConstantVariable(hashable_key(item) in self.dict_vt.items)
+            if self.kind == "items":
+                pair = tx.unpack_iterable(item)
+                key = hashable_key(pair[0])
+                found = key in self.dict_vt.items and tx.values_equal(
+                    self.dict_vt.items[key], pair[1])
+                return ConstantVariable(found)
+            return ConstantVariable(any(tx.values_equal(v, item) for v in self.unpack(tx)))
+        if name in SetVariable.SET_OPERATIONS and self.kind != "values":
+            return self.as_set(tx).call_method(tx, name, args, kwargs)
+        raise Unsupported(f"dict_{self.kind}.{name}()")
+
+    def var_getattr(self, tx, name):
+        from ember.frontend.variables.functions import BoundMethodVariable
+        if name == "mapping":
+            raise Unsupported(f"dict_{self.kind}.mapping")
+        if hasattr(self.python_type(), name):
+            return BoundMethodVariable(self, name)
+        raise Unsupported(f"dict_{self.kind}.{name}")
+
+
 class SetVariable(VariableTracker):
     mutable = True
+    SET_OPERATIONS = ("union", "intersection", "difference", "symmetric_difference",
+                      "issubset", "issuperset", "isdisjoint", "__or__", "__and__", "__sub__",
+                      "__xor__", "__ror__", "__rand__", "__rxor__", "__rsub__")
 
     def __init__(self, items: list[VariableTracker], source=None, frozen=False):
         super().__init__(source)
@@ -400,9 +462,7 @@ class SetVariable(VariableTracker):
             return ConstantVariable(hashable_key(args[0]) in self.items)
         if name == "__len__":
             return ConstantVariable(len(self.items))
-        if name in ("union", "intersection", "difference", "symmetric_difference",
-                    "issubset", "issuperset", "isdisjoint", "__or__", "__and__", "__sub__",
-                    "__xor__"):
+        if name in self.SET_OPERATIONS:
             others = [SetVariable(tx.unpack_iterable(a)) for a in args]
             mine = set(self.items)
             result = getattr(mine, name)(*[set(o.items) for o in others])
