@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import importlib
 import json
 import math
 import platform
@@ -92,14 +93,38 @@ def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
     return parser
 
 
+# The ``ember`` command's subcommands: name -> (one-line help, "module:function"). The function
+# takes ``(argv, prog)`` and returns an exit status; its module is imported only when the
+# subcommand runs, so ``ember --help`` stays fast. A new subcommand (``explain``) adds one line.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "bench": ("time models eagerly and under Ember and torch.compile, check their results",
+              "ember.bench.cli:bench_main"),
+}
+
+
+def build_main_parser() -> argparse.ArgumentParser:
+    listing = "\n".join(f"  {name:<10} {text}" for name, (text, _) in COMMANDS.items())
+    parser = argparse.ArgumentParser(
+        prog="ember", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Ember, a just-in-time compiler for PyTorch.",
+        epilog=f"commands:\n{listing}\n\n'ember COMMAND --help' describes a command's options.")
+    parser.add_argument("command", choices=tuple(COMMANDS), metavar="COMMAND",
+                        help=f"one of: {', '.join(COMMANDS)}")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``ember`` command; its one subcommand is ``bench``."""
+    """Entry point of the ``ember`` command: ``ember COMMAND [options]``. Usage errors exit 2
+    (argparse's SystemExit), ``--help`` exits 0."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] != "bench":
-        print("usage: ember bench [options]   (ember bench --help lists them)",
-              file=sys.stderr)
-        return 2
-    return bench_main(argv[1:])
+    parser = build_main_parser()
+    if not argv:
+        parser.error(f"a COMMAND is required: {', '.join(COMMANDS)}")
+    args = parser.parse_args(argv)
+    module_name, function_name = COMMANDS[args.command][1].split(":")
+    command = getattr(importlib.import_module(module_name), function_name)
+    return command(args.args, prog=f"ember {args.command}")
 
 
 def _byte_count(text: str) -> int:

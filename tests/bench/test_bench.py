@@ -89,9 +89,23 @@ def test_cli_rejects_unknown_model_and_backend(capsys):
     assert "unknown backend 'no_such_backend'" in capsys.readouterr().err
 
 
-def test_cli_without_subcommand_prints_usage(capsys):
-    assert cli.main([]) == 2
-    assert "ember bench" in capsys.readouterr().err
+def test_ember_help_lists_the_subcommands():
+    done = subprocess.run([sys.executable, "-c", "import sys; from ember.bench.cli import main; "
+                           "sys.exit(main())", "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "commands:" in done.stdout and "bench " in done.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "a COMMAND is required: bench"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_cli_without_a_known_subcommand_is_a_usage_error(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
 
 
 def test_format_table_shows_missing_values_as_na():
