@@ -60,7 +60,7 @@ except ImportError:   # run from a checkout that is not pip-installed
     import ember
 import ember.frontend.convert  # noqa: F401  imported now so first calls exclude module imports
 from ember.bench import harness, kernels, models
-from ember.bench.cli import fmt_err, fmt_ms, fmt_ratio, render_table
+from ember.bench.report import fmt_err, fmt_ms, fmt_ratio, render_table
 
 SCRIPT = pathlib.Path(__file__).resolve()
 SMALL_FACTOR = 16

@@ -1,23 +1,25 @@
-"""``ember bench``: benchmark kernels and the model zoo, one table row per kernel or model.
+"""The ``ember`` command, and ``ember bench``: measure models eagerly and under each compiler,
+check their results, and report speedups, compile times, graphs and memory.
 
-    ember bench [--suite builtin,kernels,gpu] [--models NAMES] [--device cpu|cuda]
-                [--compilers eager,ember,ember-reduce-overhead,torch-inductor,
-                             torch-inductor-reduce-overhead | all]
-                [--dtype float32|float16|bfloat16] [--batch-size N] [--kernel-bytes B]
-                [--iters N] [--warmup N] [--backend NAME] [--no-torch-compile]
-                [--torch-compile-budget S] [--threads N] [--json PATH]
+    ember bench [--suite builtin|timm|hf|torchvision|all|kernels|gpu] [--models a,b]
+                [--device cpu|cuda] [--dtype float32|float16|bfloat16] [--mode infer|train]
+                [--batch-size N] [--compilers eager,ember,ember-reduce-overhead,
+                                  ember-max-autotune,torch-inductor,... | all]
+                [--repeat N] [--warmup N] [--out DIR] [--compare A.json B.json]
+                [--timeout S] [--no-isolate] [--no-warm-compile] [--backend NAME]
+                [--no-torch-compile] [--torch-compile-budget S] [--threads N]
+                [--json PATH] [--kernel-bytes B]
 
 ``python -m ember.bench`` takes the same options (without the word ``bench``). Rows come from
-``--suite`` (a comma list: ``builtin``, the small zoo models whose package is installed, the
-default; ``kernels``, the three rows of ``ember.bench.kernels``; ``gpu``, the five large
-bfloat16 models) followed by ``--models`` (model or kernel names); without ``--models`` the
-suite defaults to ``builtin``, with it to none. Kernel rows print in their own table (GB/s
-against a ``copy_`` of the same bytes), model rows in the model table.
+``--suite`` (a comma list; ``all`` is builtin, timm, hf and torchvision) followed by
+``--models`` (zoo model names, kernel names, or ``module:callable``); without ``--models`` the
+suite defaults to ``builtin``, with it to none. A suite whose package is not installed is
+skipped with a message. Each row runs in its own process under ``--timeout`` (``runner``),
+and the results are shown as tables (``report``), saved under ``--out``.
 
-Bad input (unknown model, kernel, suite or compiler, unknown backend, no CUDA) exits with
-status 2 and a message, like any argparse error; a variant that fails becomes "n/a" with a
-note instead of stopping the run, and so does a row that cannot even be built (a missing
-timm model, out of memory), so one long GPU run reports every row it can.
+Usage errors (unknown model, kernel, suite or compiler, a bad number, no CUDA, ``--compare``
+mixed with run options) exit with status 2 and a message naming the option; a model or
+compiler that fails becomes a row or a cell with its error instead of stopping the run.
 
 ``--threads``: on a 2-vCPU virtual machine, two intra-op threads made eager times swing 10x
 between runs (a stolen vCPU stalls the other at OpenMP barriers) while one thread stayed within
@@ -26,71 +28,27 @@ between runs (a stolen vCPU stalls the other at OpenMP barriers) while one threa
 from __future__ import annotations
 
 import argparse
-import gc
 import importlib
-import json
-import math
+import importlib.util
+import os
 import platform
 import re
 import sys
-from typing import Callable
+import tempfile
+import time
 
 import torch
 
 from ember.backends import list_backends
-from ember.bench import kernels, models
-from ember.bench.harness import (DEFAULT_COMPILERS, LABELS, VARIANTS, Row,
-                                 _one_line, benchmark_kernel, benchmark_model,
-                                 resolve_compilers)
+from ember.bench import compat, kernels, models, report, runner
+from ember.bench.harness import DEFAULT_COMPILERS, MODES, VARIANTS, Row, resolve_compilers
 
-SUITES = ("builtin", "kernels", "gpu")
-Column = tuple[str, Callable[[Row], str]]
-
-
-def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=prog, description="Time kernels and models eagerly, under ember.compile and "
-                               "under torch.compile, side by side in one process.")
-    parser.add_argument("--suite", default=None,
-                        help=f"comma-separated suites: {', '.join(SUITES)} (default: builtin, "
-                             f"or none when --models is given)")
-    parser.add_argument("--models", default=None,
-                        help=f"comma-separated model or kernel names, measured after the "
-                             f"suites' (models: {', '.join(models.known())}; kernels: "
-                             f"{', '.join(kernels.known())})")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        choices=("cpu", "cuda"), help="default: cuda when available")
-    parser.add_argument("--compilers", default=None,
-                        help=f"comma-separated variants to measure, or all (known: "
-                             f"{', '.join(VARIANTS)}; default: "
-                             f"{','.join(DEFAULT_COMPILERS)}); eager is always measured")
-    parser.add_argument("--dtype", default=None, choices=tuple(models.DTYPES),
-                        help="cast models' floating-point weights and inputs, and kernels' "
-                             "tensors (default: each row's own: bfloat16 for the gpu suite, "
-                             "float32 otherwise)")
-    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
-                        help="batch size of every model (default: each model's own for the "
-                             "device)")
-    parser.add_argument("--kernel-bytes", type=_byte_count, default=None, metavar="B",
-                        help=f"bytes of each kernel input tensor, an integer or 2^N (default: "
-                             f"2^{kernels.CUDA_TENSOR_BYTES.bit_length() - 1} on cuda, "
-                             f"2^{kernels.CPU_TENSOR_BYTES.bit_length() - 1} on cpu)")
-    parser.add_argument("--iters", type=int, default=20, help="timed calls per variant")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed calls per variant")
-    parser.add_argument("--backend", default="ember",
-                        help=f"ember.compile backend ({', '.join(list_backends())})")
-    parser.add_argument("--no-torch-compile", dest="torch_compile", action="store_false",
-                        help="do not measure torch.compile (drops the torch-inductor variants "
-                             "from --compilers)")
-    parser.add_argument("--torch-compile-budget", type=float, default=90.0, metavar="S",
-                        help="skip torch.compile for a model whose compile takes over S "
-                             "seconds (default 90)")
-    parser.add_argument("--threads", type=int, default=None, metavar="N",
-                        help="torch.set_num_threads(N) for every variant (default: torch's "
-                             "choice); 1 gives steadier times on small, shared machines")
-    parser.add_argument("--json", metavar="PATH",
-                        help="also write the rows as JSON (rewritten after every row)")
-    return parser
+SUITES = ("builtin", "timm", "hf", "torchvision", "kernels", "gpu")
+ALL_SUITES = ("builtin", "timm", "hf", "torchvision")   # what --suite all means
+# The packages a suite needs, checked without importing them.
+SUITE_PACKAGES = {"timm": "timm", "hf": "transformers", "torchvision": "torchvision",
+                  "gpu": "timm,transformers"}
+DEFAULT_TIMEOUT_S = 900.0
 
 
 # The ``ember`` command's subcommands: name -> (one-line help, "module:function"). The function
@@ -127,6 +85,80 @@ def main(argv: list[str] | None = None) -> int:
     return command(args.args, prog=f"ember {args.command}")
 
 
+def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Time models eagerly and under each compiler, side by side, "
+                               "each model in its own process; check every result against a "
+                               "float64 eager reference; report speedups, compile times, "
+                               "graphs, kernels and memory.")
+    parser.add_argument("--suite", default=None,
+                        help=f"comma-separated suites: {', '.join(SUITES)}, or all "
+                             f"(= {','.join(ALL_SUITES)}); default: builtin, or none when "
+                             f"--models is given")
+    parser.add_argument("--models", default=None,
+                        help="comma-separated models, measured after the suites': zoo names "
+                             "(see --list), kernel names "
+                             f"({', '.join(kernels.known())}), or module:callable / "
+                             "file.py:callable returning (model, example_inputs)")
+    parser.add_argument("--list", action="store_true",
+                        help="list the suites' models and exit")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        choices=("cpu", "cuda"), help="default: cuda when available")
+    parser.add_argument("--dtype", default=None, choices=tuple(models.DTYPES),
+                        help="cast models' floating-point weights and inputs, and kernels' "
+                             "tensors (default: each row's own: bfloat16 for the gpu suite, "
+                             "float32 otherwise)")
+    parser.add_argument("--mode", default="infer", choices=MODES,
+                        help="infer: eval() under no_grad (default); train: one training step "
+                             "(forward, sum of outputs as loss, backward), gradients checked")
+    parser.add_argument("--batch-size", type=int, default=None, metavar="N",
+                        help="batch size of every model (default: each model's own for the "
+                             "device)")
+    parser.add_argument("--compilers", default=None,
+                        help=f"comma-separated variants, or all (known: {', '.join(VARIANTS)}; "
+                             f"or module:callable, a function compiling a model; default: "
+                             f"{','.join(DEFAULT_COMPILERS)}); eager is always measured")
+    parser.add_argument("--repeat", "--iters", dest="repeat", type=int, default=20,
+                        metavar="N", help="timed calls per variant; the time is their median "
+                                          "(default 20)")
+    parser.add_argument("--warmup", type=int, default=3, metavar="N",
+                        help="untimed calls per variant before timing (default 3)")
+    parser.add_argument("--out", metavar="DIR",
+                        help="write results.json, results.csv, speedups.png and the rows' "
+                             "logs (logs/) to DIR")
+    parser.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
+                        help="print per-model ratios between two saved runs and exit")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+                        help=f"seconds each model's process may run before it is killed and "
+                             f"reported as a timeout (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--no-isolate", dest="isolate", action="store_false",
+                        help="run every row in this process (debugging; no timeout, no "
+                             "crash isolation, no warm compile time)")
+    parser.add_argument("--no-warm-compile", dest="warm_compile", action="store_false",
+                        help="skip the second process per model that measures warm compile "
+                             "times")
+    parser.add_argument("--backend", default="ember",
+                        help=f"ember.compile backend of the ember variants "
+                             f"({', '.join(list_backends())})")
+    parser.add_argument("--no-torch-compile", dest="torch_compile", action="store_false",
+                        help="do not measure torch.compile (drops the torch-inductor variants "
+                             "from --compilers)")
+    parser.add_argument("--torch-compile-budget", type=float, default=90.0, metavar="S",
+                        help="skip torch.compile for a model whose first call takes over S "
+                             "seconds (default 90)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="torch.set_num_threads(N) for every variant (default: torch's "
+                             "choice); 1 gives steadier times on small, shared machines")
+    parser.add_argument("--json", metavar="PATH",
+                        help="also write the results as JSON to PATH (rewritten after every "
+                             "row)")
+    parser.add_argument("--kernel-bytes", type=_byte_count, default=None, metavar="B",
+                        help=f"bytes of each kernel row's input tensor, an integer or 2^N "
+                             f"(default: 2^{kernels.CUDA_TENSOR_BYTES.bit_length() - 1} on "
+                             f"cuda, 2^{kernels.CPU_TENSOR_BYTES.bit_length() - 1} on cpu)")
+    return parser
+
+
 def _byte_count(text: str) -> int:
     """An integer, or 2^N / 2**N."""
     match = re.fullmatch(r"\s*2\s*(?:\^|\*\*)\s*(\d+)\s*", text)
@@ -142,102 +174,302 @@ def _split(text: str | None) -> list[str]:
 
 
 def selected_suites(args) -> list[str]:
-    """--suite's names; without it, builtin, or none when --models is given."""
-    if args.suite is not None:
-        return _split(args.suite)
-    return [] if args.models else ["builtin"]
+    """--suite's names (``all`` expanded); without it, builtin, or none with --models."""
+    if args.suite is None:
+        return [] if args.models else ["builtin"]
+    names = []
+    for name in _split(args.suite):
+        names += list(ALL_SUITES) if name == "all" else [name]
+    return list(dict.fromkeys(names))
 
 
-def select_rows(parser: argparse.ArgumentParser, args) -> list[tuple[str, str]]:
-    """(kind, name) of each row to measure, in order, without repeats; usage errors exit."""
+def missing_suite_package(suite: str) -> str | None:
+    """The first package ``suite`` needs that is not installed (checked without importing)."""
+    for package in _split(SUITE_PACKAGES.get(suite)):
+        if importlib.util.find_spec(package) is None:
+            return package
+    return None
+
+
+def select_rows(parser: argparse.ArgumentParser, args) -> list[tuple[str, str, str | None]]:
+    """(kind, name, suite) of each row to measure, in order, without repeats; usage errors
+    exit; a suite whose package is missing is skipped with a message."""
     suites = selected_suites(args)
     unknown = [s for s in suites if s not in SUITES]
     if unknown or (args.suite is not None and not suites):
         parser.error(f"--suite: unknown suite(s) {', '.join(unknown) or '(none given)'}; "
-                     f"known: {', '.join(SUITES)}")
-    rows: list[tuple[str, str]] = []
+                     f"known: {', '.join(SUITES)}, all")
+    rows: list[tuple[str, str, str | None]] = []
     for suite in suites:
-        if suite == "kernels":
-            rows += [("kernel", name) for name in kernels.known()]
-        elif suite == "builtin":
-            rows += [("model", name) for name in models.available("builtin")]
+        missing = missing_suite_package(suite)
+        if missing:
+            print(f"ember bench: skipping suite {suite!r}: the {missing!r} package is not "
+                  f"installed (pip install torch=={torch.__version__.split('+')[0]} "
+                  f"'ember[bench]' installs it)", file=sys.stderr)
+        elif suite == "kernels":
+            rows += [("kernel", name, suite) for name in kernels.known()]
         else:
-            rows += [("model", name) for name in models.in_suite(suite)]
-    rows += [("kernel" if name in kernels.KERNELS else "model", name)
-             for name in _split(args.models)]
+            rows += [("model", name, suite) for name in models.in_suite(suite)
+                     if models.missing_package(name) is None]
+    for name in _split(args.models):
+        if name in kernels.KERNELS:
+            rows.append(("kernel", name, None))
+        elif models.is_user_model(name):
+            _check_user_model(parser, name)
+            rows.append(("model", name, None))
+        else:
+            rows.append(("model", name, None))
     try:
-        models.check_names([name for kind, name in rows if kind == "model"])
+        models.check_names([name for kind, name, _ in rows if kind == "model"])
     except models.UnknownModelError as e:
-        parser.error(f"{e}; known kernels: {', '.join(kernels.known())}")
+        parser.error(f"--models: {e}; known kernels: {', '.join(kernels.known())}")
     except models.ModelUnavailableError as e:
-        parser.error(str(e))
+        parser.error(f"--models: {e}")
     if not rows:
-        parser.error("nothing to measure: no suite or model selected")
-    return list(dict.fromkeys(rows))
+        parser.error("nothing to measure: no suite or model selected (or every selected "
+                     "suite was skipped)")
+    seen, unique = set(), []
+    for kind, name, suite in rows:
+        if (kind, name) not in seen:
+            seen.add((kind, name))
+            unique.append((kind, name, suite))
+    return unique
+
+
+def _check_user_model(parser: argparse.ArgumentParser, name: str) -> None:
+    """A module:callable's module (or file) must exist; the callable is checked in the row's
+    process, where it is imported."""
+    target, _, attr = name.rpartition(":")
+    if not target or not attr:
+        parser.error(f"--models: {name!r}: expected module:callable or file.py:callable")
+    if target.endswith(".py") or os.sep in target:
+        if not os.path.isfile(target):
+            parser.error(f"--models: {name!r}: no file {target!r}")
+        return
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        found = importlib.util.find_spec(target)
+    except ImportError:
+        found = None
+    if found is None:
+        parser.error(f"--models: {name!r}: no module named {target!r}")
+
+
+def _explicit(parser: argparse.ArgumentParser, args) -> list[str]:
+    """Options given on the command line (their value differs from the default)."""
+    return [action.option_strings[0] for action in parser._actions
+            if action.option_strings and action.dest != "help"
+            and getattr(args, action.dest) != action.default]
 
 
 def bench_main(argv: list[str], prog: str = "ember bench") -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
+    if args.compare:
+        others = [o for o in _explicit(parser, args) if o != "--compare"]
+        if others:
+            parser.error(f"--compare prints a comparison of two saved runs and takes no other "
+                         f"option (got {', '.join(others)})")
+        try:
+            print(report.format_compare(*args.compare))
+        except (OSError, ValueError) as e:
+            parser.error(f"--compare: {e}")
+        return 0
+    if args.list:
+        return _list_models()
     rows_to_run = select_rows(parser, args)
     try:
         compilers = resolve_compilers(args.compilers, args.torch_compile)
     except ValueError as e:
         parser.error(f"--compilers: {e}")
+    _validate(parser, args, rows_to_run)
+
+    settings = run_settings(args, compilers)
+    print(f"# torch {torch.__version__}, device {settings['device_name']}, "
+          f"{settings['threads']} threads, mode {args.mode}, dtype {args.dtype or 'per row'}, "
+          f"compilers {','.join(compilers)}; median of {args.repeat} calls after "
+          f"{args.warmup} warm-up, alternating, timed with {settings['timer']}", flush=True)
+    rows = run_rows(args, compilers, rows_to_run, settings)
+    print(report.format_report(rows, compilers, args.device))
+    if args.out:
+        _write_outputs(args, rows, settings, compilers, final=True)
+        print(f"# wrote {', '.join(OUT_FILES)} and logs/ to {args.out}")
+    return 0
+
+
+def _validate(parser: argparse.ArgumentParser, args, rows_to_run) -> None:
     if args.backend not in list_backends():
-        parser.error(f"unknown backend {args.backend!r}; known backends: "
+        parser.error(f"--backend: unknown backend {args.backend!r}; known backends: "
                      f"{', '.join(list_backends())}")
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
-    if args.iters < 1 or args.warmup < 0:
-        parser.error("--iters must be >= 1 and --warmup >= 0")
+    if args.repeat < 1:
+        parser.error("--repeat must be >= 1")
+    if args.warmup < 0:
+        parser.error("--warmup must be >= 0")
     if args.batch_size is not None and args.batch_size < 1:
         parser.error("--batch-size must be >= 1")
     if args.kernel_bytes is not None and args.kernel_bytes < 4:
         parser.error("--kernel-bytes must be >= 4 (one float32 element)")
-    if args.threads is not None:
-        if args.threads < 1:
-            parser.error("--threads must be >= 1")
-        torch.set_num_threads(args.threads)
-    dtype = models.DTYPES[args.dtype] if args.dtype else None
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be >= 1")
+    if args.timeout <= 0:
+        parser.error("--timeout must be > 0 seconds")
+    if args.mode == "train" and any(kind == "kernel" for kind, _, _ in rows_to_run):
+        parser.error("--mode train: kernel rows are inference only; leave out --suite "
+                     "kernels and kernel names")
+    if not args.isolate and not args.warm_compile:
+        parser.error("--no-warm-compile: --no-isolate already measures no warm compile")
+    if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
+        parser.error(f"--out: {args.out!r} exists and is not a folder")
 
-    print(f"# torch {torch.__version__}, device {device_name(args.device)}, "
-          f"{torch.get_num_threads()} threads, backend {args.backend!r}, dtype "
-          f"{args.dtype or 'per row'}, compilers {','.join(compilers)}; "
-          f"median of {args.iters} calls after {args.warmup} warm-up, alternating, timed "
-          f"with {timer_name(args.device)}", flush=True)
-    rows = []
-    for kind, name in rows_to_run:
-        print(f"# {name} ...", file=sys.stderr, flush=True)
-        common = dict(iters=args.iters, warmup=args.warmup, compilers=compilers,
-                      torch_compile_budget_s=args.torch_compile_budget, dtype=dtype)
-        try:
-            if kind == "kernel":
-                row = benchmark_kernel(name, args.device, args.backend,
-                                       tensor_bytes=args.kernel_bytes, **common)
-            else:
-                row = benchmark_model(name, args.device, args.backend,
-                                      batch_size=args.batch_size, **common)
-        except Exception as e:   # the row could not be built: report it, measure the rest
-            row = Row(name, args.device, args.backend, eager_ms=None, kind=kind,
-                      dtype=args.dtype, notes=[f"not measured: {_one_line(e)}"])
-        rows.append(row)
-        print(f"#   {progress_line(row)}", file=sys.stderr, flush=True)
-        if args.json:   # after every row: a run cut short keeps the rows it finished
-            write_json(args.json, rows, args, compilers)
-        gc.collect()
-        if args.device == "cuda":
-            torch.cuda.empty_cache()
-    print(format_report(rows, compilers))
+
+def run_settings(args, compilers) -> dict:
+    """The run's settings, saved at the top of the JSON."""
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    return {
+        "torch": torch.__version__, "python": platform.python_version(),
+        "platform": platform.platform(), "processor": platform.processor() or None,
+        "device": args.device, "device_name": device_name(args.device),
+        "threads": torch.get_num_threads(), "backend": args.backend, "mode": args.mode,
+        "iters": args.repeat, "repeat": args.repeat, "warmup": args.warmup,
+        "timer": timer_name(args.device), "dtype": args.dtype,
+        "suites": selected_suites(args), "models": _split(args.models),
+        "batch_size": args.batch_size, "kernel_bytes": args.kernel_bytes,
+        "isolated": args.isolate, "timeout_s": args.timeout if args.isolate else None,
+        "warm_compile": args.isolate and args.warm_compile,
+        "torch_compile_budget_s": args.torch_compile_budget,
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def run_rows(args, compilers, rows_to_run, settings) -> list[Row]:
+    """Measure every row (isolated unless --no-isolate) with a progress display; the JSON
+    and CSV outputs are rewritten after every row."""
+    tasks = [runner.Task(kind, name, suite, args.device, args.backend, compilers, args.mode,
+                         args.dtype, args.batch_size, args.kernel_bytes, args.repeat,
+                         args.warmup, args.torch_compile_budget, args.threads)
+             for kind, name, suite in rows_to_run]
+    progress = Progress(len(tasks))
+    if args.isolate:
+        log_dir = os.path.join(args.out, "logs") if args.out else tempfile.mkdtemp(
+            prefix="ember-bench-logs-")
+        run = runner.IsolatedRunner(args.timeout, log_dir, warm=args.warm_compile,
+                                    preload=_preload(rows_to_run, compilers),
+                                    on_stage=progress.stage)
+    else:
+        run = runner.InProcessRunner(on_stage=progress.stage)
+    rows: list[Row] = []
+    try:
+        for task in tasks:
+            progress.start(task)
+            row = run.run(task)
+            rows.append(row)
+            progress.done(task, row)
+            _write_outputs(args, rows, settings, compilers)
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
+    finally:
+        progress.close()
+        run.close()
+    if args.isolate and not args.out and any(row.status != "ok" for row in rows):
+        print(f"# logs of the rows' processes: {log_dir}", file=sys.stderr)
+    return rows
+
+
+def _preload(rows_to_run, compilers) -> tuple[str, ...]:
+    """What the rows' processes should find imported (see ``ember.bench._preload``)."""
+    preload = []
+    needs = {models.MODELS[name].requires for kind, name, _ in rows_to_run
+             if kind == "model" and name in models.MODELS}
+    preload += [p for p in ("timm", "transformers", "torchvision") if p in needs]
+    if any(c.startswith("torch-inductor") for c in compilers):
+        preload.append("inductor")
+    return tuple(preload)
+
+
+OUT_FILES = ("results.json", "results.csv", "speedups.png")
+
+
+def _write_outputs(args, rows: list[Row], settings: dict, compilers, final: bool = False):
+    """--json after every row; --out's JSON and CSV after every row, its chart at the end."""
+    data = report.report_dict(rows, settings, compilers)
+    if args.json:
+        report.write_json(args.json, data)
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        report.write_json(os.path.join(args.out, "results.json"), data)
+        report.write_csv(os.path.join(args.out, "results.csv"), rows)
+        if final:
+            title = (f"ember bench: {settings['device_name']}, {args.mode}, "
+                     f"{args.dtype or 'float32'}; torch {settings['torch']}")
+            report.write_chart(os.path.join(args.out, "speedups.png"), rows, compilers,
+                               title)
+
+
+def _list_models() -> int:
+    for suite in SUITES:
+        if suite == "kernels":
+            names = kernels.known()
+        else:
+            names = models.in_suite(suite)
+        missing = missing_suite_package(suite)
+        print(f"{suite}{f' (needs {missing}, not installed)' if missing else ''}:")
+        for name in names:
+            description = kernels.KERNELS[name].description if suite == "kernels" else \
+                models.MODELS[name].description
+            print(f"  {name:34} {description}")
     return 0
 
 
+class Progress:
+    """A rich progress bar on a terminal (stderr); elsewhere one line per finished row."""
+
+    def __init__(self, total: int):
+        self.total, self.count = total, 0
+        self.bar = None
+        if sys.stderr.isatty():
+            try:
+                from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar,
+                                           TextColumn, TimeElapsedColumn)
+            except ImportError:
+                return
+            self.bar = Bar(TextColumn("{task.description}"), BarColumn(),
+                           MofNCompleteColumn(), TimeElapsedColumn(), transient=False)
+            self.bar.start()
+            self.task_id = self.bar.add_task("ember bench", total=total)
+
+    def start(self, task: runner.Task) -> None:
+        self.stage(task, "starting")
+
+    def stage(self, task: runner.Task, stage: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task_id, description=f"{task.name}: {stage}")
+
+    def done(self, task: runner.Task, row: Row) -> None:
+        self.count += 1
+        line = f"[{self.count}/{self.total}] {progress_line(row)}"
+        if self.bar is not None:
+            self.bar.console.print(line, highlight=False)
+            self.bar.advance(self.task_id)
+        else:
+            print(f"# {line}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
 def progress_line(row: Row) -> str:
-    """One line of a finished row's times, for the log while the run goes on."""
-    parts = [f"{name} {fmt_ms(variant.ms)} ms" for name, variant in row.variants.items()]
+    """One line of a finished row, for the log while the run goes on."""
+    if row.status != "ok":
+        return f"{row.model}: {row.error}"
+    parts = [f"{name} {report.fmt_ms(row.ms(name))} ms" for name in row.variants]
     if row.copy_ms is not None:
-        parts.append(f"copy {fmt_ms(row.copy_ms)} ms")
-    return f"{row.model}: {', '.join(parts) or 'not measured'}"
+        parts.append(f"copy {report.fmt_ms(row.copy_ms)} ms")
+    return f"{row.model}: {', '.join(parts)}"
 
 
 def device_name(device: str) -> str:
@@ -248,153 +480,6 @@ def device_name(device: str) -> str:
 
 def timer_name(device: str) -> str:
     return "CUDA events" if device == "cuda" else "time.perf_counter"
-
-
-def format_report(rows: list[Row], compilers=DEFAULT_COMPILERS) -> str:
-    """The kernel table, the model table, one line per row saying what it ran, the notes."""
-    parts = []
-    kernel_rows = [row for row in rows if row.kind == "kernel"]
-    model_rows = [row for row in rows if row.kind != "kernel"]
-    if kernel_rows:
-        parts.append(format_kernel_table(kernel_rows, compilers))
-    if model_rows:
-        parts.append(format_table(model_rows, compilers))
-    lines = ["\n\n".join(parts)]
-    for row in rows:
-        if row.inputs:
-            what = [row.dtype or "?"]
-            if row.bytes_moved:
-                what.append(f"{row.bytes_moved / 1e6:.1f} MB moved per call")
-            if row.batch_size:
-                what.append(f"batch {row.batch_size}")
-            lines.append(f"  {row.model}: {', '.join(what)}; inputs {', '.join(row.inputs)}")
-    for row in rows:
-        for note in row.notes:
-            lines.append(f"note: {row.model}: {note}")
-    return "\n".join(lines)
-
-
-def _shown(compilers) -> list[str]:
-    """Variants with a column: eager, ember and torch.compile always (n/a when not measured,
-    as before), the reduce-overhead ones when measured."""
-    return [v for v in VARIANTS if v in DEFAULT_COMPILERS or v in compilers]
-
-
-def model_columns(compilers=DEFAULT_COMPILERS) -> list[Column]:
-    shown = _shown(compilers)
-    ro, tc_ro = "ember-reduce-overhead", "torch-inductor-reduce-overhead"
-    columns: list[Column] = [
-        ("model", lambda r: r.model),
-        ("eager ms", lambda r: fmt_ms(r.eager_ms)),
-        ("ember ms", lambda r: fmt_ms(r.ember_ms)),
-        ("speedup", lambda r: fmt_ratio(r.speedup)),
-        ("torch.compile ms", lambda r: fmt_ms(r.torch_compile_ms)),
-        ("ember vs torch.compile", lambda r: fmt_ratio(r.vs_torch_compile)),
-    ]
-    if ro in shown:
-        columns += [("ember-ro ms", lambda r: fmt_ms(r.ms(ro))),
-                    ("ember-ro speedup", lambda r: fmt_ratio(_div(r.eager_ms, r.ms(ro))))]
-    if tc_ro in shown:
-        columns += [("torch.compile-ro ms", lambda r: fmt_ms(r.ms(tc_ro)))]
-    if ro in shown and tc_ro in shown:
-        columns += [("ember-ro vs torch.compile-ro",
-                     lambda r: fmt_ratio(_div(r.ms(tc_ro), r.ms(ro))))]
-    columns += [
-        ("max abs err", lambda r: fmt_err(r.max_abs_err)),
-        ("graphs", lambda r: _int(r.graphs)),
-        ("graph breaks", lambda r: _int(r.graph_breaks)),
-        ("compile s", lambda r: "n/a" if r.compile_s is None else f"{r.compile_s:.2f}"),
-    ]
-    return columns
-
-
-def kernel_columns(compilers=DEFAULT_COMPILERS) -> list[Column]:
-    columns: list[Column] = [
-        ("kernel", lambda r: r.model),
-        ("MB moved", lambda r: "n/a" if r.bytes_moved is None else f"{r.bytes_moved / 1e6:.1f}"),
-        ("copy GB/s", lambda r: fmt_gbps(r.copy_gbps)),
-    ]
-    for variant in _shown(compilers):
-        columns.append((f"{LABELS[variant]} GB/s",
-                        lambda r, v=variant: fmt_gbps(r.gbps(v), r.fraction_of_copy(v))))
-    columns.append(("ember err", lambda r: fmt_err(r.max_abs_err)))
-    return columns
-
-
-def format_table(rows: list[Row], compilers=DEFAULT_COMPILERS) -> str:
-    """The model table: times in ms, ratios, Ember's error, graphs and compile time."""
-    columns = model_columns(compilers)
-    return render_table([c for c, _ in columns], [[cell(row) for _, cell in columns]
-                                                  for row in rows])
-
-
-def format_kernel_table(rows: list[Row], compilers=DEFAULT_COMPILERS) -> str:
-    """The kernel table: GB/s of copy_ and of each variant, with its fraction of copy's."""
-    columns = kernel_columns(compilers)
-    return render_table([c for c, _ in columns], [[cell(row) for _, cell in columns]
-                                                  for row in rows])
-
-
-COLUMNS = tuple(name for name, _ in model_columns())
-KERNEL_COLUMNS = tuple(name for name, _ in kernel_columns())
-
-
-def render_table(columns, lines) -> str:
-    """A plain-text table: the first column left-aligned, the others right-aligned."""
-    cells = [tuple(columns)] + [tuple(line) for line in lines]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-
-    def render(line):
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                         for i, (c, w) in enumerate(zip(line, widths)))
-
-    return "\n".join([render(cells[0]), render(["-" * w for w in widths])]
-                     + [render(line) for line in cells[1:]])
-
-
-def _div(num: float | None, den: float | None) -> float | None:
-    return num / den if num is not None and den else None
-
-
-def fmt_gbps(value: float | None, fraction: float | None = None) -> str:
-    """``812`` GB/s, with the fraction of copy's as ``812 (73%)`` when given."""
-    if value is None:
-        return "n/a"
-    text = f"{value:.0f}" if value >= 100 else f"{value:.1f}" if value >= 10 else f"{value:.2f}"
-    return text if fraction is None else f"{text} ({fraction:.0%})"
-
-
-def fmt_ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}" if value < 1 else f"{value:.2f}"
-
-
-def fmt_ratio(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.2f}x"
-
-
-def fmt_err(value: float | None) -> str:
-    return "n/a" if value is None else "inf" if math.isinf(value) else f"{value:.1e}"
-
-
-def _int(value: int | None) -> str:
-    return "n/a" if value is None else str(value)
-
-
-def write_json(path: str, rows: list[Row], args: argparse.Namespace,
-               compilers=DEFAULT_COMPILERS) -> None:
-    report = {
-        "torch": torch.__version__, "python": platform.python_version(),
-        "device": args.device, "device_name": device_name(args.device),
-        "threads": torch.get_num_threads(), "backend": args.backend,
-        "iters": args.iters, "warmup": args.warmup, "timer": timer_name(args.device),
-        "compilers": list(compilers), "dtype": args.dtype,
-        "suites": selected_suites(args),
-        "batch_size": args.batch_size, "kernel_bytes": args.kernel_bytes,
-        "rows": [row.as_dict() for row in rows],
-    }
-    with open(path, "w") as f:
-        json.dump(report, f, indent=2)
-        f.write("\n")
 
 
 if __name__ == "__main__":

@@ -1,42 +1,55 @@
-"""Measure one model or kernel side by side: eager, ``ember.compile`` and (as a peer)
-``torch.compile``, each compiler in its default and its ``reduce-overhead`` mode.
+"""Measure one model or kernel in one process, side by side: eager, ``ember.compile`` (default,
+``reduce-overhead`` and ``max-autotune`` modes) and, as a peer, ``torch.compile``.
 
 Decisions:
 
 - Variants (``VARIANTS``, the names ``ember bench --compilers`` takes): ``eager`` (always
-  measured: the baseline), ``ember`` (``ember.compile(fn)``), ``ember-reduce-overhead``
-  (``ember.compile(fn, mode="reduce-overhead")``), ``torch-inductor`` (``torch.compile(fn)``)
-  and ``torch-inductor-reduce-overhead`` (``torch.compile(fn, mode="reduce-overhead")``, CUDA
-  graphs on CUDA). A variant that fails to compile, to run its first call, or later while it
-  is timed, becomes "n/a" with a note (``Variant.error``); the others go on.
-- One process, one row, the variants timed in alternating rounds (eager, ember, ...,
-  eager, ...), so a slow spell of the machine hits all of them alike; each variant's time is
-  the median over its rounds. On the CPU a call is timed with ``time.perf_counter``. On CUDA
-  the stream is synchronized, then a pair of ``torch.cuda.Event`` is recorded around the
-  call: the time covers the GPU work and any launch gaps between kernels (what reduce-overhead
-  removes), not just the launches. ``host_ms`` is the CPU time until the call returns (on
-  CUDA: guards, Python and launches, without waiting for the GPU), the per-call overhead on a
-  cache hit when the GPU work is small.
-- Kernel rows (``ember.bench.kernels``) also time a plain ``copy_`` of the same number of
-  bytes in the same rounds; the row reports GB/s of each variant and of the copy.
-- Inference only: everything runs under ``torch.no_grad()`` on an ``eval()`` model.
-- ``compile_s`` is the wall time of the first call of the compiled model (capture + compile +
-  run, cold for this model after ``ember.reset()``); the frontend's modules are imported
-  beforehand, so the first model does not pay for Python imports.
-- Graphs are counted twice: by a counting wrapper around the chosen backend (what the backend
-  really received) and by ``ember.metrics.counters["frontend"]``; the row reports the wrapper's
-  count and the metrics' graph breaks and eager frames.
+  measured: the baseline), ``ember`` (``ember.compile(fn)``), ``ember-reduce-overhead`` and
+  ``ember-max-autotune`` (``ember.compile(fn, mode=...)``), ``torch-inductor``
+  (``torch.compile(fn)``) and ``torch-inductor-reduce-overhead``. A ``module:callable`` (or
+  ``file.py:callable``) is a user's compiler: ``callable(model) -> compiled model``. A variant
+  that fails to compile, to run its first call, or later while it is timed, becomes "n/a" with
+  a note (``Variant.error``); the others go on.
+- One row, the variants timed in alternating rounds (eager, ember, ..., eager, ...), so a slow
+  spell of the machine hits all of them alike; each variant's time is the median over its
+  rounds. On the CPU a call is timed with ``time.perf_counter``. On CUDA the stream is
+  synchronized, then a pair of ``torch.cuda.Event`` is recorded around the call: the time
+  covers the GPU work and any launch gaps between kernels (what reduce-overhead removes), not
+  just the launches. ``host_ms`` is the CPU time until the call returns (on CUDA: guards,
+  Python and launches, without waiting for the GPU).
+- ``mode="infer"``: the model is in ``eval()`` mode and every call runs under
+  ``torch.no_grad()``. ``mode="train"``: a call is one training step without the optimizer:
+  forward, the sum of the outputs as the loss, backward (gradients are cleared first).
+- Correctness (``ember.bench.accuracy``): the model and inputs cast up to float64 (float32 for
+  half-precision runs) give an eager reference; each variant's first-call outputs, and in
+  training its gradients, are checked against it (``Variant.correct``, ``rel_err``).
+  ``max_abs_err`` is the largest difference from eager's outputs in the run's dtype.
+- ``first_call_s`` is the wall time of a compiled variant's first call (capture + compile +
+  run); the frontend's modules are imported beforehand, so it excludes Python imports. Whether
+  it is cold depends on the on-disk caches: ``ember bench`` runs each model in a fresh process
+  with empty cache folders (cold), then again with ``first_calls_only`` in a second process
+  that reuses them (warm).
+- Per compiled Ember variant: graphs the frontend handed to the backend, graph breaks, frames
+  run eagerly, kernels generated and ops that fell back to ATen, from ``ember.metrics`` and
+  ``ember.backend.metrics`` counted across its first call. The ``ember`` variant's graphs are
+  also counted by a wrapper around the backend (what the backend really received).
+- Memory: on CUDA each variant's ``peak_mem_mb`` is the most memory one steady-state call
+  allocates beyond what was allocated before it (activations and workspace: the weights and
+  inputs are shared by all variants); the row's ``peak_rss_mb`` is the process's peak
+  resident memory (on the CPU the only measure: each model has its own process under
+  ``ember bench``).
 - torch.compile may fail or take long on a model; its errors become "n/a" with a note, and on
   the main thread a SIGALRM budget interrupts a compile that runs past ``torch_compile_budget_s``
-  (later models are unaffected: ``torch.compiler.reset()`` runs after each model; the CLI
-  also collects garbage and empties the CUDA cache between rows).
-  DESIGN.md §4: this package is the only place in ``ember/`` allowed to call torch.compile.
+  (``torch.compiler.reset()`` runs after each row). DESIGN.md §4: this package is the only
+  place in ``ember/`` allowed to call torch.compile.
 """
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import functools
+import resource
 import signal
 import statistics
 import threading
@@ -49,16 +62,20 @@ import torch
 import ember
 import ember.frontend.convert  # noqa: F401  imported now so compile_s excludes module imports
 from ember import metrics
+from ember.backend import metrics as backend_metrics
 from ember.backends import lookup_backend
-from ember.bench import kernels, models
+from ember.bench import accuracy, kernels, models
 
-VARIANTS = ("eager", "ember", "ember-reduce-overhead", "torch-inductor",
+VARIANTS = ("eager", "ember", "ember-reduce-overhead", "ember-max-autotune", "torch-inductor",
             "torch-inductor-reduce-overhead")
 DEFAULT_COMPILERS = ("eager", "ember", "torch-inductor")
+EMBER_VARIANTS = ("ember", "ember-reduce-overhead", "ember-max-autotune")
 TORCH_VARIANTS = ("torch-inductor", "torch-inductor-reduce-overhead")
+MODES = ("infer", "train")
 # Short names for table headers.
 LABELS = {"eager": "eager", "ember": "ember", "ember-reduce-overhead": "ember-ro",
-          "torch-inductor": "torch.compile", "torch-inductor-reduce-overhead": "torch.compile-ro"}
+          "ember-max-autotune": "ember-ma", "torch-inductor": "torch.compile",
+          "torch-inductor-reduce-overhead": "torch.compile-ro"}
 
 # variant -> make(fn, backend) -> compiled callable. ``backend`` is ``ember bench --backend``
 # (for "ember" wrapped in a graph-counting backend).
@@ -66,14 +83,34 @@ COMPILERS: dict[str, Callable[[Callable, Any], Callable]] = {
     "ember": lambda fn, backend: ember.compile(fn, backend=backend),
     "ember-reduce-overhead":
         lambda fn, backend: ember.compile(fn, backend=backend, mode="reduce-overhead"),
+    "ember-max-autotune":
+        lambda fn, backend: ember.compile(fn, backend=backend, mode="max-autotune"),
     "torch-inductor": lambda fn, backend: torch.compile(fn),
     "torch-inductor-reduce-overhead":
         lambda fn, backend: torch.compile(fn, mode="reduce-overhead"),
 }
 
 
+def is_user_compiler(name: str) -> bool:
+    return ":" in name
+
+
+def label(variant: str) -> str:
+    """The short name of a variant for table headers (a user compiler: its callable's name)."""
+    return LABELS.get(variant, variant.rsplit(":", 1)[-1])
+
+
+def compiler(name: str) -> Callable[[Callable, Any], Callable]:
+    """make(fn, backend) of a variant: a ``COMPILERS`` entry or a user's ``module:callable``."""
+    if name in COMPILERS:
+        return COMPILERS[name]
+    make = models.load_callable(name)
+    return lambda fn, backend: make(fn)
+
+
 def resolve_compilers(names=None, with_torch_compile: bool = True) -> tuple[str, ...]:
-    """The variants to measure, in ``VARIANTS`` order, ``eager`` always first.
+    """The variants to measure, in ``VARIANTS`` order, ``eager`` always first, then users'
+    ``module:callable`` compilers in the order given.
 
     ``names``: variant names (an iterable, or a comma-separated string; ``"all"`` is every
     variant); None means ``DEFAULT_COMPILERS``. ``with_torch_compile=False`` drops the
@@ -85,12 +122,13 @@ def resolve_compilers(names=None, with_torch_compile: bool = True) -> tuple[str,
     names = list(names)
     if "all" in names:
         names = [n for n in names if n != "all"] + list(VARIANTS)
-    unknown = [n for n in names if n not in VARIANTS]
+    unknown = [n for n in names if n not in VARIANTS and not is_user_compiler(n)]
     if unknown:
         raise ValueError(f"unknown compiler(s): {', '.join(unknown)}; known: "
-                         f"{', '.join(VARIANTS)} (or all)")
-    return tuple(v for v in VARIANTS if v == "eager" or (
+                         f"{', '.join(VARIANTS)} (or all, or module:callable)")
+    builtin = tuple(v for v in VARIANTS if v == "eager" or (
         v in names and (with_torch_compile or v not in TORCH_VARIANTS)))
+    return builtin + tuple(dict.fromkeys(n for n in names if is_user_compiler(n)))
 
 
 @dataclasses.dataclass
@@ -98,8 +136,17 @@ class Variant:
     """One variant's results on one row; None: not measured (``error`` says why)."""
     ms: float | None = None              # median time of one call
     host_ms: float | None = None         # median CPU time until the call returned
-    first_call_s: float | None = None    # compile + first run, cold (compiled variants)
+    first_call_s: float | None = None    # compile + first run (cold under ember bench)
+    warm_compile_s: float | None = None  # the same in a second process, caches warm
     max_abs_err: float | None = None     # against eager, over every output tensor
+    correct: bool | None = None          # against the float64 reference (accuracy.check)
+    rel_err: float | None = None         # largest relative RMS error against the reference
+    graphs: int | None = None            # Ember variants: graphs handed to the backend
+    graph_breaks: int | None = None
+    frames_eager: int | None = None      # frames the frontend ran eagerly
+    kernels: int | None = None           # kernels generated
+    fallbacks: int | None = None         # ops that ran their ATen kernel
+    peak_mem_mb: float | None = None     # CUDA: memory one call needs beyond what was held
     error: str | None = None
 
 
@@ -126,6 +173,14 @@ class Row:
     variants: dict[str, Variant] = dataclasses.field(default_factory=dict)
     bytes_moved: int | None = None          # kernels: minimum bytes read + written per call
     copy_ms: float | None = None            # kernels: copy_ of bytes_moved bytes, same rounds
+    suite: str | None = None                # the suite that selected the row (None: --models)
+    mode: str = "infer"                     # "infer" or "train"
+    reference_dtype: str | None = None      # the eager reference's dtype (None: no reference)
+    peak_rss_mb: float | None = None        # the measuring process's peak resident memory
+    # "ok", or why the row has no numbers: "error" (it could not be built or eager failed),
+    # "timeout", "crashed" (under ember bench's process isolation)
+    status: str = "ok"
+    error: str | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -145,6 +200,10 @@ class Row:
             return legacy[variant]
         result = self.variants.get(variant)
         return None if result is None else result.ms
+
+    def speedup_of(self, variant: str) -> float | None:
+        """eager time / ``variant``'s time."""
+        return _ratio(self.eager_ms, self.ms(variant))
 
     @property
     def copy_gbps(self) -> float | None:
@@ -170,12 +229,25 @@ class Row:
                                                  self.ms("ember-reduce-overhead")),
                "vs_torch_compile_reduce_overhead": _ratio(
                    self.ms("torch-inductor-reduce-overhead"), self.ms("ember-reduce-overhead"))}
+        for name, variant in out["variants"].items():
+            variant["speedup"] = self.speedup_of(name)
         if self.kind == "kernel":
             out["copy_gbps"] = self.copy_gbps
             for name, variant in out["variants"].items():
                 variant["gbps"] = self.gbps(name)
                 variant["fraction_of_copy"] = self.fraction_of_copy(name)
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Row":
+        """The row ``as_dict`` wrote (derived numbers are dropped and recomputed)."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        variant_fields = {f.name for f in dataclasses.fields(Variant)}
+        row = cls(**{k: v for k, v in data.items() if k in fields and k != "variants"})
+        row.variants = {name: Variant(**{k: v for k, v in variant.items()
+                                         if k in variant_fields})
+                        for name, variant in data.get("variants", {}).items()}
+        return row
 
 
 def _ratio(num: float | None, den: float | None) -> float | None:
@@ -194,33 +266,47 @@ class GraphCountingBackend:
         return self.inner(gm, example_inputs)
 
 
+Progress = Callable[[str], None]
+
+
 def benchmark_model(name: str, device: str = "cpu", backend: str | Callable = "ember", *,
                     iters: int = 20, warmup: int = 3, with_torch_compile: bool = True,
                     torch_compile_budget_s: float | None = 90.0, compilers=None,
-                    dtype: torch.dtype | None = None, batch_size: int | None = None) -> Row:
-    """Time ``name`` from the model zoo eagerly and under each compiler of ``compilers`` (see
-    ``resolve_compilers``; default eager, ember and torch-inductor). ``dtype`` and
-    ``batch_size`` default to the model's own (``models.build_model``)."""
-    models.check_names([name])
+                    dtype: torch.dtype | None = None, batch_size: int | None = None,
+                    mode: str = "infer", first_calls_only: bool = False,
+                    progress: Progress | None = None) -> Row:
+    """Time ``name`` (a zoo model, or a user's ``module:callable``) eagerly and under each
+    compiler of ``compilers`` (see ``resolve_compilers``; default eager, ember and
+    torch-inductor), and check each against the float64 reference. ``dtype`` and
+    ``batch_size`` default to the model's own (``models.build_model``).
+    ``first_calls_only``: compile and run each variant once, no reference and no timing (the
+    warm-compile pass)."""
+    spec = models.resolve(name)
     _check_counts(iters, warmup)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     variants = resolve_compilers(compilers, with_torch_compile)
     counting_backend = GraphCountingBackend(backend)   # validates the backend name early
     device = torch.device(device)
-    spec = models.MODELS[name]
     batch_size = spec.default_batch_size(device) if batch_size is None else batch_size
-    model, inputs = models.build_model(name, device, dtype=dtype, batch_size=batch_size)
+    _report(progress, "building")
+    model, inputs = models.build_model(name, device, dtype=dtype, batch_size=batch_size,
+                                       mode=mode)
     row = Row(name, str(device), _backend_name(backend), eager_ms=None, kind="model",
-              dtype=_dtype_name(dtype or spec.dtype), batch_size=batch_size,
-              inputs=[describe(t) for t in inputs])
+              dtype=_dtype_name(_floating_dtype(model, inputs)), batch_size=batch_size,
+              inputs=[describe(t) for t in inputs], suite=spec.suite, mode=mode)
     measure_row(row, model, inputs, device, backend, counting_backend, variants, iters=iters,
-                warmup=warmup, torch_compile_budget_s=torch_compile_budget_s)
+                warmup=warmup, torch_compile_budget_s=torch_compile_budget_s, mode=mode,
+                first_calls_only=first_calls_only, progress=progress)
     return row
 
 
 def benchmark_kernel(name: str, device: str = "cpu", backend: str | Callable = "ember", *,
                      iters: int = 20, warmup: int = 3, with_torch_compile: bool = True,
                      torch_compile_budget_s: float | None = 90.0, compilers=None,
-                     dtype: torch.dtype | None = None, tensor_bytes: int | None = None) -> Row:
+                     dtype: torch.dtype | None = None, tensor_bytes: int | None = None,
+                     first_calls_only: bool = False,
+                     progress: Progress | None = None) -> Row:
     """Time the kernel row ``name`` (``ember.bench.kernels``) like ``benchmark_model``, and a
     ``copy_`` of the same number of bytes in the same rounds. ``dtype`` defaults to float32,
     ``tensor_bytes`` (bytes of each input) to the device's default."""
@@ -232,45 +318,113 @@ def benchmark_kernel(name: str, device: str = "cpu", backend: str | Callable = "
     case = kernels.build_kernel(name, device, dtype, tensor_bytes)
     row = Row(name, str(device), _backend_name(backend), eager_ms=None, kind="kernel",
               dtype=_dtype_name(dtype), inputs=[describe(t) for t in case.inputs],
-              bytes_moved=case.bytes_moved)
+              bytes_moved=case.bytes_moved, suite="kernels")
     src = torch.randn(case.copy_numel, device=device, dtype=dtype)
     dst = torch.empty_like(src)
     measure_row(row, case.fn, case.inputs, device, backend, counting_backend, variants,
                 iters=iters, warmup=warmup, torch_compile_budget_s=torch_compile_budget_s,
-                extra_calls={"copy": lambda: dst.copy_(src)})
+                extra_calls={"copy": lambda: dst.copy_(src)},
+                first_calls_only=first_calls_only, progress=progress)
     return row
+
+
+def _report(progress: Progress | None, stage: str) -> None:
+    if progress is not None:
+        progress(stage)
+
+
+class _Step:
+    """One call of a variant: ``fn(*inputs)``, or in training forward, loss and backward.
+    ``result(out)`` is what correctness compares: the outputs, in training with the
+    gradients of ``params`` (the model's, read right after the call)."""
+
+    def __init__(self, fn: Callable, inputs: tuple, mode: str,
+                 params: list[torch.nn.Parameter]):
+        self.fn, self.inputs, self.mode, self.params = fn, inputs, mode, params
+
+    def __call__(self) -> Any:
+        if self.mode == "infer":
+            return self.fn(*self.inputs)
+        for p in self.params:
+            p.grad = None
+        out = self.fn(*self.inputs)
+        _loss(out).backward()
+        return out
+
+    def result(self, out: Any) -> Any:
+        return out if self.mode == "infer" else (out, [p.grad for p in self.params])
+
+
+def _loss(out: Any) -> torch.Tensor:
+    terms = [t.sum().float() for t in accuracy.tensors(out)
+             if t is not None and t.requires_grad]
+    if not terms:
+        raise RuntimeError("train mode: no output of the model requires grad")
+    return torch.stack(terms).sum()
+
+
+def _trainable(fn: Callable) -> list[torch.nn.Parameter]:
+    return [p for p in fn.parameters() if p.requires_grad] \
+        if isinstance(fn, torch.nn.Module) else []
+
+
+def _reference(fn: Callable, inputs: tuple, mode: str, dtype: torch.dtype) -> Any:
+    """The eager result (outputs; in training with gradients) of ``fn`` and ``inputs`` cast
+    to ``dtype``: a copy of a module, so ``fn`` keeps its own parameters."""
+    ref_fn = copy.deepcopy(fn).to(dtype) if isinstance(fn, torch.nn.Module) else fn
+    step = _Step(ref_fn, accuracy.cast_floating(inputs, dtype), mode, _trainable(ref_fn))
+    return step.result(step())
 
 
 def measure_row(row: Row, fn: Callable, inputs: tuple, device: torch.device, backend,
                 counting_backend: "GraphCountingBackend", variants: tuple[str, ...], *,
                 iters: int, warmup: int, torch_compile_budget_s: float | None,
-                extra_calls: dict[str, Callable[[], Any]] | None = None) -> Row:
-    """Compile ``fn`` under each variant, check its first output against eager's, time every
-    variant (and ``extra_calls``, e.g. the kernels' copy) side by side, and fill ``row``."""
+                extra_calls: dict[str, Callable[[], Any]] | None = None, mode: str = "infer",
+                first_calls_only: bool = False, progress: Progress | None = None) -> Row:
+    """Compile ``fn`` under each variant, check its first result against the reference, time
+    every variant (and ``extra_calls``, e.g. the kernels' copy) side by side, and fill
+    ``row``."""
     row.variants = {name: Variant() for name in variants}
     calls: dict[str, Callable[[], Any]] = {}
+    params = _trainable(fn) if mode == "train" else []
+    run_dtype = _floating_dtype(fn, inputs)
+    grad_mode = torch.enable_grad() if mode == "train" else torch.no_grad()
     try:
-        with torch.no_grad():
+        with grad_mode:
+            _report(progress, "eager")
+            eager_step = _Step(fn, inputs, mode, params)
             try:
-                expected = fn(*inputs)
+                expected = eager_step.result(eager_step())
             except Exception as e:
                 row.variants["eager"].error = f"failed: {_one_line(e)}"
-                row.notes.append(f"eager failed: {_one_line(e)}")
+                row.status, row.error = "error", f"eager failed: {_one_line(e)}"
+                row.notes.append(row.error)
                 return row
+            reference = None
+            if not first_calls_only:
+                _report(progress, "reference")
+                reference = _checked_reference(row, fn, inputs, mode, run_dtype, expected)
             calls.update(extra_calls or {})
-            calls["eager"] = lambda: fn(*inputs)
+            calls["eager"] = eager_step
             ember.reset()
             for name in variants[1:]:
-                compiled = _first_call(row, name, fn, inputs, expected, device,
-                                       counting_backend if name == "ember" else backend,
-                                       torch_compile_budget_s)
+                _report(progress, f"compiling {name}")
+                compiled = _first_call(row, name, fn, inputs, expected, reference, run_dtype,
+                                       device, counting_backend if name == "ember" else backend,
+                                       torch_compile_budget_s, mode, params)
                 if compiled is not None:
-                    calls[name] = functools.partial(_call, compiled, inputs)
+                    calls[name] = _Step(compiled, inputs, mode, params)
                 if name == "ember" and compiled is not None:
                     _count_graphs(row, counting_backend)
-            del expected
+            del expected, reference
+            if first_calls_only:
+                return row
+            _report(progress, "timing")
             errors: dict[str, str] = {}
             times = time_calls(calls, device, iters, warmup, errors)
+            if device.type == "cuda":
+                _report(progress, "memory")
+                _measure_memory(row, calls, device, errors)
         for name, (ms, host_ms) in times.items():
             if name in row.variants:
                 row.variants[name].ms, row.variants[name].host_ms = ms, host_ms
@@ -282,33 +436,69 @@ def measure_row(row: Row, fn: Callable, inputs: tuple, device: torch.device, bac
             row.notes.append(f"{name} {error}")
     finally:
         _fill_legacy_fields(row)
+        row.peak_rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         calls.clear()   # drop the compiled callables (and CUDA graphs' memory) before resets
         ember.reset()
-        if any(v in TORCH_VARIANTS for v in variants):
+        if any(v in TORCH_VARIANTS or is_user_compiler(v) for v in variants):
             torch.compiler.reset()
     return row
+
+
+def _floating_dtype(fn: Callable, inputs: tuple) -> torch.dtype:
+    """The run's floating-point dtype: the first floating parameter's or input's."""
+    tensors = list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
+    tensors += [t for t in accuracy.tensors(inputs) if t is not None]
+    return next((t.dtype for t in tensors if t.is_floating_point()), torch.float32)
+
+
+def _checked_reference(row: Row, fn, inputs, mode, run_dtype, expected) -> Any:
+    """The reference result, with eager's own error against it on the row; None (and a note)
+    when it cannot be computed: variants are then checked against eager."""
+    ref_dtype = accuracy.reference_dtype(run_dtype)
+    try:
+        reference = _reference(fn, inputs, mode, ref_dtype)
+    except Exception as e:
+        row.notes.append(f"no {_dtype_name(ref_dtype)} reference ({_one_line(e)}): results "
+                         f"are checked against eager")
+        return None
+    row.reference_dtype = _dtype_name(ref_dtype)
+    row.variants["eager"].rel_err = max(accuracy.relative_errors(expected, reference),
+                                        default=0.0)
+    return reference
 
 
 def _call(fn, inputs):
     return fn(*inputs)
 
 
-def _first_call(row: Row, name: str, fn, inputs, expected, device, backend,
-                budget_s: float | None):
+def _first_call(row: Row, name: str, fn, inputs, expected, reference, run_dtype, device,
+                backend, budget_s: float | None, mode: str, params):
     """Compile ``fn`` as variant ``name`` and run its first call (timed, under the budget for
-    torch.compile): the compiled callable, or None with ``error`` and a note on the row."""
+    torch.compile), check it, count what Ember made of it: the compiled callable, or None with
+    ``error`` and a note on the row."""
     result = row.variants[name]
     is_peer = name in TORCH_VARIANTS
-    frames_eager = metrics.counters["frontend"]["frames_eager"]
+    before = _counters()
     try:
-        compiled = COMPILERS[name](fn, backend)
         with _time_limit(budget_s if is_peer else None):
-            result.first_call_s, out = _timed_call(compiled, inputs, device)
+            start = time.perf_counter()   # a user's compiler may compile before the call
+            compiled = compiler(name)(fn, backend)
+            step = _Step(compiled, inputs, mode, params)
+            _, out = _timed_call(step, (), device)
+            result.first_call_s = time.perf_counter() - start
+        out = step.result(out)
         result.max_abs_err = max_abs_error(out, expected)
+        verdict = accuracy.check(out, expected, expected if reference is None else reference,
+                                 run_dtype)
+        result.correct, result.rel_err = verdict.correct, verdict.rel_err
+        if not verdict.correct:
+            row.notes.append(f"{name}: wrong result (relative error {verdict.rel_err:.1e}, "
+                             f"eager's {row.variants['eager'].rel_err or 0:.1e})")
         del out
-        ran_eagerly = metrics.counters["frontend"]["frames_eager"] - frames_eager
-        if ran_eagerly and name == "ember-reduce-overhead":   # "ember": see _count_graphs
-            row.notes.append(f"{name} ran {ran_eagerly} frame(s) eagerly")
+        if name in EMBER_VARIANTS:
+            _store_counts(result, before, _counters())
+            if result.frames_eager and name != "ember":   # "ember": see _count_graphs
+                row.notes.append(f"{name} ran {result.frames_eager} frame(s) eagerly")
         return compiled
     except (_BudgetExceeded, Exception) as e:
         if _caused_by_budget(e):
@@ -318,6 +508,34 @@ def _first_call(row: Row, name: str, fn, inputs, expected, device, backend,
             result.error = f"failed: {_one_line(e)}"
         row.notes.append(f"{name} {result.error}")
         return None
+
+
+def _counters() -> dict[str, int]:
+    frontend = metrics.counters["frontend"]
+    return {"graphs": frontend["graphs"], "graph_breaks": frontend["graph_breaks"],
+            "frames_eager": frontend["frames_eager"],
+            "kernels": backend_metrics.generated_kernel_count,
+            "fallbacks": sum(backend_metrics.fallback_ops.values())}
+
+
+def _store_counts(result: Variant, before: dict[str, int], after: dict[str, int]) -> None:
+    for key, value in after.items():
+        setattr(result, key, value - before[key])
+
+
+def _measure_memory(row: Row, calls: dict[str, Callable[[], Any]], device: torch.device,
+                    errors: dict[str, str]) -> None:
+    """CUDA: each variant's peak allocation during one call beyond what was allocated."""
+    for name, call in calls.items():
+        if name not in row.variants or name in errors:
+            continue
+        torch.cuda.synchronize(device)
+        held = torch.cuda.memory_allocated(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        out = call()
+        torch.cuda.synchronize(device)
+        row.variants[name].peak_mem_mb = (torch.cuda.max_memory_allocated(device) - held) / 1e6
+        del out
 
 
 def _count_graphs(row: Row, counting_backend: "GraphCountingBackend") -> None:
@@ -467,22 +685,18 @@ def _sync(device: torch.device) -> None:
 
 def output_tensors(value: Any) -> list[torch.Tensor]:
     """Every tensor in a nested output (tuples, lists, dicts, HF ModelOutputs), in order."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, dict):   # also transformers' ModelOutput (an OrderedDict)
-        return [t for v in value.values() for t in output_tensors(v)]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in output_tensors(v)]
-    return []
+    return [t for t in accuracy.tensors(value) if t is not None]
 
 
 def max_abs_error(actual: Any, expected: Any) -> float:
     """Largest |actual - expected| over all output tensors; inf if the structures differ."""
-    got, want = output_tensors(actual), output_tensors(expected)
-    if len(got) != len(want) or any(a.shape != b.shape for a, b in zip(got, want)):
+    got, want = accuracy.tensors(actual), accuracy.tensors(expected)
+    if len(got) != len(want) or any((a is None) != (b is None) or
+                                     (a is not None and a.shape != b.shape)
+                                     for a, b in zip(got, want)):
         return float("inf")
     errors = [(a.double() - b.double()).abs().max().item() for a, b in zip(got, want)
-              if a.numel()]
+              if a is not None and a.numel()]
     return max(errors, default=0.0)
 
 

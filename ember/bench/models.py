@@ -12,11 +12,23 @@ mode (dropout off, batch norm on running statistics) so outputs are deterministi
 of the ``builtin`` suite are small on purpose: the benchmark and the model tests run on a
 2-core CPU.
 
-Suites: ``builtin`` (the models above, the default of ``ember bench``) and ``gpu``: timm
-resnet50, mobilenetv3_large_100 and vit_base_patch16_224, HF BERT-base and GPT-2 (base models,
-no task head; ``use_cache=False`` so GPT-2 returns only tensors), meant for a large GPU in
-bfloat16 at batch 64/64/32 and 16 x 512 tokens. On the CPU the same models get batch 1 (and
-128 tokens), since they exist there to check the code path, not to be timed.
+Suites (``SUITES``): ``builtin`` (the models above: nothing but torch, the default of ``ember
+bench``); ``timm``, ``hf`` and ``torchvision`` (``zoo_timm.py``, ``zoo_hf.py``,
+``zoo_torchvision.py``: real architectures from those libraries, CNNs, vision and language
+transformers, decoders, encoder-decoders, speech); and ``gpu``: timm resnet50,
+mobilenetv3_large_100 and vit_base_patch16_224, HF BERT-base and GPT-2 (base models, no task
+head; ``use_cache=False`` so GPT-2 returns only tensors), meant for a large GPU in bfloat16 at
+batch 64/64/32 and 16 x 512 tokens. On the CPU the large models get batch 1 (and 128 tokens).
+
+A user's model is ``module:callable`` (or ``path/to/file.py:callable``): a function returning
+``(model, example_inputs)``; it may take ``device`` and ``batch_size`` keywords. Example inputs
+are a tuple of positional arguments or a dict of keyword arguments (then the model is wrapped
+in ``KeywordCall``, which takes them positionally, so every model is called as
+``model(*inputs)``).
+
+``build_model(mode="train")`` returns the model in ``train()`` mode with every dropout
+probability set to 0 (so a training step is deterministic and comparable across compilers and
+dtypes); the zoo's factories also build their models without stochastic depth.
 
 Each model has a default batch size (per device type) and dtype; ``build_model(batch_size=,
 dtype=)`` overrides them. A factory takes ``(device, batch_size)``; ``build_model`` casts the
@@ -26,8 +38,13 @@ model's floating-point parameters and buffers and the floating-point inputs to t
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
+import inspect
 import math
-from typing import Callable
+import os
+import sys
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -36,7 +53,7 @@ from ember.bench import compat
 
 Factory = Callable[[torch.device, int], tuple[nn.Module, tuple]]
 
-SUITES = ("builtin", "gpu")
+SUITES = ("builtin", "timm", "hf", "torchvision", "gpu")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -46,12 +63,12 @@ class ModelSpec:
     build: Factory              # build(device, batch_size), the random state already seeded
     requires: str | None = None  # optional package the model needs ("timm", "transformers")
     description: str = ""
-    batch_size: int = 1          # default batch on the CPU
+    batch_size: int | None = 1   # default batch on the CPU (None: a user's model's own)
     cuda_batch_size: int | None = None   # default batch on CUDA (None: batch_size)
-    dtype: torch.dtype = torch.float32   # default dtype
-    suite: str = "builtin"
+    dtype: torch.dtype | None = torch.float32   # default dtype (None: the model's own)
+    suite: str | None = "builtin"   # None: a user's model
 
-    def default_batch_size(self, device: str | torch.device) -> int:
+    def default_batch_size(self, device: str | torch.device) -> int | None:
         if torch.device(device).type == "cuda" and self.cuda_batch_size is not None:
             return self.cuda_batch_size
         return self.batch_size
@@ -81,12 +98,83 @@ class ModelUnavailableError(RuntimeError):
     pass
 
 
-_IMPORTERS = {"timm": compat.import_timm, "transformers": compat.import_transformers}
+_IMPORTERS = {"timm": compat.import_timm, "transformers": compat.import_transformers,
+              "torchvision": compat.import_torchvision}
 
 
 def is_available(name: str) -> bool:
     spec = MODELS[name]
     return spec.requires is None or _IMPORTERS[spec.requires]() is not None
+
+
+def missing_package(name: str) -> str | None:
+    """The optional package model ``name`` needs and that is not installed, without importing
+    anything (None: nothing missing)."""
+    spec = MODELS[name]
+    if spec.requires is None or importlib.util.find_spec(spec.requires) is not None:
+        return None
+    return spec.requires
+
+
+def is_user_model(name: str) -> bool:
+    """``module:callable`` or ``file.py:callable``: a user's model factory."""
+    return ":" in name
+
+
+def load_callable(spec: str) -> Callable:
+    """The callable named by ``module:attr`` (the current folder is on the path, as for
+    ``python -m``) or ``path/to/file.py:attr``; ValueError says what is wrong."""
+    target, _, attr = spec.rpartition(":")
+    if not target or not attr:
+        raise ValueError(f"{spec!r}: expected module:callable or file.py:callable")
+    if target.endswith(".py") or os.sep in target:
+        if not os.path.isfile(target):
+            raise ValueError(f"{spec!r}: no file {target!r}")
+        module_name = "_ember_bench_user_" + os.path.splitext(os.path.basename(target))[0]
+        file_spec = importlib.util.spec_from_file_location(module_name, target)
+        module = importlib.util.module_from_spec(file_spec)
+        sys.modules[module_name] = module
+        file_spec.loader.exec_module(module)
+    else:
+        if "" not in sys.path and os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(target)
+        except ImportError as e:
+            raise ValueError(f"{spec!r}: cannot import {target!r}: {e}") from None
+    value = getattr(module, attr, None)
+    if not callable(value):
+        raise ValueError(f"{spec!r}: {target!r} has no callable {attr!r}")
+    return value
+
+
+def _user_factory(spec: str) -> Factory:
+    def build(device, batch_size):
+        make = load_callable(spec)
+        params = inspect.signature(make).parameters
+        kwargs = {}
+        if "device" in params:
+            kwargs["device"] = device
+        if "batch_size" in params:
+            kwargs["batch_size"] = batch_size
+        elif batch_size is not None:
+            raise ValueError(f"--batch-size: {spec} takes no batch_size parameter")
+        result = make(**kwargs)
+        if not (isinstance(result, tuple) and len(result) == 2):
+            raise TypeError(f"{spec} must return (model, example_inputs), got "
+                            f"{type(result).__name__}")
+        model, inputs = result
+        return model, inputs if isinstance(inputs, dict) else tuple(inputs)
+    return build
+
+
+def resolve(name: str) -> ModelSpec:
+    """The spec of a zoo model or of a user's ``module:callable``."""
+    if is_user_model(name):
+        return ModelSpec(name, _user_factory(name), batch_size=None, dtype=None, suite=None,
+                         description=f"user model {name}")
+    check_names([name])
+    return MODELS[name]
 
 
 def known() -> list[str]:
@@ -108,40 +196,79 @@ def in_suite(suite: str | None = None) -> list[str]:
 
 def check_names(names: list[str]) -> None:
     """Raise a clear error for names that are not registered or whose package is missing."""
-    unknown = [n for n in names if n not in MODELS]
+    unknown = [n for n in names if n not in MODELS and not is_user_model(n)]
     if unknown:
         raise UnknownModelError(f"unknown model(s): {', '.join(unknown)}; known models: "
                                 f"{', '.join(MODELS)}")
     for name in names:
-        if not is_available(name):
+        if not is_user_model(name) and not is_available(name):
             raise ModelUnavailableError(
                 f"model {name!r} needs the {MODELS[name].requires!r} package; install the "
                 f"benchmark extras: pip install torch==2.13.0 -e '.[bench]'")
 
 
 def build_model(name: str, device: str | torch.device = "cpu", *,
-                dtype: torch.dtype | None = None,
-                batch_size: int | None = None) -> tuple[nn.Module, tuple]:
-    """A fresh, seeded, eval-mode model on ``device`` and its example inputs (a tuple).
+                dtype: torch.dtype | None = None, batch_size: int | None = None,
+                mode: str = "infer") -> tuple[nn.Module, tuple]:
+    """A fresh, seeded model on ``device`` and its example inputs (a tuple).
 
-    ``dtype`` (default: the model's, float32 for the builtin suite) casts the floating-point
-    parameters, buffers and inputs; ``batch_size`` (default: the model's for this device
-    type) is the inputs' first dim."""
-    check_names([name])
-    spec = MODELS[name]
+    ``name``: a zoo model or a user's ``module:callable``. ``dtype`` (default: the model's,
+    float32 for the zoo but the gpu suite) casts the floating-point parameters, buffers and
+    inputs; ``batch_size`` (default: the model's for this device type) is the inputs' first
+    dim. ``mode``: "infer" (``eval()``) or "train" (``train()``, dropout probabilities 0)."""
+    spec = resolve(name)
+    if mode not in ("infer", "train"):
+        raise ValueError(f"mode must be infer or train, got {mode!r}")
     device = torch.device(device)
     dtype = spec.dtype if dtype is None else dtype
-    if not dtype.is_floating_point:
+    if dtype is not None and not dtype.is_floating_point:
         raise ValueError(f"models are cast to a floating-point dtype, got {dtype}")
     batch_size = spec.default_batch_size(device) if batch_size is None else batch_size
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(0)
         model, inputs = spec.build(device, batch_size)
-    inputs = tuple(t.to(dtype) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
-                   for t in inputs)
-    return model.to(device=device, dtype=dtype).eval(), inputs
+    if isinstance(inputs, dict):
+        model, inputs = KeywordCall(model, list(inputs)), tuple(inputs.values())
+    inputs = tuple(_to(t, device, dtype) for t in inputs)
+    model = model.to(device=device) if dtype is None else model.to(device=device, dtype=dtype)
+    if mode == "train":
+        for module in model.modules():
+            if isinstance(module, nn.modules.dropout._DropoutNd):
+                module.p = 0.0
+        return model.train(), inputs
+    return model.eval(), inputs
+
+
+def _to(value: Any, device: torch.device, dtype: torch.dtype | None) -> Any:
+    if not isinstance(value, torch.Tensor):
+        return value
+    if dtype is not None and value.is_floating_point():
+        return value.to(device=device, dtype=dtype)
+    return value.to(device=device)
+
+
+class KeywordCall(nn.Module):
+    """Calls ``model(**dict(zip(names, args)))``: a model that takes keyword inputs (an
+    encoder-decoder's ``input_ids`` and ``decoder_input_ids``) called as ``model(*inputs)``."""
+
+    def __init__(self, model: nn.Module, names: list[str]):
+        super().__init__()
+        self.model = model
+        self.names = tuple(names)
+
+    def forward(self, *args):
+        return self.model(**dict(zip(self.names, args)))
+
+
+def no_dropout(config: Any) -> Any:
+    """A HF config with every ``*dropout*`` and ``*layerdrop*`` probability set to 0 (eval mode
+    ignores them; a training step is then deterministic)."""
+    for key, value in list(vars(config).items()):
+        if ("dropout" in key or "layerdrop" in key) and isinstance(value, float):
+            setattr(config, key, 0.0)
+    return config
 
 
 # --------------------------------------------------------------------------- built-in models
@@ -195,9 +322,10 @@ def _convnet(device, batch_size):
 class SelfAttention(nn.Module):
     """Multi-head self-attention written out (no fused SDPA), so its ops are visible."""
 
-    def __init__(self, dim: int, heads: int):
+    def __init__(self, dim: int, heads: int, causal: bool = False):
         super().__init__()
         self.heads = heads
+        self.causal = causal
         self.q = nn.Linear(dim, dim)
         self.k = nn.Linear(dim, dim)
         self.v = nn.Linear(dim, dim)
@@ -212,6 +340,9 @@ class SelfAttention(nn.Module):
 
         q, k, v = split_heads(self.q(x)), split_heads(self.k(x)), split_heads(self.v(x))
         scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(head_dim)
+        if self.causal:
+            future = torch.ones(seq, seq, dtype=torch.bool, device=x.device).triu(1)
+            scores = scores.masked_fill(future, float("-inf"))
         attn = torch.softmax(scores, dim=-1)
         y = torch.matmul(attn, v).transpose(1, 2).reshape(batch, seq, dim)
         return self.out(y)
@@ -220,10 +351,10 @@ class SelfAttention(nn.Module):
 class TransformerBlock(nn.Module):
     """Pre-LayerNorm block: x + attn(ln(x)), then x + mlp(ln(x))."""
 
-    def __init__(self, dim: int = 256, heads: int = 4, mlp_ratio: int = 4):
+    def __init__(self, dim: int = 256, heads: int = 4, mlp_ratio: int = 4, causal: bool = False):
         super().__init__()
         self.ln1 = nn.LayerNorm(dim)
-        self.attn = SelfAttention(dim, heads)
+        self.attn = SelfAttention(dim, heads, causal)
         self.ln2 = nn.LayerNorm(dim)
         self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(),
                                  nn.Linear(mlp_ratio * dim, dim))
@@ -239,28 +370,55 @@ def _transformer_block(device, batch_size):
     return TransformerBlock(), (torch.randn(batch_size, 128, 256, device=device),)
 
 
-# ------------------------------------------------------------- optional: timm, transformers
+class TinyGPT(nn.Module):
+    """A decoder language model: token and position embeddings, causal pre-LN blocks, a final
+    layer norm and an LM head tied to the token embedding."""
+
+    def __init__(self, vocab: int = 2048, dim: int = 128, layers: int = 2, heads: int = 4,
+                 max_len: int = 256):
+        super().__init__()
+        self.tokens = nn.Embedding(vocab, dim)
+        self.positions = nn.Embedding(max_len, dim)
+        self.blocks = nn.ModuleList(TransformerBlock(dim, heads, causal=True)
+                                    for _ in range(layers))
+        self.ln = nn.LayerNorm(dim)
+
+    def forward(self, ids):
+        x = self.tokens(ids) + self.positions(torch.arange(ids.shape[1], device=ids.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.ln(x) @ self.tokens.weight.t()
+
+
+@register_model("tiny_gpt", description="decoder LM, 2 causal blocks, hidden 128, vocab 2048; "
+                                        "batch 4 x 128 token ids", batch_size=4)
+def _tiny_gpt(device, batch_size):
+    return TinyGPT(), (torch.randint(0, 2048, (batch_size, 128), device=device),)
+
+
+# ---------------------------------------- small timm and HF models (the timm and hf suites)
 
 # resnet18 is fully convolutional: 128x128 inputs cost a third of 224x224 and exercise the same
 # graph. ViT's patch embedding fixes its input at 224x224.
-@register_model("resnet18", requires="timm", description="timm resnet18; batch 1 x 3x128x128")
+@register_model("resnet18", requires="timm", suite="timm", cuda_batch_size=32,
+                description="timm resnet18; batch 1 (CPU) or 32 (CUDA) x 3x128x128")
 def _resnet18(device, batch_size):
     timm = compat.import_timm()
     return (timm.create_model("resnet18", pretrained=False),
             (torch.randn(batch_size, 3, 128, 128, device=device),))
 
 
-@register_model("vit_tiny", requires="timm",
-                description="timm vit_tiny_patch16_224; batch 1 x 3x224x224")
+@register_model("vit_tiny", requires="timm", suite="timm", cuda_batch_size=32,
+                description="timm vit_tiny_patch16_224; batch 1 (CPU) or 32 (CUDA) x 3x224x224")
 def _vit_tiny(device, batch_size):
     timm = compat.import_timm()
     return (timm.create_model("vit_tiny_patch16_224", pretrained=False),
             (torch.randn(batch_size, 3, 224, 224, device=device),))
 
 
-@register_model("bert", requires="transformers",
-                description="HF BertModel, 2 layers, hidden 128; batch 4 x seq 64 token ids",
-                batch_size=4)
+@register_model("bert", requires="transformers", suite="hf", batch_size=4, cuda_batch_size=32,
+                description="HF BertModel, 2 layers, hidden 128; batch 4 (CPU) or 32 (CUDA) x "
+                            "seq 64 token ids")
 def _bert(device, batch_size):
     transformers = compat.import_transformers()
     config = transformers.BertConfig(hidden_size=128, num_hidden_layers=2,
@@ -316,3 +474,7 @@ def _gpt2(device, batch_size):
     model = transformers.GPT2Model(config)
     return model, (torch.randint(0, config.vocab_size, (batch_size, _seq_len(device)),
                                  device=device),)
+
+
+# The timm, hf and torchvision suites register themselves on import.
+from ember.bench import zoo_hf, zoo_timm, zoo_torchvision  # noqa: E402,F401

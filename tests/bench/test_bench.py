@@ -1,8 +1,11 @@
 """The benchmark harness and ``ember bench``: they run end to end and report what they claim.
 
-Speed is never asserted here (DESIGN.md §7); only that the numbers exist and are sane.
+Speed is never asserted here (DESIGN.md §7); only that the numbers exist and are sane. Runs
+that need no process isolation use ``--no-isolate`` (fast, and monkeypatching reaches them);
+``test_runner.py`` covers the isolated runs.
 """
 import json
+import re
 import subprocess
 import sys
 
@@ -10,83 +13,52 @@ import pytest
 import torch
 
 import ember
-from ember.bench import cli, compat, harness, models
+from ember.bench import accuracy, cli, compat, harness, models, report
 
-SMALL_RUN = ["--models", "mlp", "--iters", "2", "--warmup", "1", "--no-torch-compile"]
+SMALL_RUN = ["--models", "mlp", "--repeat", "2", "--warmup", "1", "--no-torch-compile",
+             "--no-isolate"]
 
 
-def test_cli_prints_a_table_with_the_model_row(capsys, tmp_path):
+def cells(line: str) -> list[str]:
+    """A table line's cells (columns are separated by two spaces or more)."""
+    return re.split(r"\s{2,}", line.strip())
+
+
+def table_row(lines: list[str], first: str) -> dict[str, str]:
+    """The cells of the line starting with ``first``, by the header of its table."""
+    index = next(i for i, line in enumerate(lines) if line.split()[:1] == [first])
+    header = next(lines[i] for i in range(index, -1, -1)
+                  if lines[i].startswith(("model ", "compiler ", "kernel ")))
+    return dict(zip(cells(header), cells(lines[index])))
+
+
+def test_cli_prints_a_table_with_the_model_row_and_a_geomean(capsys, tmp_path):
     out_json = tmp_path / "bench.json"
     assert cli.main(["bench", *SMALL_RUN, "--json", str(out_json)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    header = next(line for line in lines if line.startswith("model"))
-    for column in cli.COLUMNS:
-        assert column in header
-    (mlp_row,) = [line for line in lines if line.split()[:1] == ["mlp"]]
-    cells = mlp_row.split()
-    assert len(cells) == len(cli.COLUMNS)
-    assert float(cells[1]) > 0                       # eager ms
-    assert cells[4] == "n/a" and cells[5] == "n/a"   # torch.compile not measured
+    mlp = table_row(lines, "mlp")
+    assert float(mlp["eager ms"]) > 0
+    assert re.fullmatch(r"\d+\.\d\dx", mlp["ember"]), mlp
+    assert mlp["graphs"] == "1" and mlp["breaks"] == "0" and int(mlp["kernels"]) >= 1
+    assert float(mlp["ember cold s"]) > 0 and mlp["ember warm s"] == "n/a"   # not isolated
+    assert "torch.compile" not in mlp
+    geomean = next(line for line in lines if line.startswith("geomean"))
+    assert cells(geomean)[1] == mlp["ember"]     # one model: its speedup is the geomean
+    summary = table_row(lines, "ember")
+    assert summary["correct"] == "1" and summary["geomean speedup"] == mlp["ember"] + " (1)"
 
-    report = json.loads(out_json.read_text())
-    (row,) = report["rows"]
+    data = json.loads(out_json.read_text())
+    (row,) = data["rows"]
     assert row["model"] == "mlp" and row["torch_compile_ms"] is None
     assert row["eager_ms"] > 0 and row["ember_ms"] > 0
+    assert row["variants"]["ember"]["correct"] is True
 
 
-def test_python_dash_m_ember_bench_runs():
-    done = subprocess.run([sys.executable, "-m", "ember.bench", *SMALL_RUN],
+def test_python_dash_m_ember_bench_takes_the_bench_options():
+    done = subprocess.run([sys.executable, "-m", "ember.bench", "--help"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert any(line.startswith("mlp ") for line in done.stdout.splitlines())
-
-
-def test_harness_measures_error_against_eager():
-    row = harness.benchmark_model("mlp", "cpu", iters=2, warmup=0, with_torch_compile=False)
-    assert row.max_abs_err is not None and row.max_abs_err < 1e-4
-    assert row.eager_ms > 0 and row.ember_ms > 0 and row.speedup > 0
-    assert row.compile_s is not None and row.compile_s >= 0
-    assert row.graphs is not None and row.graph_breaks is not None
-    assert row.torch_compile_ms is None and row.vs_torch_compile is None
-
-
-def test_harness_counts_graphs_with_a_custom_backend():
-    received = []
-
-    def backend(gm, example_inputs):
-        received.append(gm)
-        return gm.forward
-
-    row = harness.benchmark_model("mlp", backend=backend, iters=1, warmup=0,
-                                  with_torch_compile=False)
-    assert row.graphs == len(received)
-
-
-def test_max_abs_error_walks_nested_outputs():
-    a = {"x": torch.zeros(3), "rest": (torch.ones(2), [torch.full((1,), 2.0)])}
-    b = {"x": torch.zeros(3), "rest": (torch.ones(2), [torch.full((1,), 2.5)])}
-    assert harness.max_abs_error(a, b) == pytest.approx(0.5)
-    assert harness.max_abs_error(torch.zeros(2), torch.zeros(3)) == float("inf")
-    assert harness.max_abs_error((torch.zeros(2),), (torch.zeros(2), torch.zeros(2))) == \
-        float("inf")
-
-
-def test_unknown_model_is_a_clear_error():
-    with pytest.raises(models.UnknownModelError, match=r"no_such_model.*known models: mlp"):
-        harness.benchmark_model("no_such_model", with_torch_compile=False)
-
-
-def test_cli_rejects_unknown_model_and_backend(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["bench", "--models", "mlp,no_such_model", "--no-torch-compile"])
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    assert "unknown model(s): no_such_model" in err and "transformer_block" in err
-
-    with pytest.raises(SystemExit) as exit_info:
-        cli.main(["bench", "--models", "mlp", "--backend", "no_such_backend"])
-    assert exit_info.value.code == 2
-    assert "unknown backend 'no_such_backend'" in capsys.readouterr().err
+    assert done.stdout.startswith("usage: python -m ember.bench") and "--compare" in done.stdout
 
 
 def test_ember_help_lists_the_subcommands():
@@ -108,13 +80,91 @@ def test_cli_without_a_known_subcommand_is_a_usage_error(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
-def test_format_table_shows_missing_values_as_na():
+def test_harness_checks_results_against_a_float64_reference():
+    row = harness.benchmark_model("mlp", "cpu", iters=2, warmup=0, with_torch_compile=False)
+    assert row.reference_dtype == "float64"
+    ember_result, eager_result = row.variants["ember"], row.variants["eager"]
+    assert ember_result.correct is True and ember_result.rel_err < 1e-4
+    assert eager_result.rel_err is not None and eager_result.correct is None
+    assert row.max_abs_err is not None and row.max_abs_err < 1e-4
+    assert row.eager_ms > 0 and row.ember_ms > 0 and row.speedup > 0
+    assert row.compile_s is not None and row.compile_s >= 0
+    assert ember_result.graphs == 1 and ember_result.kernels >= 1
+    assert row.graphs is not None and row.graph_breaks is not None
+    assert row.torch_compile_ms is None and row.vs_torch_compile is None
+    assert row.peak_rss_mb > 0
+
+
+def test_half_precision_rows_are_checked_against_float32():
+    row = harness.benchmark_model("mlp", "cpu", iters=1, warmup=0, compilers="ember",
+                                  dtype=torch.bfloat16, batch_size=4)
+    assert row.reference_dtype == "float32" and row.dtype == "bfloat16"
+    assert row.variants["ember"].correct is True
+
+
+def test_harness_counts_graphs_with_a_custom_backend():
+    received = []
+
+    def backend(gm, example_inputs):
+        received.append(gm)
+        return gm.forward
+
+    row = harness.benchmark_model("mlp", backend=backend, iters=1, warmup=0,
+                                  with_torch_compile=False)
+    assert row.graphs == len(received) == 1
+
+
+def test_max_abs_error_walks_nested_outputs():
+    a = {"x": torch.zeros(3), "rest": (torch.ones(2), [torch.full((1,), 2.0)])}
+    b = {"x": torch.zeros(3), "rest": (torch.ones(2), [torch.full((1,), 2.5)])}
+    assert harness.max_abs_error(a, b) == pytest.approx(0.5)
+    assert harness.max_abs_error(torch.zeros(2), torch.zeros(3)) == float("inf")
+    assert harness.max_abs_error((torch.zeros(2),), (torch.zeros(2), torch.zeros(2))) == \
+        float("inf")
+
+
+def test_accuracy_allows_eagers_own_error_and_a_dtype_floor():
+    reference = torch.linspace(-1, 1, 100, dtype=torch.float64)
+    eager = reference + 1e-3            # eager is itself 1e-3 off (half precision, say)
+    assert accuracy.check(reference + 1.5e-3, eager, reference, torch.float32).correct
+    assert not accuracy.check(reference + 5e-3, eager, reference, torch.float32).correct
+    assert accuracy.check(reference + 1e-2, reference, reference, torch.bfloat16).correct
+    assert not accuracy.check(reference + 1e-2, reference, reference, torch.float32).correct
+    # non-finite values in the same places are equal; integer outputs must match exactly
+    inf = torch.tensor([1.0, float("inf"), float("nan")])
+    assert accuracy.check(inf, inf, inf.double(), torch.float32).correct
+    ints = torch.arange(4)
+    assert not accuracy.check(ints + 1, ints, ints, torch.float32).correct
+    assert accuracy.check((ints, None), (ints, None), (ints, None), torch.float32).correct
+    assert not accuracy.check((ints,), (ints, ints), (ints, ints), torch.float32).correct
+
+
+def test_unknown_model_is_a_clear_error():
+    with pytest.raises(models.UnknownModelError, match=r"no_such_model.*known models: mlp"):
+        harness.benchmark_model("no_such_model", with_torch_compile=False)
+
+
+def test_cli_rejects_unknown_model_and_backend(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["bench", "--models", "mlp,no_such_model", "--no-torch-compile"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown model(s): no_such_model" in err and "transformer_block" in err
+
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["bench", "--models", "mlp", "--backend", "no_such_backend"])
+    assert exit_info.value.code == 2
+    assert "--backend: unknown backend 'no_such_backend'" in capsys.readouterr().err
+
+
+def test_model_table_shows_missing_values_as_na():
     row = harness.Row("m", "cpu", "ember", eager_ms=2.0)
-    table = cli.format_table([row])
-    assert table.splitlines()[2].split() == ["m", "2.00"] + ["n/a"] * 8
+    row.variants = {"eager": harness.Variant(ms=2.0), "ember": harness.Variant()}
+    line = report.format_model_table([row], ("eager", "ember")).splitlines()[2]
+    assert cells(line) == ["m", "2.00"] + ["n/a"] * 8
 
 
-@pytest.mark.parametrize("name", ["mlp", "convnet", "transformer_block"])
+@pytest.mark.parametrize("name", models.in_suite("builtin"))
 def test_builtin_models_are_deterministic_and_in_eval_mode(name):
     model_a, inputs_a = models.build_model(name)
     model_b, inputs_b = models.build_model(name)
@@ -131,11 +181,23 @@ def test_build_model_leaves_the_callers_random_state_alone():
     assert torch.equal(torch.rand(3), expected)
 
 
-def test_default_models_are_the_installed_ones():
-    names = models.available()
-    assert names[:3] == ["mlp", "convnet", "transformer_block"]
-    assert ("resnet18" in names) == (compat.import_timm() is not None)
-    assert ("bert" in names) == (compat.import_transformers() is not None)
+def test_train_mode_models_train_without_dropout():
+    model, _ = models.build_model("transformer_block", mode="train")
+    assert model.training
+    if models.is_available("vit_tiny"):
+        model, _ = models.build_model("vit_tiny", mode="train")
+        dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+        assert dropouts and all(m.p == 0.0 for m in dropouts)
+
+
+def test_builtin_suite_needs_only_torch_and_the_others_their_package():
+    assert models.in_suite("builtin") == ["mlp", "convnet", "transformer_block", "tiny_gpt"]
+    assert all(models.MODELS[n].requires is None for n in models.in_suite("builtin"))
+    for suite, package in (("timm", "timm"), ("hf", "transformers"),
+                           ("torchvision", "torchvision")):
+        names = models.in_suite(suite)
+        assert len(names) >= 10, suite
+        assert {models.MODELS[n].requires for n in names} == {package}
 
 
 def test_torchvision_schemas_are_defined_once():

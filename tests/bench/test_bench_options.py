@@ -11,9 +11,9 @@ import re
 import pytest
 import torch
 
-from ember.bench import cli, harness, kernels, models
+from ember.bench import cli, harness, kernels, models, report
 
-TINY = ["--iters", "2", "--warmup", "1"]
+TINY = ["--iters", "2", "--warmup", "1", "--no-isolate"]
 
 
 def cells(line: str) -> list[str]:
@@ -29,20 +29,33 @@ def test_resolve_compilers_orders_names_and_always_measures_eager():
         "eager", "ember", "torch-inductor-reduce-overhead")
     assert harness.resolve_compilers("all") == harness.VARIANTS
     assert harness.resolve_compilers("all", with_torch_compile=False) == (
-        "eager", "ember", "ember-reduce-overhead")
+        "eager", "ember", "ember-reduce-overhead", "ember-max-autotune")
     assert harness.resolve_compilers(["eager"]) == ("eager",)
+    assert harness.resolve_compilers("mod:fn,ember") == ("eager", "ember", "mod:fn")
     with pytest.raises(ValueError, match="unknown compiler.*inductor.*known: eager"):
         harness.resolve_compilers("ember,inductor")
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--compilers", "ember,tvm"], "--compilers: unknown compiler(s): tvm"),
-    (["--suite", "huge"], "--suite: unknown suite(s) huge; known: builtin, kernels, gpu"),
+    (["--suite", "huge"], "--suite: unknown suite(s) huge; known: builtin, timm, hf"),
     (["--models", "mlp,nope"], "known kernels: pointwise, softmax, layer_norm"),
     (["--models", "mlp", "--dtype", "int8"], "argument --dtype: invalid choice: 'int8'"),
     (["--models", "mlp", "--batch-size", "0"], "--batch-size must be >= 1"),
     (["--suite", "kernels", "--kernel-bytes", "lots"], "expected a byte count"),
     (["--suite", "kernels", "--kernel-bytes", "2"], "--kernel-bytes must be >= 4"),
+    (["--models", "mlp", "--mode", "fly"], "argument --mode: invalid choice: 'fly'"),
+    (["--suite", "kernels", "--mode", "train"], "--mode train: kernel rows are inference"),
+    (["--models", "mlp", "--repeat", "0"], "--repeat must be >= 1"),
+    (["--models", "mlp", "--timeout", "0"], "--timeout must be > 0 seconds"),
+    (["--models", "mlp", "--no-isolate", "--no-warm-compile"],
+     "--no-warm-compile: --no-isolate already measures no warm compile"),
+    (["--models", "no_such_module_xyz:make"], "no module named 'no_such_module_xyz'"),
+    (["--models", "missing/file.py:make"], "no file 'missing/file.py'"),
+    (["--compare", "a.json", "b.json", "--suite", "timm"],
+     "--compare prints a comparison of two saved runs and takes no other option (got "
+     "--suite)"),
+    (["--compare", "no_a.json", "no_b.json"], "--compare: [Errno 2]"),
 ])
 def test_bad_options_are_usage_errors(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
@@ -55,20 +68,39 @@ def test_suites_and_models_select_rows_in_order():
     parser = cli.build_parser()
 
     def rows(*argv):
-        return cli.select_rows(parser, parser.parse_args(list(argv)))
+        return [(kind, name) for kind, name, _ in
+                cli.select_rows(parser, parser.parse_args(list(argv)))]
 
-    builtin = [("model", name) for name in models.available("builtin")]
-    assert rows() == builtin                                   # the default, as before
+    builtin = [("model", name) for name in models.in_suite("builtin")]
+    assert rows() == builtin                                   # the default
     assert rows("--models", "convnet") == [("model", "convnet")]
     assert rows("--suite", "kernels") == [("kernel", "pointwise"), ("kernel", "softmax"),
                                           ("kernel", "layer_norm")]
     assert rows("--suite", "kernels", "--models", "mlp,softmax") == [
         ("kernel", "pointwise"), ("kernel", "softmax"), ("kernel", "layer_norm"),
         ("model", "mlp")]
+    assert rows("--models", "bench_fakes:tiny") == [("model", "bench_fakes:tiny")]
     if all(models.is_available(n) for n in models.in_suite("gpu")):
         assert rows("--suite", "gpu") == [("model", n) for n in
                                           ("resnet50", "mobilenetv3_large_100", "vit_base",
                                            "bert_base", "gpt2")]
+    everything = rows("--suite", "all")
+    assert everything[:len(builtin)] == builtin
+    assert len(everything) == sum(len(models.in_suite(s)) for s in cli.ALL_SUITES
+                                  if cli.missing_suite_package(s) is None)
+
+
+def test_a_suite_whose_package_is_missing_is_skipped_with_a_message(monkeypatch, capsys):
+    monkeypatch.setitem(cli.SUITE_PACKAGES, "timm", "no_such_package_xyz")
+    parser = cli.build_parser()
+    rows = cli.select_rows(parser, parser.parse_args(["--suite", "builtin,timm"]))
+    assert [name for _, name, _ in rows] == models.in_suite("builtin")
+    assert ("skipping suite 'timm': the 'no_such_package_xyz' package is not installed"
+            in capsys.readouterr().err)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.select_rows(parser, parser.parse_args(["--suite", "timm"]))
+    assert exit_info.value.code == 2
+    assert "nothing to measure" in capsys.readouterr().err
 
 
 def test_kernel_bytes_accepts_powers_of_two():
@@ -163,16 +195,15 @@ def test_cli_kernels_suite_prints_a_gbps_table_and_json(capsys, tmp_path):
     lines = capsys.readouterr().out.splitlines()
     header = next(line for line in lines if line.startswith("kernel "))
     assert cells(header) == ["kernel", "MB moved", "copy GB/s", "eager GB/s", "ember GB/s",
-                             "ember-ro GB/s", "torch.compile GB/s", "ember err"]
+                             "ember-ro GB/s", "ember err"]
     for name in kernels.known():
         (line,) = [line for line in lines if line.split()[:1] == [name]]
         row = cells(line)
         assert float(row[2]) > 0                                        # copy GB/s
         for cell in row[3:6]:                                           # eager, ember, ro
             assert re.fullmatch(r"[\d.]+ \(\d+%\)", cell), cell
-        assert row[6] == "n/a"                                          # torch.compile
-    model_header = next(line for line in lines if line.startswith("model "))
-    assert "ember-ro ms" in model_header and "torch.compile-ro ms" not in model_header
+    model_header = cells(next(line for line in lines if line.startswith("model ")))
+    assert "ember-ro" in model_header and "torch.compile" not in model_header
 
     report = json.loads(out_json.read_text())
     assert report["compilers"] == ["eager", "ember", "ember-reduce-overhead"]
@@ -204,8 +235,8 @@ def test_a_variant_that_fails_to_compile_is_na_with_a_note(monkeypatch, capsys):
     header = cells(next(line for line in lines if line.startswith("model ")))
     (mlp,) = [cells(line) for line in lines if line.split()[:1] == ["mlp"]]
     row = dict(zip(header, mlp))
-    assert row["ember-ro ms"] == "n/a" and row["ember-ro speedup"] == "n/a"
-    assert float(row["ember ms"]) > 0
+    assert row["ember-ro"] == "failed"
+    assert row["ember"].endswith("x")
     assert ("note: mlp: ember-reduce-overhead failed: NotImplementedError: reduce-overhead "
             "needs CUDA graphs") in lines
 
@@ -243,12 +274,14 @@ def test_a_row_that_cannot_be_built_is_reported(monkeypatch, capsys):
                      "--kernel-bytes", "1024"]) == 0
     out = capsys.readouterr().out
     assert "note: mlp: not measured: RuntimeError: CUDA out of memory" in out
+    assert re.search(r"^mlp\s+n/a\s+error\s", out, re.MULTILINE)
     assert re.search(r"^softmax\s", out, re.MULTILINE)
 
 
 def test_kernel_table_shows_missing_values_as_na():
     row = harness.Row("softmax", "cpu", "ember", eager_ms=None, kind="kernel")
-    assert cells(cli.format_kernel_table([row]).splitlines()[2]) == ["softmax"] + ["n/a"] * 6
+    table = report.format_kernel_table([row], ("eager", "ember"))
+    assert cells(table.splitlines()[2]) == ["softmax"] + ["n/a"] * 5
 
 
 # ------------------------------------------------------------------------------------- GPU

@@ -1,0 +1,105 @@
+"""Is a compiled result right? Each variant's outputs (and, in training, gradients) against an
+eager reference computed in higher precision.
+
+Decisions:
+
+- The reference is the same model and inputs, cast up to float64 (to float32 when the run is
+  in float16 or bfloat16: half-precision models have ops, such as flash attention, that have
+  no float64 kernel), run eagerly. The cast happens after the run dtype's cast, so the
+  reference sees exactly the rounded weights the timed variants see.
+- Comparing against eager alone would call a compiler wrong for reordering a sum that eager
+  also gets wrong in float32; comparing against float64 alone would fail deep half-precision
+  models whose eager result is itself far off. So, as TorchDynamo's benchmark runner does, a
+  variant is correct when, for every output tensor, its error against the reference is at most
+  ``MULTIPLIER`` times eager's own error plus a floor for the dtype (``TOLERANCE``).
+- The error of a tensor is relative and root-mean-square: ``rms(actual - reference) /
+  rms(reference)`` (the denominator at least 1e-6). Positions where both hold the same
+  non-finite value (inf, or NaN in both) count as equal. Integer and bool outputs must be
+  equal, and every output must have eager's shape; a structural difference is an error of inf.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+
+TOLERANCE = {torch.float64: 1e-7, torch.float32: 1e-4, torch.float16: 1e-2,
+             torch.bfloat16: 3e-2}
+MULTIPLIER = 2.0
+
+
+def reference_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float64, or float32 for half-precision runs."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else torch.float64
+
+
+def tensors(value: Any) -> list[torch.Tensor | None]:
+    """Every tensor in a nested output (tuples, lists, dicts, HF ModelOutputs), in order; a
+    None inside a list or tuple stays (gradients of unused parameters are None)."""
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, dict):   # also transformers' ModelOutput (an OrderedDict)
+        return [t for v in value.values() for t in tensors(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in (tensors(v) if v is not None else [None])]
+    return []
+
+
+def relative_error(actual: torch.Tensor | None, reference: torch.Tensor | None) -> float:
+    """rms(actual - reference) / rms(reference); 0 or inf for exact (non-float) values."""
+    if actual is None or reference is None:
+        return 0.0 if actual is None and reference is None else math.inf
+    if actual.shape != reference.shape:
+        return math.inf
+    if not (actual.is_floating_point() or actual.is_complex()):
+        return 0.0 if torch.equal(actual.cpu(), reference.to(actual.dtype).cpu()) else math.inf
+    if actual.numel() == 0:
+        return 0.0
+    a, r = actual.detach().double(), reference.detach().double()
+    same = (a == r) | (a.isnan() & r.isnan())
+    diff = torch.where(same, torch.zeros_like(a), a - r)
+    r = torch.where(r.isfinite(), r, torch.zeros_like(r))
+    error = diff.square().mean().sqrt().item()
+    scale = max(r.square().mean().sqrt().item(), 1e-6)
+    return math.inf if math.isnan(error) else error / scale
+
+
+def relative_errors(actual: Any, reference: Any) -> list[float]:
+    """``relative_error`` of each tensor of two nested outputs; [inf] if their structures
+    differ."""
+    got, want = tensors(actual), tensors(reference)
+    if len(got) != len(want):
+        return [math.inf]
+    return [relative_error(a, r) for a, r in zip(got, want)]
+
+
+@dataclasses.dataclass
+class Verdict:
+    correct: bool
+    rel_err: float        # the largest relative error over the output tensors
+
+
+def check(actual: Any, eager: Any, reference: Any, dtype: torch.dtype) -> Verdict:
+    """Is ``actual`` (a compiled variant's output) as close to ``reference`` as ``eager`` is,
+    within ``MULTIPLIER`` and ``dtype``'s ``TOLERANCE``?"""
+    errors = relative_errors(actual, reference)
+    eager_errors = relative_errors(eager, reference)
+    if len(eager_errors) != len(errors):
+        return Verdict(False, math.inf)
+    floor = TOLERANCE.get(dtype, TOLERANCE[torch.float32])
+    correct = all(err <= MULTIPLIER * base + floor for err, base in zip(errors, eager_errors))
+    return Verdict(correct, max(errors, default=0.0))
+
+
+def cast_floating(value: Any, dtype: torch.dtype) -> Any:
+    """``value`` with its floating-point tensors cast to ``dtype`` (nested tuples, lists,
+    dicts); other values unchanged."""
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, dict):
+        return {k: cast_floating(v, dtype) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(cast_floating(v, dtype) for v in value)
+    return value

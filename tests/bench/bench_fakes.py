@@ -1,0 +1,55 @@
+"""Models and compilers for the ``ember bench`` tests, named as ``bench_fakes:NAME`` (this
+folder is on ``sys.path`` under pytest, and the rows' processes inherit it)."""
+import os
+import time
+
+import torch
+from torch import nn
+
+
+def tiny():
+    """A user's model: (model, example_inputs)."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)), (torch.randn(3, 8),)
+
+
+class Pair(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x, *, scale):
+        return self.proj(x) * scale
+
+
+def keywords(batch_size=2):
+    """Keyword inputs, and a batch_size parameter that --batch-size reaches."""
+    return Pair(), {"x": torch.randn(batch_size, 8), "scale": torch.full((batch_size, 1), 2.0)}
+
+
+def crashing():
+    os.abort()
+
+
+def hanging():
+    time.sleep(600)
+
+
+def slow_compiler(model):
+    """Takes half a second to 'compile': the row's first call must include it."""
+    time.sleep(0.5)
+    return model
+
+
+def failing_compiler(model):
+    raise RuntimeError("this compiler always fails")
+
+
+def wrong_compiler(model):
+    """Compiles 'successfully' and computes something else."""
+    return lambda *args: model(*args) + 1e-2
+
+
+def no_grad_compiler(model):
+    """Right outputs, but no gradients reach the parameters."""
+    return lambda *args: model(*args).detach().requires_grad_()
