@@ -24,6 +24,7 @@ import torch
 
 from ember import config, logs, metrics
 from ember.backends import MODES, ember_backend, lookup_backend, resolve_options
+from ember.frontend import registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,10 +39,6 @@ class CompileSettings:
 
 
 _live_functions: "weakref.WeakSet[OptimizedFunction]" = weakref.WeakSet()
-_disabled: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
-_disabled_codes: set[types.CodeType] = set()
-_allowed_in_graph: set[int] = set()
-_allowed_in_graph_refs: list[Any] = []   # keeps ids stable
 
 
 def _validate(backend, fullgraph, dynamic, mode, options) -> CompileSettings:
@@ -93,10 +90,13 @@ _MISS = object()
 
 class OptimizedFunction:
     """A callable that captures its function's frames into graphs and caches the result."""
+    _ember_wrapper = "function"
 
-    def __init__(self, fn: Callable, settings: CompileSettings):
+    def __init__(self, fn: Callable, settings: CompileSettings,
+                 callees: "_Callees | None" = None):
         self.__wrapped__ = fn
         self._settings = settings
+        self._callees = callees if callees is not None else _Callees(settings)
         self._entries: list = []
         self._eager_reason: str | None = None
         # A bound method is captured as its function with `self` as the first argument.
@@ -138,7 +138,7 @@ class OptimizedFunction:
                 return fn(*args, **kwargs)
         from ember.frontend.convert import Unsupported, convert_frame
         try:
-            entry = convert_frame(fn, args, kwargs, self._settings, _MISS)
+            entry = convert_frame(fn, args, kwargs, self._settings, _MISS, self._callees)
         except Unsupported as e:
             if self._settings.fullgraph:
                 raise
@@ -174,6 +174,47 @@ class OptimizedFunction:
         self._eager_reason = None
 
 
+class _Callees:
+    """Ember's compile entry for the functions a compiled frame hands on: resume functions
+    after a graph break (each a fresh wrapper, held by the entry that calls it) and calls
+    that broke inside an inlined function (one wrapper per function, shared)."""
+
+    def __init__(self, settings: CompileSettings):
+        self.settings = settings
+        self._compiled: "weakref.WeakKeyDictionary[Any, OptimizedFunction]" = \
+            weakref.WeakKeyDictionary()
+
+    def resume(self, fn: types.FunctionType) -> "OptimizedFunction":
+        return OptimizedFunction(fn, self.settings, self)
+
+    def compiled(self, fn: types.FunctionType) -> "OptimizedFunction":
+        wrapper = self._compiled.get(fn)
+        if wrapper is None:
+            wrapper = self._compiled[fn] = OptimizedFunction(fn, self.settings, self)
+        return wrapper
+
+    def call(self, fn, /, *args, **kwargs):
+        """``fn(*args, **kwargs)`` with a Python function's frame (a method's, a module's
+        forward) captured on its own."""
+        if isinstance(fn, types.MethodType) and isinstance(fn.__func__, types.FunctionType):
+            return self.compiled(fn.__func__)(fn.__self__, *args, **kwargs)
+        if isinstance(fn, types.FunctionType) and not is_disabled(fn):
+            return self.compiled(fn)(*args, **kwargs)
+        if isinstance(fn, torch.nn.Module) and not _has_hooks(fn):
+            forward = type(fn).forward
+            if "forward" not in fn.__dict__ and isinstance(forward, types.FunctionType):
+                return self.compiled(forward)(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
+
+
+def _has_hooks(mod: torch.nn.Module) -> bool:
+    from torch.nn.modules import module as m
+    return bool(mod._forward_hooks or mod._forward_pre_hooks or mod._backward_hooks
+                or mod._backward_pre_hooks or m._global_forward_hooks
+                or m._global_forward_pre_hooks or m._global_backward_hooks
+                or m._global_backward_pre_hooks)
+
+
 class OptimizedModule(torch.nn.Module):
     """A compiled ``nn.Module``: every attribute, parameter and method is the original's.
 
@@ -182,6 +223,8 @@ class OptimizedModule(torch.nn.Module):
     ``_parameters``/``_modules``/... through ``__getattr__`` from the original module, so keys
     and behaviour are identical and nothing is copied.
     """
+
+    _ember_wrapper = "module"
 
     def __init__(self, mod: torch.nn.Module, settings: CompileSettings):
         object.__setattr__(self, "_orig_mod", mod)
@@ -219,35 +262,13 @@ def disable(fn: Callable | None = None):
     """Never compile ``fn``: calls to it run eagerly, also from inside compiled code."""
     if fn is None:
         return disable
-    target = fn.__wrapped__ if isinstance(fn, OptimizedFunction) else fn
-    code = getattr(inspect.unwrap(target), "__code__", None)
-    if code is not None:
-        _disabled_codes.add(code)
-    try:
-        _disabled[target] = True
-    except TypeError:
-        pass
-    return target
-
-
-def is_disabled(fn: Any) -> bool:
-    try:
-        if _disabled.get(fn):
-            return True
-    except TypeError:
-        pass
-    fn = getattr(fn, "__func__", fn)
-    return getattr(fn, "__code__", None) in _disabled_codes
+    return registry.disable(fn)
 
 
 def allow_in_graph(fn: Callable) -> Callable:
     """Calls to ``fn`` inside compiled code become one graph node instead of being traced."""
-    if not callable(fn):
-        raise TypeError(f"allow_in_graph expects a callable, got {type(fn).__name__}")
-    _allowed_in_graph.add(id(fn))
-    _allowed_in_graph_refs.append(fn)
-    return fn
+    return registry.allow_in_graph(fn)
 
 
-def is_allowed_in_graph(fn: Any) -> bool:
-    return id(fn) in _allowed_in_graph
+is_disabled = registry.is_disabled
+is_allowed_in_graph = registry.is_allowed_in_graph

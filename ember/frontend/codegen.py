@@ -22,6 +22,7 @@ local (``___sN``) and shared by all guards and graph inputs under it.
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import types
@@ -72,7 +73,9 @@ class EntryCodegen:
         self._counter = itertools.count()
         self._source_locals: dict[Source, str] = {}
         self.lines: list[str] = []            # where load() emits assignments
-        self.graph_outputs: dict[int, int] = {}   # id(tensor tracker node) -> output index
+        # graph outputs, in the order reconstruction asked for them: id(node) -> index
+        self.graph_outputs: dict[int, int] = {}
+        self.output_nodes: list[torch.fx.Node] = []
         self._reconstructed: dict[int, str] = {}
 
     # -- names ---------------------------------------------------------------------------------
@@ -122,12 +125,9 @@ class EntryCodegen:
         from ember.frontend.variables.tensor import TensorVariable
 
         if isinstance(vt, TensorVariable):
-            idx = self.graph_outputs.get(id(vt.node))
-            if idx is not None:
-                return f"___out[{idx}]"
             if vt.source is not None:
                 return self.load(vt.source)
-            raise Unsupported(f"tensor {vt} is not a graph output")
+            return f"___out[{self.graph_output(vt.node)}]"
         if isinstance(vt, ConstantVariable):
             v = vt.value
             if type(v) in _LITERAL_TYPES or (type(v) is float and v == v
@@ -177,10 +177,40 @@ class EntryCodegen:
         if isinstance(vt, DataclassDictVariable):
             pairs = ", ".join(f"{k}={self.reconstruct(v)}" for k, v in vt.fields.items())
             return self._temp(vt, f"{self.const(vt.cls)}({pairs})")
+        from ember.frontend.variables import functions as f
+        from ember.frontend.variables.objects import CtxMethodVariable, GradModeExit, \
+            GradModeVariable
+        if isinstance(vt, f.UserMethodVariable):
+            return (f"{self.const(types.MethodType)}({self.reconstruct(vt.fn_var)}, "
+                    f"{self.reconstruct(vt.obj)})")
+        if isinstance(vt, f.BoundMethodVariable):
+            return f"getattr({self.reconstruct(vt.obj)}, {vt.name!r})"
+        if isinstance(vt, CtxMethodVariable) and isinstance(vt.ctx, GradModeVariable) \
+                and vt.name == "__exit__":
+            return self.const(GradModeExit(vt.ctx.restore_mode()))
+        if isinstance(vt, f.PartialVariable):
+            args = "".join(f", {self.reconstruct(a)}" for a in vt.args)
+            kwargs = "".join(f", {k}={self.reconstruct(v)}" for k, v in vt.kwargs.items())
+            return f"{self.const(functools.partial)}({self.reconstruct(vt.func)}{args}{kwargs})"
+        if isinstance(vt, f.NestedUserFunctionVariable) and not vt.closure:
+            defaults = self._items(vt.defaults) if vt.defaults else ""
+            kwdefaults = ", ".join(f"{k!r}: {self.reconstruct(v)}"
+                                   for k, v in (vt.kwdefaults or {}).items())
+            return self._temp(vt, f"{self.const(_new_function)}({self.const(vt.code)}, "
+                                  f"{self.const(vt.f_globals)}, {vt.code.co_name!r}, ({defaults}), "
+                                  f"{{{kwdefaults}}})")
         value = getattr(vt, "value", None)
         if value is not None and not isinstance(vt, UserDefinedObjectVariable):
             return self.const(value)   # functions, modules, classes held by the frame
         raise Unsupported(f"cannot rebuild {vt} after the graph")
+
+    def graph_output(self, node: torch.fx.Node) -> int:
+        """The index of ``node`` among the graph's outputs (added on first use)."""
+        idx = self.graph_outputs.get(id(node))
+        if idx is None:
+            idx = self.graph_outputs[id(node)] = len(self.output_nodes)
+            self.output_nodes.append(node)
+        return idx
 
     def _items(self, items) -> str:
         parts = [self.reconstruct(v) for v in items]
@@ -222,6 +252,13 @@ class EntryCodegen:
         return made
 
     miss: Any = None
+
+
+def _new_function(code, f_globals, name, defaults, kwdefaults):
+    """Rebuild a function the compiled code defined (a nested def or lambda without cells)."""
+    fn = types.FunctionType(code, f_globals, name, defaults or None)
+    fn.__kwdefaults__ = kwdefaults or None
+    return fn
 
 
 def _new_object(cls, attrs: dict):

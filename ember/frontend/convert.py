@@ -12,18 +12,21 @@ import dataclasses
 import inspect
 import time
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import torch
 
 from ember import config, logs, metrics
+from ember.frontend import graph_break, resume
+from ember.frontend.analysis import livevars_at
 from ember.frontend.codegen import EntryCodegen
-from ember.frontend.exc import Unsupported
+from ember.frontend.exc import GraphBreakError, Unsupported
 from ember.frontend.guards import Guard
 from ember.frontend.output_graph import OutputGraph
 from ember.frontend.source import ClosureCellSource, LocalSource
-from ember.frontend.translator import InstructionTranslator, _LazyLocal
+from ember.frontend.translator import NULL, InstructionTranslator, _LazyLocal
 from ember.frontend.variables.base import VariableTracker
+from ember.frontend.variables.containers import ListIteratorVariable
 from ember.frontend.variables.functions import CellVariable
 
 __all__ = ["Unsupported", "convert_frame", "CacheEntry"]
@@ -45,7 +48,25 @@ class CacheEntry:
         return [failure] if failure else []
 
 
-def convert_frame(fn, args: tuple, kwargs: dict, settings, miss) -> CacheEntry:
+class Callees(Protocol):
+    """How generated entries reach Ember's compile entry (provided by ``ember.api``)."""
+
+    def resume(self, fn: types.FunctionType) -> Callable:
+        """A fresh compiled wrapper for a resume function (its own guards and cache)."""
+
+    def call(self, fn, /, *args, **kwargs):
+        """Call ``fn`` with user functions, methods and modules compiled on their own."""
+
+
+@dataclasses.dataclass
+class _Capture:
+    output: OutputGraph
+    tx: InstructionTranslator
+    result: VariableTracker | None
+    grad_mode_at_end: bool
+
+
+def convert_frame(fn, args: tuple, kwargs: dict, settings, miss, callees: Callees) -> CacheEntry:
     if not isinstance(fn, types.FunctionType):
         raise Unsupported(f"{type(fn).__name__} objects are not Python functions")
     code = fn.__code__
@@ -58,81 +79,163 @@ def convert_frame(fn, args: tuple, kwargs: dict, settings, miss) -> CacheEntry:
         raise Unsupported(f"arguments do not match the signature: {e}") from None
     bound.apply_defaults()
     start = time.perf_counter()
-    output = OutputGraph(fn.__qualname__)
-    symbolic_locals = {name: _LazyLocal(value, LocalSource(name))
-                       for name, value in bound.arguments.items()}
-    cells = {}
-    for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
-        cells[name] = CellVariable(real_cell=cell, source=ClosureCellSource(i, name))
-    tx = InstructionTranslator(code, fn.__globals__, symbolic_locals, cells, output)
     try:
-        try:
-            result = tx.run()
-        except RecursionError:
-            raise Unsupported("recursion too deep while capturing") from None
-        entry = _build_entry(fn, output, result, settings, miss)
-    finally:
-        output.restore_global_state()
+        capture = _capture(fn, bound.arguments)
+        entry = _build_entry(fn, capture, settings, miss, _return_tail(capture))
+    except Unsupported as e:
+        if settings.fullgraph:
+            raise GraphBreakError.from_unsupported(e) from None
+        if e.break_step is None:
+            raise
+        entry = _break_entry(fn, bound.arguments, e, settings, miss, callees)
     metrics.counters["frontend"]["capture_seconds_x1000"] += int(
         1000 * (time.perf_counter() - start))
     return entry
 
 
-def _collect_tensors(vt: VariableTracker, out: dict, seen: set) -> None:
-    """Tensors the return value and side effects need from the graph, in a stable order."""
-    from ember.frontend.variables import containers as c
-    from ember.frontend.variables.objects import (DataclassDictVariable,
-                                                  UserDefinedObjectVariable)
-    from ember.frontend.variables.tensor import TensorVariable
-    if id(vt) in seen:
-        return
-    seen.add(id(vt))
-    if isinstance(vt, TensorVariable):
-        if vt.source is None:
-            out.setdefault(id(vt.node), vt.node)
-        return
-    if isinstance(vt, (c.BaseSequenceVariable, c.ListIteratorVariable)):
-        items = vt.items
-    elif isinstance(vt, c.DictVariable):
-        items = list(vt.items.values()) + list(vt.keys.values())
-    elif isinstance(vt, c.SetVariable):
-        items = list(vt.items.values())
-    elif isinstance(vt, c.DictViewVariable):
-        items = [vt.dict_vt]
-    elif isinstance(vt, c.SliceVariable):
-        items = vt.parts
-    elif isinstance(vt, UserDefinedObjectVariable) and vt.is_new:
-        items = list(vt.attrs.values())
-    elif isinstance(vt, DataclassDictVariable):
-        items = list(vt.fields.values())
-    else:
-        return
-    for item in items:
-        _collect_tensors(item, out, seen)
+def _capture(fn, arguments: dict, break_at: int | None = None) -> _Capture:
+    """Run the evaluator over ``fn``'s frame (up to the ``break_at``-th instruction)."""
+    code = fn.__code__
+    output = OutputGraph(fn.__qualname__)
+    symbolic_locals = {name: _LazyLocal(value, LocalSource(name))
+                       for name, value in arguments.items()}
+    cells = {}
+    for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
+        cells[name] = CellVariable(real_cell=cell, source=ClosureCellSource(i, name))
+    tx = InstructionTranslator(code, fn.__globals__, symbolic_locals, cells, output)
+    tx.break_at = break_at
+    try:
+        try:
+            result = tx.run()
+        except RecursionError:
+            raise Unsupported("recursion too deep while capturing") from None
+        return _Capture(output, tx, result, torch.is_grad_enabled())
+    finally:
+        output.restore_global_state()
 
 
-def _build_entry(fn, output: OutputGraph, result: VariableTracker, settings, miss):
+def _return_tail(capture: _Capture):
+    def tail(cg: EntryCodegen) -> list[str]:
+        return_expr = cg.reconstruct(capture.result)
+        effects = capture.output.side_effects.codegen(cg)
+        return effects + [f"return {return_expr}"]
+    return tail
+
+
+def _break_entry(fn, arguments: dict, error: Unsupported, settings, miss,
+                 callees: Callees) -> CacheEntry:
+    """Capture again up to the instruction that broke; the entry runs it in Python and
+    continues in resume functions (see ``graph_break.py``). Unsupported when splitting the
+    frame there is not safe: the frame then runs eagerly."""
+    reason = graph_break.BreakReason.from_error(error)
+    try:
+        capture = _capture(fn, arguments, break_at=error.break_step)
+        tx = capture.tx
+        if tx.break_index is None:
+            raise Unsupported("capture did not reach the graph break again")
+        graph_break.check_breakable(tx)
+        inst = tx.instructions[tx.break_index]
+        found = graph_break.emitter_for(inst.opname)
+        if found is None:
+            raise Unsupported(f"cannot run {inst.opname} at a graph break")
+        entry = _build_entry(fn, capture, settings, miss,
+                             _break_tail(fn, capture, inst, found, error.inlined, callees))
+    except Unsupported as e:
+        graph_break.record(dataclasses.replace(reason, frame_ran_eagerly=True,
+                                               reason=f"{reason.reason}; {e.msg}"),
+                           fn.__qualname__)
+        raise Unsupported(f"{error.msg}, and the graph cannot break there: {e.msg}",
+                          error.where) from None
+    graph_break.record(reason, fn.__qualname__)
+    return entry
+
+
+def _break_tail(fn, capture: _Capture, inst, found, inlined: bool, callees: Callees):
+    """Lines after the graph call: rebuild the live values, apply side effects, run the
+    instruction, and call the resume function of each way it continues."""
+    tx = capture.tx
+    count, emit = found
+
+    def tail(cg: EntryCodegen) -> list[str]:
+        n = count(tx, inst)
+        below, operands = tx.stack[:len(tx.stack) - n], tx.stack[len(tx.stack) - n:]
+        grad_exits = graph_break.grad_mode_exits(tx, inst)
+        below_items = [_stack_item(vt, cg) for vt in below]
+        call_compiled = cg.const(callees.call) if inlined else None
+        ctx = graph_break.EmitContext(tx, cg, operands, tx.break_index + 1, call_compiled)
+        emitted = emit(ctx, inst)
+        live_locals = {o.target: _live_locals(tx, o.target, cg) for o in emitted.outcomes
+                       if o.target is not None}
+        lines = capture.output.side_effects.codegen(cg)
+        if capture.grad_mode_at_end != capture.output.initial_grad_mode:
+            lines.insert(0, graph_break.grad_mode_line(cg, capture.grad_mode_at_end))
+        lines += emitted.lines
+        for outcome in emitted.outcomes:
+            if outcome.target is None:
+                continue
+            stack = below_items + [(resume.NULL, None) if e is None else (resume.VALUE, e)
+                                   for e in outcome.pushed]
+            names, values = live_locals[outcome.target]
+            code = resume.resume_code(tx.code, outcome.target,
+                                      tuple(kind for kind, _ in stack), tuple(names))
+            wrapper = cg.const(callees.resume(resume.resume_function(code, fn)))
+            args = ", ".join([e for _, e in stack if e is not None] + values)
+            call = f"return {wrapper}({args})"
+            lines.append(f"if {outcome.when}: {call}" if outcome.when else call)
+        if grad_exits:   # the instruction raised: the open blocks' exits restore grad mode
+            body = ["try:", *["    " + line for line in lines], "except BaseException:",
+                    f"    {graph_break.grad_mode_line(cg, grad_exits[-1])}", "    raise"]
+            return body
+        return lines
+    return tail
+
+
+def _stack_item(vt: VariableTracker, cg: EntryCodegen) -> tuple[str, str | None]:
+    """(how the resume prologue rebuilds it, the argument's expression) of a stack item."""
+    if vt is NULL:
+        return resume.NULL, None
+    if isinstance(vt, ListIteratorVariable):   # a for loop's: its remaining items
+        items = [cg.reconstruct(v) for v in vt.items[vt.index:]]
+        return resume.ITERATOR, f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+    return resume.VALUE, cg.reconstruct(vt)
+
+
+def _live_locals(tx, target: int, cg: EntryCodegen) -> tuple[list[str], list[str]]:
+    """(names, expressions) of the locals read after ``target`` and bound at the break."""
+    live = livevars_at(tx.instructions, tx.instructions[target])
+    names, values = [], []
+    for name in tx.code.co_varnames:
+        if name not in live or name not in tx.symbolic_locals:
+            continue
+        value = tx.symbolic_locals[name]
+        if value is NULL:
+            continue
+        names.append(name)
+        values.append(cg.load(value.source) if isinstance(value, _LazyLocal)
+                      else cg.reconstruct(value))
+    return names, values
+
+
+def _build_entry(fn, capture: _Capture, settings, miss,
+                 tail: Callable[[EntryCodegen], list[str]]) -> CacheEntry:
+    output = capture.output
     output.distinct_object_guards()
-    side_values = output.side_effects.values()
-    needed: dict[int, torch.fx.Node] = {}
-    seen: set = set()
-    for vt in [result, *side_values]:
-        _collect_tensors(vt, needed, seen)
-    out_nodes = list(needed.values())
-    gm = output.finish(out_nodes)
-    has_ops = any(n.op.startswith("call_") for n in gm.graph.nodes)
-    name = fn.__name__ if fn.__name__.isidentifier() else "compiled_frame"
-
     cg = EntryCodegen(fn)
     cg.miss = miss
     for slot, tensor in output.constant_tensor_slots().items():
         cg.consts[slot] = tensor
-    for slot, module_globals in getattr(output, "_global_dicts", {}).values():
+    for slot, module_globals in output.global_dicts.values():
         cg.consts[slot] = module_globals
     guard_list = list(output.guards)
     guard_lines = cg.guard_lines(guard_list, lambda g: "return ___MISS")
+    cg.lines = []
+    tail_lines = tail(cg)              # asks for the graph outputs it needs
+    rebuild_lines, cg.lines = cg.lines, []
+    out_nodes = cg.output_nodes
+    gm = output.finish(out_nodes)
+    has_ops = any(n.op.startswith("call_") for n in gm.graph.nodes)
+    name = fn.__name__ if fn.__name__.isidentifier() else "compiled_frame"
     body: list[str] = []
-    compiled = None
     if has_ops or out_nodes:
         example_inputs = [inp.value for inp in output.inputs]
         logs.log("graph", "captured graph of %s:\n%s", fn.__qualname__, gm.code)
@@ -144,14 +247,11 @@ def _build_entry(fn, output: OutputGraph, result: VariableTracker, settings, mis
             raise TypeError(f"backend {settings.backend!r} returned {type(compiled).__name__}, "
                             f"not a callable")
         metrics.counters["frontend"]["graphs"] += 1
+        graph_break.notify("graph", gm)
         graph_name = cg.const(compiled)
         args_text = ", ".join(cg.load(inp.source) for inp in output.inputs)
-        body.append(f"___out = {graph_name}({args_text})")
-    cg.graph_outputs = {id(node): i for i, node in enumerate(out_nodes)}
-    cg.lines = []
-    return_expr = cg.reconstruct(result)
-    effects = output.side_effects.codegen(cg)
-    body += cg.lines + effects + [f"return {return_expr}"]
+        body += cg.lines + [f"___out = {graph_name}({args_text})"]
+    body += rebuild_lines + tail_lines
     src, run = cg.build(guard_lines, body, name)
 
     # The diagnostic twin: same guards, answers which one failed.

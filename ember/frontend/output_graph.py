@@ -47,6 +47,11 @@ class OutputGraph:
         # object is held so its id cannot be reused while capture runs
         self.tracked: dict[int, tuple[Any, VariableTracker]] = {}
         self._constant_tensors: list[torch.Tensor] = []
+        # id(real cell) -> its tracker, so every function closing over a cell shares one
+        self.cells_by_id: dict[int, VariableTracker] = {}
+        # id(module globals) -> (slot name, the dict): globals of other modules read by
+        # inlined functions, held by the entry as constants
+        self.global_dicts: dict[int, tuple[str, dict]] = {}
         self.frame_name = frame_name
         self.initial_grad_mode = torch.is_grad_enabled()
         self.location: Callable[[], str] = lambda: ""

@@ -22,6 +22,7 @@ import torch
 
 from ember import config
 from ember.frontend.bytecode import Instruction, disassemble
+from ember.frontend import registry
 from ember.frontend.exc import Unsupported
 from ember.frontend.output_graph import OutputGraph
 from ember.frontend.source import ClosureCellSource, GlobalSource, LocalSource, Source
@@ -119,13 +120,23 @@ class InstructionTranslator:
         self.is_generator = bool(code.co_flags & inspect.CO_GENERATOR)
         self.yielded: list[VariableTracker] = []
         self.root = self if parent is None else parent.root
+        # graph breaks (top frame only): stop before the break_at-th instruction started
+        self.steps = 0
+        self.break_at: int | None = None
+        self.break_index: int | None = None
 
     # -- driving -------------------------------------------------------------------------------
-    def run(self) -> VariableTracker:
+    def run(self) -> VariableTracker | None:
+        """The frame's return value; None when the top frame stopped at ``break_at``."""
         if self.parent is None:
             self.output.location = self.root_location
         while True:
             inst = self.instructions[self.ip]
+            if self.parent is None:
+                self.steps += 1
+                if self.steps == self.break_at:
+                    self.break_index = self.ip   # stop before running it: the graph breaks
+                    return None
             self.ip += 1
             self.current = inst
             fn = HANDLERS.get(inst.opname)
@@ -135,24 +146,34 @@ class InstructionTranslator:
                 fn(self, inst)
             except _Return:
                 break
-            except Unsupported as e:
-                if e.where is None:
-                    e.where = self.location()
-                    e.user_stack = self.stack_locations()
-                    e.args = (f"{e.msg} (at {e.where})",)
-                raise
             except NotConstant as e:
-                raise Unsupported(f"a value that must be a Python constant is not: {e.args[0]}",
-                                  self.location()) from None
+                error = Unsupported(f"a value that must be a Python constant is not: "
+                                    f"{e.args[0]}")
+                self._annotate(error)
+                raise error from None
+            except Unsupported as e:
+                self._annotate(e)
+                raise
         if self.is_generator:
             return ListIteratorVariable(self.yielded)
         return self.return_value
 
-    def location(self) -> str:
+    def _annotate(self, e: Unsupported) -> None:
+        """Where the error happened (innermost frame) and which top-frame step it broke."""
+        if e.where is None:
+            e.locate(self.location(), self.stack_locations(), self.code.co_filename,
+                     self.lineno())
+            e.inlined = self.parent is not None
+        if self.parent is None and e.break_step is None:
+            e.break_step = self.steps
+
+    def lineno(self) -> int:
         inst = self.current
-        line = inst.lineno if inst is not None and inst.lineno is not None else \
+        return inst.lineno if inst is not None and inst.lineno is not None else \
             self.code.co_firstlineno
-        return f"{self.code.co_filename}:{line} in {self.code.co_name}"
+
+    def location(self) -> str:
+        return f"{self.code.co_filename}:{self.lineno()} in {self.code.co_name}"
 
     def stack_locations(self) -> list[str]:
         """file:line of this frame and every frame that inlined it, outermost first."""
@@ -213,7 +234,7 @@ class InstructionTranslator:
         return SizeVariable([ConstantVariable(s) for s in size])
 
     def cell_for(self, cell, source) -> CellVariable:
-        memo = self.root.__dict__.setdefault("_cells_by_id", {})
+        memo = self.output.cells_by_id
         vt = memo.get(id(cell))
         if vt is None:
             vt = memo[id(cell)] = CellVariable(real_cell=cell, source=source)
@@ -333,9 +354,8 @@ class InstructionTranslator:
 
     # -- inlining ------------------------------------------------------------------------------
     def inline_function(self, fn: BaseUserFunctionVariable, args, kwargs) -> VariableTracker:
-        from ember import api
         code = fn.get_code()
-        if code in api._disabled_codes:
+        if registry.is_disabled_code(code):
             raise Unsupported(f"call to {code.co_name}, which ember.disable excludes")
         if self.depth >= config.inline_depth_limit:
             raise Unsupported(f"inlining deeper than inline_depth_limit "
@@ -452,7 +472,7 @@ def _global_source(tx, name: str) -> Source | None:
     # a global of another module, read by an inlined function: reach it through that
     # module's dict (kept alive by the entry as a constant)
     from ember.frontend.source import ConstantSource, GetItemSource
-    slot = tx.output.__dict__.setdefault("_global_dicts", {})
+    slot = tx.output.global_dicts
     key = id(tx.f_globals)
     if key not in slot:
         slot[key] = (f"___globals{len(slot)}", tx.f_globals)

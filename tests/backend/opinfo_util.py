@@ -348,6 +348,8 @@ def run_sample(op, callable_, sample, dtype, index: int = 0, variant: str = "out
         where = tb[-3].strip() if len(tb) >= 3 else ""
         return outcome("fail", f"compiled raised {_short(e)} ({where}) in `{src}`")
     eager_reason = getattr(compiled_fn, "_eager_reason", None)
+    if eager_reason is None and ember.metrics.counters["frontend"]["frames_eager"]:
+        eager_reason = "a frame the graph broke into ran eagerly"
     fallbacks = dict(backend_metrics.fallback_ops)
     kernels = backend_metrics.generated_kernel_count
 

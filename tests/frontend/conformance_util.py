@@ -27,8 +27,9 @@ Environment switches (for triage):
 - ``EMBER_CONFORMANCE_BACKEND=ember`` compiles the captured graphs with that backend instead
   of running them as captured: the ~350 programs then also exercise ATen tracing and the
   generated kernels.
-- ``EMBER_CONFORMANCE_GRAPH_BREAKS=1`` tells the fallback tests that the frontend graph-breaks
-  (``graph_breaks_enabled()``); by default they expect a frontend that runs such frames eagerly.
+- ``EMBER_CONFORMANCE_GRAPH_BREAKS=0`` tells the fallback tests to expect a frontend that runs
+  frames it cannot capture eagerly (``graph_breaks_enabled()`` False); by default they expect
+  graph breaks, with TorchDynamo's graph counts.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def skip_count() -> bool:
 
 
 def graph_breaks_enabled() -> bool:
-    return os.environ.get("EMBER_CONFORMANCE_GRAPH_BREAKS", "") not in ("", "0")
+    return os.environ.get("EMBER_CONFORMANCE_GRAPH_BREAKS", "1") not in ("", "0")
 
 
 @pytest.fixture(autouse=True)

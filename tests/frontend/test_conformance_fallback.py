@@ -1,9 +1,9 @@
 """Conformance: frames the frontend cannot put in one graph must still run correctly.
 
-By default these tests expect a frontend WITHOUT graph breaks: such a frame runs eagerly and
-no graph reaches the backend (``graphs=0``). With ``EMBER_CONFORMANCE_GRAPH_BREAKS=1`` they
-expect TorchDynamo's counts where they are unambiguous (graph before the break + graph of the
-resume function) and do not assert the count where they depend on specialisation details.
+By default these tests expect graph breaks: TorchDynamo's counts where they are unambiguous
+(graph before the break + graph of the resume function), no count where it depends on
+specialisation details. With ``EMBER_CONFORMANCE_GRAPH_BREAKS=0`` they expect a frontend that
+runs such frames eagerly (no graph reaches the backend).
 """
 import pytest
 import torch
@@ -13,7 +13,7 @@ from conformance_util import _seed_rng, check, graph_breaks_enabled  # noqa: F40
 
 
 def expect(with_breaks):
-    """Graph count: 0 for a frontend that runs the frame eagerly; ``with_breaks`` otherwise."""
+    """Graph count: ``with_breaks``, or 0 for a frontend that runs the frame eagerly."""
     return with_breaks if graph_breaks_enabled() else 0
 
 

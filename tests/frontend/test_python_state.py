@@ -16,6 +16,11 @@ from ember.testing import CompileCounter, same
 
 PRELUDE = """
 import torch
+import ember
+SEEN = []
+@ember.disable
+def peek(*values):      # a graph break that records the state it sees
+    SEEN.append(values)
 class Obj:
     def __init__(self):
         self.n = 0
@@ -317,3 +322,70 @@ def test_fused_random_option_draws_other_numbers_from_the_same_seed():
     assert same(a, b)
     torch.manual_seed(5)
     assert not torch.equal(random_used(x)[1], a[1])
+
+
+# ----------------------------------------------------------- mutations across a graph break
+
+BREAK_BODIES = {
+    "list": ("L.append(len(L)); peek(len(L), list(L)); L.append(len(L) * 10); "
+             "return x + len(L)"),
+    "dict": ("D[len(D)] = 1; peek(dict(D)); D['after'] = len(D); return x + len(D)"),
+    "attribute": ("O.n = O.n + 1; O.items.append(O.n); peek(O.n, list(O.items)); "
+                  "O.n = O.n * 2; return x + O.n"),
+    "global": ("global COUNT; COUNT = COUNT + 1; peek(COUNT); COUNT = COUNT + 10; "
+               "return x + COUNT"),
+    "two_names": ("L.append(1); peek(len(ALIAS)); ALIAS.append(2); return x + len(L)"),
+    "new_object": ("o = Obj(); o.n = len(L); L.append(o.n); NEW.append(o); peek(len(NEW), "
+                   "NEW[-1].n); o.n = 5; return x + len(NEW)"),
+    "read_after_break": ("peek(len(L)); L.append(3); return x * len(L) + L[-1]"),
+}
+
+
+@pytest.mark.parametrize("kind", list(BREAK_BODIES))
+def test_mutations_across_a_graph_break(kind):
+    """What the code changed before the break is in place when the break runs (``peek``
+    records it), and the resume function reads and changes the state from there."""
+    cnt = run_twins(f"""
+        L = [0]
+        ALIAS = L
+        D = {{}}
+        O = Obj()
+        COUNT = 0
+        NEW = []
+        def f(x):
+            {BREAK_BODIES[kind]}
+    """, ["SEEN", "L", "D", "O", "COUNT"] + (["NEW"] if kind != "new_object" else []))
+    assert cnt.frame_count >= 2   # the break split each capture
+
+
+def test_new_object_escaping_before_a_break_is_the_same_object_after():
+    eager, compiled, _ = twins("""
+        NEW = []
+        def f(x):
+            o = Obj()
+            NEW.append(o)
+            peek(len(NEW))
+            o.n = len(NEW)
+            return x + o.n
+    """)
+    x = torch.ones(2)
+    for i in range(3):
+        assert same(eager["f"](x), compiled["f"](x))
+        assert [o.n for o in eager["NEW"]] == [o.n for o in compiled["NEW"]] == \
+            list(range(1, i + 2))
+    assert eager["SEEN"] == compiled["SEEN"]
+
+
+def test_closure_cell_across_a_graph_break():
+    run_twins("""
+        def make():
+            n = 0
+            def f(x):
+                nonlocal n
+                n = n + 1
+                peek(n)
+                n = n * 2
+                return x + n
+            return f
+        f = make()
+    """, ["SEEN"])

@@ -13,8 +13,7 @@ import types
 
 import torch
 
-from ember import api
-from ember.frontend import guards
+from ember.frontend import guards, registry
 from ember.frontend.exc import Unsupported
 from ember.frontend.source import AttrSource, GetItemSource, Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_constant_value
@@ -26,7 +25,8 @@ from ember.frontend.variables.containers import (DictVariable, ListVariable,
 from ember.frontend.variables.functions import (GraphCallableVariable, HandlerFunctionVariable,
                                                 PartialVariable, UserFunctionVariable,
                                                 UserMethodVariable)
-from ember.frontend.variables.objects import (NNModuleVariable, PythonModuleVariable,
+from ember.frontend.variables.objects import (GradModeExit, GradModeExitVariable,
+                                              NNModuleVariable, PythonModuleVariable,
                                               UserDefinedClassVariable,
                                               UserDefinedObjectVariable)
 from ember.frontend.variables.torch_functions import is_graph_callable, special_handler
@@ -71,11 +71,15 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
     if isinstance(value, torch.Tensor):
         return tx.output.add_input(value, source)
     if isinstance(value, torch.nn.Module):
-        if isinstance(value, api.OptimizedModule):
+        if getattr(type(value), "_ember_wrapper", None) == "module":
             value = value._orig_mod
             source = AttrSource(source, "_orig_mod") if source is not None else None
         add(guards.id_match(source, value))
         return NNModuleVariable(value, source)
+    if type(value) is GradModeExit:
+        add(guards.type_match(source, GradModeExit))
+        add(guards.constant_match(AttrSource(source, "mode"), value.mode))
+        return GradModeExitVariable(value.mode, source)
     if isinstance(value, torch.Size):
         add(guards.constant_match(source, value))
         return SizeVariable([ConstantVariable(v) for v in value], source)
@@ -108,15 +112,17 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
 
 
 def _wrap_callable(tx, value, source, add) -> VariableTracker:
-    if isinstance(value, api.OptimizedFunction):
+    if getattr(type(value), "_ember_wrapper", None) == "function":
         # compiled functions called from compiled code are inlined into the caller's graph
         add(guards.id_match(source, value))
         inner = value.__wrapped__
         return wrap(tx, inner, AttrSource(source, "__wrapped__") if source else None)
-    if api.is_disabled(value):
+    if registry.is_disabled(value):
         add(guards.id_match(source, value))
-        return HandlerFunctionVariable(value, _disabled_call(value), source)
-    if api.is_allowed_in_graph(value):
+        return HandlerFunctionVariable(
+            value, _unsupported_call(value, "which ember.disable excludes from compilation"),
+            source)
+    if registry.is_allowed_in_graph(value):
         add(guards.id_match(source, value))
         return GraphCallableVariable(value, source)
     handler = special_handler(value) or handler_for(value)
@@ -150,18 +156,26 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
         return PartialVariable(func, args, kwargs, source)
     if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         owner = getattr(value, "__self__", None)
+        if isinstance(owner, torch.Tensor) and hasattr(torch.Tensor, value.__name__):
+            # ``x.mul`` held as a value (e.g. across a graph break)
+            from ember.frontend.variables.functions import TensorMethodVariable
+            add(guards.type_match(source, type(value)))
+            obj = wrap(tx, owner, AttrSource(source, "__self__") if source else None)
+            return TensorMethodVariable(obj, value.__name__)
         if owner is not None and not isinstance(owner, types.ModuleType):
             raise Unsupported(f"builtin method {value.__qualname__} of a "
                               f"{type(owner).__name__} object")
-        raise Unsupported(f"call to builtin {getattr(value, '__qualname__', value)}")
+        # held as a value (it may cross a graph break); calling it breaks the graph
+        add(guards.id_match(source, value))
+        return HandlerFunctionVariable(value, _unsupported_call(
+            value, "a C function capture cannot see into"), source)
     if hasattr(type(value), "__call__") and not isinstance(value, types.BuiltinFunctionType):
         add(guards.type_match(source, type(value)))
         return UserDefinedObjectVariable(value, source)
     raise Unsupported(f"callable {type(value).__qualname__} {value!r}")
 
 
-def _disabled_call(fn):
+def _unsupported_call(fn, why: str):
     def handler(tx, args, kwargs):
-        raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}, which ember.disable "
-                          f"excludes from compilation")
+        raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}, {why}")
     return handler

@@ -534,9 +534,14 @@ for _cls in (int, float, bool, str, complex):
     HANDLERS[_cls] = _numeric_ctor(_cls)
 
 
-@builtin(print, input, open, breakpoint, exec, eval, compile, globals, locals, vars, id)
-def _side_effecting(tx, args, kwargs):
-    raise Unsupported("a call to a builtin with effects outside the graph (print/open/id/...)")
+def _side_effecting(fn):
+    def handler(tx, args, kwargs):
+        raise Unsupported(f"call to {fn.__name__}(), a builtin with effects outside the graph")
+    return handler
+
+
+for _fn in (print, input, open, breakpoint, exec, eval, compile, globals, locals, vars, id):
+    HANDLERS[_fn] = _side_effecting(_fn)
 
 
 @builtin(slice)

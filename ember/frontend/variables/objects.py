@@ -498,17 +498,22 @@ class ContextManagerVariable(VariableTracker):
 
     def var_getattr(self, tx, name):
         if name == "__enter__":
-            return _BoundCtxMethod(self, self.enter)
+            return CtxMethodVariable(self, self.enter, name)
         if name == "__exit__":
-            return _BoundCtxMethod(self, lambda tx: (self.exit(tx), ConstantVariable(None))[1])
+            return CtxMethodVariable(self, lambda tx: (self.exit(tx), ConstantVariable(None))[1],
+                                     name)
         return super().var_getattr(tx, name)
 
 
-class _BoundCtxMethod(VariableTracker):
-    def __init__(self, ctx, fn):
+class CtxMethodVariable(VariableTracker):
+    """``ctx.__enter__`` or ``ctx.__exit__`` of a context manager the evaluator understands
+    (a ``with`` block keeps the exit on the stack until the block ends)."""
+
+    def __init__(self, ctx, fn, name: str):
         super().__init__()
         self.ctx = ctx
         self.fn = fn
+        self.name = name
 
     def call_function(self, tx, args, kwargs):
         return self.fn(tx)
@@ -539,14 +544,49 @@ class GradModeVariable(ContextManagerVariable):
         return ConstantVariable(None)
 
     def exit(self, tx):
-        prior = self.prior.pop()
-        if prior is None:
-            prior = self.before_create
-        tx.output.set_grad_enabled(prior)
+        mode = self.restore_mode()
+        self.prior.pop()
+        tx.output.set_grad_enabled(mode)
+
+    def restore_mode(self) -> bool:
+        """The grad mode the innermost open block of this manager restores on exit."""
+        prior = self.prior[-1]
+        return self.before_create if prior is None else prior
 
     def call_function(self, tx, args, kwargs):
         # used as a decorator: @torch.no_grad() def f(...)
         raise Unsupported("grad-mode decorator inside a compiled region")
+
+
+class GradModeExit:
+    """The exit of an open grad-mode ``with`` block, handed to a resume function after a
+    graph break (the block's ``__exit__`` on the stack): restores grad mode to ``mode``."""
+    __slots__ = ("mode",)
+
+    def __init__(self, mode: bool):
+        self.mode = mode
+
+    def __call__(self, *exc_info) -> bool:
+        torch._C._set_grad_enabled(self.mode)
+        return False    # never swallows the exception
+
+    def __repr__(self):
+        return f"GradModeExit({self.mode})"
+
+
+class GradModeExitVariable(VariableTracker):
+    """A :class:`GradModeExit` read from a resume function's arguments."""
+
+    def __init__(self, mode: bool, source=None):
+        super().__init__(source)
+        self.mode = mode
+
+    def python_type(self):
+        return GradModeExit
+
+    def call_function(self, tx, args, kwargs):
+        tx.output.set_grad_enabled(self.mode)
+        return ConstantVariable(False)
 
 
 class DataclassDictVariable(VariableTracker):

@@ -1,0 +1,405 @@
+"""Graph breaks: a frame splits into graphs around what cannot be captured, and every split
+computes what eager computes (outputs, Python state, grad mode, exceptions, printed text).
+
+Each program is compared with eager by ``conformance_util.check`` (two input sets) and the
+number of graphs that reached the backend is asserted.
+"""
+import functools
+import logging
+import os
+
+import pytest
+import torch
+
+import ember
+from conformance_util import _seed_rng, check  # noqa: F401
+from ember.testing import CompileCounter, same
+
+
+# -- breaks at one instruction of the top frame -----------------------------------------------
+
+def gb_print(x):
+    y = x * 2
+    print("gb-print", y.shape[0], sep="|")
+    return y + 1
+
+
+def test_print_splits_the_graph(capsys):
+    check(gb_print, (torch.randn(3),), graphs=2)
+    assert capsys.readouterr().out.count("gb-print|3") == 4
+
+
+def gb_item(x):
+    s = x.sum().item()
+    if s > 0:
+        return x + s
+    return x - 1
+
+
+def test_item_feeding_python_takes_both_branches():
+    check(gb_item, (torch.rand(4) + 0.1,), (-torch.rand(4) - 0.1,), graphs=3)
+
+
+def gb_tensor_branch(x, y):
+    z = x * y
+    if z.sum() > 0:
+        z = z + 1
+    else:
+        z = z - 1
+    return z * 2
+
+
+def test_branch_on_tensor_value_both_ways():
+    check(gb_tensor_branch, (torch.ones(3), torch.ones(3)), (torch.ones(3), -torch.ones(3)),
+          graphs=3)
+
+
+def gb_tensor_or(x, y):
+    r = (x.sum() > 0) or y
+    return r * 2
+
+
+def test_short_circuit_on_tensor():
+    check(gb_tensor_or, (torch.ones(2), torch.zeros(2)), (-torch.ones(2), torch.ones(2)),
+          graphs=None)
+
+
+def gb_unknown_c_function(x):
+    y = x.relu()
+    pid = os.getpid()
+    return y + 1, pid > 0
+
+
+def test_unknown_c_function():
+    check(gb_unknown_c_function, (torch.randn(3),), graphs=2)
+
+
+def gb_raise(x, n):
+    y = x + 1
+    if n > 2:
+        raise ValueError(f"n too large: {n}")
+    return y
+
+
+def test_raise_after_graph_has_eager_exception():
+    # x + 1 is dead once the frame raises: no graph at all
+    check(gb_raise, (torch.randn(3), 5), graphs=0, raises=ValueError)
+
+
+def triple(t):
+    return t * 3
+
+
+def gb_live_values(x, scale):
+    pair = (x + 1, scale)
+    items = [x * 2, "tag"]
+    table = {"a": x - 1}
+    fn = triple
+    part = functools.partial(torch.add, alpha=2)
+    method = x.mul
+    print("gb-live")
+    return pair[0] * pair[1], items, table["a"], fn(x), part(x, x), method(2)
+
+
+def test_live_values_of_every_kind_cross_the_break():
+    check(gb_live_values, (torch.randn(3), 2.0), graphs=2)
+
+
+# -- loops, with blocks, try blocks ----------------------------------------------------------
+
+def gb_loop(x, n):
+    seen = []
+    for i in range(n):
+        x = x + i
+        print("gb-loop", i)
+        seen.append(i)
+    return x, seen
+
+
+def test_break_inside_a_for_loop(capsys):
+    check(gb_loop, (torch.zeros(2), 3), graphs=3)
+    assert capsys.readouterr().out.count("gb-loop 2") == 4
+
+
+def gb_loop_over_modules(x, layers):
+    for layer in layers:
+        x = layer(x)
+        if x.sum() > 100:
+            x = x / 2
+    return x
+
+
+def test_tensor_branch_inside_a_loop_over_modules():
+    layers = torch.nn.ModuleList(torch.nn.Linear(4, 4) for _ in range(3))
+    check(gb_loop_over_modules, (torch.randn(2, 4), layers), graphs=None)
+
+
+def gb_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        print("gb-no-grad", torch.is_grad_enabled())
+        z = y * 3
+    return z + x, torch.is_grad_enabled()
+
+
+def test_break_inside_no_grad_keeps_grad_mode(capsys):
+    # x * 2 | print | y * 3, the block's exit, z + x
+    check(gb_no_grad, (torch.randn(3, requires_grad=True),), graphs=2)
+    assert capsys.readouterr().out.count("gb-no-grad False") == 4
+    assert torch.is_grad_enabled()
+
+
+def gb_nested_grad_modes(x):
+    with torch.no_grad():
+        a = x * 2
+        with torch.enable_grad():
+            b = x * 3
+            if b.sum() > 0:
+                b = b + 1
+        c = a + b
+    return c, b.requires_grad, a.requires_grad
+
+
+def test_break_inside_nested_grad_modes():
+    x = torch.randn(3, requires_grad=True)
+    check(gb_nested_grad_modes, (x,), ((-x.detach().abs()).requires_grad_(),), graphs=None)
+    assert torch.is_grad_enabled()
+
+
+def gb_no_grad_raises(x):
+    with torch.no_grad():
+        y = x * 2
+        y.sum().item()
+        raise KeyError("inside no_grad")
+
+
+def test_exception_at_break_inside_no_grad_restores_grad_mode():
+    check(gb_no_grad_raises, (torch.randn(3, requires_grad=True),), graphs=None,
+          raises=KeyError)
+    assert torch.is_grad_enabled()
+
+
+def gb_try(x, lst):
+    y = x + 1
+    try:
+        z = y * lst[5]      # IndexError at the break: the handler must run
+    except IndexError:
+        z = y - 1
+    return z
+
+
+def test_break_inside_try_runs_the_frame_eagerly():
+    check(gb_try, (torch.randn(3), [1, 2]), graphs=0)
+
+
+def gb_finally(x, log):
+    try:
+        y = x * 2
+        print("gb-finally")
+    finally:
+        log.append(1)
+    return y
+
+
+def test_break_inside_try_finally_runs_the_frame_eagerly():
+    check(gb_finally, (torch.randn(3), []), graphs=0)
+
+
+class Recorder:
+    def __init__(self):
+        self.events = []
+
+    def __enter__(self):
+        self.events.append("enter")
+        return self
+
+    def __exit__(self, *exc):
+        self.events.append("exit")
+        return False
+
+
+def gb_user_context(x, rec):
+    with rec:
+        y = x * 2
+        print("gb-user-context")
+    return y
+
+
+def test_break_inside_user_context_manager_runs_the_frame_eagerly():
+    check(gb_user_context, (torch.randn(3), Recorder()), graphs=0)
+
+
+# -- Python state mutated before the break is visible to the instruction -----------------------
+
+CALLS = 0
+LOG = []
+
+
+@ember.disable
+def snapshot(obj, lst, d):
+    LOG.append((obj.n, len(lst), dict(d), CALLS))
+
+
+class Counter:
+    def __init__(self):
+        self.n = 0
+
+
+def gb_mutations(x, obj, lst, d):
+    obj.n = obj.n + 1
+    lst.append(x.sum())
+    d["k"] = len(lst)
+    global CALLS
+    CALLS += 1
+    snapshot(obj, lst, d)      # runs at the break: must see every mutation above
+    lst.append(x.mean())
+    return x * obj.n + len(lst)
+
+
+def test_mutations_before_the_break_are_applied_before_it_runs():
+    global CALLS
+    LOG.clear()
+    obj_e, obj_c = Counter(), Counter()
+    lst_e, lst_c, d_e, d_c = [], [], {}, {}
+    cnt = CompileCounter()
+    compiled = ember.compile(gb_mutations, backend=cnt)
+    x = torch.randn(3)
+    for i in range(3):
+        CALLS = 0
+        want = gb_mutations(x, obj_e, lst_e, d_e)
+        CALLS = 0
+        got = compiled(x, obj_c, lst_c, d_c)
+        assert same(want, got) and CALLS == 1
+    assert LOG[0::2] == LOG[1::2], LOG
+    assert obj_e.n == obj_c.n == 3 and len(lst_e) == len(lst_c) == 6 and d_e == d_c
+    assert same(lst_e, lst_c)
+    # obj.n and len(lst) are read as Python values: each call captures both halves anew
+    assert cnt.frame_count == 6
+
+
+def gb_closure_counter():
+    count = 0
+
+    def bump(x):
+        nonlocal count
+        count += 1
+        print("gb-closure", count)
+        return x + count
+    return bump, lambda: count
+
+
+def test_closure_cell_written_before_the_break():
+    bump_e, read_e = gb_closure_counter()
+    bump_c, read_c = gb_closure_counter()
+    compiled = ember.compile(bump_c, backend=CompileCounter())
+    x = torch.randn(2)
+    for _ in range(3):
+        assert same(bump_e(x), compiled(x))
+    assert read_e() == read_c() == 3
+
+
+# -- breaks inside inlined calls ---------------------------------------------------------------
+
+def inner_prints(x):
+    y = x + 1
+    print("gb-inner")
+    return y * 2
+
+
+def middle(x):
+    return inner_prints(x * 3) - 1
+
+
+def gb_inlined(x):
+    a = x.sin()
+    b = middle(a)
+    return b.cos()
+
+
+def test_break_inside_inlined_calls_compiles_callees_on_their_own():
+    # top: sin | middle: x * 3 | inner: x + 1 | inner resume: * 2 | middle resume: - 1
+    # | top resume: cos
+    check(gb_inlined, (torch.randn(3),), graphs=6)
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = self.fc(x)
+        if x.mean() > 10:     # never true here: the branch reads the value
+            x = x * 0
+        return x.relu()
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.Sequential(Block(), Block())
+        self.head = torch.nn.Linear(4, 2)
+
+    def forward(self, x):
+        return self.head(self.blocks(x))
+
+
+def test_break_inside_submodule_forward():
+    check(Net().eval(), (torch.randn(2, 4),), module=True, graphs=None)
+
+
+# -- fullgraph, explain, logs ------------------------------------------------------------------
+
+def test_fullgraph_raises_graph_break_error_with_location():
+    compiled = ember.compile(gb_print, fullgraph=True, backend="eager")
+    with pytest.raises(ember.GraphBreakError, match=r"print.*test_graph_breaks.py:\d+"):
+        compiled(torch.randn(3))
+
+
+def test_fullgraph_inside_inlined_call_names_the_inner_line():
+    compiled = ember.compile(gb_inlined, fullgraph=True, backend="eager")
+    with pytest.raises(ember.GraphBreakError) as info:
+        compiled(torch.randn(3))
+    assert info.value.filename == __file__
+    assert "print" in open(__file__).read().splitlines()[info.value.lineno - 1]
+
+
+def test_graph_breaks_log_shows_user_stack(ember_log):
+    ember.logs.set_logs("graph_breaks")
+    ember.compile(gb_inlined, backend="eager")(torch.randn(3))
+    text = ember_log.text
+    assert "graph break in gb_inlined" in text
+    assert "b = middle(a)" in text and 'print("gb-inner")' in text
+    ember_log.clear()
+    assert logging.getLogger("ember.graph_breaks").isEnabledFor(logging.INFO)
+
+
+# -- a model that prints and branches on .item(), through the compiler -------------------------
+
+class Chatty(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 8)
+        self.fc2 = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.fc1(x).relu()
+        print("gb-chatty", h.shape)
+        if h.sum().item() > 0:
+            h = h * 2
+        return self.fc2(h)
+
+
+@pytest.mark.parametrize("backend", [None, "ember"])
+def test_model_that_prints_and_branches_on_item(backend):
+    torch.manual_seed(0)
+    model = Chatty().eval()
+    cnt = CompileCounter(backend)
+    compiled = ember.compile(model, backend=cnt)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        assert same(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+        assert same(compiled(x), model(x), rtol=1e-4, atol=1e-5)
+    # fc1+relu | shape printed: sum for .item() | the branch's value is a guarded constant:
+    # h * 2 and fc2; the second call reuses all three
+    assert cnt.frame_count == 3
