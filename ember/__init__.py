@@ -4,12 +4,12 @@
 """
 from ember import config, logs
 from ember.api import (OptimizedFunction, OptimizedModule, allow_in_graph, compile, disable,
-                       reset)
+                       explain, reset)
 from ember.frontend.exc import GraphBreakError
 from ember.backends import list_backends, register_backend
 from ember import testing
 
-__all__ = ["compile", "reset", "disable", "allow_in_graph", "GraphBreakError",
+__all__ = ["compile", "reset", "disable", "allow_in_graph", "explain", "GraphBreakError",
            "OptimizedFunction",
            "OptimizedModule", "config", "logs", "testing", "list_backends", "register_backend"]
 __version__ = "0.1.0"

@@ -1,4 +1,4 @@
-"""Public entry points: ``compile``, ``reset``, ``disable``, ``allow_in_graph``.
+"""Public entry points: ``compile``, ``reset``, ``disable``, ``allow_in_graph``, ``explain``.
 
 ``compile(fn)`` returns an :class:`OptimizedFunction`; ``compile(module)`` an
 :class:`OptimizedModule` that forwards every attribute to the original module and runs
@@ -247,6 +247,23 @@ class OptimizedModule(torch.nn.Module):
 
     def _get_name(self) -> str:
         return f"OptimizedModule[{self._orig_mod._get_name()}]"
+
+
+def explain(fn: Callable, *, backend="eager"):
+    """``explain(fn)(*args, **kwargs)`` runs ``fn`` once under the frontend and returns an
+    ``ExplainOutput``: ``graph_count``, ``graph_break_count``, ``break_reasons`` (each with
+    its text, the user's ``file:line`` and that source line), ``ops_per_graph``, ``graphs``;
+    ``print()`` shows a report."""
+    from ember.frontend import graph_break
+    from ember.frontend.explain import Collector
+
+    def run(*args, **kwargs):
+        collector = Collector()
+        compiled = compile(fn, backend=backend)
+        with graph_break.observe(collector):
+            compiled(*args, **kwargs)
+        return collector.output()
+    return run
 
 
 def reset() -> None:

@@ -364,6 +364,25 @@ def test_fullgraph_inside_inlined_call_names_the_inner_line():
     assert "print" in open(__file__).read().splitlines()[info.value.lineno - 1]
 
 
+def test_explain_reports_graphs_and_reasons(capsys):
+    out = ember.explain(gb_tensor_branch)(torch.ones(3), torch.ones(3))
+    assert out.graph_count == 2 and out.graph_break_count == 1
+    (reason,) = out.break_reasons
+    assert "tensor's value" in reason.reason
+    assert reason.location.startswith(f"{__file__}:")
+    assert reason.source_line == "if z.sum() > 0:"
+    assert out.ops_per_graph[0][0].__name__ == "mul"
+    text = str(out)
+    assert "Graph count: 2" in text and "if z.sum() > 0:" in text
+
+
+def test_explain_counts_a_frame_that_ran_eagerly():
+    out = ember.explain(gb_try)(torch.randn(3), [1, 2])
+    assert out.graph_count == 0
+    assert out.break_reasons[0].frame_ran_eagerly
+    assert "try" in out.break_reasons[0].reason
+
+
 def test_graph_breaks_log_shows_user_stack(ember_log):
     ember.logs.set_logs("graph_breaks")
     ember.compile(gb_inlined, backend="eager")(torch.randn(3))
