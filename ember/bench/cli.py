@@ -6,7 +6,8 @@ check their results, and report speedups, compile times, graphs and memory.
                 [--batch-size N] [--compilers eager,ember,ember-reduce-overhead,
                                   ember-max-autotune,torch-inductor,... | all]
                 [--repeat N] [--warmup N] [--out DIR] [--compare A.json B.json]
-                [--timeout S] [--no-isolate] [--no-warm-compile] [--backend NAME]
+                [--timeout S] [--budget S] [--no-isolate] [--no-warm-compile]
+                [--backend NAME]
                 [--no-torch-compile] [--torch-compile-budget S] [--threads N]
                 [--json PATH] [--kernel-bytes B]
 
@@ -131,6 +132,9 @@ def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                         help=f"seconds each model's process may run before it is killed and "
                              f"reported as a timeout (default {DEFAULT_TIMEOUT_S:g})")
+    parser.add_argument("--budget", type=float, default=None, metavar="S",
+                        help="start no model after S seconds of the run; the models left "
+                             "become rows with status 'skipped' (default: no limit)")
     parser.add_argument("--no-isolate", dest="isolate", action="store_false",
                         help="run every row in this process (debugging; no timeout, no "
                              "crash isolation, no warm compile time)")
@@ -316,6 +320,8 @@ def _validate(parser: argparse.ArgumentParser, args, rows_to_run) -> None:
         parser.error("--threads must be >= 1")
     if args.timeout <= 0:
         parser.error("--timeout must be > 0 seconds")
+    if args.budget is not None and args.budget <= 0:
+        parser.error("--budget must be > 0 seconds")
     if args.mode == "train" and any(kind == "kernel" for kind, _, _ in rows_to_run):
         parser.error("--mode train: kernel rows are inference only; leave out --suite "
                      "kernels and kernel names")
@@ -339,6 +345,7 @@ def run_settings(args, compilers) -> dict:
         "suites": selected_suites(args), "models": _split(args.models),
         "batch_size": args.batch_size, "kernel_bytes": args.kernel_bytes,
         "isolated": args.isolate, "timeout_s": args.timeout if args.isolate else None,
+        "budget_s": args.budget,
         "warm_compile": args.isolate and args.warm_compile,
         "torch_compile_budget_s": args.torch_compile_budget,
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
@@ -362,10 +369,15 @@ def run_rows(args, compilers, rows_to_run, settings) -> list[Row]:
     else:
         run = runner.InProcessRunner(on_stage=progress.stage)
     rows: list[Row] = []
+    deadline = None if args.budget is None else time.monotonic() + args.budget
     try:
         for task in tasks:
             progress.start(task)
-            row = run.run(task)
+            if deadline is not None and time.monotonic() > deadline:
+                row = runner.error_row(task, "skipped", f"not run: the run's --budget of "
+                                                        f"{args.budget:g} s was spent")
+            else:
+                row = run.run(task)
             rows.append(row)
             progress.done(task, row)
             _write_outputs(args, rows, settings, compilers)

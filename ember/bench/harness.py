@@ -178,7 +178,7 @@ class Row:
     reference_dtype: str | None = None      # the eager reference's dtype (None: no reference)
     peak_rss_mb: float | None = None        # the measuring process's peak resident memory
     # "ok", or why the row has no numbers: "error" (it could not be built or eager failed),
-    # "timeout", "crashed" (under ember bench's process isolation)
+    # "timeout", "crashed" (under ember bench's process isolation), "skipped" (--budget)
     status: str = "ok"
     error: str | None = None
 

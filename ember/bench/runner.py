@@ -88,7 +88,8 @@ def run_task(task: Task, first_calls_only: bool = False,
 
 
 def error_row(task: Task, status: str, error: str) -> Row:
-    """A row without numbers: ``status`` and ``error`` say why."""
+    """A row without numbers: ``status`` ("error", "timeout", "crashed", "skipped") and
+    ``error`` say why."""
     row = Row(task.name, task.device, task.backend, eager_ms=None, kind=task.kind,
               dtype=task.dtype, suite=task.suite, mode=task.mode, status=status, error=error,
               notes=[error], batch_size=task.batch_size)

@@ -13,6 +13,12 @@ def tiny():
     return nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4)), (torch.randn(3, 8),)
 
 
+def slow_model():
+    """Takes longer to build than the budget test's whole --budget."""
+    time.sleep(0.2)
+    return tiny()
+
+
 class Pair(nn.Module):
     def __init__(self):
         super().__init__()

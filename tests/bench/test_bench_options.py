@@ -48,6 +48,7 @@ def test_resolve_compilers_orders_names_and_always_measures_eager():
     (["--suite", "kernels", "--mode", "train"], "--mode train: kernel rows are inference"),
     (["--models", "mlp", "--repeat", "0"], "--repeat must be >= 1"),
     (["--models", "mlp", "--timeout", "0"], "--timeout must be > 0 seconds"),
+    (["--models", "mlp", "--budget", "-1"], "--budget must be > 0 seconds"),
     (["--models", "mlp", "--no-isolate", "--no-warm-compile"],
      "--no-warm-compile: --no-isolate already measures no warm compile"),
     (["--models", "no_such_module_xyz:make"], "no module named 'no_such_module_xyz'"),

@@ -172,3 +172,11 @@ def test_compare_rejects_a_file_that_is_not_a_run(capsys, tmp_path):
         cli.main(["bench", "--compare", str(tmp_path / "x.json"), str(tmp_path / "x.json")])
     assert exit_info.value.code == 2
     assert "not an ember bench JSON file" in capsys.readouterr().err
+
+
+def test_models_past_the_runs_budget_are_skipped_rows(capsys):
+    lines = run(["--models", "bench_fakes:slow_model,mlp", "--compilers", "ember", *FAST,
+                 "--no-isolate", "--budget", "0.1"], capsys)
+    assert model_line(lines, "bench_fakes:slow_model")["ember"].endswith("x")
+    assert model_line(lines, "mlp")["ember"] == "skipped"
+    assert "note: mlp: not run: the run's --budget of 0.1 s was spent" in lines
