@@ -683,11 +683,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def output_tensors(value: Any) -> list[torch.Tensor]:
-    """Every tensor in a nested output (tuples, lists, dicts, HF ModelOutputs), in order."""
-    return [t for t in accuracy.tensors(value) if t is not None]
-
-
 def max_abs_error(actual: Any, expected: Any) -> float:
     """Largest |actual - expected| over all output tensors; inf if the structures differ."""
     got, want = accuracy.tensors(actual), accuracy.tensors(expected)

@@ -398,22 +398,23 @@ def _tiny_gpt(device, batch_size):
 
 # ---------------------------------------- small timm and HF models (the timm and hf suites)
 
+def timm_factory(timm_name: str, image_size: int = 224) -> Factory:
+    """build(device, batch_size) of timm's ``timm_name`` (random weights) on square images."""
+    def build(device, batch_size):
+        timm = compat.import_timm()
+        return (timm.create_model(timm_name, pretrained=False),
+                (torch.randn(batch_size, 3, image_size, image_size, device=device),))
+    return build
+
+
 # resnet18 is fully convolutional: 128x128 inputs cost a third of 224x224 and exercise the same
 # graph. ViT's patch embedding fixes its input at 224x224.
-@register_model("resnet18", requires="timm", suite="timm", cuda_batch_size=32,
-                description="timm resnet18; batch 1 (CPU) or 32 (CUDA) x 3x128x128")
-def _resnet18(device, batch_size):
-    timm = compat.import_timm()
-    return (timm.create_model("resnet18", pretrained=False),
-            (torch.randn(batch_size, 3, 128, 128, device=device),))
-
-
-@register_model("vit_tiny", requires="timm", suite="timm", cuda_batch_size=32,
-                description="timm vit_tiny_patch16_224; batch 1 (CPU) or 32 (CUDA) x 3x224x224")
-def _vit_tiny(device, batch_size):
-    timm = compat.import_timm()
-    return (timm.create_model("vit_tiny_patch16_224", pretrained=False),
-            (torch.randn(batch_size, 3, 224, 224, device=device),))
+register_model("resnet18", requires="timm", suite="timm", cuda_batch_size=32,
+               description="timm resnet18; batch 1 (CPU) or 32 (CUDA) x 3x128x128")(
+    timm_factory("resnet18", 128))
+register_model("vit_tiny", requires="timm", suite="timm", cuda_batch_size=32,
+               description="timm vit_tiny_patch16_224; batch 1 (CPU) or 32 (CUDA) x 3x224x224")(
+    timm_factory("vit_tiny_patch16_224"))
 
 
 @register_model("bert", requires="transformers", suite="hf", batch_size=4, cuda_batch_size=32,
@@ -435,16 +436,11 @@ def _seq_len(device: torch.device) -> int:
     return 512 if device.type == "cuda" else 128
 
 
-def _timm_gpu_model(name: str, timm_name: str, cuda_batch_size: int):
-    @register_model(name, requires="timm", suite="gpu", batch_size=1,
-                    cuda_batch_size=cuda_batch_size, dtype=torch.bfloat16,
-                    description=f"timm {timm_name}; batch {cuda_batch_size} (CUDA) or 1 (CPU) "
-                                f"x 3x224x224, bfloat16")
-    def build(device, batch_size):
-        timm = compat.import_timm()
-        return (timm.create_model(timm_name, pretrained=False),
-                (torch.randn(batch_size, 3, 224, 224, device=device),))
-    return build
+def _timm_gpu_model(name: str, timm_name: str, cuda_batch_size: int) -> None:
+    register_model(name, requires="timm", suite="gpu", batch_size=1,
+                   cuda_batch_size=cuda_batch_size, dtype=torch.bfloat16,
+                   description=f"timm {timm_name}; batch {cuda_batch_size} (CUDA) or 1 (CPU) "
+                               f"x 3x224x224, bfloat16")(timm_factory(timm_name))
 
 
 _timm_gpu_model("resnet50", "resnet50", 64)

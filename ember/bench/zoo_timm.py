@@ -8,10 +8,7 @@ Stochastic depth and dropout stay at timm's defaults for these models: off.
 """
 from __future__ import annotations
 
-import torch
-
-from ember.bench import compat
-from ember.bench.models import register_model
+from ember.bench.models import register_model, timm_factory
 
 # registry name -> (timm name, what it covers)
 TIMM_MODELS = {
@@ -28,15 +25,7 @@ TIMM_MODELS = {
 }
 
 
-def _register(name: str, timm_name: str, what: str) -> None:
-    @register_model(name, requires="timm", suite="timm", batch_size=1, cuda_batch_size=32,
-                    description=f"timm {timm_name} ({what}); batch 1 (CPU) or 32 (CUDA) x "
-                                f"3x224x224")
-    def build(device, batch_size):
-        timm = compat.import_timm()
-        return (timm.create_model(timm_name, pretrained=False),
-                (torch.randn(batch_size, 3, 224, 224, device=device),))
-
-
 for _name, (_timm_name, _what) in TIMM_MODELS.items():
-    _register(_name, _timm_name, _what)
+    register_model(_name, requires="timm", suite="timm", batch_size=1, cuda_batch_size=32,
+                   description=f"timm {_timm_name} ({_what}); batch 1 (CPU) or 32 (CUDA) x "
+                               f"3x224x224")(timm_factory(_timm_name))
