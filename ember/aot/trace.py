@@ -60,6 +60,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from ember import logs
 from ember.fake import FakeTensorMode, FakeTensor
 
 __all__ = ["AtenGraph", "trace_to_aten"]
@@ -312,6 +313,33 @@ class _AtenTracer(TorchDispatchMode):
             self.mutated_inputs[idx] = target
 
 
+_HOLDS = {torch.bfloat16: {torch.float32, torch.float64},     # exact widenings
+          torch.float16: {torch.float32, torch.float64}, torch.float32: {torch.float64}}
+
+
+def _unchanged(value: torch.fx.Node, placeholder: torch.fx.Node) -> bool:
+    """``value`` is the input itself, or copies of it through dtypes that hold its every
+    value exactly (``bf16 -> fp32 -> bf16``), ending in its own dtype and device."""
+    original = placeholder.meta.get("val")
+    if not isinstance(original, torch.Tensor):
+        return value is placeholder
+    final = value.meta.get("val")
+    if value is not placeholder and not (isinstance(final, torch.Tensor) and
+                                         final.dtype == original.dtype and
+                                         final.device == original.device):
+        return False
+    while value is not placeholder:
+        if not isinstance(value, torch.fx.Node) or value.target is not aten._to_copy.default \
+                or set(value.kwargs) - {"dtype", "device", "layout"}:
+            return False
+        val = value.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.device != original.device or (
+                val.dtype != original.dtype and val.dtype not in _HOLDS.get(original.dtype, ())):
+            return False
+        value = value.args[0]
+    return True
+
+
 def _real_sdp_choice(func, args, kwargs) -> int:
     """``scaled_dot_product_attention`` picks its kernel (flash, memory-efficient, cuDNN,
     math) from the inputs' device, dtype, shapes and strides; asked on fakes, the meta
@@ -322,7 +350,39 @@ def _real_sdp_choice(func, args, kwargs) -> int:
             return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
         return x
     with torch._C._DisableTorchDispatch():
-        return func(*pytree.tree_map(real, args), **pytree.tree_map(real, kwargs))
+        real_args, real_kwargs = pytree.tree_map(real, args), pytree.tree_map(real, kwargs)
+        choice = func(*real_args, **real_kwargs)
+        if choice == int(torch.nn.attention.SDPBackend.MATH) and real_args[0].is_cuda and \
+                logs.enabled("perf_hints"):
+            _explain_math_attention(real_args, real_kwargs)
+    return choice
+
+
+def _explain_math_attention(args, kwargs) -> None:
+    """Log why no fused attention kernel takes these inputs (the math path is slow and, in
+    half precision, computes in float32)."""
+    import warnings
+    q, k, v = args[:3]
+    mask = args[3] if len(args) > 3 else kwargs.get("attn_mask")
+    shapes = ", ".join(f"{n} {t.dtype} {list(t.shape)} stride {t.stride()}"
+                       for n, t in (("q", q), ("k", k), ("v", v), ("mask", mask))
+                       if isinstance(t, torch.Tensor))
+    reasons = []
+    try:
+        params = torch.backends.cuda.SDPAParams(
+            q, k, v, mask, args[4] if len(args) > 4 else kwargs.get("dropout_p", 0.0),
+            args[5] if len(args) > 5 else kwargs.get("is_causal", False),
+            kwargs.get("enable_gqa", False))
+        for check in (torch.backends.cuda.can_use_efficient_attention,
+                      torch.backends.cuda.can_use_cudnn_attention):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                check(params, True)
+            reasons += [str(w.message).splitlines()[0] for w in caught]
+    except (AttributeError, TypeError, RuntimeError) as e:    # another torch's API
+        reasons.append(f"(reasons unavailable: {type(e).__name__})")
+    logs.log("perf_hints", "attention runs the math kernel for %s: %s", shapes,
+             "; ".join(reasons) or "no reason given")
 
 
 def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,
@@ -363,7 +423,10 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,
     with torch.no_grad(), fake_mode, tracer:
         out = gm.forward(*fakes)
 
-    mutations = sorted(tracer.mutated_inputs)
+    # an input whose final value is itself (eval-mode batch norm "updates" its running
+    # statistics with a same-dtype copy of themselves) is not mutated
+    mutations = [i for i in sorted(tracer.mutated_inputs) if not _unchanged(
+        tracer.node_of[id(tracer.mutated_inputs[i])], placeholders[i])]
     copy_of: dict[int, torch.fx.Node] = {}       # id(mutated input fake) -> its copy_ node
     for i in mutations:
         target = tracer.mutated_inputs[i]

@@ -21,7 +21,8 @@ from ember.backend.codegen.common import Kernel
 from ember.backend.codegen.wrapper import WrapperCodegen
 from ember.backend.graph import GraphLowering
 from ember.backend.ir import Buffer, ReinterpretView
-from ember.backend.layout import convert_convolutions, wants_channels_last
+from ember.backend.layout import (convert_convolutions, drop_redundant_conversions,
+                                  wants_channels_last)
 from ember.backend.scheduler import FusedKernel, schedule
 from ember.backend.targets import CppTarget, Target, target_for
 
@@ -85,6 +86,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         if wants_channels_last(aten_graph.gm, device):   # traced again: metadata follows
             aten_graph = trace_to_aten(convert_convolutions(aten_graph.gm), example_inputs,
                                        decompositions=core_decompositions())
+            drop_redundant_conversions(aten_graph.gm)
     except NotImplementedError as e:
         logs.log("perf_hints", "ember backend: ATen tracing declined (%s); graph runs as "
                                "captured", e)
@@ -109,7 +111,11 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
             logs.log("perf_hints", "cudagraphs: not used, the graph mutates its inputs")
         else:
             from ember.backend.cudagraphs import CudaGraphRunner
-            compiled = CudaGraphRunner(compiled, example_inputs)
+            from ember.backend.freezing import is_parameter_or_buffer
+            placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+            compiled = CudaGraphRunner(compiled, example_inputs, [
+                is_parameter_or_buffer(node, value)
+                for node, value in zip(placeholders, example_inputs)])
     if frozen is not None:
         return frozen.guard(compiled, lambda args: compile_graph(gm, args, **options))
     return compiled

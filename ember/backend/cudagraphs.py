@@ -5,8 +5,9 @@ The first call runs the compiled graph once (warm-up: Triton compiles, allocator
 then captures a second run over *static inputs*. Later calls copy each input into its static
 buffer and replay. Decisions:
 
-- Parameters (``nn.Parameter``) are captured by address: copying the weights every call
-  would cost more than the launches saved. A call whose parameter lives elsewhere (the
+- Parameters and buffers of modules (``freezing.is_parameter_or_buffer``: batch-norm
+  statistics too) are captured by address: copying them every call would cost a launch
+  each, more than the replay saves. A call whose parameter or buffer lives elsewhere (the
   module's weight was replaced) captures again. Every other tensor input gets a private
   static buffer and is copied in, so the caller's memory is never written.
 - Outputs are cloned out of the graph's memory, which the next replay overwrites: a caller
@@ -25,8 +26,12 @@ from ember import logs
 
 
 class CudaGraphRunner:
-    def __init__(self, compiled: Callable, example_inputs: list):
+    def __init__(self, compiled: Callable, example_inputs: list,
+                 module_state: list[bool] | None = None):
         self.compiled = compiled
+        # per input: a module's parameter or buffer (captured by address)
+        self.module_state = module_state or [isinstance(a, torch.nn.Parameter)
+                                             for a in example_inputs]
         self.graph: torch.cuda.CUDAGraph | None = None
         self.static_inputs: list = []
         self.static_outputs = None
@@ -54,7 +59,10 @@ class CudaGraphRunner:
         tensors = [a for a in args if isinstance(a, torch.Tensor)]
         if any(t.device.type != "cuda" for t in tensors):
             return self._decline("a graph input is not on the GPU")
-        self.by_address = [isinstance(a, torch.nn.Parameter) for a in args]
+        self.by_address = [isinstance(a, torch.Tensor) and (
+            isinstance(a, torch.nn.Parameter) or (i < len(self.module_state) and
+                                                  self.module_state[i]))
+            for i, a in enumerate(args)]
         # per call: parameters' addresses checked, other tensors copied in
         self.fixed = [i for i, f in enumerate(self.by_address) if f]
         self.copied = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor)
@@ -76,7 +84,8 @@ class CudaGraphRunner:
             torch.cuda.synchronize()
             return self._decline(f"capture failed ({type(e).__name__}: {e})")
         self.graph = graph
-        logs.log("perf_hints", "cudagraphs: captured %d inputs (%d parameters by address)",
+        logs.log("perf_hints", "cudagraphs: captured %d inputs (%d parameters and buffers by "
+                               "address)",
                  len(args), sum(self.by_address))
         return True
 

@@ -217,8 +217,13 @@ class GraphLowering:
                              target)
         if result is NotImplemented:
             return self.fallback(node, args, kwargs)
+        val = node.meta.get("val")
         if isinstance(result, IRNode) and not isinstance(result, Buffer):
-            self._eager_vals[id(result)] = (result, node.meta.get("val"))
+            self._eager_vals[id(result)] = (result, val)
+        elif isinstance(result, (tuple, list)) and isinstance(val, (tuple, list)):
+            for item, item_val in zip(result, val):     # max_pool2d_with_indices and kin
+                if isinstance(item, IRNode) and not isinstance(item, Buffer):
+                    self._eager_vals[id(item)] = (item, item_val)
         return self._share(result, node)
 
     def _share(self, result, node: torch.fx.Node):

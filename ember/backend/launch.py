@@ -12,9 +12,12 @@ alignment Triton specialised on, so the compiled kernel stays valid for every ca
 If the fast path does not work with the installed Triton (its launcher's arguments differ
 between versions), the launcher logs why and keeps the generic path.
 
-:func:`precompile` compiles a graph's kernels before its first call, in parallel threads
-(Triton's compiler spends most of its time in native code); each compiled kernel also lands
-in Triton's on-disk cache, so a later process loads it without compiling.
+:func:`precompile` compiles a graph's kernels before its first call. Kernels new to this
+machine compile in a pool of worker processes (Triton's compiler holds the GIL for much of
+its work, so threads serialise); each compiled kernel lands in Triton's on-disk cache, from
+which this process then loads it. Kernels whose source was compiled before (a warm start)
+load from that cache directly, in threads. The pool starts when the first CUDA graph begins
+compiling (:func:`start_compile_workers`), so its start overlaps tracing and lowering.
 """
 from __future__ import annotations
 
@@ -163,13 +166,58 @@ def _write_choice(path, config) -> None:
     atomic_write(path, json.dumps(config))
 
 
-def precompile(launchers: dict, example_args: dict) -> None:
-    """Compile every kernel (name -> launcher) for its example arguments, in parallel."""
-    items = [(launcher, example_args[name]) for name, launcher in launchers.items()
-             if 0 not in launcher.grid and name in example_args]
-    if len(items) < 2:
+_POOL_MIN_KERNELS = 4          # fewer new kernels compile in this process
+_workers = None                # CompileWorkers, started once per process
+_workers_broken = False
+
+
+def _worker_count() -> int:
+    env = os.environ.get("EMBER_COMPILE_WORKERS")
+    if env is not None:
+        return int(env)
+    return max(0, min(8, (os.cpu_count() or 2) - 1))
+
+
+def start_compile_workers() -> None:
+    """Start the worker processes now (each imports torch and Triton: seconds), so they are
+    ready by the time the graph's kernels are generated. ``EMBER_COMPILE_WORKERS=0``: none."""
+    global _workers, _workers_broken
+    if _workers is not None or _workers_broken or _worker_count() == 0:
         return
+    from ember.backend.compile_workers import CompileWorkers
+    try:
+        _workers = CompileWorkers(_worker_count())
+    except OSError as e:     # no processes here (a sandbox): threads compile instead
+        _workers_broken = True
+        logs.log("perf_hints", "triton: no compile workers (%s); compiling in threads", e)
+
+
+def precompile(launchers: dict, example_args: dict, module_path: str | None = None) -> None:
+    """Compile every kernel (name -> launcher) for its example arguments, in parallel:
+    first in the worker processes when the module is new (``module_path`` given), then here,
+    where each compile is a cache hit."""
+    items = [(name, launcher, example_args[name]) for name, launcher in launchers.items()
+             if 0 not in launcher.grid and name in example_args]
+    if not items:
+        return
+    if module_path is not None and len(items) >= _POOL_MIN_KERNELS:
+        _compile_in_workers(items, module_path)
     workers = min(len(items), os.cpu_count() or 1, 16)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        for future in [pool.submit(launcher.warmup, args) for launcher, args in items]:
+        for future in [pool.submit(launcher.warmup, args) for _, launcher, args in items]:
             future.result()
+
+
+def _compile_in_workers(items, module_path: str) -> None:
+    start_compile_workers()
+    if _workers is None:
+        return
+    start = time.perf_counter()
+    errors = _workers.run([(module_path, name, [a.dtype for a in args], launcher.grid,
+                            launcher.config, args[0].device.index or 0)
+                           for name, launcher, args in items])
+    if errors:    # this process compiles what the workers could not, and says why
+        logs.log("perf_hints", "triton: compile workers failed on %d kernels (first: %s)",
+                 len(errors), errors[0])
+    logs.log("perf_hints", "triton: %d kernels compiled by %d workers in %.2f s", len(items),
+             len(_workers.procs), time.perf_counter() - start)

@@ -7,7 +7,8 @@ they transpose on the way in and out. When ``config.layout_optimization`` says s
 value's metadata follows: convolutions then return channels-last results, and the pointwise
 and reduction work around them runs in that layout too (``GraphLowering`` realizes values
 with the strides eager would give them, see ``preferred_layout``). A conversion whose input
-is already channels-last is a no-op in the trace, so only the graph's first input and the
+is already channels-last after the second trace is removed (``drop_redundant_conversions``:
+a copy would cost a second write of the value), so only the graph's first input and the
 weights are converted; outputs keep eager's strides.
 
 ``auto`` converts CUDA graphs whose convolutions compute in float16/bfloat16. On the 2-core
@@ -63,3 +64,26 @@ def convert_convolutions(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     gm.recompile()
     logs.log("perf_hints", "layout: %d convolutions run channels-last", len(convs))
     return gm
+
+
+def drop_redundant_conversions(gm: torch.fx.GraphModule) -> int:
+    """Remove the channels-last copies (made by ``convert_convolutions``) whose input the
+    traced graph already holds channels-last: convolutions read the value itself."""
+    dropped = 0
+    for node in list(gm.graph.nodes):
+        if node.target is not aten.clone.default or \
+                node.kwargs.get("memory_format") is not torch.channels_last:
+            continue
+        src = node.args[0]
+        val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor) or val.dim() != 4 or \
+                not val.is_contiguous(memory_format=torch.channels_last):
+            continue
+        if all(user.target is aten.convolution.default for user in node.users):
+            node.replace_all_uses_with(src)
+            gm.graph.erase_node(node)
+            dropped += 1
+    if dropped:
+        gm.graph.lint()
+        gm.recompile()
+    return dropped

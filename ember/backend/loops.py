@@ -92,3 +92,19 @@ def merge_dims(kernel, x: list, r: list, sizes: list, loop_vars: list):
             indices = [sympy.expand(e.subs(a, 0)) for e in indices]
         i -= 1
     return sizes, vars_, substitution
+
+
+def store_order(kernel, x: list, r: list, sizes: list, loop_vars: list):
+    """``(sizes, loop_vars)`` reordered so the kernel's first store walks memory in order:
+    a value stored channels-last is computed channel-fastest, whatever its logical order.
+    Unchanged when that store's index is not affine, or writes one element twice."""
+    first = next((n for n in kernel.nodes if n.role == "inner"), None)
+    if first is None or len(loop_vars) < 2:
+        return list(sizes), list(loop_vars)
+    expr = sympy.expand(first.where(x, r))
+    coeffs = [sympy.diff(expr, v) for v in loop_vars]
+    if not all(c.is_number for c in coeffs) or any(
+            c == 0 and s != 1 for c, s in zip(coeffs, sizes)):
+        return list(sizes), list(loop_vars)
+    order = sorted(range(len(loop_vars)), key=lambda i: -int(coeffs[i]))   # stable
+    return [sizes[i] for i in order], [loop_vars[i] for i in order]

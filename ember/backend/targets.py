@@ -82,6 +82,9 @@ class TritonTarget(Target):
         # the interpreter computes half precision wrongly (DESIGN.md): float32 and wider only
         self.dtypes = _COMMON_DTYPES if interpret else \
             _COMMON_DTYPES | {torch.float16, torch.bfloat16}
+        if not interpret:     # their start overlaps this graph's tracing and lowering
+            from ember.backend.launch import start_compile_workers
+            start_compile_workers()
 
     def make_kernel(self, step, name, dtypes):
         from ember.backend.codegen.triton import TritonKernel
@@ -96,7 +99,7 @@ class TritonTarget(Target):
         if not kernels:
             return {}
         source = self.full_source(kernels)
-        module = load_triton_module(source, self.interpret)
+        module, fresh = load_triton_module(source, self.interpret)
         device_name = "interpreter" if self.interpret else torch.cuda.get_device_name(self.device)
         launchers = {}
         for k in kernels:
@@ -109,30 +112,33 @@ class TritonTarget(Target):
                 written=tuple(i for i, a in enumerate(k.args) if a in k.stored), key=key)
         if not self.interpret:    # compile every kernel now, in parallel
             precompile(launchers, {k.name: [torch.empty(1, dtype=k.dtypes[a], device=self.device)
-                                            for a in k.args] for k in kernels})
+                                            for a in k.args] for k in kernels},
+                       module.__file__ if fresh else None)
         return launchers
 
 
 def load_triton_module(source: str, interpret: bool):
     """Import generated Triton source from the kernel cache (Triton reads a kernel's source
-    through ``inspect``, so it must live in a file)."""
+    through ``inspect``, so it must live in a file). Returns the module and whether its
+    source is new to the cache (its kernels were never compiled on this machine)."""
     if interpret:
         _enter_interpreter()
     from ember.backend.build import atomic_write, cache_dir
     key = hashlib.sha256(source.encode()).hexdigest()
     name = f"ember_triton_{key[:24]}"
     if name in sys.modules:
-        return sys.modules[name]
+        return sys.modules[name], False
     folder = cache_dir() / "triton" / key[:2]
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{key}.py"
-    if not path.exists():
+    fresh = not path.exists()
+    if fresh:
         atomic_write(path, source)
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     sys.modules[name] = module
-    return module
+    return module, fresh
 
 
 def _enter_interpreter() -> None:

@@ -358,3 +358,47 @@ def test_aot_eager_backend_is_registered_by_name():
     x = torch.randn(4, 8)
     with torch.no_grad():
         assert torch.allclose(ember.compile(f, backend="aot_eager")(x), f(x))
+
+
+class _EvalBatchNorm(nn.Module):
+    """The CUDA path of eval-mode batch norm (cuDNN): its decomposition writes the running
+    statistics back as a float32 round trip of themselves."""
+    def forward(self, x, w, b, mean, var):
+        return torch.ops.aten.cudnn_batch_norm(x, w, b, mean, var, False, 0.1, 1e-5)[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_write_back_of_an_unchanged_input_is_not_a_mutation(dtype):
+    """Else the graph counts as mutating its inputs, and CUDA graphs are declined."""
+    from ember.decomp import core_decompositions
+    args = [t.to(dtype) for t in (torch.randn(2, 4, 3, 3), torch.randn(4), torch.randn(4),
+                                  torch.randn(4), torch.rand(4) + 0.5)]
+    traced = trace_to_aten(torch.fx.symbolic_trace(_EvalBatchNorm()), args,
+                           decompositions=core_decompositions())
+    assert traced.input_mutations == []
+    assert aten_copy_count(traced.gm) == 0
+    out = traced.gm(*args)
+    x, w, b, mean, var = args
+    torch.testing.assert_close(out[0] if isinstance(out, (tuple, list)) else out,
+                               F.batch_norm(x, mean, var, w, b, False, 0.1, 1e-5))
+
+
+class _LossyWriteBack(nn.Module):
+    def forward(self, x):
+        x.copy_(x.to(torch.float16).to(torch.float32))    # rounds: a real change
+        return x + 1
+
+
+def test_write_back_through_a_lossy_round_trip_stays_a_mutation():
+    x = torch.randn(8) * 1e-3 + 1
+    traced = trace_to_aten(torch.fx.symbolic_trace(_LossyWriteBack()), [x.clone()])
+    assert traced.input_mutations == [0]
+    got = x.clone()
+    traced.gm(got)
+    want = x.clone()
+    _LossyWriteBack()(want)
+    assert torch.equal(got, want) and not torch.equal(got, x)
+
+
+def aten_copy_count(gm) -> int:
+    return sum(n.target is torch.ops.aten.copy_.default for n in gm.graph.nodes)

@@ -51,3 +51,38 @@ def test_unknown_layout_choice_raises():
     with torch.no_grad(), config.patch(layout_optimization="nhwc"), \
             pytest.raises(ValueError, match="layout_optimization"):
         ember.compile(torch.nn.Conv2d(3, 4, 3))(torch.randn(1, 3, 8, 8))
+
+
+class _ConvPoolConv(torch.nn.Module):
+    """resnet's stem: conv, BN, ReLU, max-pool, then two convolutions of the pooled value."""
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(16)
+        self.pool = torch.nn.MaxPool2d(3, 2, 1)
+        self.a = torch.nn.Conv2d(16, 8, 1)
+        self.b = torch.nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        y = self.pool(torch.relu(self.bn(self.conv(x))))
+        return self.a(y) + self.b(y)
+
+
+@pytest.mark.parametrize("options", [
+    {}, pytest.param({"cpu_backend": "triton"}, marks=pytest.mark.skipif(
+        not INTERPRETED, reason="Triton's interpreter is enabled only in processes started "
+                                "with TRITON_INTERPRET=1 (tests/conftest.py, without a GPU)"))],
+    ids=["cpp", "triton-interp"])
+def test_pooled_value_is_written_once_channels_last(options):
+    """The max-pool result keeps eager's channels-last strides, and the convolutions read
+    it as it is: no second, converted copy is written (one store per kernel)."""
+    model = _ConvPoolConv().eval()
+    x = torch.randn(2, 3, 16, 16)
+    ember.reset()
+    with torch.no_grad(), config.patch(layout_optimization="channels_last"):
+        out = ember.compile(model, options=options)(x)
+        assert same(model(x), out, rtol=1e-4, atol=1e-4)
+    wrapper = _last_wrapper()
+    pooled = [line for line in wrapper.splitlines() if "(2, 16, 8, 8)" in line
+              and "empty_strided" in line]
+    assert len(pooled) == 1 and "(1024, 1, 128, 16)" in pooled[0], pooled

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import ember
-from ember import config
+from ember import config, logs
 from ember.backend import metrics
 from ember.backend.codegen import triton as triton_codegen
 from ember.testing import same
@@ -162,6 +162,26 @@ def test_reduce_overhead_replays_cuda_graphs():
     assert same(model(inputs[0]), compiled(inputs[0]), rtol=1e-4, atol=1e-4)
     model[0].weight = torch.nn.Parameter(model[0].weight * 0.5)   # a new address
     assert same(model(inputs[1]), compiled(inputs[1]), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="needs a CUDA GPU")
+def test_reduce_overhead_reads_module_buffers_by_address(ember_log):
+    """Batch-norm statistics are not copied per replay; changing them in place is seen, and
+    a replaced buffer captures again."""
+    logs.set_logs("perf_hints")
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU()).cuda().eval()
+    compiled = ember.compile(model, mode="reduce-overhead")
+    x = torch.randn(2, 3, 16, 16, device="cuda")
+    with torch.no_grad():
+        for _ in range(2):
+            assert same(model(x), compiled(x), rtol=1e-4, atol=1e-4)
+        assert "6 parameters and buffers by address" in ember_log.text   # w, b, γ, β, μ, σ²
+        model[1].running_mean.add_(0.5)
+        assert same(model(x), compiled(x), rtol=1e-4, atol=1e-4)
+        model[1].running_var = model[1].running_var * 2
+        assert same(model(x), compiled(x), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("target", TARGETS[:2])

@@ -27,7 +27,7 @@ from ember.backend.codegen.common import Kernel, group_kind, loop_steps, reducti
 from ember.backend.codegen.triton_ops import (HALF, TL_TYPES, TritonOpsHandler, TritonValue,
                                              compute_type, triton_constant, triton_index)
 from ember.backend.ir import index_vars, product
-from ember.backend.loops import access_indices, merge_dims
+from ember.backend.loops import access_indices, merge_dims, store_order
 from ember.backend.ops import use_handler
 from ember.backend.scheduler import FusedKernel, SchedulerNode
 from ember.backend.sizevars import size_hint
@@ -231,6 +231,8 @@ class TritonKernel(Kernel):
         scatter = any(n.role == "scatter" for n in k.nodes)
         sizes = list(k.outer) + ([] if scatter else list(k.inner))
         loop_vars = list(x) + ([] if scatter else list(r))
+        if not scatter:
+            sizes, loop_vars = store_order(k, x, r, sizes, loop_vars)
         sizes, new_vars, subst = merge_dims(k, x, r, sizes, loop_vars)
         numel = size_hint(product(sizes))
         cap = INTERPRETER_TILE if self.interpret else POINTWISE_BLOCK
@@ -280,7 +282,8 @@ class TritonKernel(Kernel):
         the last, so each access is contiguous along one axis of the tile and Triton
         coalesces both. Returns the split of the merged dims, or None (flat is best)."""
         k = self.kernel
-        sizes, vars_, sub = merge_dims(k, x, r, list(k.outer) + list(k.inner), list(x) + list(r))
+        sizes, vars_ = store_order(k, x, r, list(k.outer) + list(k.inner), list(x) + list(r))
+        sizes, vars_, sub = merge_dims(k, x, r, sizes, vars_)
         if len(vars_) < 2:
             return None
         cx, cr = [sub.get(v, v) for v in x], [sub.get(v, v) for v in r]
