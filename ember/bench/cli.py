@@ -298,7 +298,9 @@ def bench_main(argv: list[str], prog: str = "ember bench") -> int:
     print(report.format_report(rows, compilers, args.device))
     if args.out:
         _write_outputs(args, rows, settings, compilers, final=True)
-        print(f"# wrote {', '.join(OUT_FILES)} and logs/ to {args.out}")
+        written = [f for f in OUT_FILES + ("logs/",)
+                   if os.path.exists(os.path.join(args.out, f))]
+        print(f"# wrote {', '.join(written)} to {args.out}")
     return 0
 
 
@@ -417,8 +419,11 @@ def _write_outputs(args, rows: list[Row], settings: dict, compilers, final: bool
         if final:
             title = (f"ember bench: {settings['device_name']}, {args.mode}, "
                      f"{args.dtype or 'float32'}; torch {settings['torch']}")
-            report.write_chart(os.path.join(args.out, "speedups.png"), rows, compilers,
-                               title)
+            try:
+                report.write_chart(os.path.join(args.out, "speedups.png"), rows, compilers,
+                                   title)
+            except ImportError as e:   # matplotlib comes with the bench extra
+                print(f"# speedups.png not drawn: {e} (pip install matplotlib)")
 
 
 def _list_models() -> int:

@@ -13,7 +13,10 @@ Decisions:
   torchvision and torch.compile's modules) once, then forks one child per row. A child
   starts in milliseconds with nothing compiled and no CUDA context, and its first compile
   does not pay for Python imports (``harness``: compile times exclude them). ``fork`` from
-  the parent is not used: the parent runs a progress bar thread and may hold locks.
+  the parent is not used: the parent runs a progress bar thread and may hold locks, and may
+  have initialized CUDA, which a forked child cannot use. The server must not initialize
+  CUDA either: none of the preloaded imports does, and ``PYTORCH_NVML_BASED_CUDA_CHECK=1``
+  keeps ``torch.cuda.is_available()`` from doing it.
 - Cold and warm compile times. Each row gets fresh, empty cache folders (``EMBER_CACHE_DIR``,
   ``TORCHINDUCTOR_CACHE_DIR``, ``TRITON_CACHE_DIR``), so the first child's first calls are
   cold. With ``warm=True`` a second child then compiles and runs each variant once with the
@@ -125,6 +128,9 @@ class IsolatedRunner(InProcessRunner):
         # The server reads the preload list from the environment when it starts (on the
         # first child); later runners in this process share that server.
         os.environ["EMBER_BENCH_PRELOAD"] = ",".join(preload)
+        # torch.cuda.is_available() through NVML, not the CUDA runtime: a server that
+        # initialized CUDA could not fork children that use it.
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         self.context = multiprocessing.get_context("forkserver")
         self.context.set_forkserver_preload(["ember.bench._preload"])
         self.cache_root = tempfile.mkdtemp(prefix="ember-bench-cache-")
@@ -139,12 +145,14 @@ class IsolatedRunner(InProcessRunner):
             compiled = [name for name, v in row.variants.items()
                         if name != "eager" and v.first_call_s is not None]
             if self.warm and row.status == "ok" and compiled:
-                self._measure_warm(task, row, cache_dir)
+                self._measure_warm(dataclasses.replace(task, compilers=("eager", *compiled)),
+                                   row, cache_dir)
             return row
         finally:
             shutil.rmtree(cache_dir, ignore_errors=True)
 
     def _measure_warm(self, task: Task, row: Row, cache_dir: str) -> None:
+        """Compile again the variants that compiled cold (``task.compilers``)."""
         warm = self._child(task, True, cache_dir, stage_prefix="warm: ")
         if warm.status != "ok":
             row.notes.append(f"warm compile not measured: {warm.error}")

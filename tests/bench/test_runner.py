@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import re
+import sys
 
 import pytest
 
@@ -185,3 +186,13 @@ def test_models_past_the_runs_budget_are_skipped_rows(capsys):
     assert model_line(lines, "bench_fakes:slow_model")["ember"].endswith("x")
     assert model_line(lines, "mlp")["ember"] == "skipped"
     assert "note: mlp: not run: the run's --budget of 0.1 s was spent" in lines
+
+
+def test_without_matplotlib_the_run_says_the_chart_is_not_drawn(capsys, tmp_path,
+                                                                 monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)    # import matplotlib fails
+    lines = run(["--models", "bench_fakes:tiny", "--compilers", "ember", *FAST, "--no-isolate",
+                 "--out", str(tmp_path)], capsys)
+    assert any(line.startswith("# speedups.png not drawn: ") for line in lines)
+    assert f"# wrote results.json, results.csv to {tmp_path}" in lines
+    assert not (tmp_path / "speedups.png").exists()
