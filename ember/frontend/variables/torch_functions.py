@@ -121,6 +121,11 @@ def _has_torch_function(tx, fn, args, kwargs):
     return ConstantVariable(False)
 
 
+@special(torch._C._log_api_usage_once)
+def _log_api_usage(tx, fn, args, kwargs):
+    return ConstantVariable(None)    # usage telemetry (torchvision's forwards): nothing to run
+
+
 @special(torch.is_grad_enabled)
 def _is_grad_enabled(tx, fn, args, kwargs):
     return ConstantVariable(torch.is_grad_enabled())   # the entry is guarded on grad mode
