@@ -114,6 +114,13 @@ def distinct(source: Source, other: Source) -> Guard:
                  f"is not {other.name()}", ("distinct", source, other))
 
 
+def global_call_match(fn, result) -> Guard:
+    """A query of global state (``torch._C._len_torch_dispatch_stack()``) answers the same."""
+    name = getattr(fn, "__name__", repr(fn))
+    return Guard(None, "GLOBAL_STATE", lambda v, const: f"{const(fn)}() == {result!r}",
+                 f"{name}() == {result!r}", ("global_call", name))
+
+
 def grad_mode(enabled: bool) -> Guard:
     return Guard(None, "GRAD_MODE",
                  lambda v, const: f"{const(torch.is_grad_enabled)}() is {enabled}",

@@ -24,6 +24,9 @@ from ember.frontend.variables.base import ConstantVariable, VariableTracker
 
 # Graph calls with effects beyond their result: never removed as dead code.
 _EFFECTFUL = {operator.setitem, torch._C._set_grad_enabled, torch._assert,
+              torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast,
+              torch.autograd.grad_mode._enter_inference_mode,
+              torch.autograd.grad_mode._exit_inference_mode,
               *[getattr(operator, n) for n in dir(operator) if n.startswith("i") and
                 n[1:] in dir(operator) and callable(getattr(operator, n))]}
 
@@ -54,6 +57,8 @@ class OutputGraph:
         self.global_dicts: dict[int, tuple[str, dict]] = {}
         self.frame_name = frame_name
         self.initial_grad_mode = torch.is_grad_enabled()
+        # autocast/inference-mode blocks capture is inside: (exit function, real context)
+        self.global_contexts: list[tuple[Callable, Any]] = []
         self.location: Callable[[], str] = lambda: ""
         self.guards.add(guards_mod.grad_mode(self.initial_grad_mode))
 
@@ -198,7 +203,20 @@ class OutputGraph:
                                   class_name=_class_name(self.frame_name))
         return gm
 
+    def enter_global_context(self, enter_fn, exit_fn, args: tuple):
+        real = enter_fn(*args)
+        self.global_contexts.append((exit_fn, real))
+        return real
+
+    def exit_global_context(self, real) -> None:
+        exit_fn, top = self.global_contexts.pop()
+        assert top is real, "global contexts exit in the order they entered"
+        exit_fn(real)
+
     def restore_global_state(self) -> None:
+        while self.global_contexts:     # capture stopped inside a block
+            exit_fn, real = self.global_contexts.pop()
+            exit_fn(real)
         torch._C._set_grad_enabled(self.initial_grad_mode)
 
 

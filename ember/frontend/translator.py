@@ -35,6 +35,7 @@ from ember.frontend.variables.containers import (BaseSequenceVariable, DictVaria
                                                  SetVariable, SizeVariable, SliceVariable,
                                                  TupleVariable, hashable_key)
 from ember.frontend.variables.functions import (BaseUserFunctionVariable, CellVariable,
+                                                HandlerFunctionVariable,
                                                 NestedUserFunctionVariable)
 from ember.frontend.variables.objects import (DataclassDictVariable, NNModuleVariable,
                                               SuperVariable,
@@ -962,6 +963,23 @@ def _import_name(tx, inst):
 @handler("IMPORT_FROM")
 def _import_from(tx, inst):
     tx.push(tx.getattr(tx.stack[-1], inst.argval))
+
+
+@handler("LOAD_BUILD_CLASS")
+def _load_build_class(tx, inst):
+    tx.push(HandlerFunctionVariable(builtins.__build_class__, _build_class))
+
+
+def _build_class(tx, args, kwargs) -> VariableTracker:
+    """A class statement: the class is made once, at capture time, from its body (a body
+    that closes over the frame's variables, a metaclass or keywords are not supported)."""
+    body, name, *bases = args
+    if kwargs or not isinstance(body, NestedUserFunctionVariable) or body.closure:
+        raise Unsupported("a class statement with keywords, a metaclass or a body that "
+                          "closes over local variables")
+    bases = [b.as_python_constant() for b in bases]
+    fn = types.FunctionType(body.code, body.f_globals, name.as_python_constant())
+    return tx.wrap(builtins.__build_class__(fn, name.as_python_constant(), *bases), None)
 
 
 @handler("LOAD_ASSERTION_ERROR")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import operator
 import types
 
 import torch
@@ -22,7 +23,8 @@ from ember.frontend.variables.containers import (DictVariable, ListVariable,
                                                  NamedTupleVariable, SetVariable, SizeVariable,
                                                  TupleVariable, is_namedtuple_class,
                                                  is_structseq_class)
-from ember.frontend.variables.functions import (GraphCallableVariable, HandlerFunctionVariable,
+from ember.frontend.variables.functions import (GetterVariable, GraphCallableVariable,
+                                                HandlerFunctionVariable,
                                                 PartialVariable, UserFunctionVariable,
                                                 UserMethodVariable)
 from ember.frontend.variables.objects import (GradModeExit, GradModeExitVariable,
@@ -46,7 +48,8 @@ def wrap(tx, value, source: Source | None) -> VariableTracker:
                 tx.output.guards.add(guards.same_object(source, known.source))
             return known
         vt = _wrap(tx, value, source)
-        tx.output.track_object(value, vt)
+        if vt.source == source:   # not a wrapper unwrapped to what it wraps
+            tx.output.track_object(value, vt)
         return vt
     return _wrap(tx, value, source)
 
@@ -117,6 +120,13 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
         add(guards.id_match(source, value))
         inner = value.__wrapped__
         return wrap(tx, inner, AttrSource(source, "__wrapped__") if source else None)
+    if type(value) in (operator.itemgetter, operator.attrgetter):
+        add(guards.id_match(source, value))
+        return GetterVariable(type(value), list(value.__reduce__()[1]), source)
+    if isinstance(value, functools._lru_cache_wrapper):
+        # a cached pure function: calls are inlined (the cache changes no result)
+        add(guards.id_match(source, value))
+        return wrap(tx, value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
     if registry.is_disabled(value):
         add(guards.id_match(source, value))
         return HandlerFunctionVariable(

@@ -226,9 +226,17 @@ def _setitem(tx, args, kwargs):
     return tx.store_subscr(args[0], args[1], args[2])
 
 
-@builtin(operator.itemgetter, operator.attrgetter)
-def _getter_factory(tx, args, kwargs):
-    raise Unsupported("operator.itemgetter/attrgetter inside a compiled region")
+def _getter_factory(cls):
+    def handler(tx, args, kwargs):
+        from ember.frontend.variables.functions import GetterVariable
+        if kwargs or not args:
+            raise Unsupported(f"operator.{cls.__name__} with keywords or no arguments")
+        return GetterVariable(cls, [a.as_python_constant() for a in args])
+    return handler
+
+
+HANDLERS[operator.itemgetter] = _getter_factory(operator.itemgetter)
+HANDLERS[operator.attrgetter] = _getter_factory(operator.attrgetter)
 
 
 # -------------------------------------------------------------------------------- builtins
@@ -471,7 +479,7 @@ def _min_max(fn, op):
             folded = fold(tx, fn, args, kwargs)
             if folded is not None:
                 return folded
-            raise Unsupported(f"{fn.__name__}() with key/default on non-constants")
+            return _min_max_by_key(tx, fn, args, kwargs)
         items = tx.unpack_iterable(args[0]) if len(args) == 1 else list(args)
         if not items:
             raise Unsupported(f"{fn.__name__}() of an empty sequence")
@@ -491,6 +499,22 @@ def _min_max(fn, op):
                 best = item
         return best
     return handler
+
+
+def _min_max_by_key(tx, fn, args, kwargs):
+    """``max(items, key=f, default=d)``: f's results must be constants; ties keep the first
+    item, as Python's do."""
+    items = tx.unpack_iterable(args[0]) if len(args) == 1 else list(args)
+    if not items:
+        if "default" in kwargs:
+            return kwargs["default"]
+        raise Unsupported(f"ValueError: {fn.__name__}() of an empty sequence")
+    key = kwargs.get("key")
+    if key is None or (key.is_python_constant() and key.as_python_constant() is None):
+        keys = [item.as_python_constant() for item in items]
+    else:
+        keys = [key.call_function(tx, [item], {}).as_python_constant() for item in items]
+    return items[fn(range(len(items)), key=keys.__getitem__)]
 
 
 HANDLERS[max] = _min_max(max, operator.gt)

@@ -3,6 +3,7 @@ nodes), bound methods, ``functools.partial`` and closure cells."""
 from __future__ import annotations
 
 import inspect
+import operator
 import types
 from typing import Any, Callable
 
@@ -354,3 +355,36 @@ class HandlerFunctionVariable(VariableTracker):
 
     def __repr__(self):
         return f"HandlerFunctionVariable({getattr(self.value, '__name__', self.value)})"
+
+
+class GetterVariable(VariableTracker):
+    """``operator.itemgetter(*keys)`` or ``operator.attrgetter(*names)`` with constant keys."""
+
+    def __init__(self, cls: type, keys: list, source=None):
+        super().__init__(source)
+        self.cls = cls
+        self.keys = keys
+
+    def python_type(self):
+        return self.cls
+
+    def truthy(self, tx):
+        return True
+
+    def as_python_constant(self):
+        return self.cls(*self.keys)
+
+    def call_function(self, tx, args, kwargs):
+        from ember.frontend.variables.builtins import getitem
+        from ember.frontend.variables.containers import TupleVariable
+        obj = args[0]
+        results = []
+        for key in self.keys:
+            if self.cls is operator.itemgetter:
+                results.append(getitem(tx, obj, ConstantVariable(key)))
+            else:
+                value = obj
+                for part in key.split("."):
+                    value = tx.getattr(value, part)
+                results.append(value)
+        return results[0] if len(results) == 1 else TupleVariable(results)

@@ -125,14 +125,22 @@ class NNModuleVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         mod = self.value
-        if mod._forward_hooks or mod._forward_pre_hooks:
-            raise Unsupported(f"calling {type(mod).__name__} with forward hooks (hooks are not "
-                              f"traced yet)")
-        if self.source is not None:
-            tx.output.guards.add(guards.no_hooks(self.source))
-        if (torch.nn.modules.module._global_forward_hooks
-                or torch.nn.modules.module._global_forward_pre_hooks):
-            raise Unsupported("global module forward hooks are registered")
+        m = torch.nn.modules.module
+        if (m._global_forward_hooks or m._global_forward_pre_hooks
+                or m._global_backward_hooks or m._global_backward_pre_hooks):
+            raise Unsupported("global module hooks are registered")
+        if mod._backward_hooks or mod._backward_pre_hooks:
+            raise Unsupported(f"calling {type(mod).__name__} with backward hooks")
+        if not (mod._forward_hooks or mod._forward_pre_hooks):
+            if self.source is not None:
+                tx.output.guards.add(guards.no_hooks(self.source))
+            return self._forward(tx, args, kwargs)
+        if self.source is None:
+            raise Unsupported(f"forward hooks on a {type(mod).__name__} without a source")
+        return self._call_with_hooks(tx, args, kwargs)
+
+    def _forward(self, tx, args, kwargs):
+        mod = self.value
         if "forward" in mod.__dict__:
             return tx.wrap(mod.__dict__["forward"], AttrSource(self.source, "forward")
                            if self.source else None).call_function(tx, args, kwargs)
@@ -140,6 +148,43 @@ class NNModuleVariable(VariableTracker):
         if not isinstance(forward, types.FunctionType):
             raise Unsupported(f"{type(mod).__name__}.forward is not a Python function")
         return UserFunctionVariable(forward).call_function(tx, [self, *args], kwargs)
+
+    def _call_with_hooks(self, tx, args, kwargs):
+        """``Module.__call__`` with forward pre-hooks and hooks, in registration order (the
+        hook dicts are guarded by their keys, each hook by identity)."""
+        from ember.frontend.variables.containers import DictVariable, TupleVariable
+
+        def table(name):
+            return tx.wrap(getattr(self.value, name), AttrSource(self.source, name))
+
+        def is_none(vt):
+            return isinstance(vt, ConstantVariable) and vt.value is None
+
+        pre_kw = table("_forward_pre_hooks_with_kwargs").as_python_constant()
+        post_kw = table("_forward_hooks_with_kwargs").as_python_constant()
+        for hook_id, hook in table("_forward_pre_hooks").items.items():
+            if hook_id in pre_kw:
+                result = hook.call_function(tx, [self, TupleVariable(args),
+                                                 DictVariable(dict(kwargs))], {})
+                if not is_none(result):
+                    new_args, new_kwargs = tx.unpack_iterable(result)
+                    args = tx.unpack_iterable(new_args)
+                    kwargs = {k.as_python_constant(): new_kwargs.items[k.as_python_constant()]
+                              for k in new_kwargs.unpack(tx)}
+            else:
+                result = hook.call_function(tx, [self, TupleVariable(args)], {})
+                if not is_none(result):
+                    args = tx.unpack_iterable(result) if isinstance(result, TupleVariable) \
+                        else [result]
+        output = self._forward(tx, args, kwargs)
+        for hook_id, hook in table("_forward_hooks").items.items():
+            hook_args = [self, TupleVariable(args)]
+            if hook_id in post_kw:
+                hook_args.append(DictVariable(dict(kwargs)))
+            result = hook.call_function(tx, [*hook_args, output], {})
+            if not is_none(result):
+                output = result
+        return output
 
     def call_method(self, tx, name, args, kwargs):
         from ember.frontend.variables.containers import TupleVariable
@@ -556,6 +601,36 @@ class GradModeVariable(ContextManagerVariable):
     def call_function(self, tx, args, kwargs):
         # used as a decorator: @torch.no_grad() def f(...)
         raise Unsupported("grad-mode decorator inside a compiled region")
+
+
+class GlobalContextVariable(ContextManagerVariable):
+    """A ``torch.autocast(...)`` or ``torch.inference_mode(...)`` block. Entered for real
+    while capture is inside it (fake ops then see autocast's casts), and recorded in the
+    graph as the enter/exit calls TorchDynamo also records (``torch.amp._enter_autocast``),
+    so the compiled graph switches the same state around the same ops."""
+
+    def __init__(self, enter_fn, exit_fn, args: tuple, py_type: type):
+        super().__init__()
+        self.enter_fn, self.exit_fn, self.args = enter_fn, exit_fn, args
+        self.py_type = py_type
+        self.open: list[tuple[object, object]] = []     # (real context, its graph node)
+
+    def python_type(self):
+        return self.py_type
+
+    def enter(self, tx):
+        real = tx.output.enter_global_context(self.enter_fn, self.exit_fn, self.args)
+        node = tx.output.graph.call_function(self.enter_fn, self.args)
+        self.open.append((real, node))
+        return ConstantVariable(None)
+
+    def exit(self, tx):
+        real, node = self.open.pop()
+        tx.output.exit_global_context(real)
+        tx.output.graph.call_function(self.exit_fn, (node,))
+
+    def call_function(self, tx, args, kwargs):
+        raise Unsupported(f"{self.py_type.__name__} as a decorator inside a compiled region")
 
 
 class GradModeExit:

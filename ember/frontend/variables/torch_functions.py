@@ -9,15 +9,17 @@ few with effects outside tensors (seeding, saving, global settings) are unsuppor
 """
 from __future__ import annotations
 
+import inspect
 import types
 
 import torch
 
+from ember.frontend import guards
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable
 from ember.frontend.variables.builtins import fold
 from ember.frontend.variables.containers import SizeVariable
-from ember.frontend.variables.objects import GradModeVariable
+from ember.frontend.variables.objects import GlobalContextVariable, GradModeVariable
 from ember.frontend.variables.tensor import TensorVariable
 
 _NAMESPACES = ("torch", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft",
@@ -39,7 +41,7 @@ def _collect() -> dict[int, object]:
     for ns_name in _NAMESPACES:
         ns = importlib.import_module(ns_name)
         for name in dir(ns):
-            if name.startswith("_") or name in _DENIED_NAMES:
+            if name.startswith("_") or name in _DENIED_NAMES or _sets_global_state(name):
                 continue
             obj = getattr(ns, name, None)
             if callable(obj) and not isinstance(obj, (type, types.ModuleType)):
@@ -47,7 +49,7 @@ def _collect() -> dict[int, object]:
     for ns in (torch._C._VariableFunctions, torch._C._nn, torch._C._linalg,
                torch._C._special, torch._C._fft):
         for name in dir(ns):
-            if name.startswith("__") or name in _DENIED_NAMES:
+            if name.startswith("__") or name in _DENIED_NAMES or _sets_global_state(name):
                 continue
             obj = getattr(ns, name, None)
             if callable(obj):
@@ -64,6 +66,12 @@ _DENIED_TENSOR_METHODS = {"item", "tolist", "numpy", "backward", "register_hook"
                           "__repr__", "__str__", "__format__", "__reduce_ex__", "__setstate__",
                           "__deepcopy__", "__hash__", "__dir__", "__array__", "storage",
                           "untyped_storage", "__len__", "__iter__", "__contains__"}
+
+
+def _sets_global_state(name: str) -> bool:
+    """Functions that switch process-wide state (autocast, threads, flags): running one on
+    fake tensors would switch it during capture, and a graph node would switch it for good."""
+    return name.startswith(("set_", "_set_")) or "autocast" in name or name.endswith("_nesting")
 
 
 def is_graph_callable(fn) -> bool:
@@ -124,6 +132,18 @@ def _has_torch_function(tx, fn, args, kwargs):
 @special(torch._C._log_api_usage_once)
 def _log_api_usage(tx, fn, args, kwargs):
     return ConstantVariable(None)    # usage telemetry (torchvision's forwards): nothing to run
+
+
+@special(torch._C._len_torch_dispatch_stack, torch._C._len_torch_function_stack,
+         torch._C._is_torch_function_mode_enabled,
+         _maybe("torch._C._is_torch_function_all_disabled"))
+def _mode_stack_query(tx, fn, args, kwargs):
+    """Which dispatch/function modes are active: answered now, guarded for later calls."""
+    if args or kwargs:
+        raise Unsupported(f"{fn.__name__}() with arguments")
+    result = fn()
+    tx.output.guards.add(guards.global_call_match(fn, result))
+    return ConstantVariable(result)
 
 
 @special(torch.is_grad_enabled)
@@ -190,8 +210,38 @@ def _assert(tx, fn, args, kwargs):
     return tx.output.call_function(torch._assert, args, kwargs)
 
 
-@special(torch.autocast, _maybe("torch.amp.autocast"), _maybe("torch.cuda.amp.autocast"),
-         torch.inference_mode, _maybe("torch.autograd.grad"), _maybe("torch.autograd.backward"),
+@special(torch.autocast, _maybe("torch.amp.autocast"))
+def _autocast(tx, fn, args, kwargs):
+    from ember.frontend.variables.builtins import constants
+    consts = constants(args, kwargs)
+    if consts is None:
+        raise Unsupported("torch.autocast with non-constant arguments")
+    try:
+        bound = inspect.signature(torch.autocast.__init__).bind(None, *consts[0], **consts[1])
+    except TypeError as e:
+        raise Unsupported(f"torch.autocast: {e}") from None
+    bound.apply_defaults()
+    a = bound.arguments
+    vals = (a["device_type"], a["dtype"], a["enabled"], a["cache_enabled"])
+    return GlobalContextVariable(torch.amp.autocast_mode._enter_autocast,
+                                 torch.amp.autocast_mode._exit_autocast, vals, torch.autocast)
+
+
+@special(torch.inference_mode)
+def _inference_mode(tx, fn, args, kwargs):
+    from ember.frontend.variables.builtins import constants
+    consts = constants(args, kwargs)
+    if consts is None:
+        raise Unsupported("torch.inference_mode with a non-constant mode")
+    mode = inspect.signature(torch.inference_mode.__init__).bind(
+        None, *consts[0], **consts[1]).arguments.get("mode", True)
+    return GlobalContextVariable(torch.autograd.grad_mode._enter_inference_mode,
+                                 torch.autograd.grad_mode._exit_inference_mode, (mode,),
+                                 torch.inference_mode)
+
+
+@special(_maybe("torch.cuda.amp.autocast"), _maybe("torch.cpu.amp.autocast"),
+         _maybe("torch.autograd.grad"), _maybe("torch.autograd.backward"),
          _maybe("torch.cuda.synchronize"), _maybe("torch.cuda.current_stream"))
 def _unsupported(tx, fn, args, kwargs):
     raise Unsupported(f"{fn} inside a compiled region is not supported yet")
