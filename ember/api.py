@@ -15,7 +15,6 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import functools
-import inspect
 import types
 import weakref
 from typing import Any, Callable

@@ -22,7 +22,6 @@ local (``___sN``) and shared by all guards and graph inputs under it.
 """
 from __future__ import annotations
 
-import functools
 import inspect
 import itertools
 import types
@@ -30,7 +29,6 @@ from typing import Any, Callable
 
 import torch
 
-from ember.frontend.exc import Unsupported
 from ember.frontend.guards import Guard
 from ember.frontend.source import ConstantSource, LocalSource, Source
 
@@ -118,91 +116,17 @@ class EntryCodegen:
 
     # -- reconstruction ------------------------------------------------------------------------
     def reconstruct(self, vt) -> str:
-        """An expression for the value ``vt`` stands for, after the graph has run."""
-        from ember.frontend.variables import containers as c
-        from ember.frontend.variables.base import ConstantVariable
-        from ember.frontend.variables.objects import UserDefinedObjectVariable
-        from ember.frontend.variables.tensor import TensorVariable
-
-        if isinstance(vt, TensorVariable):
-            if vt.source is not None:
-                return self.load(vt.source)
-            return f"___out[{self.graph_output(vt.node)}]"
-        if isinstance(vt, ConstantVariable):
-            v = vt.value
-            if type(v) in _LITERAL_TYPES or (type(v) is float and v == v
-                                               and v not in (float("inf"), float("-inf"))):
-                return repr(v)
-            return self.const(v)
+        """An expression for the value ``vt`` stands for, after the graph has run (each
+        tracker's ``reconstruct``; a value rebuilt into a temporary is rebuilt once)."""
         memo = self._reconstructed.get(id(vt))
-        if memo is not None:
-            return memo
-        if vt.source is not None and not getattr(vt, "is_new", False):
-            return self.load(vt.source)
-        if isinstance(vt, c.SizeVariable):
-            return f"{self.const(torch.Size)}(({self._items(vt.items)}))"
-        if isinstance(vt, c.NamedTupleVariable):
-            if c.is_structseq_class(vt.cls):
-                return f"{self.const(vt.cls)}(({self._items(vt.items)}))"
-            return f"{self.const(vt.cls)}({self._items(vt.items)})"
-        if isinstance(vt, c.TupleVariable):
-            return f"({self._items(vt.items)})"
-        if isinstance(vt, c.DequeVariable):
-            return self._temp(vt, f"{self.const(c.DequeVariable.py_type)}([{self._items(vt.items)}])")
-        if isinstance(vt, c.ListVariable):
-            return self._temp(vt, f"[{self._items(vt.items)}]")
-        if isinstance(vt, c.DictVariable):
-            pairs = ", ".join(f"{self.reconstruct(vt.keys[k])}: {self.reconstruct(v)}"
-                              for k, v in vt.items.items())
-            text = f"{{{pairs}}}" if vt.cls is dict else f"{self.const(vt.cls)}({{{pairs}}})"
-            if vt.default_factory is not None:
-                text = (f"{self.const(vt.cls)}({self.reconstruct(vt.default_factory)}, "
-                        f"{{{pairs}}})")
-            return self._temp(vt, text)
-        if isinstance(vt, c.DictViewVariable):
-            return f"{self.reconstruct(vt.dict_vt)}.{vt.kind}()"
-        if isinstance(vt, c.SetVariable):
-            items = self._items(list(vt.items.values()))
-            text = f"{{{items}}}" if vt.items else "set()"
-            return self._temp(vt, f"frozenset({text})" if vt.frozen else text)
-        if isinstance(vt, c.SliceVariable):
-            return f"slice({self._items(vt.parts)})"
-        if isinstance(vt, c.ListIteratorVariable):
-            return f"iter([{self._items(vt.items[vt.index:])}])"
-        if isinstance(vt, UserDefinedObjectVariable) and vt.is_new:
-            pairs = ", ".join(f"{k!r}: {self.reconstruct(v)}" for k, v in vt.attrs.items())
-            return self._temp(vt, f"{self.const(_new_object)}({self.const(vt.cls)}, "
-                                  f"{{{pairs}}})")
-        from ember.frontend.variables.objects import DataclassDictVariable
-        if isinstance(vt, DataclassDictVariable):
-            pairs = ", ".join(f"{k}={self.reconstruct(v)}" for k, v in vt.fields.items())
-            return self._temp(vt, f"{self.const(vt.cls)}({pairs})")
-        from ember.frontend.variables import functions as f
-        from ember.frontend.variables.objects import CtxMethodVariable, GradModeExit, \
-            GradModeVariable
-        if isinstance(vt, f.UserMethodVariable):
-            return (f"{self.const(types.MethodType)}({self.reconstruct(vt.fn_var)}, "
-                    f"{self.reconstruct(vt.obj)})")
-        if isinstance(vt, f.BoundMethodVariable):
-            return f"getattr({self.reconstruct(vt.obj)}, {vt.name!r})"
-        if isinstance(vt, CtxMethodVariable) and isinstance(vt.ctx, GradModeVariable) \
-                and vt.name == "__exit__":
-            return self.const(GradModeExit(vt.ctx.restore_mode()))
-        if isinstance(vt, f.PartialVariable):
-            args = "".join(f", {self.reconstruct(a)}" for a in vt.args)
-            kwargs = "".join(f", {k}={self.reconstruct(v)}" for k, v in vt.kwargs.items())
-            return f"{self.const(functools.partial)}({self.reconstruct(vt.func)}{args}{kwargs})"
-        if isinstance(vt, f.NestedUserFunctionVariable) and not vt.closure:
-            defaults = self._items(vt.defaults) if vt.defaults else ""
-            kwdefaults = ", ".join(f"{k!r}: {self.reconstruct(v)}"
-                                   for k, v in (vt.kwdefaults or {}).items())
-            return self._temp(vt, f"{self.const(_new_function)}({self.const(vt.code)}, "
-                                  f"{self.const(vt.f_globals)}, {vt.code.co_name!r}, ({defaults}), "
-                                  f"{{{kwdefaults}}})")
-        value = getattr(vt, "value", None)
-        if value is not None and not isinstance(vt, UserDefinedObjectVariable):
-            return self.const(value)   # functions, modules, classes held by the frame
-        raise Unsupported(f"cannot rebuild {vt} after the graph")
+        return memo if memo is not None else vt.reconstruct(self)
+
+    def literal(self, value) -> str:
+        """Python source for a constant: a literal when it has one, else a held object."""
+        if type(value) in _LITERAL_TYPES or (type(value) is float and value == value
+                                             and value not in (float("inf"), float("-inf"))):
+            return repr(value)
+        return self.const(value)
 
     def graph_output(self, node: torch.fx.Node) -> int:
         """The index of ``node`` among the graph's outputs (added on first use)."""
@@ -212,11 +136,13 @@ class EntryCodegen:
             self.output_nodes.append(node)
         return idx
 
-    def _items(self, items) -> str:
+    def items(self, items) -> str:
+        """Rebuilt items as the inside of a tuple display (``a, b`` or ``a,``)."""
         parts = [self.reconstruct(v) for v in items]
         return ", ".join(parts) + ("," if len(parts) == 1 else "")
 
-    def _temp(self, vt, text: str) -> str:
+    def temp(self, vt, text: str) -> str:
+        """Build ``vt`` once into a temporary (mutable values keep one identity)."""
         name = self.fresh("___t")
         self.lines.append(f"{name} = {text}")
         self._reconstructed[id(vt)] = name
@@ -254,14 +180,14 @@ class EntryCodegen:
     miss: Any = None
 
 
-def _new_function(code, f_globals, name, defaults, kwdefaults):
+def new_function(code, f_globals, name, defaults, kwdefaults):
     """Rebuild a function the compiled code defined (a nested def or lambda without cells)."""
     fn = types.FunctionType(code, f_globals, name, defaults or None)
     fn.__kwdefaults__ = kwdefaults or None
     return fn
 
 
-def _new_object(cls, attrs: dict):
+def new_object(cls, attrs: dict):
     """Rebuild an object the compiled code created: instance of cls with these attributes."""
     obj = object.__new__(cls)
     obj.__dict__.update(attrs)

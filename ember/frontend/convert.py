@@ -5,6 +5,15 @@ symbolic evaluator over the function's bytecode, hands the captured graph to the
 returns a :class:`CacheEntry` whose ``run`` has the function's signature: it checks the
 guards (returning the ``miss`` sentinel when one fails), calls the compiled graph, replays
 side effects and rebuilds the return value.
+
+Graph breaks restart capture instead of rolling it back: when the evaluator raises
+``Unsupported``, the error records which instruction of the top frame was running
+(``break_step``, also when it came from deep inside an inlined call), and the frame is
+captured again from scratch with the evaluator told to stop before that instruction. The
+second capture is the checkpoint: OutputGraph, side effects, guards and the block stack (the
+exits of open ``with`` blocks live on the value stack) are exactly the state before the
+instruction, with nothing to undo. The entry then runs that instruction in Python and calls
+the resume functions (``graph_break.py``, ``resume.py``).
 """
 from __future__ import annotations
 
@@ -12,11 +21,11 @@ import dataclasses
 import inspect
 import time
 import types
-from typing import Any, Callable, Protocol
+from typing import Callable, Protocol
 
 import torch
 
-from ember import config, logs, metrics
+from ember import logs, metrics
 from ember.frontend import graph_break, resume
 from ember.frontend.analysis import livevars_at
 from ember.frontend.codegen import EntryCodegen

@@ -55,17 +55,6 @@ class SideEffects:
         return [*self.mutated.values(), *(obj for obj, _ in self.attr_stores.values())]
 
     # -- replay ------------------------------------------------------------------------------
-    def values(self) -> list["VariableTracker"]:
-        """Every tracker whose value the replay stores (their tensors must be graph outputs)."""
-        out = []
-        for _, attrs in self.attr_stores.values():
-            out += attrs.values()
-        for container in self.mutated.values():
-            out += _container_items(container)
-        out += [v for _, v in self.cell_stores.values()]
-        out += self.global_stores.values()
-        return out
-
     def codegen(self, cg) -> list[str]:
         """Statements that apply the mutations; values are computed first, then stored, so
         a swap (``a.x, a.y = a.y, a.x``) replays correctly."""
@@ -82,34 +71,13 @@ class SideEffects:
             for attr, vt in attrs.items():
                 stores.append(f"setattr({target}, {attr!r}, {value_of(vt)})")
         for container in self.mutated.values():
-            target = cg.load(container.source)
-            kind = type(container).__name__
-            if kind == "ListVariable":
-                items = ", ".join(value_of(v) for v in container.items)
-                stores.append(f"{target}[:] = [{items}]")
-            elif kind == "DequeVariable":
-                items = ", ".join(value_of(v) for v in container.items)
-                stores.append(f"{target}.clear(); {target}.extend([{items}])")
-            elif kind == "DictVariable":
-                pairs = ", ".join(f"{value_of(container.keys[k])}: {value_of(v)}"
-                                  for k, v in container.items.items())
-                stores.append(f"{target}.clear(); {target}.update({{{pairs}}})")
-            elif kind == "SetVariable":
-                items = ", ".join(value_of(v) for v in container.items.values())
-                stores.append(f"{target}.clear(); {target}.update([{items}])")
-            else:
+            replay = getattr(container, "replay_mutation", None)
+            if replay is None:
                 raise Unsupported(f"replaying a mutation of {container}")
+            stores.append(replay(cg.load(container.source), value_of))
         for cell, vt in self.cell_stores.values():
             stores.append(f"{cg.const(cell)}.cell_contents = {value_of(vt)}")
         for name, vt in self.global_stores.items():
             stores.append(f"___G[{name!r}] = {value_of(vt)}")
         return values + stores
 
-
-def _container_items(container) -> list:
-    kind = type(container).__name__
-    if kind == "DictVariable":
-        return list(container.items.values()) + list(container.keys.values())
-    if kind == "SetVariable":
-        return list(container.items.values())
-    return list(getattr(container, "items", []))

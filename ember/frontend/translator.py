@@ -11,7 +11,6 @@ from __future__ import annotations
 import builtins
 import collections.abc
 import dis
-import importlib
 import inspect
 import operator
 import sys
@@ -25,11 +24,10 @@ from ember.frontend.bytecode import Instruction, disassemble
 from ember.frontend import registry
 from ember.frontend.exc import Unsupported
 from ember.frontend.output_graph import OutputGraph
-from ember.frontend.source import ClosureCellSource, GlobalSource, LocalSource, Source
+from ember.frontend.source import GlobalSource, Source
 from ember.frontend.variables import builder
 from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
-from ember.frontend.variables.builtins import HANDLERS as BUILTIN_HANDLERS
-from ember.frontend.variables.builtins import apply_operator, has_tensor
+from ember.frontend.variables.builtins import apply_operator
 from ember.frontend.variables.containers import (BaseSequenceVariable, DictVariable,
                                                  ListIteratorVariable, ListVariable,
                                                  SetVariable, SizeVariable, SliceVariable,
@@ -39,7 +37,6 @@ from ember.frontend.variables.functions import (BaseUserFunctionVariable, CellVa
                                                 NestedUserFunctionVariable)
 from ember.frontend.variables.objects import (DataclassDictVariable, NNModuleVariable,
                                               SuperVariable,
-                                              UserDefinedClassVariable,
                                               UserDefinedObjectVariable)
 from ember.frontend.variables.tensor import TensorVariable
 

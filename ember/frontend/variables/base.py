@@ -59,6 +59,21 @@ class VariableTracker:
     def truthy(self, tx) -> bool:
         raise Unsupported(f"truth value of {self}")
 
+    # -- after the graph ----------------------------------------------------------------------
+    def reconstruct(self, cg) -> str:
+        """A Python expression for this value in the generated entry (after the graph ran,
+        at a return or a graph break): read again from its source, else rebuilt."""
+        if self.source is not None:
+            return cg.load(self.source)
+        return self.rebuild(cg)
+
+    def rebuild(self, cg) -> str:
+        """An expression making the value anew (trackers without a source)."""
+        value = getattr(self, "value", None)
+        if value is not None:
+            return cg.const(value)    # functions, modules, classes the frame holds
+        raise Unsupported(f"cannot rebuild {self} after the graph")
+
     def __repr__(self):
         src = f" from {self.source.name()}" if self.source is not None else ""
         return f"{type(self).__name__}{src}"
@@ -102,6 +117,9 @@ class ConstantVariable(VariableTracker):
             from ember.frontend.variables.functions import ConstantMethodVariable
             return ConstantMethodVariable(self, name)
         return tx.wrap_constant(attr)
+
+    def reconstruct(self, cg):
+        return cg.literal(self.value)
 
     def unpack(self, tx):
         if isinstance(self.value, (str, range, bytes)):

@@ -24,8 +24,7 @@ from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVari
                                                  DictVariable, DictViewVariable,
                                                  ListIteratorVariable, ListVariable,
                                                  NamedTupleVariable, SetVariable,
-                                                 SizeVariable, SliceVariable, TupleVariable,
-                                                 hashable_key)
+                                                 SizeVariable, SliceVariable, TupleVariable)
 from ember.frontend.variables.functions import (BaseUserFunctionVariable,
                                                 HandlerFunctionVariable, PartialVariable,
                                                 UserMethodVariable)

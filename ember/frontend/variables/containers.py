@@ -83,6 +83,9 @@ class BaseSequenceVariable(VariableTracker):
 class TupleVariable(BaseSequenceVariable):
     py_type = tuple
 
+    def rebuild(self, cg):
+        return f"({cg.items(self.items)})"
+
 
 class SizeVariable(TupleVariable):
     """``torch.Size``: a tuple of ints (static sizes are constants)."""
@@ -96,6 +99,9 @@ class SizeVariable(TupleVariable):
     def getitem(self, tx, index):
         out = super().getitem(tx, index)
         return SizeVariable(out.items) if isinstance(out, TupleVariable) else out
+
+    def rebuild(self, cg):
+        return f"{cg.const(torch.Size)}(({cg.items(self.items)}))"
 
 
 class NamedTupleVariable(TupleVariable):
@@ -113,6 +119,11 @@ class NamedTupleVariable(TupleVariable):
 
     def new_like(self, items):
         return TupleVariable(items)
+
+    def rebuild(self, cg):
+        if is_structseq_class(self.cls):
+            return f"{cg.const(self.cls)}(({cg.items(self.items)}))"
+        return f"{cg.const(self.cls)}({cg.items(self.items)})"
 
     def field_names(self):
         return list(getattr(self.cls, "_fields", ())) or [
@@ -189,6 +200,13 @@ class ListVariable(BaseSequenceVariable):
     def new_like(self, items):
         return ListVariable(items)
 
+    def rebuild(self, cg):
+        return cg.temp(self, f"[{cg.items(self.items)}]")
+
+    def replay_mutation(self, target: str, value_of) -> str:
+        """A statement giving the real container ``target`` this tracker's contents."""
+        return f"{target}[:] = [{', '.join(value_of(v) for v in self.items)}]"
+
 
 class DequeVariable(ListVariable):
     """``collections.deque`` (without maxlen): a list with cheap operations at both ends."""
@@ -216,6 +234,13 @@ class DequeVariable(ListVariable):
     def new_like(self, items):
         return DequeVariable(items)
 
+    def rebuild(self, cg):
+        return cg.temp(self, f"{cg.const(self.py_type)}([{cg.items(self.items)}])")
+
+    def replay_mutation(self, target: str, value_of) -> str:
+        items = ", ".join(value_of(v) for v in self.items)
+        return f"{target}.clear(); {target}.extend([{items}])"
+
 
 class ListIteratorVariable(VariableTracker):
     """An iterator over a materialised list of items (every iterable is unrolled)."""
@@ -240,6 +265,9 @@ class ListIteratorVariable(VariableTracker):
         rest = self.items[self.index:]
         self.index = len(self.items)
         return rest
+
+    def rebuild(self, cg):
+        return f"iter([{cg.items(self.items[self.index:])}])"
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__next__":
@@ -289,6 +317,19 @@ class DictVariable(VariableTracker):
 
     def unpack(self, tx):
         return [self.keys[k] for k in self.items]
+
+    def rebuild(self, cg):
+        pairs = ", ".join(f"{cg.reconstruct(self.keys[k])}: {cg.reconstruct(v)}"
+                          for k, v in self.items.items())
+        text = f"{{{pairs}}}" if self.cls is dict else f"{cg.const(self.cls)}({{{pairs}}})"
+        if self.default_factory is not None:
+            text = f"{cg.const(self.cls)}({cg.reconstruct(self.default_factory)}, {{{pairs}}})"
+        return cg.temp(self, text)
+
+    def replay_mutation(self, target: str, value_of) -> str:
+        pairs = ", ".join(f"{value_of(self.keys[k])}: {value_of(v)}"
+                          for k, v in self.items.items())
+        return f"{target}.clear(); {target}.update({{{pairs}}})"
 
     def setitem(self, key_vt, value_vt):
         key = hashable_key(key_vt)
@@ -396,6 +437,9 @@ class DictViewVariable(VariableTracker):
             return list(d.items.values())
         return [TupleVariable([d.keys[k], v]) for k, v in d.items.items()]
 
+    def rebuild(self, cg):
+        return f"{cg.reconstruct(self.dict_vt)}.{self.kind}()"
+
     def as_set(self, tx) -> "SetVariable":
         if self.kind == "values":
             raise Unsupported("set operations on dict.values()")
@@ -447,6 +491,14 @@ class SetVariable(VariableTracker):
 
     def python_type(self):
         return frozenset if self.frozen else set
+
+    def rebuild(self, cg):
+        text = f"{{{cg.items(list(self.items.values()))}}}" if self.items else "set()"
+        return cg.temp(self, f"frozenset({text})" if self.frozen else text)
+
+    def replay_mutation(self, target: str, value_of) -> str:
+        items = ", ".join(value_of(v) for v in self.items.values())
+        return f"{target}.clear(); {target}.update([{items}])"
 
     def as_python_constant(self):
         return self.python_type()(v.as_python_constant() for v in self.items.values())
@@ -515,6 +567,9 @@ class SliceVariable(VariableTracker):
 
     def as_python_constant(self):
         return slice(*[p.as_python_constant() for p in self.parts])
+
+    def rebuild(self, cg):
+        return f"slice({cg.items(self.parts)})"
 
 
 def is_namedtuple_class(cls) -> bool:

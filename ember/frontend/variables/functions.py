@@ -193,6 +193,17 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
             return ConstantVariable(self.name)
         return super().var_getattr(tx, name)
 
+    def rebuild(self, cg):
+        if self.closure:
+            raise Unsupported(f"rebuilding {self}, which closes over the frame's variables")
+        from ember.frontend.codegen import new_function
+        defaults = cg.items(self.defaults) if self.defaults else ""
+        kwdefaults = ", ".join(f"{k!r}: {cg.reconstruct(v)}"
+                               for k, v in (self.kwdefaults or {}).items())
+        return cg.temp(self, f"{cg.const(new_function)}({cg.const(self.code)}, "
+                             f"{cg.const(self.f_globals)}, {self.code.co_name!r}, "
+                             f"({defaults}), {{{kwdefaults}}})")
+
     def __repr__(self):
         return f"NestedUserFunctionVariable({self.name})"
 
@@ -213,6 +224,10 @@ class UserMethodVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         return self.fn_var.call_function(tx, [self.obj, *args], kwargs)
+
+    def rebuild(self, cg):
+        return (f"{cg.const(types.MethodType)}({cg.reconstruct(self.fn_var)}, "
+                f"{cg.reconstruct(self.obj)})")
 
     def var_getattr(self, tx, name):
         if name == "__self__":
@@ -241,6 +256,9 @@ class BoundMethodVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def rebuild(self, cg):
+        return f"getattr({cg.reconstruct(self.obj)}, {self.name!r})"
 
 
 class ConstantMethodVariable(BoundMethodVariable):
@@ -279,6 +297,12 @@ class PartialVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         return self.func.call_function(tx, [*self.args, *args], {**self.kwargs, **kwargs})
+
+    def rebuild(self, cg):
+        import functools
+        args = "".join(f", {cg.reconstruct(a)}" for a in self.args)
+        kwargs = "".join(f", {k}={cg.reconstruct(v)}" for k, v in self.kwargs.items())
+        return f"{cg.const(functools.partial)}({cg.reconstruct(self.func)}{args}{kwargs})"
 
     def var_getattr(self, tx, name):
         from ember.frontend.variables.containers import DictVariable, TupleVariable
@@ -373,6 +397,9 @@ class GetterVariable(VariableTracker):
 
     def as_python_constant(self):
         return self.cls(*self.keys)
+
+    def rebuild(self, cg):
+        return cg.const(self.as_python_constant())
 
     def call_function(self, tx, args, kwargs):
         from ember.frontend.variables.builtins import getitem

@@ -347,6 +347,13 @@ class UserDefinedObjectVariable(VariableTracker):
         else:
             tx.output.side_effects.store_attr(self, name, value)
 
+    def rebuild(self, cg):
+        if not self.is_new:
+            raise Unsupported(f"cannot rebuild {self} after the graph")
+        from ember.frontend.codegen import new_object
+        pairs = ", ".join(f"{k!r}: {cg.reconstruct(v)}" for k, v in self.attrs.items())
+        return cg.temp(self, f"{cg.const(new_object)}({cg.const(self.cls)}, {{{pairs}}})")
+
     def __repr__(self):
         return f"UserDefinedObjectVariable({self.cls.__name__})"
 
@@ -563,6 +570,11 @@ class CtxMethodVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         return self.fn(tx)
 
+    def rebuild(self, cg):
+        if isinstance(self.ctx, GradModeVariable) and self.name == "__exit__":
+            return cg.const(GradModeExit(self.ctx.restore_mode()))
+        return super().rebuild(cg)
+
 
 class GradModeVariable(ContextManagerVariable):
     """``torch.no_grad()``, ``torch.enable_grad()``, ``torch.set_grad_enabled(b)``: the graph
@@ -751,6 +763,10 @@ class DataclassDictVariable(VariableTracker):
 
     def store_attr(self, tx, name, value):
         self.fields[name] = value
+
+    def rebuild(self, cg):
+        pairs = ", ".join(f"{k}={cg.reconstruct(v)}" for k, v in self.fields.items())
+        return cg.temp(self, f"{cg.const(self.cls)}({pairs})")
 
     def unpack(self, tx):
         return [ConstantVariable(k) for k in self.present()]

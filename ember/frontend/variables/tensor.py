@@ -38,6 +38,9 @@ class TensorVariable(VariableTracker):
     def truthy(self, tx):
         raise Unsupported("control flow on a tensor's value (data-dependent)")
 
+    def rebuild(self, cg):
+        return f"___out[{cg.graph_output(self.node)}]"
+
     def var_getattr(self, tx, name):
         if name in ("shape",):
             return tx.size_variable(self.fake.shape)
