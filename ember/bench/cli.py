@@ -42,7 +42,8 @@ import torch
 
 from ember.backends import list_backends
 from ember.bench import compat, kernels, models, report, runner
-from ember.bench.harness import DEFAULT_COMPILERS, MODES, VARIANTS, Row, resolve_compilers
+from ember.bench.harness import (DEFAULT_COMPILERS, MODES, VARIANTS, Row, is_user_compiler,
+                                 resolve_compilers)
 
 SUITES = ("builtin", "timm", "hf", "torchvision", "kernels", "gpu")
 ALL_SUITES = ("builtin", "timm", "hf", "torchvision")   # what --suite all means
@@ -219,7 +220,7 @@ def select_rows(parser: argparse.ArgumentParser, args) -> list[tuple[str, str, s
         if name in kernels.KERNELS:
             rows.append(("kernel", name, None))
         elif models.is_user_model(name):
-            _check_user_model(parser, name)
+            check_callable_spec(parser, "--models", name)
             rows.append(("model", name, None))
         else:
             rows.append(("model", name, None))
@@ -240,15 +241,15 @@ def select_rows(parser: argparse.ArgumentParser, args) -> list[tuple[str, str, s
     return unique
 
 
-def _check_user_model(parser: argparse.ArgumentParser, name: str) -> None:
+def check_callable_spec(parser: argparse.ArgumentParser, option: str, name: str) -> None:
     """A module:callable's module (or file) must exist; the callable is checked in the row's
     process, where it is imported."""
     target, _, attr = name.rpartition(":")
     if not target or not attr:
-        parser.error(f"--models: {name!r}: expected module:callable or file.py:callable")
+        parser.error(f"{option}: {name!r}: expected module:callable or file.py:callable")
     if target.endswith(".py") or os.sep in target:
         if not os.path.isfile(target):
-            parser.error(f"--models: {name!r}: no file {target!r}")
+            parser.error(f"{option}: {name!r}: no file {target!r}")
         return
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -257,7 +258,7 @@ def _check_user_model(parser: argparse.ArgumentParser, name: str) -> None:
     except ImportError:
         found = None
     if found is None:
-        parser.error(f"--models: {name!r}: no module named {target!r}")
+        parser.error(f"{option}: {name!r}: no module named {target!r}")
 
 
 def _explicit(parser: argparse.ArgumentParser, args) -> list[str]:
@@ -287,6 +288,9 @@ def bench_main(argv: list[str], prog: str = "ember bench") -> int:
         compilers = resolve_compilers(args.compilers, args.torch_compile)
     except ValueError as e:
         parser.error(f"--compilers: {e}")
+    for name in compilers:
+        if is_user_compiler(name):
+            check_callable_spec(parser, "--compilers", name)
     _validate(parser, args, rows_to_run)
 
     settings = run_settings(args, compilers)
@@ -322,6 +326,9 @@ def _validate(parser: argparse.ArgumentParser, args, rows_to_run) -> None:
         parser.error("--threads must be >= 1")
     if args.timeout <= 0:
         parser.error("--timeout must be > 0 seconds")
+    if not args.isolate and args.timeout != DEFAULT_TIMEOUT_S:
+        parser.error("--timeout: --no-isolate runs every row in this process, without a "
+                     "timeout")
     if args.budget is not None and args.budget <= 0:
         parser.error("--budget must be > 0 seconds")
     if args.mode == "train" and any(kind == "kernel" for kind, _, _ in rows_to_run):

@@ -53,6 +53,10 @@ def test_resolve_compilers_orders_names_and_always_measures_eager():
      "--no-warm-compile: --no-isolate already measures no warm compile"),
     (["--models", "no_such_module_xyz:make"], "no module named 'no_such_module_xyz'"),
     (["--models", "missing/file.py:make"], "no file 'missing/file.py'"),
+    (["--models", "mlp", "--compilers", "ember,no_such_module_xyz:jit"],
+     "--compilers: 'no_such_module_xyz:jit': no module named 'no_such_module_xyz'"),
+    (["--models", "mlp", "--no-isolate", "--timeout", "5"],
+     "--timeout: --no-isolate runs every row in this process, without a timeout"),
     (["--compare", "a.json", "b.json", "--suite", "timm"],
      "--compare prints a comparison of two saved runs and takes no other option (got "
      "--suite)"),
