@@ -402,3 +402,27 @@ def test_write_back_through_a_lossy_round_trip_stays_a_mutation():
 
 def aten_copy_count(gm) -> int:
     return sum(n.target is torch.ops.aten.copy_.default for n in gm.graph.nodes)
+
+
+class _BatchNormEval(nn.Module):
+    def forward(self, x, w, b, mean, var):
+        return F.batch_norm(x, mean, var, w, b, False, 0.1, 1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("affine", [True, False])
+def test_eval_batch_norm_decomposes_to_a_few_ops_like_eager(dtype, affine):
+    """Ember's own eval batch norm: float32 math for half inputs, eager's values."""
+    from ember.decomp import core_decompositions
+    x = torch.randn(2, 4, 5, 5).to(dtype)
+    w, b = (torch.randn(4).to(dtype), torch.randn(4).to(dtype)) if affine else (None, None)
+    mean, var = torch.randn(4).to(dtype), (torch.rand(4) + 0.5).to(dtype)
+    args = [x, w, b, mean, var]
+    traced = trace_to_aten(torch.fx.symbolic_trace(_BatchNormEval()), args,
+                           decompositions=core_decompositions())
+    targets = {n.target for n in traced.gm.graph.nodes if n.op == "call_function"}
+    assert not any("batch_norm" in str(t) for t in targets), targets
+    out = traced.gm(*args)
+    out = out[0] if isinstance(out, (tuple, list)) else out
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, _BatchNormEval()(*args))
