@@ -405,7 +405,7 @@ def aten_copy_count(gm) -> int:
 
 
 class _BatchNormEval(nn.Module):
-    def forward(self, x, w, b, mean, var):
+    def forward(self, x, mean, var, w=None, b=None):
         return F.batch_norm(x, mean, var, w, b, False, 0.1, 1e-5)
 
 
@@ -415,9 +415,9 @@ def test_eval_batch_norm_decomposes_to_a_few_ops_like_eager(dtype, affine):
     """Ember's own eval batch norm: float32 math for half inputs, eager's values."""
     from ember.decomp import core_decompositions
     x = torch.randn(2, 4, 5, 5).to(dtype)
-    w, b = (torch.randn(4).to(dtype), torch.randn(4).to(dtype)) if affine else (None, None)
     mean, var = torch.randn(4).to(dtype), (torch.rand(4) + 0.5).to(dtype)
-    args = [x, w, b, mean, var]
+    args = [x, mean, var] + ([torch.randn(4).to(dtype), torch.randn(4).to(dtype)]
+                             if affine else [])
     traced = trace_to_aten(torch.fx.symbolic_trace(_BatchNormEval()), args,
                            decompositions=core_decompositions())
     targets = {n.target for n in traced.gm.graph.nodes if n.op == "call_function"}
