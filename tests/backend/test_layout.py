@@ -15,15 +15,16 @@ from ember.testing import same
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
+CPU_TARGETS = [{}, pytest.param({"cpu_backend": "triton"}, marks=pytest.mark.skipif(
+    not INTERPRETED, reason="Triton's interpreter is enabled only in processes started with "
+                            "TRITON_INTERPRET=1 (tests/conftest.py, without a GPU)"))]
+
+
 def _last_wrapper() -> str:
     return [s for s in backend_compile.generated_sources if "def call(" in s][-1]
 
 
-@pytest.mark.parametrize("options", [
-    {}, pytest.param({"cpu_backend": "triton"}, marks=pytest.mark.skipif(
-        not INTERPRETED, reason="Triton's interpreter is enabled only in processes started "
-                                "with TRITON_INTERPRET=1 (tests/conftest.py, without a GPU)"))],
-    ids=["cpp", "triton-interp"])
+@pytest.mark.parametrize("options", CPU_TARGETS, ids=["cpp", "triton-interp"])
 def test_channels_last_convnet_matches_eager(options):
     model, inputs = models.build_model("convnet", batch_size=2)[:2]
     model.eval()
@@ -68,11 +69,7 @@ class _ConvPoolConv(torch.nn.Module):
         return self.a(y) + self.b(y)
 
 
-@pytest.mark.parametrize("options", [
-    {}, pytest.param({"cpu_backend": "triton"}, marks=pytest.mark.skipif(
-        not INTERPRETED, reason="Triton's interpreter is enabled only in processes started "
-                                "with TRITON_INTERPRET=1 (tests/conftest.py, without a GPU)"))],
-    ids=["cpp", "triton-interp"])
+@pytest.mark.parametrize("options", CPU_TARGETS, ids=["cpp", "triton-interp"])
 def test_pooled_value_is_written_once_channels_last(options):
     """The max-pool result keeps eager's channels-last strides, and the convolutions read
     it as it is: no second, converted copy is written (one store per kernel)."""
