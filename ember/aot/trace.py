@@ -351,6 +351,18 @@ def _real_sdp_choice(func, args, kwargs) -> int:
         return x
     with torch._C._DisableTorchDispatch():
         real_args, real_kwargs = pytree.tree_map(real, args), pytree.tree_map(real, kwargs)
+        # A boolean mask reaches the fused kernels converted (``where(mask, 0, -inf)``), a
+        # dense new tensor; asked with the mask as it is (an expanded ``arange >= 0`` has
+        # stride 0 in its last dim) the choice is the math kernel, which computes half
+        # precision in float32 (BERT's attention ran 10x slower than eager's cuDNN kernel)
+        mask = real_args[3] if len(real_args) > 3 else real_kwargs.get("attn_mask")
+        if isinstance(mask, torch.Tensor) and mask.dtype is torch.bool and mask.dim() and \
+                mask.stride(-1) != 1:
+            dense = torch.empty(mask.shape, dtype=torch.bool, device=mask.device)
+            if len(real_args) > 3:
+                real_args = (*real_args[:3], dense, *real_args[4:])
+            else:
+                real_kwargs = {**real_kwargs, "attn_mask": dense}
         choice = func(*real_args, **real_kwargs)
         if choice == int(torch.nn.attention.SDPBackend.MATH) and real_args[0].is_cuda and \
                 logs.enabled("perf_hints"):

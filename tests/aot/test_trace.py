@@ -426,3 +426,20 @@ def test_eval_batch_norm_decomposes_to_a_few_ops_like_eager(dtype, affine):
     out = out[0] if isinstance(out, (tuple, list)) else out
     assert out.dtype == dtype
     torch.testing.assert_close(out, _BatchNormEval()(*args))
+
+
+def _attention_with_expanded_mask(q, k, v):
+    length = q.shape[-2]
+    mask = (torch.arange(length)[None, None, :, None] >= 1).expand(q.shape[0], 1, length,
+                                                                   length)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+def test_attention_with_a_stride_zero_boolean_mask_matches_eager(backend):
+    """The kernel choice is asked with the mask made dense (as the fused kernels receive
+    it); the traced graph still computes eager's values, masked rows included."""
+    q, k, v = (torch.randn(2, 3, 16, 8) for _ in range(3))
+    ember.reset()
+    out = ember.compile(_attention_with_expanded_mask, backend=backend)(q, k, v)
+    torch.testing.assert_close(out, _attention_with_expanded_mask(q, k, v), equal_nan=True)
