@@ -4,8 +4,8 @@
 this stage): it traces ``gm`` to a functional ATen graph (``trace_to_aten``) and runs that graph
 eagerly. When tracing is not possible (training graphs, unsupported mutation, fake-tensor
 limits...) it logs the reason with ``ember.logs.warn`` and runs the captured graph as it is. A
-graph traced for inference is also bypassed at call time if it is called with grad mode on and
-an input requiring grad.
+graph traced for inference is also bypassed at call time when it may record gradients
+(``may_record_grad``).
 """
 from __future__ import annotations
 
@@ -15,7 +15,22 @@ import torch
 
 from ember.aot.trace import AtenGraph, trace_to_aten
 
-__all__ = ["AtenGraph", "trace_to_aten", "aot_eager"]
+__all__ = ["AtenGraph", "trace_to_aten", "aot_eager", "enables_grad", "may_record_grad"]
+
+
+def enables_grad(gm: torch.fx.GraphModule) -> bool:
+    """The graph turns grad mode on somewhere (it resumes inside ``torch.no_grad()`` and
+    leaves the block, or holds a ``torch.enable_grad()`` block)."""
+    return any(n.op == "call_function" and n.target is torch._C._set_grad_enabled and n.args
+               and n.args[0] for n in gm.graph.nodes)
+
+
+def may_record_grad(inputs, graph_enables_grad: bool) -> bool:
+    """Whether running a graph on ``inputs`` now can record an autograd graph: an input
+    requires grad, and grad mode is on or the graph turns it on. The ATen graph is traced
+    for inference only (under no_grad), so such graphs run as captured."""
+    return any(isinstance(a, torch.Tensor) and a.requires_grad for a in inputs) and (
+        torch.is_grad_enabled() or graph_enables_grad)
 
 
 def aot_eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
@@ -29,9 +44,10 @@ def aot_eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     aten_forward = traced.gm.forward
     captured_forward = gm.forward
 
+    graph_enables_grad = enables_grad(gm)
+
     def run(*args):
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad
-                                           for a in args):
+        if may_record_grad(args, graph_enables_grad):
             return captured_forward(*args)   # traced for inference only
         return aten_forward(*args)
 

@@ -73,7 +73,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     except NotImplementedError as e:
         logs.log("perf_hints", "ember backend: %s; graph runs as captured", e)
         return gm.forward
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+    from ember.aot import enables_grad, may_record_grad
+    if may_record_grad(tensors, enables_grad(gm)):
         if freezing:
             logs.warn("ember backend: freezing=True is for inference (call under "
                       "torch.no_grad()); this graph needs gradients and is not frozen")

@@ -443,3 +443,33 @@ def test_attention_with_a_stride_zero_boolean_mask_matches_eager(backend):
     ember.reset()
     out = ember.compile(_attention_with_expanded_mask, backend=backend)(q, k, v)
     torch.testing.assert_close(out, _attention_with_expanded_mask(q, k, v), equal_nan=True)
+
+
+def _resumes_inside_no_grad(x):
+    with torch.no_grad():
+        y = x * 2
+        print("a graph break inside the block")
+        y = y + 1
+    return y * x
+
+
+def _enable_grad_inside(x):
+    with torch.enable_grad():
+        return x * 3
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+def test_graph_that_turns_grad_on_records_gradients(backend, capsys):
+    """A graph entered with grad off that turns it on (it resumes inside no_grad and leaves
+    the block; or an enable_grad block under an outer no_grad) is not an inference graph."""
+    x = torch.randn(4, requires_grad=True)
+    ember.reset()
+    out = ember.compile(_resumes_inside_no_grad, backend=backend)(x)
+    assert out.requires_grad
+    out.sum().backward()
+    torch.testing.assert_close(x.grad, (x.detach() * 2 + 1))
+    with torch.no_grad():
+        want = _enable_grad_inside(x)
+        got = ember.compile(_enable_grad_inside, backend=backend)(x)
+    assert want.requires_grad and got.requires_grad
+    torch.testing.assert_close(got, want)
