@@ -262,6 +262,8 @@ class _AtenTracer(TorchDispatchMode):
         return out
 
     def functionalize(self, func, args, kwargs):
+        if func is aten.as_strided_.default:
+            return self._restride(func, args, kwargs)
         variant = _functional_variant(func)
         if variant is None:
             raise NotImplementedError(f"ember.aot: mutating op {func} has no functional "
@@ -297,6 +299,20 @@ class _AtenTracer(TorchDispatchMode):
                 self.assign(func, t, new)
         n_returns = len(func._schema.returns)
         return results[0] if n_returns == 1 else tuple(results)
+
+    def _restride(self, func, args, kwargs):
+        """``t.as_strided_(size, stride)`` on a tensor the graph made (ATen's channels-last
+        ``adaptive_avg_pool2d`` restrides its ``mean``): from here on ``t`` is the view
+        ``as_strided(t, size, stride)`` of the same storage."""
+        target = args[0]
+        if id(target) in self.input_index or \
+                self.storage_users.get(_storage_key(target), set()) - {id(target)}:
+            raise NotImplementedError("ember.aot: as_strided_ on a graph input, a view or a "
+                                      "tensor with views is not supported")
+        new = self.run_op(aten.as_strided.default, args, kwargs)
+        func(*args, **kwargs)                        # the fake takes the new geometry
+        self.node_of[id(target)] = self.node_of[id(new)]
+        return target
 
     def assign(self, func, target: torch.Tensor, new: torch.Tensor) -> None:
         if tuple(new.shape) != tuple(target.shape):

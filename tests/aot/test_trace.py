@@ -473,3 +473,22 @@ def test_graph_that_turns_grad_on_records_gradients(backend, capsys):
         got = ember.compile(_enable_grad_inside, backend=backend)(x)
     assert want.requires_grad and got.requires_grad
     torch.testing.assert_close(got, want)
+
+
+class _PoolChannelsLast(nn.Module):
+    def forward(self, x):
+        return F.adaptive_avg_pool2d(x, 1) * 2 + 1
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "ember"])
+def test_channels_last_global_pool_restride_is_traced(backend):
+    """ATen's channels-last adaptive_avg_pool2d restrides its result in place
+    (``as_strided_``): traced as a view, so the graph compiles (convnext, ghostnet)."""
+    x = torch.randn(2, 8, 4, 4).to(memory_format=torch.channels_last)
+    ember.reset()
+    out = ember.compile(_PoolChannelsLast(), backend=backend)(x)
+    want = _PoolChannelsLast()(x)
+    torch.testing.assert_close(out, want)
+    assert out.stride() == want.stride()
+    traced = trace_to_aten(torch.fx.symbolic_trace(_PoolChannelsLast()), [x])
+    assert torch.ops.aten.as_strided.default in _targets(traced.gm)
