@@ -59,6 +59,8 @@ DEFAULT_TIMEOUT_S = 900.0
 COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("time models eagerly and under Ember and torch.compile, check their results",
               "ember.bench.cli:bench_main"),
+    "explain": ("show where a model's graphs break, and why (ember.explain's report)",
+                "ember.bench.explain_cmd:explain_main"),
 }
 
 
