@@ -4,6 +4,9 @@
 backend=CompileCounter())`` on two input sets, and asserts that outputs, input mutations,
 raised exception types (and, with ``backward=True``, gradients) agree, and that exactly
 ``graphs`` graphs reached the backend over both sets (``ops``: total ``call_*`` nodes).
+Both runs start from the same random-number state and must leave the same one (a compiled
+call that skips, adds or reorders a draw changes every random number afterwards). NumPy
+arrays in outputs are compared by type, dtype, shape and value.
 
 Conventions:
 - Every input set is deep-copied twice (one copy for eager, one for compiled), so in-place
@@ -39,6 +42,7 @@ import os
 import types
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -102,7 +106,7 @@ def _fresh_like(t: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         if t.is_floating_point() or t.is_complex():
             new = torch.randn(t.shape, dtype=t.dtype)
-            if t.numel() and bool((t >= 0).all()):
+            if t.numel() and not t.is_complex() and bool((t >= 0).all()):
                 new = new.abs() + 0.05
         elif t.numel() > 1:
             flat = t.detach().reshape(-1)
@@ -150,6 +154,11 @@ def _canon(x: Any, memo: dict | None = None) -> Any:
         memo = {}
     if isinstance(x, torch.Tensor) or isinstance(x, torch.nn.Module):
         return x
+    if isinstance(x, np.ndarray):
+        # compared as a tensor, tagged so an ndarray never equals a tensor
+        return ("<ndarray>", str(x.dtype), torch.from_numpy(np.array(x)))
+    if isinstance(x, np.generic):
+        return ("<numpy scalar>", str(x.dtype), x.item())
     if id(x) in memo:
         return ("<cycle>",)
     memo[id(x)] = True
@@ -278,14 +287,18 @@ def check(fn, inputs_a, inputs_b=None, *, graphs=1, ops=None, rtol=1e-5, atol=1e
         ctx = lambda: f"[input set {label}; frame_count={cnt.frame_count}]"  # noqa: E731
         e_exc = c_exc = None
         e_out = c_out = None
+        rng_before = torch.get_rng_state()
         try:
             e_out = eager_fn(*e_in)
         except Exception as exc:  # noqa: BLE001 - the program may raise on purpose
             e_exc = exc
+        e_rng = torch.get_rng_state()
+        torch.set_rng_state(rng_before)
         try:
             c_out = compiled_fn(*c_in)
         except Exception as exc:  # noqa: BLE001
             c_exc = exc
+        c_rng = torch.get_rng_state()
         if raises is not None:
             assert type(e_exc) is raises, (
                 f"{ctx()} the program should raise {raises.__name__} eagerly, got "
@@ -309,6 +322,8 @@ def check(fn, inputs_a, inputs_b=None, *, graphs=1, ops=None, rtol=1e-5, atol=1e
             f"{ctx()} outputs differ {diff}")
         diff = first_difference(_canon(e_in), _canon(c_in), "inputs", rtol, atol)
         assert diff is None, f"{ctx()} input mutations differ {diff}"
+        assert torch.equal(e_rng, c_rng), \
+            f"{ctx()} the random-number state after the call differs from eager's"
         if module:
             diff = first_difference(dict(eager_fn.state_dict()),
                                     dict(compiled_target.state_dict()), "state_dict", rtol, atol)

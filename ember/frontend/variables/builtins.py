@@ -483,12 +483,7 @@ def _min_max(fn, op):
         if not items:
             raise Unsupported(f"{fn.__name__}() of an empty sequence")
         if has_tensor(items):
-            if len(items) == 2:
-                tensor_fn = torch.maximum if fn is max else torch.minimum
-                a, b = items
-                if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):
-                    return tx.output.call_function(tensor_fn, [a, b], {})
-            raise Unsupported(f"{fn.__name__}() over tensors (data-dependent)")
+            return _min_max_of_tensors(tx, fn, items)
         folded = fold(tx, fn, items, {})
         if folded is not None:
             return folded
@@ -498,6 +493,24 @@ def _min_max(fn, op):
                 best = item
         return best
     return handler
+
+
+def _min_max_of_tensors(tx, fn, items):
+    """``max(a, b, ...)`` of one-element tensors is an elementwise maximum: the same value
+    Python's comparisons pick. Only when every tensor has one shape and dtype: otherwise
+    eager returns one of the objects as it is (its dtype and shape depend on the data), and
+    tensors of more elements make eager raise."""
+    first = items[0]
+    if not all(isinstance(t, TensorVariable) and t.fake.numel() == 1 and
+               t.fake.shape == first.fake.shape and t.fake.dtype == first.fake.dtype
+               for t in items):
+        raise Unsupported(f"{fn.__name__}() over tensors of other shapes or dtypes, or with "
+                          f"Python numbers (which one it returns is data-dependent)")
+    tensor_fn = torch.maximum if fn is max else torch.minimum
+    best = first
+    for item in items[1:]:
+        best = tx.output.call_function(tensor_fn, [best, item], {})
+    return best
 
 
 def _min_max_by_key(tx, fn, args, kwargs):

@@ -39,6 +39,10 @@ class BaseSequenceVariable(VariableTracker):
         try:
             key = index.as_python_constant()
         except NotConstant:
+            from ember.frontend.variables.tensor import TensorVariable
+            if isinstance(index, TensorVariable):
+                raise Unsupported(f"indexing a {self.py_type.__name__} with a tensor (the "
+                                  f"index is the tensor's value: data-dependent)") from None
             raise Unsupported(f"indexing {self.py_type.__name__} with {index}") from None
         if isinstance(key, slice):
             return self.new_like(self.items[key])
