@@ -35,8 +35,8 @@ from ember.frontend.variables.containers import (BaseSequenceVariable, DictVaria
 from ember.frontend.variables.functions import (BaseUserFunctionVariable, CellVariable,
                                                 HandlerFunctionVariable,
                                                 NestedUserFunctionVariable)
-from ember.frontend.variables.objects import (DataclassDictVariable, NNModuleVariable,
-                                              SuperVariable,
+from ember.frontend.variables.objects import (DataclassDictVariable, NewModuleVariable,
+                                              NNModuleVariable, SuperVariable,
                                               UserDefinedObjectVariable)
 from ember.frontend.variables.tensor import TensorVariable
 
@@ -256,7 +256,8 @@ class InstructionTranslator:
         return obj.var_getattr(self, name)
 
     def store_attr(self, obj: VariableTracker, name: str, value: VariableTracker) -> None:
-        if isinstance(obj, (UserDefinedObjectVariable, DataclassDictVariable)):
+        if isinstance(obj, (UserDefinedObjectVariable, DataclassDictVariable,
+                            NewModuleVariable)):
             obj.store_attr(self, name, value)
         elif isinstance(obj, NNModuleVariable):
             if isinstance(value, TensorVariable) and name in obj.value._parameters:

@@ -189,8 +189,12 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         return list(self.closure or ())
 
     def var_getattr(self, tx, name):
-        if name in ("__name__", "__qualname__"):
+        if name == "__name__":
+            return ConstantVariable(self.code.co_name)
+        if name == "__qualname__":
             return ConstantVariable(self.name)
+        if name == "__module__":
+            return ConstantVariable(self.f_globals.get("__name__"))
         return super().var_getattr(tx, name)
 
     def rebuild(self, cg):

@@ -263,6 +263,74 @@ class NNModuleVariable(VariableTracker):
         return f"NNModuleVariable({type(self.value).__name__})"
 
 
+class NewModuleVariable(NNModuleVariable):
+    """An ``nn.Module`` built by the frame (``nn.Softmax(dim=1)(x)``, a small user module).
+    It is made once, at capture: built for real when torch defines it, else made empty and
+    its ``__init__`` traced, with attribute stores applied to it for real. Only modules
+    without parameters or buffers: those are new tensors on every eager call (and their
+    initialisation draws random numbers), so building one breaks the graph."""
+
+    def __init__(self, module: torch.nn.Module):
+        super().__init__(module, None)
+        self.initialising = False
+
+    def store_attr(self, tx, name, value):
+        if not self.initialising:
+            raise Unsupported(f"setting attribute {name!r} of a {type(self.value).__name__} "
+                              f"built inside the compiled region, outside its __init__")
+        setattr(self.value, name, real_module_argument(value))
+
+    def rebuild(self, cg):
+        # eager makes a new module on every call: handing out the capture's one would alias
+        raise Unsupported(f"a {type(self.value).__name__} built inside the compiled region "
+                          f"escapes it")
+
+
+def real_module_argument(vt: VariableTracker):
+    """The Python value a module built inside the frame may hold: constants, modules built
+    inside the frame, and tuples, lists and dicts of them."""
+    from ember.frontend.variables.base import NotConstant
+    from ember.frontend.variables.containers import BaseSequenceVariable, DictVariable
+    if isinstance(vt, NewModuleVariable):
+        return vt.value
+    if isinstance(vt, BaseSequenceVariable):
+        return vt.python_type()(real_module_argument(v) for v in vt.items)
+    if isinstance(vt, DictVariable):
+        return {vt.keys[k].as_python_constant(): real_module_argument(v)
+                for k, v in vt.items.items()}
+    try:
+        return vt.as_python_constant()
+    except NotConstant:
+        raise Unsupported(f"a module built inside the compiled region holding {vt} (only "
+                          f"constants and modules built there)") from None
+
+
+def create_module(tx, cls: type, args, kwargs) -> NewModuleVariable:
+    if cls.__module__.startswith("torch.nn."):
+        real_args = [real_module_argument(a) for a in args]
+        real_kwargs = {k: real_module_argument(v) for k, v in kwargs.items()}
+        with torch.random.fork_rng(devices=[]):   # eager's generator must not move here
+            try:
+                module = cls(*real_args, **real_kwargs)
+            except Exception as e:
+                raise Unsupported(f"{type(e).__name__} building {cls.__name__}: {e}") from None
+        vt = NewModuleVariable(module)
+    else:
+        module = cls.__new__(cls)
+        torch.nn.Module.__init__(module)
+        vt = NewModuleVariable(module)
+        init = _static_lookup(cls, "__init__")
+        if isinstance(init, types.FunctionType) and init is not torch.nn.Module.__init__:
+            vt.initialising = True
+            with torch.random.fork_rng(devices=[]):
+                UserFunctionVariable(init).call_function(tx, [vt, *args], kwargs)
+            vt.initialising = False
+    if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
+        raise Unsupported(f"building a {cls.__name__} module with parameters or buffers "
+                          f"inside a compiled region (new tensors on every call)")
+    return vt
+
+
 class UserDefinedObjectVariable(VariableTracker):
     """An instance of a user class. ``value`` is the real object when it exists outside the
     frame; objects created during capture have ``value=None`` and keep their attributes in
@@ -400,7 +468,7 @@ class UserDefinedClassVariable(VariableTracker):
             bound = bind_args(code, cls.__name__, [self, *args], kwargs, defaults, None)
             return NamedTupleVariable([bound[f] for f in cls._fields], cls)
         if issubclass(cls, torch.nn.Module):
-            raise Unsupported(f"creating a {cls.__name__} module inside a compiled region")
+            return create_module(tx, cls, args, kwargs)
         if dataclasses.is_dataclass(cls) and issubclass(cls, dict):
             return DataclassDictVariable.create(tx, cls, args, kwargs)
         if issubclass(cls, BaseException):
@@ -477,6 +545,9 @@ class SuperVariable(VariableTracker):
                 attr = klass.__dict__[name]
                 if klass is object and name == "__init__":
                     return _NoOpVariable()
+                if klass is torch.nn.Module and name == "__init__" and \
+                        isinstance(self.obj, NewModuleVariable):
+                    return _NoOpVariable()   # create_module already ran it for real
                 if isinstance(attr, types.FunctionType):
                     return UserMethodVariable(UserFunctionVariable(attr), self.obj)
                 if isinstance(attr, classmethod):
@@ -612,7 +683,47 @@ class GradModeVariable(ContextManagerVariable):
 
     def call_function(self, tx, args, kwargs):
         # used as a decorator: @torch.no_grad() def f(...)
-        raise Unsupported("grad-mode decorator inside a compiled region")
+        if self.prior or self.before_create is not None or len(args) != 1 or kwargs:
+            raise Unsupported("set_grad_enabled(...) as a decorator inside a compiled region")
+        return GradModeFunctionVariable(args[0], self.mode)
+
+    def rebuild(self, cg):
+        if self.prior or self.before_create is not None:
+            return super().rebuild(cg)     # an open block or set_grad_enabled: not a value
+        return cg.const(torch.enable_grad() if self.mode else torch.no_grad())
+
+
+class GradModeFunctionVariable(VariableTracker):
+    """A function decorated inside the frame with ``@torch.no_grad()`` or
+    ``@torch.enable_grad()``: a call runs the function in that mode, recorded in the graph
+    like a ``with`` block around it."""
+
+    def __init__(self, fn: VariableTracker, mode: bool):
+        super().__init__()
+        self.fn = fn
+        self.mode = mode
+
+    def python_type(self):
+        return types.FunctionType
+
+    def truthy(self, tx):
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        prior = torch.is_grad_enabled()
+        tx.output.set_grad_enabled(self.mode)
+        result = tx.call(self.fn, args, kwargs)
+        tx.output.set_grad_enabled(prior)
+        return result
+
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__", "__module__", "__doc__", "__wrapped__"):
+            return self.fn if name == "__wrapped__" else tx.getattr(self.fn, name)
+        return super().var_getattr(tx, name)
+
+    def rebuild(self, cg):
+        manager = torch.enable_grad() if self.mode else torch.no_grad()
+        return f"{cg.const(manager)}({cg.reconstruct(self.fn)})"
 
 
 class GlobalContextVariable(ContextManagerVariable):

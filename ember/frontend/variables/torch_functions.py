@@ -151,14 +151,11 @@ def _is_grad_enabled(tx, fn, args, kwargs):
     return ConstantVariable(torch.is_grad_enabled())   # the entry is guarded on grad mode
 
 
-@special(torch.no_grad)
-def _no_grad(tx, fn, args, kwargs):
-    return GradModeVariable(False)
-
-
-@special(torch.enable_grad)
-def _enable_grad(tx, fn, args, kwargs):
-    return GradModeVariable(True)
+@special(torch.no_grad, torch.enable_grad)
+def _grad_mode(tx, fn, args, kwargs):
+    manager = GradModeVariable(fn is torch.enable_grad)
+    # ``@torch.no_grad`` without parentheses: the class called on the function
+    return manager.call_function(tx, args, kwargs) if args else manager
 
 
 @special(torch.set_grad_enabled)
