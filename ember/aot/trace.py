@@ -37,17 +37,25 @@ Functionalisation
   after its ``copy_`` has overwritten it. (A different tensor holding the new value, e.g.
   ``y`` of ``x.copy_(y)``, stays the new-value node.)
 * View ops (``view``, ``t``, ``slice``, ``select``, ``expand``, ``permute``...) stay as view
-  ops. **Limitation (first version):** an in-place op on a tensor that shares storage with
-  any other tensor of the trace (it is a view, it has views, or two inputs alias) raises
-  ``NotImplementedError``; so does an ``out=`` op, an in-place op that changes geometry
-  (``unsqueeze_``, ``t_``, ``resize_``) and a mutating op with no functional twin and no
-  decomposition (e.g. ``normal_``). Callers fall back.
+  ops. An in-place op on a tensor that shares storage with others (a view, or a tensor with
+  views) writes through to the storage's *owner* (the first traced tensor of that storage,
+  which covers it densely: an op output or a graph input): its new value is
+  ``as_strided_scatter(owner, new_view_value, view geometry)``. Each storage carries a version
+  bumped by every write, and each traced tensor the version its node was made at; a tensor
+  read after a write to its storage by another alias gets a fresh node,
+  ``as_strided(owner's new value, its geometry)``. So ``x[:, :4].add_(y)`` followed by reads
+  of ``x`` or of any view of it sees the write, as in eager. Not supported
+  (``NotImplementedError``; callers fall back): a write into a storage whose owner does not
+  cover it densely from offset 0, or that two graph inputs share; an ``out=`` op; an in-place
+  op that changes geometry (``unsqueeze_``, ``t_``, ``resize_``); a mutating op with no
+  functional twin and no decomposition (e.g. ``normal_``).
 
 Scope
 -----
-Inference only: if grad mode is on and any input (or a parameter of ``gm``) requires grad,
-``NotImplementedError("training graphs: ...")``; otherwise the trace runs under
-``torch.no_grad()``. Static shapes only: non-tensor graph inputs (symbolic ints) raise
+``trace_to_aten`` traces inference graphs: if grad mode is on and any input (or a parameter
+of ``gm``) requires grad, ``NotImplementedError("training graphs: ...")`` (those go to
+``ember.aot.joint.trace_joint``); otherwise the trace runs under ``torch.no_grad()``. Both
+share the setup (``begin_trace``) and the replay of input mutations (``replay_mutations``). Static shapes only: non-tensor graph inputs (symbolic ints) raise
 ``NotImplementedError``. Dead nodes are removed afterwards (mutating and random ops are kept).
 """
 from __future__ import annotations
@@ -63,7 +71,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from ember import logs
 from ember.fake import FakeTensorMode, FakeTensor
 
-__all__ = ["AtenGraph", "trace_to_aten"]
+__all__ = ["AtenGraph", "TraceState", "begin_trace", "output_node", "replay_mutations",
+           "trace_to_aten"]
 
 aten = torch.ops.aten
 
@@ -77,6 +86,16 @@ class AtenGraph:
 def _storage_key(t: torch.Tensor) -> int:
     meta = t._meta if isinstance(t, FakeTensor) else t
     return meta.untyped_storage()._cdata
+
+
+def _covers_densely(t: torch.Tensor) -> bool:
+    """Its elements fill a block of memory without gaps or overlaps (in some dim order)."""
+    expected = 1
+    for size, stride in sorted(zip(t.shape, t.stride()), key=lambda d: d[1]):
+        if size != 1 and stride != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _written_args(op) -> list[tuple[int, torch._C.Argument]]:
@@ -176,15 +195,22 @@ class _AtenTracer(TorchDispatchMode):
         self.node_of: dict[int, torch.fx.Node] = {}     # id(fake) -> current node
         self.keep: list = []                            # keeps traced fakes alive (stable ids)
         self.storage_users: dict[int, set[int]] = {}    # storage key -> ids of traced fakes
+        self.storage_owner: dict[int, torch.Tensor] = {}    # storage key -> first traced fake
+        self.storage_version: dict[int, int] = {}       # storage key -> writes so far
+        self.node_version: dict[int, int] = {}          # id(fake) -> version its node reads
+        self.frozen_inputs: set[int] = set()            # ids of inputs no write may reach
         self.input_index: dict[int, int] = {}           # id(input fake) -> input position
         self.mutated_inputs: dict[int, torch.Tensor] = {}   # position -> input fake
         self.const_count = 0
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def track(self, t: torch.Tensor, node: torch.fx.Node) -> None:
+        key = _storage_key(t)
         self.node_of[id(t)] = node
         self.keep.append(t)
-        self.storage_users.setdefault(_storage_key(t), set()).add(id(t))
+        self.storage_users.setdefault(key, set()).add(id(t))
+        self.storage_owner.setdefault(key, t)
+        self.node_version[id(t)] = self.storage_version.get(key, 0)
 
     def lift_real(self, t: torch.Tensor) -> torch.Tensor:
         fake = self.fake_mode.from_real(t)
@@ -206,10 +232,23 @@ class _AtenTracer(TorchDispatchMode):
     def to_node(self, x):
         if isinstance(x, torch.Tensor):
             try:
-                return self.node_of[id(x)]
+                node = self.node_of[id(x)]
             except KeyError:
                 raise RuntimeError(f"ember.aot: a tensor {x!r} reached an op without being "
                                    "produced by the traced graph") from None
+            key = _storage_key(x)
+            version = self.storage_version.get(key, 0)
+            if self.node_version[id(x)] != version:
+                # another alias wrote this storage since ``node`` was made: read the view
+                # of the owner's new value
+                owner = self.storage_owner[key]
+                node = self.graph.call_function(aten.as_strided.default, (
+                    self.node_of[id(owner)], list(x.shape), list(x.stride()),
+                    x.storage_offset()))
+                node.meta["val"] = x
+                self.node_of[id(x)] = node
+                self.node_version[id(x)] = version
+            return node
         return x
 
     # -- dispatch ------------------------------------------------------------------------------
@@ -272,13 +311,8 @@ class _AtenTracer(TorchDispatchMode):
         bound = _bind(func, args, kwargs)
         targets = [bound[i] for i, _ in _written_args(func)]
         for t in targets:
-            if not isinstance(t, torch.Tensor):
-                continue
-            others = self.storage_users.get(_storage_key(t), set()) - {id(t)}
-            if others:
-                raise NotImplementedError(
-                    f"ember.aot: in-place op {func} on a tensor that shares storage with "
-                    "another tensor (a view, or a tensor with views) is not supported yet")
+            if isinstance(t, torch.Tensor):
+                self._check_writable(func, t)
         if kind == "inplace":
             (target,) = targets
             if fop._overloadname != func._overloadname or _signature(fop) != _signature(func):
@@ -305,8 +339,9 @@ class _AtenTracer(TorchDispatchMode):
         ``adaptive_avg_pool2d`` restrides its ``mean``): from here on ``t`` is the view
         ``as_strided(t, size, stride)`` of the same storage."""
         target = args[0]
-        if id(target) in self.input_index or \
-                self.storage_users.get(_storage_key(target), set()) - {id(target)}:
+        key = _storage_key(target)
+        if id(target) in self.input_index or self.storage_version.get(key) or \
+                self.storage_users.get(key, set()) - {id(target)}:
             raise NotImplementedError("ember.aot: as_strided_ on a graph input, a view or a "
                                       "tensor with views is not supported")
         new = self.run_op(aten.as_strided.default, args, kwargs)
@@ -323,10 +358,37 @@ class _AtenTracer(TorchDispatchMode):
                               {"dtype": target.dtype, "device": target.device})
         if id(new) not in self.node_of:              # a decomposition returned a fresh alias
             raise RuntimeError(f"ember.aot: functional result of {func} is untracked")
+        key = _storage_key(target)
+        owner = self.storage_owner[key]
+        if owner is not target:      # a write through a view: the owner gets the new values
+            scattered = self.run_op(aten.as_strided_scatter.default, (
+                owner, new, list(target.shape), list(target.stride()),
+                target.storage_offset()), {})
+            self.node_of[id(owner)] = self.node_of[id(scattered)]
         self.node_of[id(target)] = self.node_of[id(new)]
-        idx = self.input_index.get(id(target))
+        version = self.storage_version[key] = self.storage_version.get(key, 0) + 1
+        self.node_version[id(owner)] = self.node_version[id(target)] = version
+        idx = self.input_index.get(id(owner))
         if idx is not None:
-            self.mutated_inputs[idx] = target
+            self.mutated_inputs[idx] = owner
+
+    def _check_writable(self, func, t: torch.Tensor) -> None:
+        key = _storage_key(t)
+        if id(t) in self.frozen_inputs:
+            raise NotImplementedError(f"ember.aot: in-place op {func} on an input that "
+                                      "cannot be written here (it requires grad, or it is a "
+                                      "tangent)")
+        if not self.storage_users.get(key, set()) - {id(t)}:
+            return                   # the only tensor of its storage
+        owner = self.storage_owner[key]
+        meta = owner._meta if isinstance(owner, FakeTensor) else owner
+        dense = owner.storage_offset() == 0 and _covers_densely(owner) and \
+            owner.numel() * owner.element_size() == meta.untyped_storage().nbytes()
+        inputs = [u for u in self.storage_users[key] if u in self.input_index]
+        if not dense or len(inputs) > 1 or (inputs and inputs[0] != id(owner)):
+            raise NotImplementedError(
+                f"ember.aot: in-place op {func} on a view of a storage that its first tensor "
+                "does not cover densely, or that several graph inputs share")
 
 
 _HOLDS = {torch.bfloat16: {torch.float32, torch.float64},     # exact widenings
@@ -413,9 +475,20 @@ def _explain_math_attention(args, kwargs) -> None:
              "; ".join(reasons) or "no reason given")
 
 
-def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,
-                  decompositions: dict | None = None) -> AtenGraph:
-    """Trace ``gm`` (torch-level FX) on fakes of ``example_inputs`` into an ATen-level graph."""
+@dataclass
+class TraceState:
+    """What ``begin_trace`` sets up: a graph with one placeholder per input, and the tracer
+    stacked above a fresh fake mode (enter ``fake_mode`` then ``tracer`` to trace)."""
+    graph: torch.fx.Graph
+    root: torch.nn.Module
+    fake_mode: FakeTensorMode
+    tracer: _AtenTracer
+    fakes: list
+    placeholders: list
+
+
+def begin_trace(gm: torch.fx.GraphModule, example_inputs: list,
+                decompositions: dict | None) -> TraceState:
     if decompositions is None:
         from ember.decomp import core_decompositions
         decompositions = core_decompositions()
@@ -423,16 +496,10 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,
         if not isinstance(x, torch.Tensor):
             raise NotImplementedError(f"ember.aot: non-tensor graph input #{i} "
                                       f"({type(x).__name__}); only static shapes are supported")
-    if torch.is_grad_enabled() and (any(x.requires_grad for x in example_inputs)
-                                    or any(p.requires_grad for p in gm.parameters())):
-        raise NotImplementedError("training graphs: joint forward/backward is not "
-                                  "implemented yet")
-
     graph = torch.fx.Graph()
     root = torch.nn.Module()
     fake_mode = FakeTensorMode()
     tracer = _AtenTracer(fake_mode, graph, root, decompositions)
-
     fakes = [fake_mode.from_real(x) for x in example_inputs]
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     if len(names) != len(fakes):
@@ -447,29 +514,49 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,
             continue
         tracer.track(f, node)
         tracer.input_index[id(f)] = i
+    return TraceState(graph, root, fake_mode, tracer, fakes, placeholders)
 
-    with torch.no_grad(), fake_mode, tracer:
-        out = gm.forward(*fakes)
 
+def replay_mutations(state: TraceState) -> tuple[list[int], dict[int, torch.fx.Node]]:
+    """Append ``copy_(input, new value)`` for each input the trace mutated. Returns the
+    mutated input positions and id(input fake) -> its ``copy_`` node."""
+    tracer, placeholders = state.tracer, state.placeholders
     # an input whose final value is itself (eval-mode batch norm "updates" its running
     # statistics with a same-dtype copy of themselves) is not mutated
     mutations = [i for i in sorted(tracer.mutated_inputs) if not _unchanged(
-        tracer.node_of[id(tracer.mutated_inputs[i])], placeholders[i])]
-    copy_of: dict[int, torch.fx.Node] = {}       # id(mutated input fake) -> its copy_ node
+        tracer.to_node(tracer.mutated_inputs[i]), placeholders[i])]
+    copy_of: dict[int, torch.fx.Node] = {}
     for i in mutations:
         target = tracer.mutated_inputs[i]
-        new = tracer.node_of[id(target)]
-        node = graph.call_function(aten.copy_.default, (placeholders[i], new))
-        node.meta["val"] = fakes[i]
+        node = state.graph.call_function(aten.copy_.default,
+                                         (placeholders[i], tracer.to_node(target)))
+        node.meta["val"] = state.fakes[i]
         copy_of[id(target)] = node
+    return mutations, copy_of
 
-    def output_node(x):
-        if not isinstance(x, torch.Tensor):
-            return x
-        if id(x) in copy_of:                     # the mutated input itself is returned
-            return copy_of[id(x)]
-        return tracer.to_node(tracer.to_fake(x))
-    graph.output(pytree.tree_map(output_node, out))
-    graph.eliminate_dead_code(is_impure_node=_is_impure)
-    graph.lint()
-    return AtenGraph(torch.fx.GraphModule(root, graph), mutations)
+
+def output_node(state: TraceState, copy_of: dict, x):
+    """The node an output reads: a mutated input returned is its ``copy_`` node."""
+    if not isinstance(x, torch.Tensor):
+        return x
+    if id(x) in copy_of:
+        return copy_of[id(x)]
+    return state.tracer.to_node(state.tracer.to_fake(x))
+
+
+def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,
+                  decompositions: dict | None = None) -> AtenGraph:
+    """Trace ``gm`` (torch-level FX) on fakes of ``example_inputs`` into an ATen-level graph."""
+    if torch.is_grad_enabled() and (any(isinstance(x, torch.Tensor) and x.requires_grad
+                                        for x in example_inputs)
+                                    or any(p.requires_grad for p in gm.parameters())):
+        raise NotImplementedError("training graphs: trace them with "
+                                  "ember.aot.joint.trace_joint")
+    state = begin_trace(gm, example_inputs, decompositions)
+    with torch.no_grad(), state.fake_mode, state.tracer:
+        out = gm.forward(*state.fakes)
+    mutations, copy_of = replay_mutations(state)
+    state.graph.output(pytree.tree_map(lambda x: output_node(state, copy_of, x), out))
+    state.graph.eliminate_dead_code(is_impure_node=_is_impure)
+    state.graph.lint()
+    return AtenGraph(torch.fx.GraphModule(state.root, state.graph), mutations)

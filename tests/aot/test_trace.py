@@ -167,13 +167,40 @@ def test_inplace_dtype_promotion_kept():
     check(f, torch.randn(4).half(), torch.randn(4), atol=1e-3)
 
 
-def test_inplace_on_view_of_input_not_supported():
+def test_inplace_on_view_of_input_writes_the_input():
     def f(x):
         x[0].add_(1)
         return x
-    gm = torch.fx.symbolic_trace(f)
+    ag = check(f, torch.randn(3, 4))
+    assert ag.input_mutations == [0]
+
+
+def test_inplace_through_views_of_an_intermediate():
+    def f(x, y):
+        z = torch.cat([x, y], dim=1)          # ghostnet: a slice of a cat, added in place
+        s = z[:, :4]
+        t = z.t()                             # a view taken before the write sees it
+        s.add_(y[:, :4])
+        s.mul_(2)
+        return s, z.sum(0), t + 1, z.relu()
+    check(f, torch.randn(3, 5), torch.randn(3, 5))
+
+
+def test_inplace_on_a_view_then_base_written():
+    def f(x):
+        z = x * 2
+        v = z[1:]
+        v.relu_()
+        z.add_(1)                             # the owner written after its view
+        return v + 0, z
+    check(f, torch.randn(4, 3))
+
+
+def test_inplace_into_aliased_inputs_not_supported():
+    gm = torch.fx.symbolic_trace(lambda x, y: y.add_(1))
+    base = torch.randn(4)
     with pytest.raises(NotImplementedError):
-        trace_to_aten(gm, [torch.randn(3, 4)])
+        trace_to_aten(gm, [base, base[:2]])
 
 
 def test_batch_norm_training_updates_running_stats():
