@@ -9,6 +9,9 @@
   fallback, and ``config.suppress_errors=False`` lets an error while compiling a graph
   (such as that one) reach the test instead of the graph running as captured. Users keep
   both defaults (True); a test of the lenient behaviour patches them back.
+- The on-disk graph cache is off (``EMBER_GRAPH_CACHE=0``): a test that patches the code
+  generator (a smaller persistent-reduction limit, say) must compile, not load an earlier
+  test's kernels. ``backend/test_graph_cache.py`` turns it on for itself.
 """
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+os.environ["EMBER_GRAPH_CACHE"] = "0"
 
 from ember import config, logs  # noqa: E402  (after TRITON_INTERPRET is decided)
 

@@ -180,10 +180,10 @@ def _so_path(source: str, extra_flags: Sequence[str]) -> tuple[pathlib.Path, lis
     return cache_dir() / "cpp" / key[:2] / f"{key}.so", flags, compiler
 
 
-def _atomic_write(path: pathlib.Path, text: str) -> None:
+def _atomic_write(path: pathlib.Path, text: str | bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
+        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:

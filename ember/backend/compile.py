@@ -16,10 +16,11 @@ from typing import Callable
 import torch
 
 from ember import config, logs
-from ember.backend import metrics
+from ember.backend import graph_cache, metrics
 from ember.backend.codegen.common import Kernel
 from ember.backend.codegen.wrapper import WrapperCodegen
 from ember.backend.graph import GraphLowering
+from ember.backend.graph_cache import CompiledArtifact, KernelRecord
 from ember.backend.ir import Buffer, ReinterpretView
 from ember.backend.layout import (convert_convolutions, drop_redundant_conversions,
                                   wants_channels_last)
@@ -82,6 +83,14 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
                                "graph yet)")
         return gm.forward
     start = time.perf_counter()
+    cache_key = None if freezing or not graph_cache.enabled() else graph_cache.key(
+        gm, example_inputs, options, device)
+    artifact = graph_cache.load(cache_key) if cache_key else None
+    if artifact is not None:
+        compiled = instantiate(artifact, target)
+        logs.log("output_code", "graph cache hit: %d kernels loaded in %.3f s",
+                 len(artifact.kernels), time.perf_counter() - start)
+        return _finish(compiled, gm, example_inputs, cudagraphs, device)
     try:
         aten_graph = trace_to_aten(gm, example_inputs, decompositions=core_decompositions())
         if wants_channels_last(aten_graph.gm, device):   # traced again: metadata follows
@@ -97,8 +106,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         if freezing:   # parameters and buffers folded as guarded constants (freezing.py)
             from ember.backend.freezing import freeze
             frozen = freeze(gm, aten_graph.gm, example_inputs)
-        compiled = compile_aten(aten_graph.gm, example_inputs, target, device,
-                                fused_random=not fallback_random)
+        artifact = generate(aten_graph.gm, example_inputs, target, device,
+                            fused_random=not fallback_random)
+        compiled = instantiate(artifact, target)
     except Exception as e:
         if not config.suppress_errors:
             raise
@@ -107,6 +117,16 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         return gm.forward
     logs.log("output_code", "compiled %d-node graph in %.3f s", len(gm.graph.nodes),
              time.perf_counter() - start)
+    if cache_key:
+        graph_cache.store(cache_key, artifact)
+    compiled = _finish(compiled, gm, example_inputs, cudagraphs, device)
+    if frozen is not None:
+        return frozen.guard(compiled, lambda args: compile_graph(gm, args, **options))
+    return compiled
+
+
+def _finish(compiled, gm, example_inputs, cudagraphs: bool, device) -> Callable:
+    """The compiled graph, replayed as a CUDA graph when asked and possible."""
     if cudagraphs and device.type == "cuda":
         if compiled.mutates_inputs:
             logs.log("perf_hints", "cudagraphs: not used, the graph mutates its inputs")
@@ -117,8 +137,6 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
             compiled = CudaGraphRunner(compiled, example_inputs, [
                 is_parameter_or_buffer(node, value)
                 for node, value in zip(placeholders, example_inputs)])
-    if frozen is not None:
-        return frozen.guard(compiled, lambda args: compile_graph(gm, args, **options))
     return compiled
 
 
@@ -127,6 +145,12 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs: list,
                  device: torch.device = torch.device("cpu"),
                  fused_random: bool = False) -> Callable:
     target = target or CppTarget()
+    return instantiate(generate(gm, example_inputs, target, device, fused_random), target)
+
+
+def generate(gm: torch.fx.GraphModule, example_inputs: list, target: Target,
+             device: torch.device, fused_random: bool = False) -> CompiledArtifact:
+    """Lower, schedule and generate the wrapper and kernels of an ATen graph."""
     graph = GraphLowering(gm, example_inputs, target, device, fused_random).run()
     output_names = {o.name if isinstance(o, Buffer) else o.data.name
                     for o in graph.outputs if isinstance(o, (Buffer, ReinterpretView))}
@@ -146,26 +170,36 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs: list,
             kernel.numels = numels
             kernel.source = kernel.generate()
             kernels[id(step)] = kernel
-    namespace: dict = target.build(list(kernels.values()))
     wrapper = WrapperCodegen(graph, steps, kernels)
     src = wrapper.generate()
-    namespace.update(wrapper.consts)
-    namespace.update(graph.constants)
+    folder = logs.debug_frame_dir("backend")
+    if folder is not None:
+        logs.dump(folder, "aten_graph.py", gm.code)
+    return CompiledArtifact(src, wrapper.consts, dict(graph.constants),
+                            [KernelRecord.of(k) for k in kernels.values()],
+                            bool(graph.input_copies))
+
+
+def instantiate(artifact: CompiledArtifact, target: Target) -> Callable:
+    """Build (or load) the kernels and run the wrapper's module: the compiled callable."""
+    namespace: dict = target.build(artifact.kernels)
+    namespace.update(artifact.consts)
+    namespace.update(artifact.constants)
+    src = artifact.wrapper
     exec(compile(src, "<ember wrapper>", "exec"), namespace)
-    metrics.generated_kernel_count += len(kernels)
-    kernel_source = target.full_source(list(kernels.values())) if kernels else ""
+    metrics.generated_kernel_count += len(artifact.kernels)
+    kernel_source = target.full_source(artifact.kernels) if artifact.kernels else ""
     if logs.enabled("output_code"):
         logs.log("output_code", "wrapper:\n%s\nkernels:\n%s", src, kernel_source)
     folder = logs.debug_frame_dir("backend")
     if folder is not None:
         logs.dump(folder, "wrapper.py", src)
         logs.dump(folder, "kernels" + target.source_suffix, kernel_source)
-        logs.dump(folder, "aten_graph.py", gm.code)
     generated_sources.append(src)
-    generated_sources.extend(k.source for k in kernels.values())
+    generated_sources.extend(k.source for k in artifact.kernels)
     call = namespace["call"]
     compiled = lambda *args: call(list(args))  # noqa: E731
     compiled.source = src
-    compiled.kernel_sources = [k.source for k in kernels.values()]
-    compiled.mutates_inputs = bool(graph.input_copies)
+    compiled.kernel_sources = [k.source for k in artifact.kernels]
+    compiled.mutates_inputs = artifact.mutates_inputs
     return compiled
