@@ -427,14 +427,16 @@ def _zip(tx, args, kwargs):
         lists = [tx.unpack_iterable(a) for a in args]
         if len({len(x) for x in lists}) > 1:
             raise Unsupported("zip(strict=True) of unequal lengths")
-    lists = [tx.unpack_iterable(a) for a in args]
+    from ember.frontend.variables.iterators import finite_lists
+    lists = finite_lists(tx, args)
     return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*lists)])
 
 
 @builtin(map)
 def _map(tx, args, kwargs):
     fn, *iterables = args
-    lists = [tx.unpack_iterable(a) for a in iterables]
+    from ember.frontend.variables.iterators import finite_lists
+    lists = finite_lists(tx, iterables)
     return ListIteratorVariable([fn.call_function(tx, list(t), {}) for t in zip(*lists)])
 
 

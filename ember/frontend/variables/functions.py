@@ -379,6 +379,11 @@ class HandlerFunctionVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.value, name))
+        # a class-level function of a handled class (``dict.fromkeys``)
+        from ember.frontend.variables.builtins import handler_for
+        handler = handler_for(getattr(self.value, name, None))
+        if handler is not None:
+            return HandlerFunctionVariable(getattr(self.value, name), handler)
         return super().var_getattr(tx, name)
 
     def __repr__(self):

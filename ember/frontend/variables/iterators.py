@@ -1,0 +1,200 @@
+"""``itertools`` over tracked values, and the class-level constructors of builtin containers
+(``dict.fromkeys``, ``chain.from_iterable``).
+
+Every finite iterator is unrolled at capture: the real ``itertools`` function runs on the
+item positions (``product(range(2), range(3))``), so ordering and edge cases are Python's
+own, and the result is a :class:`ListIteratorVariable` over the trackers at those positions.
+``repeat(x)`` and ``count()`` without an end are :class:`EndlessIteratorVariable`: ``zip``,
+``islice`` and ``for`` loops with a ``break`` take what they need from them.
+"""
+from __future__ import annotations
+
+import collections
+import itertools
+import operator
+
+from ember.frontend.exc import Unsupported
+from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.builtins import HANDLERS, apply_operator, builtin
+from ember.frontend.variables.containers import (DictVariable, ListIteratorVariable,
+                                                 TupleVariable)
+
+
+class EndlessIteratorVariable(ListIteratorVariable):
+    """``itertools.repeat(x)`` or ``itertools.count(start, step)``: items made on demand."""
+
+    def __init__(self, make_item):
+        super().__init__([])
+        self.make_item = make_item   # position -> tracker
+
+    def next(self, tx):
+        self.items.append(self.make_item(tx, len(self.items)))
+        self.index = len(self.items)
+        return self.items[-1]
+
+    def take(self, tx, n: int) -> list[VariableTracker]:
+        return [self.next(tx) for _ in range(n)]
+
+    def unpack(self, tx):
+        raise Unsupported("unrolling an endless iterator (itertools.repeat/count without an end)")
+
+    def rebuild(self, cg):
+        raise Unsupported("an endless iterator outliving the graph")
+
+
+def finite_lists(tx, iterables) -> list[list[VariableTracker]]:
+    """The items of each iterable; endless ones give as many as the shortest finite one
+    (what ``zip`` consumes of them)."""
+    finite = [None if isinstance(a, EndlessIteratorVariable) else tx.unpack_iterable(a)
+              for a in iterables]
+    lengths = [len(items) for items in finite if items is not None]
+    if not lengths:
+        raise Unsupported("zip of endless iterators only")
+    n = min(lengths)
+    return [items if items is not None else a.take(tx, n)
+            for a, items in zip(iterables, finite)]
+
+
+def _constant(vt: VariableTracker | None, default=None):
+    return default if vt is None else vt.as_python_constant()
+
+
+def _positions(items, pick) -> ListIteratorVariable:
+    """The iterator over ``items`` at the index tuples ``pick`` yields."""
+    return ListIteratorVariable([TupleVariable([items[i] for i in combo]) for combo in pick])
+
+
+@builtin(itertools.product)
+def _product(tx, args, kwargs):
+    lists = [tx.unpack_iterable(a) for a in args] * _constant(kwargs.get("repeat"), 1)
+    out = []
+    for combo in itertools.product(*[range(len(items)) for items in lists]):
+        out.append(TupleVariable([lists[k][i] for k, i in enumerate(combo)]))
+    return ListIteratorVariable(out)
+
+
+@builtin(itertools.chain)
+def _chain(tx, args, kwargs):
+    return ListIteratorVariable([item for a in args for item in tx.unpack_iterable(a)])
+
+
+@builtin(itertools.chain.from_iterable)
+def _chain_from_iterable(tx, args, kwargs):
+    return _chain(tx, tx.unpack_iterable(args[0]), {})
+
+
+def _index_combinatoric(fn):
+    def handler(tx, args, kwargs):
+        items = tx.unpack_iterable(args[0])
+        r = args[1] if len(args) > 1 else kwargs.get("r")
+        r_value = _constant(r, None)
+        if fn is not itertools.permutations and r_value is None:
+            raise Unsupported(f"itertools.{fn.__name__} without r")
+        pick = fn(range(len(items))) if r_value is None else fn(range(len(items)), r_value)
+        return _positions(items, pick)
+    return handler
+
+
+for _fn in (itertools.combinations, itertools.permutations,
+            itertools.combinations_with_replacement):
+    HANDLERS[_fn] = _index_combinatoric(_fn)
+
+
+@builtin(itertools.zip_longest)
+def _zip_longest(tx, args, kwargs):
+    fill = kwargs.get("fillvalue", ConstantVariable(None))
+    lists = [tx.unpack_iterable(a) for a in args]
+    n = max((len(items) for items in lists), default=0)
+    return ListIteratorVariable([TupleVariable([items[i] if i < len(items) else fill
+                                                for items in lists]) for i in range(n)])
+
+
+@builtin(itertools.accumulate)
+def _accumulate(tx, args, kwargs):
+    items = tx.unpack_iterable(args[0])
+    func = args[1] if len(args) > 1 else kwargs.get("func")
+    if func is not None and func.is_python_constant() and func.as_python_constant() is None:
+        func = None
+    initial = kwargs.get("initial")
+    if initial is not None and initial.is_python_constant() and \
+            initial.as_python_constant() is None:
+        initial = None
+    out = [] if initial is None else [initial]
+    for item in items:
+        if not out:
+            out.append(item)
+        elif func is None:
+            out.append(apply_operator(tx, operator.add, [out[-1], item]))
+        else:
+            out.append(tx.call(func, [out[-1], item], {}))
+    return ListIteratorVariable(out)
+
+
+@builtin(itertools.islice)
+def _islice(tx, args, kwargs):
+    bounds = [_constant(a) for a in args[1:]]
+    window = slice(*bounds) if len(bounds) > 1 else slice(bounds[0])
+    source = args[0]
+    if isinstance(source, EndlessIteratorVariable):
+        if window.stop is None:
+            raise Unsupported("itertools.islice without a stop over an endless iterator")
+        items = source.take(tx, window.stop)
+    elif isinstance(source, ListIteratorVariable) and window.stop is not None:
+        # an iterator the frame goes on using: consume only what islice reads of it
+        items = source.items[source.index:source.index + window.stop]
+        source.index += len(items)
+    else:
+        items = tx.unpack_iterable(source)
+    picked = list(itertools.islice(range(len(items)), *(
+        (window.start, window.stop, window.step) if len(bounds) > 1 else (window.stop,))))
+    return ListIteratorVariable([items[i] for i in picked])
+
+
+@builtin(itertools.repeat)
+def _repeat(tx, args, kwargs):
+    obj = args[0] if args else kwargs["object"]
+    times = args[1] if len(args) > 1 else kwargs.get("times")
+    if times is None:
+        return EndlessIteratorVariable(lambda tx, i: obj)
+    return ListIteratorVariable([obj] * max(0, times.as_python_constant()))
+
+
+@builtin(itertools.count)
+def _count(tx, args, kwargs):
+    start = args[0] if args else kwargs.get("start", ConstantVariable(0))
+    step = args[1] if len(args) > 1 else kwargs.get("step", ConstantVariable(1))
+
+    def item(tx, i):
+        offset = apply_operator(tx, operator.mul, [step, ConstantVariable(i)])
+        return apply_operator(tx, operator.add, [start, offset])
+    return EndlessIteratorVariable(item)
+
+
+@builtin(itertools.starmap)
+def _starmap(tx, args, kwargs):
+    fn, iterable = args
+    return ListIteratorVariable([tx.call(fn, tx.unpack_iterable(item), {})
+                                 for item in tx.unpack_iterable(iterable)])
+
+
+@builtin(itertools.pairwise)
+def _pairwise(tx, args, kwargs):
+    items = tx.unpack_iterable(args[0])
+    return ListIteratorVariable([TupleVariable([a, b]) for a, b in zip(items, items[1:])])
+
+
+# ------------------------------------------------------------------ class-level constructors
+
+def _make_fromkeys(cls):
+    def handler(tx, args, kwargs):
+        keys = tx.unpack_iterable(args[0])
+        value = args[1] if len(args) > 1 else ConstantVariable(None)
+        out = DictVariable({}, cls=cls)
+        for key in keys:
+            out.setitem(key, value)
+        return out
+    return handler
+
+
+for _cls in (dict, collections.OrderedDict, collections.defaultdict):
+    HANDLERS[_cls.fromkeys] = _make_fromkeys(_cls)
