@@ -175,7 +175,7 @@ def _worker_count() -> int:
     env = os.environ.get("EMBER_COMPILE_WORKERS")
     if env is not None:
         return int(env)
-    return max(0, min(8, (os.cpu_count() or 2) - 1))
+    return max(0, min(16, (os.cpu_count() or 2) - 1))
 
 
 def start_compile_workers() -> None:
