@@ -36,6 +36,7 @@ Environment switches (for triage):
 """
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import os
@@ -167,6 +168,8 @@ def _canon(x: Any, memo: dict | None = None) -> Any:
             return type(x)(*[_canon(v, memo) for v in x])
         if type(x) in (list, tuple):
             return type(x)(_canon(v, memo) for v in x)
+        if type(x) is collections.deque:
+            return ("<deque>", x.maxlen, [_canon(v, memo) for v in x])
         if type(x) is dict:
             return {k: _canon(v, memo) for k, v in x.items()}
         if _is_plain_object(x):

@@ -20,10 +20,10 @@ from ember.frontend.source import AttrSource, GetItemSource, Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_constant_value
 from ember.frontend.variables import iterators  # noqa: F401 (registers its handlers)
 from ember.frontend.variables.builtins import handler_for
-from ember.frontend.variables.containers import (DictVariable, ListVariable,
+from ember.frontend.variables.containers import (DequeVariable, DictVariable, ListVariable,
                                                  NamedTupleVariable, SetVariable, SizeVariable,
                                                  TupleVariable, is_namedtuple_class,
-                                                 is_structseq_class)
+                                                 is_plain_dict_subclass, is_structseq_class)
 from ember.frontend.variables.functions import (GetterVariable, GraphCallableVariable,
                                                 HandlerFunctionVariable,
                                                 PartialVariable, UserFunctionVariable,
@@ -97,7 +97,14 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         if typ is tuple:
             return TupleVariable(items, source)
         return NamedTupleVariable(items, typ, source)
-    if typ in (dict, collections.OrderedDict) and all(is_constant_value(k) for k in value):
+    if typ is collections.deque:
+        add(guards.len_match(source, typ, len(value)))
+        add(guards.constant_match(AttrSource(source, "maxlen"), value.maxlen))
+        items = [wrap(tx, v, GetItemSource(source, i) if source is not None else None)
+                 for i, v in enumerate(value)]
+        return DequeVariable(items, source, maxlen=value.maxlen)
+    if (typ in (dict, collections.OrderedDict) or is_plain_dict_subclass(typ)) and \
+            all(is_constant_value(k) for k in value):
         add(guards.dict_keys_match(source, typ, list(value)))
         items = {k: wrap(tx, v, GetItemSource(source, k) if source is not None else None)
                  for k, v in value.items()}

@@ -13,6 +13,7 @@ import functools
 import inspect
 import math
 import operator
+import sys
 import types
 from typing import Any, Callable
 
@@ -385,31 +386,40 @@ def _dict(tx, args, kwargs):
     return out
 
 
-def _make_dict_ctor(cls):
-    def handler(tx, args, kwargs):
-        factory = None
-        if cls is collections.defaultdict:
-            factory, args = (args[0] if args else ConstantVariable(None)), args[1:]
-            if factory.is_python_constant() and factory.as_python_constant() is None:
-                factory = None
-        out = DictVariable({}, cls=cls, default_factory=factory)
-        if args:
-            out.call_method(tx, "update", args, {})
-        for k, v in kwargs.items():
-            out.setitem(ConstantVariable(k), v)
-        return out
-    return handler
+def make_dict(tx, cls, args, kwargs) -> DictVariable:
+    """``cls(...)`` for dict, OrderedDict, defaultdict and plain subclasses of them."""
+    factory = None
+    if issubclass(cls, collections.defaultdict):
+        factory, args = (args[0] if args else ConstantVariable(None)), args[1:]
+        if factory.is_python_constant() and factory.as_python_constant() is None:
+            factory = None
+    out = DictVariable({}, cls=cls, default_factory=factory)
+    if args:
+        out.call_method(tx, "update", args, {})
+    for k, v in kwargs.items():
+        out.setitem(ConstantVariable(k), v)
+    return out
 
 
-HANDLERS[collections.OrderedDict] = _make_dict_ctor(collections.OrderedDict)
-HANDLERS[collections.defaultdict] = _make_dict_ctor(collections.defaultdict)
+for _cls in (collections.OrderedDict, collections.defaultdict):
+    HANDLERS[_cls] = (lambda c: lambda tx, args, kwargs: make_dict(tx, c, args, kwargs))(_cls)
+
+
+@builtin(collections.namedtuple)
+def _namedtuple(tx, args, kwargs):
+    """A namedtuple class made inside the frame: made once, at capture (as class statements
+    are), from constant field names."""
+    return fold(tx, collections.namedtuple, args, kwargs) or _unsupported(
+        "collections.namedtuple() of non-constant arguments")
 
 
 @builtin(collections.deque)
 def _deque(tx, args, kwargs):
-    if len(args) > 1 or kwargs:
-        raise Unsupported("deque with maxlen")
-    return DequeVariable(tx.unpack_iterable(args[0]) if args else [])
+    maxlen = args[1] if len(args) > 1 else kwargs.get("maxlen", ConstantVariable(None))
+    out = DequeVariable([], maxlen=maxlen.as_python_constant())
+    if args:
+        out.call_method(tx, "extend", [args[0]], {})
+    return out
 
 
 @builtin(enumerate)
@@ -606,7 +616,8 @@ def _make_pure(fn):
     return handler
 
 
-for _fn in (divmod, pow, round, ord, chr, hash, format, repr, hex, oct, bin, ascii):
+for _fn in (divmod, pow, round, ord, chr, hash, format, repr, hex, oct, bin, ascii,
+            sys.intern):
     HANDLERS[_fn] = _make_pure(_fn)
 
 

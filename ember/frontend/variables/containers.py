@@ -213,33 +213,62 @@ class ListVariable(BaseSequenceVariable):
 
 
 class DequeVariable(ListVariable):
-    """``collections.deque`` (without maxlen): a list with cheap operations at both ends."""
+    """``collections.deque``: a list with operations at both ends; with ``maxlen``, adding
+    at one end drops items from the other, as the real deque does."""
     py_type = collections.deque
 
+    def __init__(self, items, source=None, maxlen: int | None = None):
+        super().__init__(items, source)
+        self.maxlen = maxlen
+
+    def _trim(self, drop_left: bool) -> None:
+        excess = len(self.items) - self.maxlen if self.maxlen is not None else 0
+        if excess > 0:
+            del self.items[slice(None, excess) if drop_left else slice(self.maxlen, None)]
+
     def call_method(self, tx, name, args, kwargs):
+        if name in ("append", "extend"):
+            out = super().call_method(tx, name, args, kwargs)
+            self._trim(drop_left=True)
+            return out
+        if name == "copy":
+            return DequeVariable(list(self.items), maxlen=self.maxlen)
+        if name == "__len__" or name == "__getitem__" or name in ("index", "count"):
+            return super().call_method(tx, name, args, kwargs)
+        tx.check_mutation(self)
         if name == "appendleft":
-            tx.check_mutation(self)
             self.items.insert(0, args[0])
-            return ConstantVariable(None)
-        if name == "popleft":
-            tx.check_mutation(self)
+        elif name == "extendleft":
+            for item in tx.unpack_iterable(args[0]):
+                self.items.insert(0, item)
+        elif name == "popleft":
             if not self.items:
                 raise Unsupported("IndexError: pop from an empty deque")
             return self.items.pop(0)
-        if name == "extendleft":
-            tx.check_mutation(self)
-            for item in tx.unpack_iterable(args[0]):
-                self.items.insert(0, item)
-            return ConstantVariable(None)
-        if name in ("sort", "copy", "__setitem__") and name != "__setitem__":
+        elif name == "rotate":
+            n = args[0].as_python_constant() if args else 1
+            if self.items:
+                n %= len(self.items)
+                self.items[:] = self.items[len(self.items) - n:] + self.items[:len(
+                    self.items) - n]
+        elif name in ("sort", "__setitem__") or (name == "insert" and self.maxlen is not None):
             raise Unsupported(f"deque.{name}()")
-        return super().call_method(tx, name, args, kwargs)
+        else:
+            return super().call_method(tx, name, args, kwargs)
+        self._trim(drop_left=False)
+        return ConstantVariable(None)
+
+    def var_getattr(self, tx, name):
+        if name == "maxlen":
+            return ConstantVariable(self.maxlen)
+        return super().var_getattr(tx, name)
 
     def new_like(self, items):
-        return DequeVariable(items)
+        return DequeVariable(items, maxlen=self.maxlen)
 
     def rebuild(self, cg):
-        return cg.temp(self, f"{cg.const(self.py_type)}([{cg.items(self.items)}])")
+        return cg.temp(self, f"{cg.const(self.py_type)}([{cg.items(self.items)}], "
+                             f"{self.maxlen!r})")
 
     def replay_mutation(self, target: str, value_of) -> str:
         items = ", ".join(value_of(v) for v in self.items)
@@ -408,9 +437,16 @@ class DictVariable(VariableTracker):
 
     def var_getattr(self, tx, name):
         from ember.frontend.variables.functions import BoundMethodVariable
+        if self.cls not in (dict, collections.OrderedDict, collections.defaultdict) and \
+                not hasattr(dict, name):
+            # a method a plain dict subclass adds
+            from ember.frontend.variables.objects import _MISSING, class_attribute
+            found = class_attribute(tx, self.cls, name, self, None)
+            if found is not _MISSING:
+                return found
         if hasattr(dict, name):
             return BoundMethodVariable(self, name)
-        raise Unsupported(f"dict.{name}")
+        raise Unsupported(f"{self.cls.__name__}.{name}")
 
 
 class DictViewVariable(VariableTracker):
@@ -585,3 +621,23 @@ def is_structseq_class(cls) -> bool:
 
 
 ORDERED_DICT_TYPES = (dict, collections.OrderedDict, collections.defaultdict)
+
+
+# what a dict subclass must leave to dict for its instances to be tracked as dicts
+_DICT_PROTOCOL = ("__new__", "__init__", "__getitem__", "__setitem__", "__delitem__",
+                  "__missing__", "__iter__", "__len__", "__contains__", "__eq__", "keys",
+                  "values", "items", "get", "update", "pop", "setdefault", "copy", "clear",
+                  "__getattribute__", "__setattr__", "__getattr__", "move_to_end", "popitem")
+
+
+def is_plain_dict_subclass(cls) -> bool:
+    """A user subclass of dict or OrderedDict that adds methods but changes none of the
+    dict protocol (``class Cache(OrderedDict): ...``)."""
+    if not isinstance(cls, type) or cls in (dict, collections.OrderedDict) or \
+            not issubclass(cls, dict) or issubclass(cls, collections.defaultdict):
+        return False
+    base = collections.OrderedDict if issubclass(cls, collections.OrderedDict) else dict
+    for klass in cls.__mro__[:cls.__mro__.index(base)]:
+        if any(name in vars(klass) for name in _DICT_PROTOCOL) or "__slots__" in vars(klass):
+            return False
+    return True

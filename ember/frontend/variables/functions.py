@@ -288,6 +288,15 @@ class TensorMethodVariable(BoundMethodVariable):
     def call_function(self, tx, args, kwargs):
         return self.obj.call_method(tx, self.name, args, kwargs)
 
+    def var_getattr(self, tx, name):
+        if name == "__name__":
+            return ConstantVariable(self.name)
+        if name == "__qualname__":   # a bound method's: its object's class, then the name
+            return ConstantVariable(f"{self.obj.python_type().__qualname__}.{self.name}")
+        if name == "__self__":
+            return self.obj
+        return super().var_getattr(tx, name)
+
 
 class PartialVariable(VariableTracker):
     def __init__(self, func: VariableTracker, args: list, kwargs: dict, source=None):

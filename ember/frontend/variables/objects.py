@@ -469,6 +469,10 @@ class UserDefinedClassVariable(VariableTracker):
             return NamedTupleVariable([bound[f] for f in cls._fields], cls)
         if issubclass(cls, torch.nn.Module):
             return create_module(tx, cls, args, kwargs)
+        from ember.frontend.variables.containers import is_plain_dict_subclass
+        if is_plain_dict_subclass(cls):
+            from ember.frontend.variables.builtins import make_dict
+            return make_dict(tx, cls, args, kwargs)
         if dataclasses.is_dataclass(cls) and issubclass(cls, dict):
             return DataclassDictVariable.create(tx, cls, args, kwargs)
         if issubclass(cls, BaseException):
