@@ -121,6 +121,14 @@ def global_call_match(fn, result) -> Guard:
                  f"{name}() == {result!r}", ("global_call", name))
 
 
+def state_read_match(what: str, read, result, identity: bool = False) -> Guard:
+    """A read of torch's process-wide state (``torch.backends.cudnn.enabled``, a process
+    group) gives the same value, or with ``identity`` the same object."""
+    op = "is" if identity else "=="
+    return Guard(None, "GLOBAL_STATE", lambda v, const: f"{const(read)}() {op} {const(result)}",
+                 f"{what} {op} {_short_repr(result)}", ("global_state", what))
+
+
 def grad_mode(enabled: bool) -> Guard:
     return Guard(None, "GRAD_MODE",
                  lambda v, const: f"{const(torch.is_grad_enabled)}() is {enabled}",

@@ -33,6 +33,7 @@ from ember.frontend.variables.objects import (GradModeExit, GradModeExitVariable
                                               UserDefinedClassVariable,
                                               UserDefinedObjectVariable)
 from ember.frontend.variables.torch_functions import is_graph_callable, special_handler
+from ember.frontend.variables.torch_state import TorchStateObjectVariable, is_torch_state_object
 
 
 # Values tracked by identity: one tracker per object, however many names reach it, so a
@@ -116,6 +117,10 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         return _wrap_callable(tx, value, source, add)
     if isinstance(value, (property, classmethod, staticmethod)):
         raise Unsupported(f"a bare {typ.__name__} object")
+    if is_torch_state_object(value):
+        add(guards.id_match(source, value))
+        return TorchStateObjectVariable(value, source.name() if source is not None
+                                        else typ.__qualname__, source)
     if typ.__module__.startswith("torch") and not isinstance(value, torch.nn.Module):
         raise Unsupported(f"a {typ.__qualname__} object inside a compiled region")
     add(guards.type_match(source, typ))

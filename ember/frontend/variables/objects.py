@@ -453,6 +453,10 @@ class UserDefinedClassVariable(VariableTracker):
         found = class_attribute(tx, self.value, name, None, self.source)
         if found is not _MISSING:
             return found
+        if isinstance(_static_lookup(type(self.value), name), property):
+            # a metaclass property: state behind the class (GroupMember.WORLD)
+            from ember.frontend.variables.torch_state import read_state
+            return read_state(tx, self.value, name, f"{self.value.__qualname__}.{name}")
         raise Unsupported(f"type object {self.value.__name__!r} has no attribute {name!r}")
 
     def call_function(self, tx, args, kwargs):
@@ -523,6 +527,10 @@ class PythonModuleVariable(VariableTracker):
             value = getattr(self.value, name)
         except AttributeError as e:
             raise Unsupported(f"AttributeError: {e}") from None
+        if self.value.__name__.startswith("torch.backends."):
+            # flags users switch between calls (cudnn.enabled, allow_tf32): guarded reads
+            from ember.frontend.variables.torch_state import read_state
+            return read_state(tx, self.value, name, f"{self.value.__name__}.{name}")
         trusted = self.value.__name__.split(".")[0] in TRUSTED_MODULE_PREFIXES
         # Library modules are assumed not to be monkeypatched between calls.
         source = None if trusted or self.source is None else AttrSource(self.source, name)

@@ -136,9 +136,15 @@ def _log_api_usage(tx, fn, args, kwargs):
 
 @special(torch._C._len_torch_dispatch_stack, torch._C._len_torch_function_stack,
          torch._C._is_torch_function_mode_enabled,
-         _maybe("torch._C._is_torch_function_all_disabled"))
+         _maybe("torch._C._is_torch_function_all_disabled"),
+         _maybe("torch._C._get_privateuse1_backend_name"),
+         _maybe("torch._C._are_functorch_transforms_active"),
+         _maybe("torch.distributed.is_available"), _maybe("torch.distributed.is_initialized"),
+         _maybe("torch.onnx.is_in_onnx_export"), _maybe("torch.backends.cudnn.is_available"),
+         _maybe("torch.backends.mkldnn.is_available"))
 def _mode_stack_query(tx, fn, args, kwargs):
-    """Which dispatch/function modes are active: answered now, guarded for later calls."""
+    """Which dispatch/function modes are active, and other queries of process-wide state
+    (distributed initialised, exporting to onnx): answered now, guarded for later calls."""
     if args or kwargs:
         raise Unsupported(f"{fn.__name__}() with arguments")
     result = fn()
