@@ -405,6 +405,10 @@ class FakeTensorMode(TorchDispatchMode):
         self._memo = WeakTensorKeyDictionary()      # real tensor -> FakeTensor
         self._storages: dict[int, tuple] = {}       # real StorageImpl addr -> (weakref, meta storage)
         self._op_infos: dict = {}
+        # (op, arguments' metadata) -> outputs' (size, stride, dtype): ops that make new
+        # tensors from their inputs' geometry alone answer from here on a repeat (a model's
+        # blocks repeat the same shapes), without running the meta kernel again
+        self._results: dict = {}
         self._ctx_stack: list = []
         self._avoid_device_init = not torch.cuda.is_available()
         # the CUDA device guard (see above) is installed lazily, by the first op that makes
@@ -538,6 +542,13 @@ class FakeTensorMode(TorchDispatchMode):
             args, kwargs = (self_,), {}
             kind, writes, fixup = self._op_info(func)
 
+        cache_key = self._result_key(func, args, kwargs) \
+            if kind == _KIND_PLAIN and not writes and fixup is None else None
+        if cache_key is not None:
+            recipe = self._results.get(cache_key)
+            if recipe is not None:
+                return self._from_recipe(recipe)
+
         flat, spec = pytree.tree_flatten((args, kwargs))
         fakes = []
         for i, a in enumerate(flat):
@@ -605,12 +616,30 @@ class FakeTensorMode(TorchDispatchMode):
                 return self.from_real(o)
             return FakeTensor(self, o, device)
 
+        if cache_key is not None:
+            recipe = _recipe(out, by_meta, device)
+            if recipe is not None:
+                self._results[cache_key] = recipe
         if isinstance(out, torch.Tensor):
             return wrap(out)
         if isinstance(out, (tuple, list)):
             return type(out)(wrap(o) if not isinstance(o, (list, tuple)) else type(o)(map(wrap, o))
                              for o in out)
         return out
+
+    def _result_key(self, func, args, kwargs):
+        """The metadata an op's result depends on, or None when something in the arguments
+        is not plain (a real tensor, an object): then the op runs its meta kernel."""
+        try:
+            return (func, _describe(args), _describe(tuple(sorted(kwargs.items()))))
+        except _NotPlain:
+            return None
+
+    def _from_recipe(self, recipe):
+        kind, items = recipe
+        outs = [FakeTensor(self, torch.empty_strided(size, stride, dtype=dtype, device=_META),
+                           device) for size, stride, dtype, device in items]
+        return outs[0] if kind is None else kind(outs)
 
     @staticmethod
     def _common_device(func, fakes, mixed_ok: bool) -> torch.device:
@@ -638,3 +667,46 @@ class FakeTensorMode(TorchDispatchMode):
                 f"Expected all tensors to be on the same device, but found at least two "
                 f"devices, {device} and {d}! (when running {func} on fake tensors)")
         return device
+
+
+class _NotPlain(Exception):
+    pass
+
+
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
+          torch.memory_format)
+
+
+def _describe(value):
+    """A hashable description of an op's argument for the result cache: fakes by geometry,
+    plain values by value; anything else is not cached (``_NotPlain``)."""
+    if isinstance(value, FakeTensor):
+        return ("T", tuple(value.shape), value.stride(), value.storage_offset(), value.dtype,
+                value.fake_device, value.requires_grad)
+    if isinstance(value, torch.Tensor):
+        raise _NotPlain
+    if isinstance(value, (tuple, list)):
+        return (type(value).__name__, tuple(_describe(v) for v in value))
+    if isinstance(value, float) and value != value:
+        return ("nan",)
+    if isinstance(value, _PLAIN):
+        return (type(value), value)
+    raise _NotPlain
+
+
+def _recipe(out, by_meta: dict, device: torch.device):
+    """How to make ``out`` again: (container type or None, [(size, stride, dtype, device)]),
+    when every output is a new, dense meta tensor at offset 0 (not one of the inputs, not a
+    view of one); else None."""
+    items = [out] if isinstance(out, torch.Tensor) else list(out) \
+        if isinstance(out, (tuple, list)) else None
+    if not items:
+        return None
+    recipe = []
+    for o in items:
+        if not isinstance(o, torch.Tensor) or isinstance(o, FakeTensor) or \
+                o.device.type != "meta" or id(o) in by_meta or o.storage_offset() != 0 or \
+                o._base is not None:
+            return None
+        recipe.append((tuple(o.shape), o.stride(), o.dtype, device))
+    return (None if isinstance(out, torch.Tensor) else type(out)), recipe

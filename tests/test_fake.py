@@ -450,3 +450,28 @@ def test_views_of_one_real_storage_share_meta_storage_after_base_dies():
     f1, f2 = mode.from_real(v1), mode.from_real(v2)
     assert f1._meta.untyped_storage()._cdata == f2._meta.untyped_storage()._cdata
     assert f1.storage_offset() == 2 and f2.storage_offset() == 0
+
+
+def test_repeated_ops_answer_from_the_result_cache():
+    """A second op with the same arguments' geometry gets new fakes of the right geometry
+    (fresh storage, nothing aliased) without running the meta kernel again; views, other
+    strides and multi-output ops are right too."""
+    from ember.fake import FakeTensorMode
+    mode = FakeTensorMode()
+    a = mode.from_real(torch.randn(4, 6))
+    b = mode.from_real(torch.randn(4, 6))
+    with mode:
+        first, second = a + b, a + b
+        assert first.shape == second.shape == (4, 6) and second.stride() == (6, 1)
+        assert first._meta.untyped_storage()._cdata != second._meta.untyped_storage()._cdata
+        assert len(mode._results) >= 1
+        t = a.t()                                  # a view: never from the cache
+        assert t.stride() == (1, 6) and t._meta._base is not None
+        c = mode.from_real(torch.randn(6, 4)).t()  # same shape as a, other strides
+        assert (c + b).stride() == (6, 1) and (c * 2).stride() == (1, 4)
+        values, indices = torch.max(a, dim=1)
+        values2, indices2 = torch.max(b, dim=1)
+        assert type(torch.max(b, dim=1)).__name__ == type(torch.max(a, dim=1)).__name__
+        assert indices2.dtype == torch.int64 and values2.shape == (4,)
+        wide = a.to(torch.float64) + 1
+        assert wide.dtype == torch.float64
