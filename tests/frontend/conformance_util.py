@@ -159,7 +159,7 @@ def _canon(x: Any, memo: dict | None = None) -> Any:
         # compared as a tensor, tagged so an ndarray never equals a tensor
         return ("<ndarray>", str(x.dtype), torch.from_numpy(np.array(x)))
     if isinstance(x, np.generic):
-        return ("<numpy scalar>", str(x.dtype), x.item())
+        return ("<numpy scalar>", str(x.dtype), torch.from_numpy(np.asarray(x)))
     if id(x) in memo:
         return ("<cycle>",)
     memo[id(x)] = True

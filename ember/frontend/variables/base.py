@@ -84,6 +84,11 @@ _CONSTANT_TYPES = (int, float, bool, str, bytes, complex, type(None), type(Ellip
                    torch.memory_format, range, slice, types.CodeType, enum.Enum,
                    torch.finfo, torch.iinfo, inspect.Signature, inspect.Parameter,
                    types.MappingProxyType)
+try:   # NumPy's dtypes, type information and scalars are immutable constants too
+    import numpy as _np
+    _CONSTANT_TYPES += (_np.dtype, _np.finfo, _np.iinfo, _np.generic)
+except ImportError:
+    pass
 
 
 def is_constant_value(value: Any) -> bool:

@@ -18,7 +18,7 @@ from ember.frontend import guards, registry
 from ember.frontend.exc import Unsupported
 from ember.frontend.source import AttrSource, GetItemSource, Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_constant_value
-from ember.frontend.variables import iterators  # noqa: F401 (registers its handlers)
+from ember.frontend.variables import iterators, numpy  # noqa: F401 (register handlers)
 from ember.frontend.variables.builtins import handler_for
 from ember.frontend.variables.containers import (DequeVariable, DictVariable, ListVariable,
                                                  NamedTupleVariable, SetVariable, SizeVariable,

@@ -118,6 +118,9 @@ def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
     if op in INPLACE and not isinstance(args[0], TensorVariable) and \
             isinstance(args[0], ConstantVariable):
         op = INPLACE[op]   # immutable left side: Python falls back to the plain operator
+    from ember.frontend.variables.numpy import NDArrayVariable, apply_operator as on_arrays
+    if any(isinstance(a, NDArrayVariable) for a in args):
+        return on_arrays(tx, op, args)
     if any(isinstance(a, TensorVariable) for a in args):
         return tx.output.call_function(op, args, {})
     folded = fold(tx, op, args, {})

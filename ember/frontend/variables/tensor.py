@@ -74,6 +74,9 @@ class TensorVariable(VariableTracker):
             if self.fake.dim() == 0:
                 raise Unsupported("len() of a 0-d tensor")
             return ConstantVariable(len(self.fake))
+        if name == "numpy" and not args:
+            from ember.frontend.variables.numpy import tensor_to_ndarray
+            return tensor_to_ndarray(tx, self, args, kwargs)
         if name in _DATA_DEPENDENT_METHODS:
             raise Unsupported(f"Tensor.{name}() reads tensor data (data-dependent)")
         return tx.output.call_method(name, [self, *args], kwargs)
