@@ -78,6 +78,7 @@ Decisions
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 import torch
@@ -542,8 +543,8 @@ class FakeTensorMode(TorchDispatchMode):
             args, kwargs = (self_,), {}
             kind, writes, fixup = self._op_info(func)
 
-        cache_key = self._result_key(func, args, kwargs) \
-            if kind == _KIND_PLAIN and not writes and fixup is None else None
+        cache_key = self._result_key(func, args, kwargs) if kind == _KIND_PLAIN and \
+            not writes and fixup is None and not _returns_alias(func) else None
         if cache_key is not None:
             recipe = self._results.get(cache_key)
             if recipe is not None:
@@ -617,7 +618,7 @@ class FakeTensorMode(TorchDispatchMode):
             return FakeTensor(self, o, device)
 
         if cache_key is not None:
-            recipe = _recipe(out, by_meta, device)
+            recipe = _recipe(out, {f._meta.untyped_storage()._cdata for f in fakes}, device)
             if recipe is not None:
                 self._results[cache_key] = recipe
         if isinstance(out, torch.Tensor):
@@ -694,10 +695,16 @@ def _describe(value):
     raise _NotPlain
 
 
-def _recipe(out, by_meta: dict, device: torch.device):
+@functools.lru_cache(maxsize=None)
+def _returns_alias(func) -> bool:
+    """The schema says an output is a view of an input (``Tensor(a)``)."""
+    return any(r.alias_info is not None for r in func._schema.returns)
+
+
+def _recipe(out, input_storages: set, device: torch.device):
     """How to make ``out`` again: (container type or None, [(size, stride, dtype, device)]),
-    when every output is a new, dense meta tensor at offset 0 (not one of the inputs, not a
-    view of one); else None."""
+    when every output is a new meta tensor at offset 0 with storage of its own (not one of
+    the inputs', whatever the schema says); else None."""
     items = [out] if isinstance(out, torch.Tensor) else list(out) \
         if isinstance(out, (tuple, list)) else None
     if not items:
@@ -705,8 +712,8 @@ def _recipe(out, by_meta: dict, device: torch.device):
     recipe = []
     for o in items:
         if not isinstance(o, torch.Tensor) or isinstance(o, FakeTensor) or \
-                o.device.type != "meta" or id(o) in by_meta or o.storage_offset() != 0 or \
-                o._base is not None:
+                o.device.type != "meta" or o.storage_offset() != 0 or \
+                o.untyped_storage()._cdata in input_storages:
             return None
         recipe.append((tuple(o.shape), o.stride(), o.dtype, device))
     return (None if isinstance(out, torch.Tensor) else type(out)), recipe

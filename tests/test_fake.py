@@ -465,10 +465,13 @@ def test_repeated_ops_answer_from_the_result_cache():
         assert first.shape == second.shape == (4, 6) and second.stride() == (6, 1)
         assert first._meta.untyped_storage()._cdata != second._meta.untyped_storage()._cdata
         assert len(mode._results) >= 1
-        t = a.t()                                  # a view: never from the cache
-        assert t.stride() == (1, 6) and t._meta._base is not None
-        c = mode.from_real(torch.randn(6, 4)).t()  # same shape as a, other strides
-        assert (c + b).stride() == (6, 1) and (c * 2).stride() == (1, 4)
+        t, t2 = a.t(), a.t()                       # views: never from the cache
+        assert t.stride() == (1, 6)
+        assert t2._meta.untyped_storage()._cdata == a._meta.untyped_storage()._cdata
+        real_c, real_b = torch.randn(6, 4).t(), torch.randn(4, 6)
+        c = mode.from_real(real_c)                 # same shape as a, other strides
+        assert (c + b).stride() == (real_c + real_b).stride()
+        assert (c * 2).stride() == (real_c * 2).stride() == (1, 4)
         values, indices = torch.max(a, dim=1)
         values2, indices2 = torch.max(b, dim=1)
         assert type(torch.max(b, dim=1)).__name__ == type(torch.max(a, dim=1)).__name__
