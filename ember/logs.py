@@ -1,6 +1,7 @@
 """Named log artifacts and per-frame debug dumps.
 
-``EMBER_LOGS=graph,guards,recompiles,graph_breaks,bytecode`` turns on those artifacts; each is a
+``EMBER_LOGS=graph,guards,recompiles,graph_breaks,bytecode`` turns on those artifacts (``aot``:
+a training graph's joint graph, its forward/backward partition and the saved bytes); each is a
 child logger of ``ember`` (``ember.graph``...) printed through :mod:`logging` at INFO level.
 ``EMBER_LOGS=all`` turns on every artifact. ``EMBER_DEBUG_DIR=path`` writes, for each compiled
 frame, one folder with the stage outputs as files a user can open.
@@ -16,7 +17,7 @@ from pathlib import Path
 from ember import config
 
 ARTIFACTS = ("graph", "guards", "recompiles", "graph_breaks", "bytecode", "output_code",
-             "perf_hints")
+             "perf_hints", "aot")
 
 _root = logging.getLogger("ember")
 _enabled: set[str] = set()

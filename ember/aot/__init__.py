@@ -2,10 +2,11 @@
 
 ``aot_eager(gm, example_inputs)`` is the ``"aot_eager"`` backend (a debugging aid that isolates
 this stage): it traces ``gm`` to a functional ATen graph (``trace_to_aten``) and runs that graph
-eagerly. When tracing is not possible (training graphs, unsupported mutation, fake-tensor
-limits...) it logs the reason with ``ember.logs.warn`` and runs the captured graph as it is. A
-graph traced for inference is also bypassed at call time when it may record gradients
-(``may_record_grad``).
+eagerly. A graph that may record gradients (``may_record_grad``) is traced as a joint
+forward/backward graph instead, partitioned, and run through an ``autograd.Function``
+(``training.compile_training``). When tracing is not possible (unsupported mutation,
+fake-tensor limits...) it logs the reason with ``ember.logs.warn`` and runs the captured graph
+as it is. An inference graph is bypassed at call time when it may record gradients.
 """
 from __future__ import annotations
 
@@ -35,6 +36,14 @@ def may_record_grad(inputs, graph_enables_grad: bool) -> bool:
 
 def aot_eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
     from ember import logs
+    if may_record_grad(example_inputs, enables_grad(gm)) and not enables_grad(gm):
+        from ember.aot.training import compile_training
+        try:
+            return compile_training(gm, list(example_inputs),
+                                    compile_graph=lambda g, inputs: g.forward)
+        except NotImplementedError as e:
+            logs.warn("aot_eager: running the training graph as captured (%s)", e)
+            return gm.forward
     try:
         traced = trace_to_aten(gm, list(example_inputs))
     except Exception as e:                   # NotImplementedError, fake-tensor limits, ...

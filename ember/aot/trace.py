@@ -259,6 +259,10 @@ class _AtenTracer(TorchDispatchMode):
         args, kwargs = pytree.tree_map(self.to_fake, (args, kwargs))
         if func is aten.lift_fresh.default:          # torch.tensor(...) constant: already lifted
             return args[0]
+        if func is aten.detach.default:              # the same value (autograd detaches saved
+            out = func(*args, **kwargs)              # outputs): no node of its own
+            self.track(out, self.to_node(args[0]))
+            return out
         if func is aten._fused_sdp_choice.default:   # which attention kernel eager would run
             return _real_sdp_choice(func, args, kwargs)
         schema = func._schema

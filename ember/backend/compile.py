@@ -3,10 +3,11 @@
     compiled = compile_graph(gm, example_inputs)    # compiled(*inputs) == gm(*inputs)
 
 CPU graphs get C++/OpenMP kernels, CUDA graphs Triton kernels (``targets.py``; CPU graphs
-too with ``cpu_backend="triton"``, under Triton's interpreter). What this version does not
-compile it still runs correctly: training graphs (inputs that require grad) run the
-captured graph as it is (the joint forward/backward graph comes later); an op without a
-lowering runs its ATen kernel from the generated wrapper.
+too with ``cpu_backend="triton"``, under Triton's interpreter). Training graphs (inputs that
+require grad, grad mode on) go through ``ember.aot.training``: a joint forward/backward graph,
+partitioned, both halves compiled here (``_compile_training``). What this version does not
+compile it still runs correctly: an op without a lowering runs its ATen kernel from the
+generated wrapper; a training graph the aot stage declines runs as captured.
 """
 from __future__ import annotations
 
@@ -79,9 +80,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         if freezing:
             logs.warn("ember backend: freezing=True is for inference (call under "
                       "torch.no_grad()); this graph needs gradients and is not frozen")
-        logs.log("perf_hints", "ember backend: training graph runs as captured (no joint "
-                               "graph yet)")
-        return gm.forward
+        return _compile_training(gm, example_inputs, target, device, fallback_random)
     start = time.perf_counter()
     cache_key = None if freezing or not graph_cache.enabled() else graph_cache.key(
         gm, example_inputs, options, device)
@@ -137,6 +136,37 @@ def _finish(compiled, gm, example_inputs, cudagraphs: bool, device) -> Callable:
             compiled = CudaGraphRunner(compiled, example_inputs, [
                 is_parameter_or_buffer(node, value)
                 for node, value in zip(placeholders, example_inputs)])
+    return compiled
+
+
+def _compile_training(gm: torch.fx.GraphModule, example_inputs: list, target: Target,
+                      device: torch.device, fallback_random: bool) -> Callable:
+    """A training graph: joint forward/backward graph, partitioned, both halves compiled by
+    ``compile_aten`` and run by an ``autograd.Function`` (``ember.aot.training``)."""
+    from ember.aot import enables_grad
+    from ember.aot.training import compile_training
+    from ember.decomp import core_decompositions
+    if enables_grad(gm) and not torch.is_grad_enabled():
+        logs.log("perf_hints", "ember backend: graph entered with grad off turns it on; runs "
+                               "as captured")
+        return gm.forward
+    start = time.perf_counter()
+    try:
+        compiled = compile_training(
+            gm, example_inputs, decompositions=core_decompositions(),
+            compile_graph=lambda g, inputs: compile_aten(g, inputs, target, device,
+                                                         fused_random=not fallback_random))
+    except NotImplementedError as e:
+        logs.log("perf_hints", "ember backend: training graph runs as captured (%s)", e)
+        return gm.forward
+    except Exception as e:
+        if not config.suppress_errors:
+            raise
+        logs.warn("ember backend: training graph compilation failed (%s: %s); running it as "
+                  "captured", type(e).__name__, e)
+        return gm.forward
+    logs.log("output_code", "compiled %d-node training graph in %.3f s", len(gm.graph.nodes),
+             time.perf_counter() - start)
     return compiled
 
 

@@ -4,7 +4,7 @@ The ATen tracer (``ember.aot.trace``) consults this table for every op it meets:
 entry is not recorded; its decomposition runs under the tracer instead, so its parts are
 recorded. ``torch._decomp``'s tables are used as the reference library of op semantics.
 
-Choice of decomposed ops (first version, inference):
+Choice of decomposed ops (forward ops; the backward ops are listed in ``DECOMPOSED_OPS``):
 
 * Normalisations (``native_layer_norm``, ``native_batch_norm``,
   ``_native_batch_norm_legit_no_training``, ``_native_batch_norm_legit_functional``,
@@ -51,6 +51,33 @@ DECOMPOSED_OPS = [
     # kernels contiguous ones: run as an ATen fallback, the layout check fails
     aten.max_unpool2d,
     aten.max_unpool3d,
+    # backward ops (joint graphs, ``ember.aot.joint``): norms' backwards become reductions
+    # and pointwise ops the backend fuses (the batch sums of bias and norm gradients among
+    # them); activations' backwards are pointwise; select/slice backwards are scatters into
+    # zeros. ``convolution_backward``, ``embedding_dense_backward`` and the pooling backwards
+    # stay ATen kernels.
+    aten.native_layer_norm_backward,
+    aten.native_batch_norm_backward,
+    aten.batch_norm_backward,
+    aten.cudnn_batch_norm_backward,
+    aten.native_group_norm_backward,
+    aten._softmax_backward_data,
+    aten._log_softmax_backward_data,
+    aten.gelu_backward,
+    aten.silu_backward,
+    aten.sigmoid_backward,
+    aten.tanh_backward,
+    aten.threshold_backward,
+    aten.hardswish_backward,
+    aten.hardsigmoid_backward,
+    aten.hardtanh_backward,
+    aten.leaky_relu_backward,
+    aten.elu_backward,
+    aten.mish_backward,
+    aten.softplus_backward,
+    aten.native_dropout_backward,
+    aten.select_backward,
+    aten.slice_backward,
 ]
 
 # Ember's own entries: OpOverload -> callable.

@@ -358,16 +358,25 @@ def test_aot_eager_view_mutation_falls_back_correctly():
     assert torch.equal(a, a2)
 
 
-def test_aot_eager_falls_back_with_reason(caplog):
+def test_aot_eager_training_graph_gets_joint_graph():
     gm = torch.fx.symbolic_trace(lambda x: x * 2)
     x = torch.randn(3, requires_grad=True)
-    with caplog.at_level("WARNING"):
-        fn = aot_eager(gm, [x])
-    assert fn == gm.forward
-    assert "training graphs" in caplog.text
+    fn = aot_eager(gm, [x])
+    assert fn is not gm.forward and fn.partition is not None
     out = fn(x)
     out.sum().backward()
     assert torch.equal(x.grad, torch.full((3,), 2.0))
+
+
+def test_aot_eager_falls_back_with_reason(caplog):
+    gm = torch.fx.symbolic_trace(lambda x, n: x * n)
+    x = torch.randn(3, requires_grad=True)
+    with caplog.at_level("WARNING"):
+        fn = aot_eager(gm, [x, 3])          # a non-tensor input: no ATen tracing yet
+    assert fn == gm.forward
+    assert "non-tensor graph input" in caplog.text
+    fn(x, 3).sum().backward()
+    assert torch.equal(x.grad, torch.full((3,), 3.0))
 
 
 def test_aot_eager_uses_aten_graph():

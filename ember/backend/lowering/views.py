@@ -8,7 +8,8 @@ import sympy
 import torch
 import torch.fx
 
-from ember.backend.ir import Buffer, IndexView, InputBuffer, Layout, ReinterpretView, sym
+from ember.backend.ir import (Buffer, IndexView, InputBuffer, Layout, ReinterpretView,
+                              contiguous_strides, sym)
 from ember.backend.lowering.registry import aten, register_lowering
 
 
@@ -37,7 +38,18 @@ def _view_lowering(index_view, op=None):
         mem = _memory_view(x)
         if mem is not None:
             buf, layout = mem
-            return ReinterpretView(buf, _meta_view(layout, op or ctx.node.target, args, kwargs))
+            try:
+                return ReinterpretView(buf, _meta_view(layout, op or ctx.node.target, args,
+                                                       kwargs))
+            except RuntimeError:
+                # ``view`` that eager's strides allow and this buffer's do not (the backend
+                # laid out the value otherwise, e.g. autograd's reshape of a transposed
+                # gradient): view a contiguous copy
+                size = x.get_size()
+                buf = ctx.graph.realize(x, Layout(x.get_device(), x.get_dtype(), size,
+                                                  contiguous_strides(size)))
+                return ReinterpretView(buf, _meta_view(buf.layout, op or ctx.node.target,
+                                                       args, kwargs))
         return index_view(ctx, x, *args, **kwargs)
     return lower
 
@@ -198,3 +210,43 @@ def _as_strided(ctx, x, size, stride, storage_offset=None):
     return ReinterpretView(buf, Layout(buf.get_device(), buf.get_dtype(),
                                        [sym(s) for s in out.shape],
                                        [sym(s) for s in out.stride()], sym(offset - base)))
+
+
+def _piece(x, dim: int, start: int, end: int):
+    """``x[..., start:end, ...]`` along ``dim``: a view of memory, or of the body."""
+    mem = _memory_view(x)
+    if mem is not None:
+        buf, layout = mem
+        return ReinterpretView(buf, _meta_view(layout, aten.slice.Tensor, (dim, start, end), {}))
+    size = list(x.get_size())
+    out = size[:dim] + [sym(end - start)] + size[dim + 1:]
+    return IndexView(x, out, lambda idx: idx[:dim] + [idx[dim] + start] + idx[dim + 1:])
+
+
+def _pieces(x, dim: int, sizes: list[int]):
+    bounds, start = [], 0
+    for n in sizes:
+        bounds.append((start, start + n))
+        start += n
+    return tuple(_piece(x, dim, a, b) for a, b in bounds)
+
+
+@register_lowering(aten.split.Tensor)
+def _split(ctx, x, split_size, dim=0):
+    """Views of consecutive pieces (GPT-2's ``q, k, v = qkv.split(768, dim=2)``)."""
+    size = x.get_size()
+    dim %= len(size)
+    if not size[dim].is_Integer or not isinstance(split_size, int) or split_size <= 0:
+        return NotImplemented
+    length = int(size[dim])
+    return _pieces(x, dim, [min(split_size, length - s) for s in range(0, length, split_size)]
+                   or [0])
+
+
+@register_lowering(aten.split_with_sizes.default)
+def _split_with_sizes(ctx, x, split_sizes, dim=0):
+    size = x.get_size()
+    dim %= len(size)
+    if not size[dim].is_Integer or sum(split_sizes) != int(size[dim]):
+        return NotImplemented
+    return _pieces(x, dim, list(split_sizes))

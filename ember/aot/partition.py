@@ -1,0 +1,269 @@
+"""The partitioner: a joint graph cut into a forward graph and a backward graph.
+
+    parts = partition(joint)          # Partition(forward, backward, saved)
+    outs_and_saved = parts.forward(*primals)            # (*forward outputs, *saved)
+    grads = parts.backward(*saved, *tangents)           # one per input that requires grad
+
+What the forward saves is a minimum cut
+---------------------------------------
+Nodes that depend on a tangent are the backward's. The other nodes (the forward's, and
+tangent-free work the backward needs, such as the statistics a norm's backward re-derives) are
+computed by the forward, recomputed by the backward, or both; the backward needs some of
+them. Each tensor the forward hands to the backward costs its bytes, held from the forward
+to the backward. The choice is a minimum s-t cut (max-flow, Dinic's algorithm) over those
+nodes, each split into ``in -> out`` with its bytes as capacity:
+
+* the source feeds every primal (an input: only the forward has it) and every node that must
+  not be recomputed: matmuls, convolutions, reductions, random ops (recomputing a draw would
+  draw other numbers), anything not known to be cheap; they are saved when the backward
+  needs them;
+* data edges have infinite capacity, and every forward node a backward node reads feeds the
+  sink;
+* cheap ops (pointwise, views, casts, factories, gathers: ``recomputable``) carry only their
+  bytes: the cut may pass above them, so the backward recomputes them from smaller saved
+  values (``relu(addmm)`` saves ``addmm``'s output or the boolean mask, not both; a norm's
+  normalised output is recomputed from its input and two small statistics).
+
+Primals cost one byte: parameters and inputs stay alive anyway, so saving them is free and
+recomputing from them is preferred. The nodes whose ``in`` side the source still reaches
+after the flow, and whose ``out`` side it does not, are the saved values.
+"""
+from __future__ import annotations
+
+import operator
+from collections import deque
+from dataclasses import dataclass
+
+import torch
+import torch.fx
+
+from ember.aot.joint import JointGraph
+
+__all__ = ["Partition", "partition", "recomputable"]
+
+aten = torch.ops.aten
+
+_CHEAP = {aten._to_copy.default, aten.clone.default, aten.full.default, aten.zeros.default,
+          aten.ones.default, aten.scalar_tensor.default, aten.full_like.default,
+          aten.zeros_like.default, aten.ones_like.default, aten.empty_like.default,
+          aten.new_zeros.default, aten.new_ones.default, aten.new_full.default,
+          aten.new_empty.default, aten.arange.default, aten.arange.start,
+          aten.arange.start_step, aten.embedding.default, aten.index_select.default,
+          aten.gather.default, aten.index.Tensor, aten.cat.default,
+          aten.constant_pad_nd.default, aten.where.self, aten.masked_fill.Scalar,
+          aten.masked_fill.Tensor, aten.lift_fresh_copy.default}
+
+
+def recomputable(node: torch.fx.Node) -> bool:
+    """Cheap to compute again in the backward: pointwise, views, casts, factories, gathers.
+    Never a random op, a mutation, a reduction, a matmul or a convolution."""
+    target = node.target
+    if target is operator.getitem:
+        return True
+    if not isinstance(target, torch._ops.OpOverload):
+        return False
+    if target._schema.is_mutable or torch.Tag.nondeterministic_seeded in target.tags:
+        return False
+    if target in _CHEAP or torch.Tag.pointwise in target.tags:
+        return True
+    returns = target._schema.returns
+    return len(returns) == 1 and returns[0].alias_info is not None     # a view
+
+
+@dataclass
+class Partition:
+    forward: torch.fx.GraphModule      # primals -> (*forward outputs, *saved)
+    backward: torch.fx.GraphModule     # (*saved, *tangents) -> grads of the grad inputs
+    saved: list[str]                   # names of the saved values, in order
+    saved_bytes: int                   # bytes of the saved values that are not inputs
+    recomputed: int                    # forward nodes the backward computes again
+
+
+def _nbytes(val) -> int | None:
+    if isinstance(val, torch.Tensor):
+        return val.numel() * val.element_size()
+    return None
+
+
+class _FlowNetwork:
+    """Dinic's max-flow over integer capacities, then the source side of the min cut."""
+
+    def __init__(self, n: int):
+        self.edges_of: list[list[int]] = [[] for _ in range(n)]
+        self.head: list[int] = []        # edge -> its head vertex
+        self.cap: list[int] = []         # edge -> residual capacity (edge ^ 1 is its reverse)
+
+    def add(self, u: int, v: int, cap: int) -> None:
+        self.edges_of[u].append(len(self.head))
+        self.head.append(v)
+        self.cap.append(cap)
+        self.edges_of[v].append(len(self.head))
+        self.head.append(u)
+        self.cap.append(0)
+
+    def _levels(self, s: int, t: int) -> list[int] | None:
+        level = [-1] * len(self.edges_of)
+        level[s] = 0
+        queue = deque([s])
+        while queue:
+            u = queue.popleft()
+            for e in self.edges_of[u]:
+                v = self.head[e]
+                if self.cap[e] > 0 and level[v] < 0:
+                    level[v] = level[u] + 1
+                    queue.append(v)
+        return level if level[t] >= 0 else None
+
+    def max_flow(self, s: int, t: int) -> None:
+        while (level := self._levels(s, t)) is not None:
+            next_edge = [0] * len(self.edges_of)
+            while True:              # blocking flow: iterative depth-first augmenting paths
+                pushed = self._augment(s, t, level, next_edge)
+                if not pushed:
+                    break
+
+    def _augment(self, s: int, t: int, level: list[int], next_edge: list[int]) -> int:
+        path: list[int] = []
+        u = s
+        while u != t:
+            edges = self.edges_of[u]
+            while next_edge[u] < len(edges):
+                e = edges[next_edge[u]]
+                v = self.head[e]
+                if self.cap[e] > 0 and level[v] == level[u] + 1:
+                    break
+                next_edge[u] += 1
+            else:                     # dead end: retreat
+                if u == s:
+                    return 0
+                level[u] = -1
+                e = path.pop()
+                u = self.head[e ^ 1]
+                next_edge[u] += 1
+                continue
+            path.append(e)
+            u = self.head[e]
+        flow = min(self.cap[e] for e in path)
+        for e in path:
+            self.cap[e] -= flow
+            self.cap[e ^ 1] += flow
+        return flow
+
+    def source_side(self, s: int) -> set[int]:
+        seen = {s}
+        queue = deque([s])
+        while queue:
+            u = queue.popleft()
+            for e in self.edges_of[u]:
+                v = self.head[e]
+                if self.cap[e] > 0 and v not in seen:
+                    seen.add(v)
+                    queue.append(v)
+        return seen
+
+
+def _ancestors(roots, stop=frozenset()) -> set[torch.fx.Node]:
+    seen: set[torch.fx.Node] = set()
+    stack = [r for r in roots if isinstance(r, torch.fx.Node)]
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n not in stop:
+            stack.extend(n.all_input_nodes)
+    return seen
+
+
+def _choose_saved(nodes: list[torch.fx.Node], backward: set, primals: set, needed: set,
+                  read_by_backward: set) -> list[torch.fx.Node]:
+    """The minimum cut between the forward's inputs and the backward's reads
+    (``read_by_backward``: forward nodes the backward's outputs are, beyond its nodes' reads)."""
+    candidates = [n for n in nodes if n in needed and n not in backward]
+    index = {n: i for i, n in enumerate(candidates)}
+    source, sink = 2 * len(candidates), 2 * len(candidates) + 1
+    costs = {n: 1 if n in primals or n.op == "get_attr" else _nbytes(n.meta.get("val"))
+             for n in candidates}
+    infinite = sum(c for c in costs.values() if c is not None) + 1
+    net = _FlowNetwork(2 * len(candidates) + 2)
+    for n, i in index.items():
+        cost = costs[n]
+        net.add(2 * i, 2 * i + 1, infinite if cost is None else cost)
+        if n.op != "call_function" or not recomputable(n):
+            net.add(source, 2 * i, infinite)
+        if n in read_by_backward:
+            net.add(2 * i + 1, sink, infinite)
+        for user in n.users:
+            if user in backward:
+                net.add(2 * i + 1, sink, infinite)
+            elif user in index:
+                net.add(2 * i + 1, 2 * index[user], infinite)
+    net.max_flow(source, sink)
+    reached = net.source_side(source)
+    return [n for n, i in index.items() if 2 * i in reached and 2 * i + 1 not in reached]
+
+
+def _copy_graph(nodes, inputs: list[tuple[str, torch.fx.Node]], outputs, root) -> torch.fx.GraphModule:
+    """A graph of ``nodes`` (in order) whose values from ``inputs`` become placeholders."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    for name, node in inputs:
+        env[node] = graph.placeholder(name)
+        env[node].meta = dict(node.meta)
+    for node in nodes:
+        if node in env:
+            continue
+        env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output([env[o] if isinstance(o, torch.fx.Node) else o for o in outputs])
+    graph.lint()
+    return torch.fx.GraphModule(root, graph)
+
+
+def partition(joint: JointGraph) -> Partition:
+    gm = joint.gm
+    nodes = list(gm.graph.nodes)
+    placeholders = [n for n in nodes if n.op == "placeholder"]
+    primals, tangents = placeholders[:joint.num_primals], placeholders[joint.num_primals:]
+    output = nodes[-1]
+    outs = list(output.args[0])
+    fw_outs, grads = outs[:joint.num_fw_outputs], outs[joint.num_fw_outputs:]
+
+    backward: set[torch.fx.Node] = set(tangents)          # nodes that depend on a tangent
+    for n in nodes:
+        if n.op == "call_function" and any(a in backward for a in n.all_input_nodes):
+            backward.add(n)
+    effects = [n for n in nodes if n.op == "call_function" and n not in backward
+               and n.target is aten.copy_.default]          # input mutations
+    needed_by_backward = _ancestors(grads)
+    saved = _choose_saved(nodes, backward, set(primals), needed_by_backward,
+                          {g for g in grads if isinstance(g, torch.fx.Node) and g not in backward})
+
+    mutated = {primals[i] for i in joint.input_mutations}
+    for s in saved:
+        base = s
+        while base.op == "call_function" and recomputable(base) and base.all_input_nodes and \
+                isinstance(base.target, torch._ops.OpOverload) and \
+                base.target._schema.returns[0].alias_info is not None:
+            base = base.all_input_nodes[0]
+        if base in mutated:
+            raise NotImplementedError("ember.aot: the backward reads an input that the "
+                                      "forward writes")
+
+    forward_nodes = _ancestors([*fw_outs, *effects, *saved])
+    saved_set = set(saved)
+    backward_nodes = _ancestors(grads, stop=saved_set | set(tangents))
+    stray = [n for n in backward_nodes if n.op == "placeholder" and n not in saved_set
+             and n not in tangents]
+    if stray:
+        raise RuntimeError(f"ember.aot: partition reads primals {stray} in the backward "
+                           "without saving them")
+    names = [f"saved_{i}_{s.name}" for i, s in enumerate(saved)]
+    fw = _copy_graph([n for n in nodes if n in forward_nodes and n.op != "output"],
+                     [(p.name, p) for p in primals], [*fw_outs, *saved], gm)
+    bw = _copy_graph([n for n in nodes if n in backward_nodes and n.op != "output"],
+                     [*zip(names, saved), *[(t.name, t) for t in tangents]], grads, gm)
+    recomputed = sum(1 for n in backward_nodes if n not in backward and n not in saved_set
+                     and n.op == "call_function")
+    saved_bytes = sum(_nbytes(s.meta.get("val")) or 0 for s in saved
+                      if s.op not in ("placeholder", "get_attr"))
+    return Partition(fw, bw, names, saved_bytes, recomputed)

@@ -1,0 +1,157 @@
+"""Training graphs at run time: compiled forward and backward graphs behind autograd.
+
+    run = compile_training(gm, example_inputs, compile_graph=compile_fn)
+    loss = run(*inputs)[0].sum(); loss.backward()     # grads as eager's, in .grad
+
+``compile_training`` traces the joint graph (``joint.py``), partitions it (``partition.py``)
+and compiles both halves with ``compile_graph(gm, example_inputs)`` (the ``"ember"`` backend
+passes ``compile_aten``, so both get generated kernels; ``"aot_eager"`` runs them as FX
+graphs). The backward graph is compiled up front, on uninitialised tensors shaped like its
+saved values and tangents.
+
+The runtime (``TrainingGraph``) calls ``CompiledFunction.apply``, an ``autograd.Function``:
+
+* its forward runs the forward graph on the inputs as they are now (parameters are read at
+  call time, so optimizer steps in between are seen), keeps the saved values with
+  ``save_for_backward`` and returns the outputs; outputs that do not get a gradient are
+  marked non-differentiable;
+* its backward makes the incoming gradients contiguous (zeros for outputs that got none),
+  runs the backward graph and returns one gradient per input (None for those that do not
+  require grad); autograd accumulates them into ``.grad`` as it does for eager's;
+* a double backward (``create_graph=True`` through a compiled graph) raises a RuntimeError
+  saying so.
+
+Calls that cannot record gradients (grad mode off: ``torch.no_grad()`` inference of a module
+compiled in train mode) run the forward graph alone. A call whose inputs' ``requires_grad``
+differ from the traced ones runs the captured graph as it is.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch.utils import _pytree as pytree
+
+from ember import logs
+from ember.aot.joint import JointGraph, trace_joint
+from ember.aot.partition import Partition, partition
+
+__all__ = ["compile_training", "TrainingGraph", "CompiledFunction", "stats"]
+
+# counts for tests and tools: training graphs compiled; calls that ran the captured graph
+stats = {"compiled": 0, "captured_calls": 0}
+
+
+def _blank(val):
+    """An uninitialised real tensor with a fake's geometry (compiling reads only layouts)."""
+    if isinstance(val, torch.Tensor):
+        return torch.empty_strided(val.shape, val.stride(), dtype=val.dtype, device=val.device)
+    return val
+
+
+def _placeholder_values(gm: torch.fx.GraphModule) -> list:
+    return [_blank(n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.2f} MiB" if n >= 2**20 else f"{n / 2**10:.1f} KiB"
+
+
+def log_partition(joint: JointGraph, parts: Partition) -> None:
+    if logs.enabled("aot"):
+        logs.log("aot", "joint graph:\n%s", joint.gm.code)
+        logs.log("aot", "forward graph:\n%s\nbackward graph:\n%s", parts.forward.code,
+                 parts.backward.code)
+        logs.log("aot", "saved for the backward: %s", ", ".join(
+            f"{name} {tuple(v.shape)} {v.dtype}" for name, v in zip(
+                parts.saved, _saved_vals(parts))) or "nothing")
+    logs.log("aot", "partition: %d values saved, %s of activations (eager's autograd saves "
+             "%s), %d forward nodes recomputed in the backward", len(parts.saved),
+             _mib(parts.saved_bytes), _mib(joint.saved_bytes_eager), parts.recomputed)
+    folder = logs.debug_frame_dir("aot")
+    if folder is not None:
+        logs.dump(folder, "joint.py", joint.gm.code)
+        logs.dump(folder, "forward.py", parts.forward.code)
+        logs.dump(folder, "backward.py", parts.backward.code)
+        logs.dump(folder, "saved.txt", "".join(
+            f"{name} {tuple(v.shape)} {v.dtype}\n" for name, v in zip(parts.saved,
+                                                                      _saved_vals(parts))))
+
+
+def _saved_vals(parts: Partition) -> list:
+    placeholders = [n for n in parts.backward.graph.nodes if n.op == "placeholder"]
+    return [n.meta.get("val") for n in placeholders[:len(parts.saved)]]
+
+
+class TrainingGraph:
+    """The callable a backend returns for a training graph."""
+
+    def __init__(self, joint: JointGraph, parts: Partition, forward: Callable,
+                 backward: Callable, captured: Callable):
+        self.joint = joint
+        self.partition = parts
+        self.forward = forward
+        self.backward = backward
+        self.captured = captured
+        self.num_outputs = joint.num_fw_outputs
+        grad_set = set(joint.grad_inputs)
+        self.requires_grad = [i in grad_set for i in range(joint.num_primals)]
+        self.non_differentiable = [j for j in range(self.num_outputs)
+                                   if j not in set(joint.diff_outputs)]
+        self.tangent_vals = [n.meta["val"] for n in joint.tangent_nodes]
+
+    def __call__(self, *args):
+        if not torch.is_grad_enabled():
+            flat = self.forward(*args)[:self.num_outputs]
+        elif [isinstance(a, torch.Tensor) and a.requires_grad for a in args] != \
+                self.requires_grad:
+            stats["captured_calls"] += 1
+            return self.captured(*args)
+        else:
+            flat = CompiledFunction.apply(self, *args)
+        return pytree.tree_unflatten(list(flat), self.joint.output_spec)
+
+
+class CompiledFunction(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, graph: TrainingGraph, *args):
+        results = list(graph.forward(*args))
+        outputs, saved = results[:graph.num_outputs], results[graph.num_outputs:]
+        ctx.graph = graph
+        ctx.save_for_backward(*saved)
+        ctx.mark_non_differentiable(*[outputs[j] for j in graph.non_differentiable
+                                      if isinstance(outputs[j], torch.Tensor)])
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        if torch.is_grad_enabled():
+            raise RuntimeError("ember: double backward (create_graph=True) through a compiled "
+                               "training graph is not supported; compile without Ember, or "
+                               "take the higher-order gradient outside the compiled region")
+        graph: TrainingGraph = ctx.graph
+        tangents = []
+        for j, val in zip(graph.joint.diff_outputs, graph.tangent_vals):
+            g = grad_outputs[j]
+            if g is None:
+                g = torch.zeros(val.shape, dtype=val.dtype, device=val.device)
+            tangents.append(g.contiguous())
+        grads = list(graph.backward(*ctx.saved_tensors, *tangents))
+        per_input = [None] * graph.joint.num_primals
+        for i, g in zip(graph.joint.grad_inputs, grads):
+            per_input[i] = g
+        return (None, *per_input)
+
+
+def compile_training(gm: torch.fx.GraphModule, example_inputs: list, *,
+                     compile_graph: Callable, decompositions: dict | None = None
+                     ) -> TrainingGraph:
+    """Trace, partition and compile a training graph (``NotImplementedError``: callers run
+    the captured graph)."""
+    joint = trace_joint(gm, list(example_inputs), decompositions=decompositions)
+    parts = partition(joint)
+    log_partition(joint, parts)
+    forward = compile_graph(parts.forward, list(example_inputs))
+    backward = compile_graph(parts.backward, _placeholder_values(parts.backward))
+    stats["compiled"] += 1
+    return TrainingGraph(joint, parts, forward, backward, gm.forward)

@@ -1,0 +1,247 @@
+"""Training through ember.compile: compiled forward and backward graphs against eager.
+
+Each test trains a module and a deep copy of it side by side, one compiled with the "ember"
+backend, one eager, and compares the outputs, the .grad of every parameter and the buffers
+(batch norm's running statistics) after each step; ``ember.aot.training.stats`` shows the
+training graph was compiled rather than run as captured.
+"""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import ember
+from ember.aot import training
+from ember.bench.models import build_model
+
+ATOL, RTOL = 1e-5, 1e-4
+
+
+def _first(out):
+    out = getattr(out, "last_hidden_state", out)
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _loss(out):
+    out = _first(out)
+    return (out.float() * torch.linspace(-1, 1, out.shape[-1])).mean()   # not a plain mean
+
+
+def close(a, b, atol=ATOL, rtol=RTOL, msg=""):
+    """Within tolerance, the absolute one scaled by the tensor's magnitude (gradients summed
+    over a batch reach the thousands; their float32 rounding grows with them)."""
+    scale = max(1.0, b.detach().abs().max().item()) if b.numel() else 1.0
+    torch.testing.assert_close(a, b, atol=atol * scale, rtol=rtol, msg=msg or None)
+
+
+def assert_grads_match(model, ref, atol=ATOL, rtol=RTOL):
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        assert (p.grad is None) == (q.grad is None), name
+        if q.grad is not None:
+            close(p.grad, q.grad, atol, rtol, msg=name)
+    for (name, b), c in zip(model.named_buffers(), ref.buffers()):
+        if b.is_floating_point():
+            close(b, c, atol, rtol, msg=name)
+        else:
+            assert torch.equal(b, c), name
+
+
+def train_side_by_side(model, make_inputs, steps=1, options=None, lr=None, atol=ATOL,
+                       rtol=RTOL, seed=None):
+    """Steps of forward + backward (+ SGD when ``lr``) on ``model`` compiled and a copy of it
+    eager; compared after each step."""
+    ref = copy.deepcopy(model)
+    compiled_before = training.stats["compiled"]
+    compiled = ember.compile(model, backend="ember", options=options or {})
+    opts = [torch.optim.SGD(m.parameters(), lr=lr, momentum=0.9) for m in (model, ref)] \
+        if lr else []
+    for step in range(steps):
+        inputs = make_inputs()
+        if seed is not None:
+            torch.manual_seed(seed + step)
+        out = compiled(*inputs)
+        _loss(out).backward()
+        if seed is not None:
+            torch.manual_seed(seed + step)
+        want = ref(*inputs)
+        _loss(want).backward()
+        close(_first(out), _first(want), atol, rtol)
+        assert_grads_match(model, ref, atol, rtol)
+        for opt in opts:
+            opt.step()
+            opt.zero_grad()
+        for p, q in zip(model.parameters(), ref.parameters()):
+            close(p, q, atol, rtol)
+    assert training.stats["compiled"] > compiled_before, "the training graph was not compiled"
+    return compiled
+
+
+@pytest.mark.parametrize("cpu_backend", ["cpp", pytest.param("triton", id="triton-interp")])
+def test_mlp(cpu_backend):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 16), nn.GELU(),
+                          nn.LayerNorm(16), nn.Linear(16, 4))
+    train_side_by_side(model, lambda: (torch.randn(4, 8),), steps=2,
+                       options={"cpu_backend": cpu_backend})
+
+
+def test_convnet_with_batch_norm_updates_running_stats():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True),
+                          nn.MaxPool2d(2), nn.Conv2d(8, 8, 3), nn.BatchNorm2d(8), nn.SiLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 5))
+    train_side_by_side(model, lambda: (torch.randn(4, 3, 10, 10),), steps=2)
+
+
+@pytest.mark.parametrize("mode", ["eval", "dropout_seeded"])
+def test_transformer_block(mode):
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=True)
+    if mode == "eval":
+        layer.eval()                  # dropout off, the fast path off under grad
+    train_side_by_side(layer, lambda: (torch.randn(2, 6, 32),), steps=2,
+                       seed=123 if mode == "dropout_seeded" else None)
+
+
+def test_builtin_transformer_block_training_loop():
+    model, (x,) = build_model("transformer_block", mode="train")
+    train_side_by_side(model, lambda: (torch.randn_like(x),), steps=3, lr=0.05)
+
+
+def test_training_loop_sees_optimizer_steps():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 12), nn.Tanh(), nn.Linear(12, 3))
+    train_side_by_side(model, lambda: (torch.randn(5, 6),), steps=4, lr=0.1)
+
+
+def test_gradients_accumulate_like_eager():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Sigmoid())
+    ref = copy.deepcopy(model)
+    compiled = ember.compile(model, backend="ember")
+    x = torch.randn(3, 4)
+    for _ in range(2):                        # no zero_grad: .grad sums both backwards
+        _loss(compiled(x)).backward()
+        _loss(ref(x)).backward()
+    assert_grads_match(model, ref)
+
+
+def test_no_grad_inference_of_a_train_mode_module():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))
+    ref = copy.deepcopy(model)
+    compiled = ember.compile(model, backend="ember")
+    x = torch.randn(6, 4)
+    _loss(compiled(x)).backward()
+    _loss(ref(x)).backward()
+    with torch.no_grad():
+        out, want = compiled(x), ref(x)
+    assert not out.requires_grad
+    torch.testing.assert_close(out, want)
+    assert_grads_match(model, ref)            # running stats updated by both calls
+
+
+def test_double_backward_raises_a_clear_error():
+    model = nn.Sequential(nn.Linear(3, 3), nn.Tanh())
+    compiled = ember.compile(model, backend="ember")
+    x = torch.randn(2, 3, requires_grad=True)
+    out = compiled(x).sum()
+    (g,) = torch.autograd.grad(out, x, create_graph=False)
+    torch.testing.assert_close(g, torch.autograd.grad(model(x).sum(), x)[0])
+    with pytest.raises(RuntimeError, match="double backward"):
+        torch.autograd.grad(compiled(x).sum(), x, create_graph=True)
+
+
+def test_mixed_requires_grad_and_input_grads():
+    def f(x, y, w):
+        return torch.tanh(x @ w) * y, (y * 2).sum()
+    x = torch.randn(3, 4, requires_grad=True)
+    y = torch.randn(3, 5)                     # no grad
+    w = torch.randn(4, 5, requires_grad=True)
+    compiled = ember.compile(f, backend="ember")
+    a, b = compiled(x, y, w)
+    assert not b.requires_grad
+    a.sum().backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    f(x, y, w)[0].sum().backward()
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gw, w.grad)
+
+
+def test_output_aliasing_an_input_and_unused_outputs():
+    def f(x, w):
+        h = x * w
+        return x, h.view(-1), h.relu()        # an input back, a view, an output left unused
+    x = torch.randn(2, 3, requires_grad=True)
+    w = torch.randn(3, requires_grad=True)
+    compiled = ember.compile(f, backend="ember")
+    xo, hv, _ = compiled(x, w)
+    assert xo is not None and torch.equal(xo, x)
+    (xo.sum() * 3 + (hv * hv).sum()).backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    xo, hv, _ = f(x, w)
+    (xo.sum() * 3 + (hv * hv).sum()).backward()
+    torch.testing.assert_close(gx, x.grad)
+    torch.testing.assert_close(gw, w.grad)
+
+
+def test_inplace_through_a_view_in_a_training_graph():
+    class Ghost(nn.Module):           # ghostnet's pattern: a slice of a cat, added in place
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Conv2d(4, 3, 1), nn.Conv2d(3, 3, 1)
+
+        def forward(self, x):
+            y = self.a(x)
+            out = torch.cat([y, self.b(y)], dim=1)[:, :4]
+            out += x
+            return out
+    torch.manual_seed(0)
+    train_side_by_side(Ghost(), lambda: (torch.randn(2, 4, 5, 5),), steps=2)
+
+
+def test_partition_saves_less_than_eager_on_pointwise_chains(caplog):
+    """Recomputing cheap pointwise chains: the forward saves the matmul outputs only."""
+    from ember.aot.joint import trace_joint
+    from ember.aot.partition import partition
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 64), nn.SiLU(),
+                          nn.Linear(64, 16))
+
+    def f(x, w1, b1, w2, b2, w3, b3):
+        return F.linear(F.silu(F.linear(F.gelu(F.linear(x, w1, b1)), w2, b2)), w3, b3)
+    gm = torch.fx.symbolic_trace(f)
+    inputs = [torch.randn(32, 16), *model.parameters()]
+    joint = trace_joint(gm, inputs)
+    parts = partition(joint)
+    saved_ops = {n.target for n in parts.forward.graph.nodes if n.op == "call_function"
+                 and n.name in {s.split("_", 2)[2] for s in parts.saved}}
+    assert saved_ops <= {torch.ops.aten.addmm.default, torch.ops.aten.mm.default}, saved_ops
+    assert parts.saved_bytes < joint.saved_bytes_eager
+    # the joint graph computes what eager computes
+    tangent = torch.randn(32, 16)
+    with torch.no_grad():
+        outs = joint.gm(*inputs, tangent)
+        fw = parts.forward(*inputs)
+        grads = parts.backward(*fw[joint.num_fw_outputs:], tangent)
+    for a, b in zip(grads, outs[joint.num_fw_outputs:]):
+        torch.testing.assert_close(a, b)
+    want = torch.autograd.grad((model(inputs[0]) * tangent).sum(), list(model.parameters()))
+    for a, b in zip(grads, want):
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+
+
+def test_aot_logs_the_partition(ember_log, tmp_path, monkeypatch):
+    from ember import config, logs
+    monkeypatch.setattr(config, "debug_dir", str(tmp_path))
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    logs.set_logs("aot")
+    ember.compile(model, backend="ember")(torch.randn(2, 4)).sum().backward()
+    assert "partition:" in ember_log.text and "eager's autograd saves" in ember_log.text
+    assert "backward graph:" in ember_log.text
+    (folder,) = [p for p in tmp_path.iterdir() if "aot" in p.name]
+    assert {"forward.py", "backward.py", "saved.txt"} <= {p.name for p in folder.iterdir()}
