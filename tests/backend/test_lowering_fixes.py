@@ -211,3 +211,21 @@ def test_default_overload_binary_ops_are_lowered(fn):
     out = ember.compile(lambda x, y: fn(x, y) * 2)(a, b)
     torch.testing.assert_close(out, fn(a, b) * 2, equal_nan=True)
     assert metrics.generated_kernel_count == 1 and not metrics.fallback_ops
+
+
+def _splits(x, y):
+    a, b, c = (x @ y).split(4, dim=1)            # pieces of a library result: views
+    d, e = (x * 2).split([3, 5], dim=1)          # of a fused body: index views
+    p, q = (x + 1).split(5, dim=-1)              # a shorter last piece
+    return a + 1, b * c, d.sum(1), e, p, q
+
+
+def test_split_is_views_not_a_fallback(cpu_backend):
+    from ember.backend import metrics
+    x, y = torch.randn(6, 8), torch.randn(8, 12)
+    ember.reset()
+    metrics.reset()
+    out = ember.compile(_splits, options={"cpu_backend": cpu_backend})(x, y)
+    for got, want in zip(out, _splits(x, y)):
+        torch.testing.assert_close(got, want)
+    assert not metrics.fallback_ops, dict(metrics.fallback_ops)
