@@ -39,7 +39,7 @@ import torch.fx
 
 from ember.aot.joint import JointGraph
 
-__all__ = ["Partition", "partition", "recomputable"]
+__all__ = ["Partition", "ancestors", "partition", "recomputable"]
 
 aten = torch.ops.aten
 
@@ -162,7 +162,7 @@ class _FlowNetwork:
         return seen
 
 
-def _ancestors(roots, stop=frozenset()) -> set[torch.fx.Node]:
+def ancestors(roots, stop=frozenset()) -> set[torch.fx.Node]:
     seen: set[torch.fx.Node] = set()
     stack = [r for r in roots if isinstance(r, torch.fx.Node)]
     while stack:
@@ -234,7 +234,7 @@ def partition(joint: JointGraph) -> Partition:
             backward.add(n)
     effects = [n for n in nodes if n.op == "call_function" and n not in backward
                and n.target is aten.copy_.default]          # input mutations
-    needed_by_backward = _ancestors(grads)
+    needed_by_backward = ancestors(grads)
     saved = _choose_saved(nodes, backward, set(primals), needed_by_backward,
                           {g for g in grads if isinstance(g, torch.fx.Node) and g not in backward})
 
@@ -249,9 +249,9 @@ def partition(joint: JointGraph) -> Partition:
             raise NotImplementedError("ember.aot: the backward reads an input that the "
                                       "forward writes")
 
-    forward_nodes = _ancestors([*fw_outs, *effects, *saved])
+    forward_nodes = ancestors([*fw_outs, *effects, *saved])
     saved_set = set(saved)
-    backward_nodes = _ancestors(grads, stop=saved_set | set(tangents))
+    backward_nodes = ancestors(grads, stop=saved_set | set(tangents))
     stray = [n for n in backward_nodes if n.op == "placeholder" and n not in saved_set
              and n not in tangents]
     if stray:

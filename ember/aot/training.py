@@ -17,7 +17,7 @@ The runtime (``TrainingGraph``) calls ``CompiledFunction.apply``, an ``autograd.
   marked non-differentiable;
 * its backward makes the incoming gradients contiguous (zeros for outputs that got none),
   runs the backward graph and returns one gradient per input (None for those that do not
-  require grad); autograd accumulates them into ``.grad`` as it does for eager's;
+  require grad, and for those that only outputs without a gradient reach); autograd accumulates them into ``.grad`` as it does for eager's;
 * a double backward (``create_graph=True`` through a compiled graph) raises a RuntimeError
   saying so.
 
@@ -34,7 +34,7 @@ from torch.utils import _pytree as pytree
 
 from ember import logs
 from ember.aot.joint import JointGraph, trace_joint
-from ember.aot.partition import Partition, partition
+from ember.aot.partition import Partition, ancestors, partition
 
 __all__ = ["compile_training", "TrainingGraph", "CompiledFunction", "stats"]
 
@@ -99,6 +99,13 @@ class TrainingGraph:
         self.non_differentiable = [j for j in range(self.num_outputs)
                                    if j not in set(joint.diff_outputs)]
         self.tangent_vals = [n.meta["val"] for n in joint.tangent_nodes]
+        # which tangents each gradient depends on: a gradient none of whose outputs got a
+        # gradient is None, as eager leaves ``.grad`` of parameters the loss does not reach
+        tangent_index = {n: k for k, n in enumerate(joint.tangent_nodes)}
+        grad_nodes = list(joint.gm.graph.output_node().args[0])[joint.num_fw_outputs:]
+        self.tangents_of_grad = [
+            {tangent_index[a] for a in ancestors([g]) if a in tangent_index}
+            for g in grad_nodes]
 
     def __call__(self, *args):
         if not torch.is_grad_enabled():
@@ -118,6 +125,7 @@ class CompiledFunction(torch.autograd.Function):
         results = list(graph.forward(*args))
         outputs, saved = results[:graph.num_outputs], results[graph.num_outputs:]
         ctx.graph = graph
+        ctx.set_materialize_grads(False)
         ctx.save_for_backward(*saved)
         ctx.mark_non_differentiable(*[outputs[j] for j in graph.non_differentiable
                                       if isinstance(outputs[j], torch.Tensor)])
@@ -130,16 +138,18 @@ class CompiledFunction(torch.autograd.Function):
                                "training graph is not supported; compile without Ember, or "
                                "take the higher-order gradient outside the compiled region")
         graph: TrainingGraph = ctx.graph
-        tangents = []
-        for j, val in zip(graph.joint.diff_outputs, graph.tangent_vals):
+        tangents, given = [], set()
+        for k, (j, val) in enumerate(zip(graph.joint.diff_outputs, graph.tangent_vals)):
             g = grad_outputs[j]
             if g is None:
                 g = torch.zeros(val.shape, dtype=val.dtype, device=val.device)
+            else:
+                given.add(k)
             tangents.append(g.contiguous())
         grads = list(graph.backward(*ctx.saved_tensors, *tangents))
         per_input = [None] * graph.joint.num_primals
-        for i, g in zip(graph.joint.grad_inputs, grads):
-            per_input[i] = g
+        for i, g, needs in zip(graph.joint.grad_inputs, grads, graph.tangents_of_grad):
+            per_input[i] = g if needs & given else None
         return (None, *per_input)
 
 

@@ -1,0 +1,62 @@
+"""Training real architectures through ember.compile ("ember" backend) against eager.
+
+timm resnet18 and vit_tiny, HF BERT and GPT-2, small configs and inputs (random weights,
+nothing downloaded) so the 2-core CI stays fast: outputs, the .grad of every parameter and
+the buffers after a forward and backward, then after an SGD step. Skipped when timm or
+transformers is not installed.
+"""
+import pytest
+import torch
+
+from ember.bench import compat
+from ember.bench.models import no_dropout
+from test_training import train_side_by_side
+
+
+def _timm(name, **kwargs):
+    timm = compat.import_timm()
+    if timm is None:
+        pytest.skip("needs timm")
+    torch.manual_seed(0)
+    return timm.create_model(name, pretrained=False, **kwargs).train()
+
+
+def _transformers():
+    transformers = compat.import_transformers()
+    if transformers is None:
+        pytest.skip("needs transformers")
+    torch.manual_seed(0)
+    return transformers
+
+
+def test_resnet18():
+    model = _timm("resnet18", num_classes=10)
+    train_side_by_side(model, lambda: (torch.randn(2, 3, 64, 64),), steps=2, lr=0.01,
+                       atol=1e-4, rtol=1e-3)
+
+
+def test_vit_tiny():
+    model = _timm("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2, num_classes=10)
+    train_side_by_side(model, lambda: (torch.randn(2, 3, 32, 32),), steps=2, lr=0.01,
+                       atol=1e-4, rtol=1e-3)
+
+
+def test_bert():
+    transformers = _transformers()
+    config = no_dropout(transformers.BertConfig(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=2, intermediate_size=128,
+        vocab_size=500))
+    model = transformers.BertModel(config).train()
+    train_side_by_side(model, lambda: (torch.randint(0, 500, (2, 16)),), steps=2, lr=0.01,
+                       atol=1e-4, rtol=1e-3)
+
+
+def test_gpt2():
+    transformers = _transformers()
+    config = no_dropout(transformers.GPT2Config(
+        n_embd=64, n_layer=2, n_head=2, vocab_size=500, n_positions=64, use_cache=False,
+        attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0, eos_token_id=None,
+        bos_token_id=None))          # (GPT-2's dropouts are *_pdrop, not *dropout*)
+    model = transformers.GPT2Model(config).train()
+    train_side_by_side(model, lambda: (torch.randint(0, 500, (2, 16)),), steps=2, lr=0.01,
+                       atol=1e-4, rtol=1e-3)
