@@ -229,3 +229,29 @@ def test_split_is_views_not_a_fallback(cpu_backend):
     for got, want in zip(out, _splits(x, y)):
         torch.testing.assert_close(got, want)
     assert not metrics.fallback_ops, dict(metrics.fallback_ops)
+
+
+def _lowered_families(x, y, m):
+    return (torch.fmax(x, y), torch.fmin(x, y), torch.floor_divide(x, y), torch.tril(m, 1),
+            torch.triu(m, -1), torch.roll(m, 2, 1), torch.roll(m, (1, -2), (0, 1)),
+            m.repeat(2, 1, 3), torch.nn.functional.normalize(m, dim=1),
+            torch.linalg.vector_norm(m, float("inf"), dim=0), torch.linalg.vector_norm(m, 0),
+            torch.linalg.vector_norm(m, 3, dim=1, keepdim=True), torch.norm(m))
+
+
+def test_norms_triangles_rolls_repeats_fmax_are_kernels(cpu_backend):
+    """Lowered, not ATen fallbacks: fmax/fmin (NaN loses to a number), floor_divide,
+    tril/triu, roll, repeat, linalg_vector_norm (F.normalize, torch.norm)."""
+    from ember.backend import metrics
+    x, y = torch.randn(10), torch.randn(10)
+    x[2] = float("nan")
+    y[3] = float("nan")
+    x[5] = y[5] = float("nan")
+    m = torch.randn(5, 7)
+    m[1, 2] = 0
+    ember.reset()
+    metrics.reset()
+    out = ember.compile(_lowered_families, options={"cpu_backend": cpu_backend})(x, y, m)
+    for got, want in zip(out, _lowered_families(x, y, m)):
+        torch.testing.assert_close(got, want, equal_nan=True)
+    assert not metrics.fallback_ops, dict(metrics.fallback_ops)

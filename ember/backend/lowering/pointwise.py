@@ -299,3 +299,44 @@ def _arange(ctx, *args, **kwargs):
 @register_lowering(aten.alias.default, aten.detach.default, aten.lift_fresh.default)
 def _identity(ctx, x):
     return x
+
+
+@register_lowering(aten.fmax.default, aten.fmin.default)
+def _fmax(ctx, a, b):
+    """max/min where a NaN loses to a number (eager's fmax/fmin); NaN only if both are."""
+    if not ctx.dtype.is_floating_point:
+        return NotImplemented
+    pick = ops.maximum if ctx.node.target is aten.fmax.default else ops.minimum
+    return make_pointwise(ctx, lambda x, y: ops.where(
+        ops.isnan(x), y, ops.where(ops.isnan(y), x, pick(x, y))), [a, b])
+
+
+@register_lowering(aten.floor_divide.default, aten.floor_divide.Scalar)
+def _floor_divide(ctx, a, b):
+    return make_pointwise(ctx, ops.floordiv, [a, b], compute=compute_dtype([a, b], ctx.dtype))
+
+
+def _triangle(ctx, x, diagonal, keep_below: bool):
+    """Zero the elements above (tril) or below (triu) ``diagonal`` of the last two dims."""
+    size = x.get_size()
+    if len(size) < 2:
+        return NotImplemented
+    load = x.make_loader()
+    dtype = ctx.dtype
+
+    def inner(index):
+        offset = ops.index_expr(index[-1] - index[-2], torch.int64)
+        bound = ops.constant(diagonal, torch.int64)
+        keep = ops.le(offset, bound) if keep_below else ops.ge(offset, bound)
+        return ops.where(keep, load(index), ops.constant(0, dtype))
+    return Pointwise(ctx.device, dtype, inner, size)
+
+
+@register_lowering(aten.tril.default)
+def _tril(ctx, x, diagonal=0):
+    return _triangle(ctx, x, diagonal, keep_below=True)
+
+
+@register_lowering(aten.triu.default)
+def _triu(ctx, x, diagonal=0):
+    return _triangle(ctx, x, diagonal, keep_below=False)

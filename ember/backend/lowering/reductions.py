@@ -237,3 +237,37 @@ def _log_softmax(ctx, x, dim, half_to_float):
         v = ops.sub(ops.sub(xval(index), peak(index)), ops.log(total(index)))
         return v if compute == ctx.dtype else ops.to_dtype(v, ctx.dtype)
     return Pointwise(ctx.device, ctx.dtype, inner, x.get_size())
+
+
+@register_lowering(aten.linalg_vector_norm.default)
+def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
+    """``sum(|x|^p)^(1/p)`` (F.normalize, torch.norm), ``max|x|`` for inf, ``min|x|`` for
+    -inf, the count of nonzeros for 0; half precision accumulates in float32."""
+    out_dtype = ctx.dtype
+    if not out_dtype.is_floating_point or not x.get_dtype().is_floating_point:
+        return NotImplemented
+    compute = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
+    dims = _dims(x, dim)
+    p = float(ord)
+    if p == float("inf") or p == float("-inf"):
+        kind, element, finish = ("max" if p > 0 else "min"), ops.abs, None
+    elif p == 0:
+        kind, finish = "sum", None
+        element = lambda v: ops.to_dtype(ops.ne(v, ops.constant(0, compute)), compute)  # noqa: E731
+    elif p == 1:
+        kind, element, finish = "sum", ops.abs, None
+    elif p == 2:
+        kind, element, finish = "sum", ops.square, ops.sqrt
+    else:
+        kind = "sum"
+        element = lambda v: ops.pow(ops.abs(v), ops.constant(p, compute))  # noqa: E731
+        finish = lambda v: ops.pow(v, ops.constant(1.0 / p, compute))  # noqa: E731
+    total = reduce(ctx, x, dims, kind, compute, compute, keepdim,
+                   map_fn=lambda value, full: element(value))
+    load = total.make_loader()
+
+    def inner(index):
+        v = load(index)
+        v = finish(v) if finish is not None else v
+        return v if compute == out_dtype else ops.to_dtype(v, out_dtype)
+    return Pointwise(ctx.device, out_dtype, inner, total.get_size())

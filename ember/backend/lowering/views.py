@@ -8,8 +8,8 @@ import sympy
 import torch
 import torch.fx
 
-from ember.backend.ir import (Buffer, IndexView, InputBuffer, Layout, ReinterpretView,
-                              contiguous_strides, sym)
+from ember.backend.ir import (Buffer, IndexView, InputBuffer, Layout, ModIndex,
+                              ReinterpretView, contiguous_strides, sym)
 from ember.backend.lowering.registry import aten, register_lowering
 
 
@@ -250,3 +250,34 @@ def _split_with_sizes(ctx, x, split_sizes, dim=0):
     if not size[dim].is_Integer or sum(split_sizes) != int(size[dim]):
         return NotImplemented
     return _pieces(x, dim, list(split_sizes))
+
+
+@register_lowering(aten.roll.default)
+def _roll(ctx, x, shifts, dims=()):
+    """``out[i] = x[(i - shift) mod size]`` along each rolled dim."""
+    size = x.get_size()
+    shifts = [shifts] if isinstance(shifts, int) else list(shifts)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    if not dims or len(dims) != len(shifts) or not all(size[d].is_Integer for d in dims):
+        return NotImplemented       # a roll of the flattened tensor: eager's kernel
+    moved = {d % len(size): s % int(size[d]) for d, s in zip(dims, shifts) if int(size[d])}
+
+    def reindex(idx):
+        return [ModIndex(i - moved[d] + size[d], size[d]) if moved.get(d) else i
+                for d, i in enumerate(idx)]
+    return IndexView(x, list(size), reindex)
+
+
+@register_lowering(aten.repeat.default)
+def _repeat(ctx, x, repeats):
+    """``out[i] = x[i mod size]`` per dim; leading new dims are broadcast."""
+    size = list(x.get_size())
+    lead = len(repeats) - len(size)
+    if lead < 0 or not all(s.is_Integer and int(s) > 0 for s in size):
+        return NotImplemented
+    out = [sym(r) for r in repeats[:lead]] + [s * r for s, r in zip(size, repeats[lead:])]
+
+    def reindex(idx):
+        return [i if r == 1 else ModIndex(i, s)
+                for i, s, r in zip(idx[lead:], size, repeats[lead:])]
+    return IndexView(x, out, reindex)
