@@ -57,6 +57,11 @@ def np_shape_functions(x):
             np.where(a > 0, a, 0.0), np.maximum(a, 0), np.dot(a, a.T))
 
 
+def np_zero_d_results(x):
+    v = x.numpy()[0]
+    return np.dot(v, v), v @ v, np.exp(np.sum(v)), v.dot(v) * 2
+
+
 def np_from_numpy(x):
     a = x.numpy() * 2
     t = torch.from_numpy(a)
@@ -70,7 +75,7 @@ def np_indexing_and_loops(x):
 
 
 ALL = [np_program, np_methods, np_scalars_and_attributes, np_creation, np_dtypes,
-       np_shape_functions, np_from_numpy, np_indexing_and_loops]
+       np_shape_functions, np_zero_d_results, np_from_numpy, np_indexing_and_loops]
 
 
 @pytest.mark.parametrize("fn", ALL, ids=lambda f: f.__name__)

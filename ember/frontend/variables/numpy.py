@@ -123,11 +123,15 @@ def as_tensor(tx, vt) -> TensorVariable:
 
 
 def _array(tensor: TensorVariable, *inputs) -> NDArrayVariable:
-    """A result: a NumPy scalar when every array input was one."""
-    scalar = tensor.fake.dim() == 0 and all(
-        not isinstance(v, NDArrayVariable) or v.scalar for v in inputs) and any(
-        isinstance(v, NDArrayVariable) for v in inputs)
-    return NDArrayVariable(tensor, scalar)
+    """A result: NumPy's ufuncs and operators give a NumPy scalar for 0-d results."""
+    return NDArrayVariable(tensor, scalar=tensor.fake.dim() == 0)
+
+
+def _dot(tx, args, kwargs):
+    """np.dot is matmul up to 2-D; beyond, it sums over other axes than matmul does."""
+    if any(as_tensor(tx, a).fake.dim() > 2 for a in args[:2] if _is_array(a)):
+        raise Unsupported("np.dot of arrays over 2-D")
+    return elementwise(torch.matmul)(tx, args, kwargs)
 
 
 def _is_array(vt) -> bool:
@@ -387,7 +391,7 @@ _UFUNCS = {np.abs: torch.abs, np.absolute: torch.abs, np.negative: torch.neg,
            np.square: torch.square, np.sign: torch.sign, np.add: torch.add,
            np.subtract: torch.sub, np.multiply: torch.mul, np.power: torch.pow,
            np.maximum: torch.maximum, np.minimum: torch.minimum, np.matmul: torch.matmul,
-           np.dot: torch.matmul, np.floor_divide: torch.floor_divide,
+           np.floor_divide: torch.floor_divide,
            np.remainder: torch.remainder, np.equal: torch.eq, np.not_equal: torch.ne,
            np.less: torch.lt, np.less_equal: torch.le, np.greater: torch.gt,
            np.greater_equal: torch.ge, np.logical_and: torch.logical_and,
@@ -409,7 +413,7 @@ _SHAPES = {"reshape": reshape, "transpose": transpose, "ravel": _ravel, "flatten
            "squeeze": _squeeze, "clip": _clip, "copy": _copy}
 
 # ndarray methods: the NumPy function of the same name, the array first
-METHODS = {**_REDUCTIONS, **_SHAPES, "astype": _astype, "dot": elementwise(torch.matmul),
+METHODS = {**_REDUCTIONS, **_SHAPES, "astype": _astype, "dot": _dot,
            "round": elementwise(torch.round), "item": _refused, "tolist": _refused}
 
 FUNCTIONS = {
@@ -421,7 +425,7 @@ FUNCTIONS = {
         elementwise(torch.true_divide, float_result=True),
     np.round: elementwise(torch.round), np.swapaxes: lambda tx, args, kwargs: NDArrayVariable(
         _call(tx, torch.transpose, [as_tensor(tx, args[0]), *args[1:3]])),
-    np.expand_dims: _expand_dims, np.concatenate: _join(torch.cat), np.stack: _join(torch.stack),
+    np.dot: _dot, np.expand_dims: _expand_dims, np.concatenate: _join(torch.cat), np.stack: _join(torch.stack),
     np.where: _where, np.broadcast_to: _broadcast_to, np.flip: _flip,
     np.zeros: _creation(torch.zeros), np.ones: _creation(torch.ones),
     np.full: _creation(torch.full, takes_fill=True), np.zeros_like: _like(torch.zeros_like),
