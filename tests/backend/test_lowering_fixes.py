@@ -255,3 +255,20 @@ def test_norms_triangles_rolls_repeats_fmax_are_kernels(cpu_backend):
     for got, want in zip(out, _lowered_families(x, y, m)):
         torch.testing.assert_close(got, want, equal_nan=True)
     assert not metrics.fallback_ops, dict(metrics.fallback_ops)
+
+
+def _more_families(x, m, s2):
+    return (torch.std_mean(m, dim=1), torch.aminmax(m, dim=1), torch.aminmax(x),
+            torch.diagonal(m * 2, 1), torch.diagonal(m, -2, 0, 1),
+            torch.slice_scatter(m * 1, s2, 1, 1, 7, 2),
+            torch.slice_scatter(m + 0, m[1:3] * 3, 0, 1, 3))
+
+
+def test_std_mean_aminmax_diagonal_slice_scatter_are_kernels(cpu_backend):
+    from ember.backend import metrics
+    x, m, s2 = torch.randn(11), torch.randn(5, 7), torch.randn(5, 3)
+    ember.reset()
+    metrics.reset()
+    out = ember.compile(_more_families, options={"cpu_backend": cpu_backend})(x, m, s2)
+    torch.testing.assert_close(out, _more_families(x, m, s2))
+    assert not metrics.fallback_ops, dict(metrics.fallback_ops)

@@ -271,3 +271,18 @@ def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
         v = finish(v) if finish is not None else v
         return v if compute == out_dtype else ops.to_dtype(v, out_dtype)
     return Pointwise(ctx.device, out_dtype, inner, total.get_size())
+
+
+@register_lowering(aten.std_mean.correction)
+def _std_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
+    """One Welford pass gives both (the mean reuses the variance's reduction)."""
+    return (_std(ctx.output(0), x, dim, correction=correction, keepdim=keepdim),
+            _mean(ctx.output(1), x, dim, keepdim))
+
+
+@register_lowering(aten.aminmax.default)
+def _aminmax(ctx, x, *, dim=None, keepdim=False):
+    dims = _dims(x, dim)
+    dtype = ctx.output(0).dtype
+    return (reduce(ctx, x, dims, "min", dtype, dtype, keepdim),
+            reduce(ctx, x, dims, "max", dtype, dtype, keepdim))

@@ -46,6 +46,12 @@ class LoweringContext:
     def size(self) -> list:
         return [sym(s) for s in self.out.shape]
 
+    def output(self, i: int) -> "LoweringContext":
+        """The context of output ``i`` of a multi-output op (its dtype, device, size)."""
+        ctx = LoweringContext(self.graph, self.node)
+        ctx.out = self.out[i]
+        return ctx
+
 
 def is_ir(x) -> bool:
     return isinstance(x, IRNode)

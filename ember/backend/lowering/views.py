@@ -8,9 +8,10 @@ import sympy
 import torch
 import torch.fx
 
-from ember.backend.ir import (Buffer, IndexView, InputBuffer, Layout, ModIndex,
-                              ReinterpretView, contiguous_strides, sym)
+from ember.backend.ir import (Buffer, FloorDiv, IndexView, InputBuffer, Layout, ModIndex,
+                              Pointwise, ReinterpretView, contiguous_strides, sym)
 from ember.backend.lowering.registry import aten, register_lowering
+from ember.backend.ops import ops
 
 
 def _memory_view(x):
@@ -281,3 +282,56 @@ def _repeat(ctx, x, repeats):
         return [i if r == 1 else ModIndex(i, s)
                 for i, s, r in zip(idx[lead:], size, repeats[lead:])]
     return IndexView(x, out, reindex)
+
+
+def _diagonal(ctx, x, offset=0, dim1=0, dim2=1):
+    size = x.get_size()
+    ndim = len(size)
+    dim1, dim2 = dim1 % ndim, dim2 % ndim
+    row, col = max(-offset, 0), max(offset, 0)
+    others = [d for d in range(ndim) if d not in (dim1, dim2)]
+    length = max(0, min(int(size[dim1]) - row, int(size[dim2]) - col))
+    out = [size[d] for d in others] + [sym(length)]
+
+    def reindex(idx):
+        full = [None] * ndim
+        for d, i in zip(others, idx[:-1]):
+            full[d] = i
+        full[dim1], full[dim2] = idx[-1] + row, idx[-1] + col
+        return full
+    return IndexView(x, out, reindex)
+
+
+register_lowering(aten.diagonal.default)(_view_lowering(_diagonal))
+
+
+@register_lowering(aten.slice_scatter.default)
+def _slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
+    """``x`` with ``src`` written over ``x[start:end:step]`` along ``dim``; ``src`` is read
+    only inside the slice (a masked load)."""
+    size = x.get_size()
+    dim %= len(size)
+    if not size[dim].is_Integer:
+        return NotImplemented
+    start, end, step = slice(start, end, step).indices(int(size[dim]))
+    load_x, load_src = x.make_loader(), src.make_loader()
+    dtype = ctx.dtype
+
+    def inner(index):
+        i = index[dim]
+        at = ops.index_expr(i, torch.int64)
+        inside = ops.logical_and(ops.ge(at, ops.constant(start, torch.int64)),
+                                 ops.lt(at, ops.constant(end, torch.int64)))
+        if step != 1:
+            inside = ops.logical_and(inside, ops.eq(
+                ops.index_expr(ModIndex(i + step - start % step, step), torch.int64),
+                ops.constant(0, torch.int64)))
+        src_index = index[:dim] + [FloorDiv(i - start + step, step) - 1] + index[dim + 1:]
+        picked = ops.masked(inside, lambda: _cast(load_src(src_index), src, dtype),
+                            _cast(load_x(index), x, dtype))
+        return picked
+    return Pointwise(ctx.device, dtype, inner, size)
+
+
+def _cast(value, node, dtype):
+    return value if node.get_dtype() == dtype else ops.to_dtype(value, dtype)
