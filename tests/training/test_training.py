@@ -245,3 +245,27 @@ def test_aot_logs_the_partition(ember_log, tmp_path, monkeypatch):
     assert "backward graph:" in ember_log.text
     (folder,) = [p for p in tmp_path.iterdir() if "aot" in p.name]
     assert {"forward.py", "backward.py", "saved.txt"} <= {p.name for p in folder.iterdir()}
+
+
+def test_autocast_bfloat16_inside_the_compiled_frame():
+    """AMP on the CPU: autocast's casts are traced into the forward; the backward runs
+    outside autocast, as eager's does; parameters' grads stay float32."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.LayerNorm(32), nn.Linear(32, 8))
+    ref = copy.deepcopy(model)
+
+    def step(mod, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return mod(x)
+    before = training.stats["compiled"]
+    compiled_step = ember.compile(step, backend="ember")
+    x = torch.randn(4, 16)
+    out, want = compiled_step(model, x), step(ref, x)
+    assert out.dtype == want.dtype == torch.bfloat16
+    close(out.float(), want.float(), atol=1e-2, rtol=1e-2)
+    _loss(out).backward()
+    _loss(want).backward()
+    assert training.stats["compiled"] > before
+    for p in model.parameters():
+        assert p.grad.dtype == torch.float32
+    assert_grads_match(model, ref, atol=1e-2, rtol=1e-2)
