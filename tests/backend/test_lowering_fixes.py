@@ -272,3 +272,19 @@ def test_std_mean_aminmax_diagonal_slice_scatter_are_kernels(cpu_backend):
     out = ember.compile(_more_families, options={"cpu_backend": cpu_backend})(x, m, s2)
     torch.testing.assert_close(out, _more_families(x, m, s2))
     assert not metrics.fallback_ops, dict(metrics.fallback_ops)
+
+
+def _index_adds(x, i, s, s1):
+    return (x.index_add(0, i, s), x.index_add(1, i[:3], s1, alpha=2.5),
+            (x * 2).index_add(-1, i[:3], s1))
+
+
+def test_index_add_accumulates_repeated_indices(cpu_backend):
+    from ember.backend import metrics
+    x, s, s1 = torch.randn(6, 5), torch.randn(5, 5), torch.randn(6, 3)
+    i = torch.tensor([0, 2, 2, 4, 1])
+    ember.reset()
+    metrics.reset()
+    out = ember.compile(_index_adds, options={"cpu_backend": cpu_backend})(x, i, s, s1)
+    torch.testing.assert_close(out, _index_adds(x, i, s, s1))
+    assert not metrics.fallback_ops, dict(metrics.fallback_ops)

@@ -208,3 +208,28 @@ def _index_put(ctx, x, indices, values, accumulate=False):
     out = _scatter_into_copy(ctx, x, ranges, store_index, value, accumulate)
     holder["layout"] = out.layout
     return out
+
+
+@register_lowering(aten.index_add.default)
+def _index_add(ctx, x, dim, index, source, *, alpha=1):
+    """``x[..., index[j], ...] += alpha * source[..., j, ...]`` (atomics on the GPU)."""
+    size = x.get_size()
+    if len(size) == 0 or len(source.get_size()) != len(size) or \
+            len(index.get_size()) != 1:
+        return NotImplemented
+    dim %= len(size)
+    load_i, load_src = index.make_loader(), source.make_loader()
+    holder = {}
+
+    def value(idx):
+        v = load_src(idx)
+        v = v if source.get_dtype() == ctx.dtype else ops.to_dtype(v, ctx.dtype)
+        return v if alpha == 1 else ops.mul(v, ops.constant(alpha, ctx.dtype))
+
+    def store_index(idx):
+        full = list(idx)
+        full[dim] = ops.indirect_indexing(load_i([idx[dim]]), size[dim])
+        return holder["layout"].index(full)
+    out = _scatter_into_copy(ctx, x, source.get_size(), store_index, value, True)
+    holder["layout"] = out.layout
+    return out
