@@ -84,6 +84,7 @@ class GraphLowering:
         # id(node) -> (buffer, node); holding the node keeps its id from being reused by a
         # later, different node (which would then be "realized" as the wrong buffer)
         self._realized: dict[int, tuple] = {}
+        self._realized_as: dict[tuple, tuple] = {}   # (id(node), strides, offset, dtype) -> same
         self._eager_vals: dict[int, tuple] = {}   # id(IR value) -> (value, fake of its node)
         self.reductions: dict[tuple, tuple] = {}   # reductions already made, for reuse
         self.input_copies: list[tuple] = []        # (graph input, new value), see below
@@ -111,12 +112,21 @@ class GraphLowering:
         if layout is None:
             layout = self.preferred_layout(node) or Layout(
                 node.get_device(), node.get_dtype(), size, contiguous_strides(size))
+        # the same value in the same layout is one buffer, whoever asks (GPT-2's KV-cache
+        # value is both attention's input and a graph output)
+        shape = (key, tuple(layout.stride), layout.offset, layout.dtype)
+        known = self._realized_as.get(shape)
+        if known is not None:
+            if memo:
+                self._realized[key] = known
+            return known[0]
         data = node if isinstance(node, Reduction) else \
             Pointwise(node.get_device(), node.get_dtype(), node.make_loader(), size)
         buf = ComputedBuffer(self.new_name(), layout, data)
         self.buffers.append(buf)
         if memo:
             self._realized[key] = (buf, node)
+        self._realized_as[shape] = (buf, node)
         return buf
 
     def preferred_layout(self, node: IRNode) -> Layout | None:

@@ -288,3 +288,19 @@ def test_index_add_accumulates_repeated_indices(cpu_backend):
     out = ember.compile(_index_adds, options={"cpu_backend": cpu_backend})(x, i, s, s1)
     torch.testing.assert_close(out, _index_adds(x, i, s, s1))
     assert not metrics.fallback_ops, dict(metrics.fallback_ops)
+
+
+def _used_and_returned(x, w):
+    y = x.sin() * 2
+    return torch.mm(y, w), y
+
+
+def test_value_read_by_a_library_call_and_returned_is_one_buffer(cpu_backend):
+    """Realized once for the matmul and reused as the output (it was written twice)."""
+    from ember.backend import compile as backend_compile
+    x, w = torch.randn(4, 6), torch.randn(6, 3)
+    ember.reset()
+    out = ember.compile(_used_and_returned, options={"cpu_backend": cpu_backend})(x, w)
+    torch.testing.assert_close(out, _used_and_returned(x, w))
+    wrapper = [s for s in backend_compile.generated_sources if "def call(" in s][-1]
+    assert wrapper.count("empty_strided((4, 6)") == 1, wrapper
