@@ -109,9 +109,18 @@ def same_object(source: Source, other: Source) -> Guard:
                  f"is {other.name()}", ("alias", source, other))
 
 
-def distinct(source: Source, other: Source) -> Guard:
-    return Guard(source, "DISTINCT", lambda v, const: f"{v} is not {other.expr()}",
-                 f"is not {other.name()}", ("distinct", source, other))
+def all_distinct(sources: list[Source]) -> Guard:
+    """The objects at ``sources`` are pairwise different objects."""
+    first, others = sources[0], sources[1:]
+
+    def check(v, const):
+        if len(others) == 1:
+            return f"{v} is not {others[0].expr()}"
+        ids = ", ".join([f"id({v})"] + [f"id({s.expr()})" for s in others])
+        return f"len({{{ids}}}) == {len(sources)}"
+    return Guard(first, "DISTINCT", check,
+                 "is not " + ", ".join(s.name() for s in others)[:60],
+                 ("distinct", *sources))
 
 
 def global_call_match(fn, result) -> Guard:

@@ -116,10 +116,10 @@ class OutputGraph:
             if vt.source is not None:
                 by_type.setdefault(type(value), []).append(vt)
         for group in by_type.values():
-            for i, a in enumerate(group):
-                for b in group[i + 1:]:
-                    if id(a) in mutated or id(b) in mutated:
-                        self.guards.add(guards_mod.distinct(a.source, b.source))
+            if len(group) > 1 and any(id(vt) in mutated for vt in group):
+                # one check per group (a set of ids), not one per pair: 50 layers of one
+                # class would otherwise cost 1225 comparisons per call
+                self.guards.add(guards_mod.all_distinct([vt.source for vt in group]))
 
     def constant_tensor_slots(self) -> dict[str, torch.Tensor]:
         return {f"___tensor{i}": t for i, t in enumerate(self._constant_tensors)}

@@ -389,3 +389,21 @@ def test_closure_cell_across_a_graph_break():
             return f
         f = make()
     """, ["SEEN"])
+
+
+def test_three_lists_one_mutated_then_two_of_them_the_same_object():
+    """One DISTINCT guard covers the whole group of same-type objects."""
+    eager, compiled, cnt = twins("""
+        def f(x, a, b, c):
+            a.append(1)
+            return x + len(b) + 10 * len(c)
+    """)
+    x = torch.ones(1)
+    assert same(eager["f"](x, [], [], []), compiled["f"](x, [], [], []))
+    for pick in ((0, 1, 0), (0, 1, 1)):
+        lists_e, lists_c = [[], []], [[], []]
+        args_e = [lists_e[i] for i in pick]
+        args_c = [lists_c[i] for i in pick]
+        assert same(eager["f"](x, *args_e), compiled["f"](x, *args_c))
+        assert lists_e == lists_c
+    assert cnt.frame_count == 3
