@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The standard measurements of a GPU lease, in one call of the device tool (about 9 minutes):
+#   run(command="bash benchmarks/h200_session.sh", timeout_s=600)
+# Each step writes under $OUT (the device tool brings those files back) and has its own
+# time limit, so one slow step costs only itself. Steps (pick with STEPS="tests bench ..."):
+#   tests     the gpu-marked tests (Triton target, CUDA graphs, layouts, random)
+#   opinfo    OpInfo sample on CUDA in float32, float16 and bfloat16 (issue 7's conformance)
+#   bench     issue 7's table: kernels and the five models, eager / ember / torch.compile
+#   frontend  frontend tests under the machine's Python 3.12
+#   libs      issue 9's library suites (timm, hf, torchvision) in bfloat16
+#   train     issue 10's AMP training step
+set -u
+export HF_HUB_OFFLINE=1 PYTHONPATH=.
+OUT=${OUT:-/tmp/h200}
+mkdir -p "$OUT"
+STEPS=${STEPS:-"tests bench opinfo frontend"}
+COMPILERS=eager,ember,ember-reduce-overhead,torch-inductor,torch-inductor-reduce-overhead
+for step in $STEPS; do
+  case $step in
+    tests) timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu \
+             --ignore=tests/backend/test_opinfo_cuda.py > "$OUT/gpu_tests.txt" 2>&1 ;;
+    opinfo) EMBER_OPINFO_REPORT=$OUT/opinfo_cuda.json timeout 240 python3 -m pytest -q \
+             -p no:cacheprovider -m gpu tests/backend/test_opinfo_cuda.py > "$OUT/opinfo.txt" 2>&1 ;;
+    bench) timeout 300 python3 -m ember.bench --device cuda --suite kernels,gpu --dtype bfloat16 \
+             --compilers $COMPILERS --repeat 10 --warmup 3 --no-warm-compile --timeout 200 \
+             --torch-compile-budget 60 --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1 ;;
+    frontend) timeout 100 python3 -m pytest -q -p no:cacheprovider tests/frontend \
+             > "$OUT/frontend312.txt" 2>&1 ;;
+    libs) timeout 420 python3 -m ember.bench --suite timm,hf,torchvision --device cuda \
+             --dtype bfloat16 --compilers eager,ember,torch-inductor --repeat 10 --warmup 3 \
+             --timeout 150 --torch-compile-budget 90 --no-warm-compile --budget 360 \
+             --out "$OUT/libs" > "$OUT/libs.txt" 2>&1 ;;
+    train) timeout 300 python3 -m ember.bench --device cuda --mode train --suite gpu \
+             --dtype bfloat16 --compilers eager,ember,torch-inductor --repeat 10 --warmup 3 \
+             --no-warm-compile --torch-compile-budget 90 > "$OUT/train.txt" 2>&1 ;;
+    *) echo "unknown step $step" >&2 ;;
+  esac
+  echo "== $step: $(tail -n 1 "$OUT"/*"$step"*.txt 2>/dev/null | tail -n 1)"
+done
