@@ -4,7 +4,8 @@
 # Each step writes under $OUT (the device tool brings those files back) and has its own
 # time limit, so one slow step costs only itself. Steps (pick with STEPS="tests bench ..."):
 #   tests     the gpu-marked tests (Triton target, CUDA graphs, layouts, random)
-#   opinfo    OpInfo sample on CUDA in float32, float16 and bfloat16 (issue 7's conformance)
+#   opinfo    OpInfo on CUDA in float32, float16 and bfloat16, one sample per (op, dtype):
+#             ~650 Triton compiles, a call of its own (STEPS=opinfo)
 #   bench     issue 7's table: kernels and the five models, eager / ember / torch.compile
 #   frontend  frontend tests under the machine's Python 3.12
 #   libs      issue 9's library suites (timm, hf, torchvision) in bfloat16
@@ -13,13 +14,13 @@ set -u
 export HF_HUB_OFFLINE=1 PYTHONPATH=.
 OUT=${OUT:-/tmp/h200}
 mkdir -p "$OUT"
-STEPS=${STEPS:-"tests bench opinfo frontend"}
+STEPS=${STEPS:-"tests bench frontend"}
 COMPILERS=eager,ember,ember-reduce-overhead,torch-inductor,torch-inductor-reduce-overhead
 for step in $STEPS; do
   case $step in
     tests) timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu \
              --ignore=tests/backend/test_opinfo_cuda.py > "$OUT/gpu_tests.txt" 2>&1 ;;
-    opinfo) EMBER_OPINFO_REPORT=$OUT/opinfo_cuda.json timeout 240 python3 -m pytest -q \
+    opinfo) EMBER_OPINFO_K=1 EMBER_OPINFO_REPORT=$OUT/opinfo_cuda.json timeout 540 python3 -m pytest -q \
              -p no:cacheprovider -m gpu tests/backend/test_opinfo_cuda.py > "$OUT/opinfo.txt" 2>&1 ;;
     bench) timeout 300 python3 -m ember.bench --device cuda --suite kernels,gpu --dtype bfloat16 \
              --compilers $COMPILERS --repeat 10 --warmup 3 --no-warm-compile --timeout 200 \
