@@ -174,6 +174,9 @@ _workers_broken = False
 def _worker_count() -> int:
     env = os.environ.get("EMBER_COMPILE_WORKERS")
     if env is not None:
+        if not env.isdigit():
+            raise ValueError(f"EMBER_COMPILE_WORKERS={env!r}: expected a number of worker "
+                             f"processes (0: compile in this process)")
         return int(env)
     return max(0, min(16, (os.cpu_count() or 2) - 1))
 

@@ -204,3 +204,25 @@ def test_max_autotune_times_configs_and_caches_the_choice(target, tmp_path, monk
         for _ in range(2):
             assert same(fn(*args), compiled(*args), rtol=1e-4, atol=1e-4)
     assert list((tmp_path / "autotune").glob("*.json"))     # the choices, on disk
+
+
+def test_compile_workers_report_what_they_could_not_compile(tmp_path):
+    """The worker protocol: each task answers None or an error naming the kernel; the
+    process that asked then compiles those itself (here nothing compiles: no such file)."""
+    from ember.backend.compile_workers import CompileWorkers
+    workers = CompileWorkers(1)
+    try:
+        missing = str(tmp_path / "missing.py")
+        errors = workers.run([(missing, "kernel0", [torch.float32], (1,), {"XBLOCK": 8}, 0),
+                              (missing, "kernel1", [torch.float32], (1,), {"XBLOCK": 8}, 0)])
+        assert len(errors) == 2 and errors[0].startswith("kernel0: FileNotFoundError")
+    finally:
+        workers.close()
+    assert all(p.poll() is not None for p in workers.procs)
+
+
+def test_compile_worker_count_is_checked(monkeypatch):
+    from ember.backend import launch
+    monkeypatch.setenv("EMBER_COMPILE_WORKERS", "many")
+    with pytest.raises(ValueError, match="EMBER_COMPILE_WORKERS='many'"):
+        launch._worker_count()
