@@ -35,6 +35,7 @@ from torch.utils import _pytree as pytree
 from ember import logs
 from ember.aot.joint import JointGraph, trace_joint
 from ember.aot.partition import Partition, ancestors, partition
+from ember.aot.reductions import merge_reduced_dims
 
 __all__ = ["compile_training", "TrainingGraph", "CompiledFunction", "stats"]
 
@@ -161,6 +162,8 @@ def compile_training(gm: torch.fx.GraphModule, example_inputs: list, *,
     joint = trace_joint(gm, list(example_inputs), decompositions=decompositions)
     parts = partition(joint)
     log_partition(joint, parts)
+    merge_reduced_dims(parts.forward)
+    merge_reduced_dims(parts.backward)
     forward = compile_graph(parts.forward, list(example_inputs))
     backward = compile_graph(parts.backward, _placeholder_values(parts.backward))
     stats["compiled"] += 1

@@ -263,10 +263,12 @@ class KeywordCall(nn.Module):
 
 
 def no_dropout(config: Any) -> Any:
-    """A HF config with every ``*dropout*`` and ``*layerdrop*`` probability set to 0 (eval mode
+    """A HF config with every ``*dropout*``, ``*layerdrop*`` and ``*_pdrop`` probability set to
+    0 (GPT-2 names its dropouts ``attn_pdrop``, ``resid_pdrop``, ``embd_pdrop``; eval mode
     ignores them; a training step is then deterministic)."""
     for key, value in list(vars(config).items()):
-        if ("dropout" in key or "layerdrop" in key) and isinstance(value, float):
+        if ("dropout" in key or "layerdrop" in key or key.endswith("pdrop")) and \
+                isinstance(value, float):
             setattr(config, key, 0.0)
     return config
 

@@ -41,6 +41,16 @@ def test_vit_tiny():
                        atol=1e-4, rtol=1e-3)
 
 
+def test_no_dropout_zeroes_every_dropout_probability():
+    transformers = _transformers()
+    gpt2 = no_dropout(transformers.GPT2Config())
+    assert (gpt2.attn_pdrop, gpt2.resid_pdrop, gpt2.embd_pdrop,
+            gpt2.summary_first_dropout) == (0.0, 0.0, 0.0, 0.0)
+    bert = no_dropout(transformers.BertConfig())
+    assert (bert.hidden_dropout_prob, bert.attention_probs_dropout_prob) == (0.0, 0.0)
+    assert bert.classifier_dropout is None and bert.vocab_size == 30522     # others untouched
+
+
 def test_bert():
     transformers = _transformers()
     config = no_dropout(transformers.BertConfig(
@@ -55,8 +65,7 @@ def test_gpt2():
     transformers = _transformers()
     config = no_dropout(transformers.GPT2Config(
         n_embd=64, n_layer=2, n_head=2, vocab_size=500, n_positions=64, use_cache=False,
-        attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0, eos_token_id=None,
-        bos_token_id=None))          # (GPT-2's dropouts are *_pdrop, not *dropout*)
+        eos_token_id=None, bos_token_id=None))        # no_dropout zeroes GPT-2's *_pdrop
     model = transformers.GPT2Model(config).train()
     train_side_by_side(model, lambda: (torch.randint(0, 500, (2, 16)),), steps=2, lr=0.01,
                        atol=1e-4, rtol=1e-3)
