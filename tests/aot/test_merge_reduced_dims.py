@@ -106,3 +106,50 @@ def test_batch_norm_training_graphs_reduce_merged_dims(monkeypatch):
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-4)
     for b, c in zip(model.buffers(), ref.buffers()):
         torch.testing.assert_close(b, c, atol=1e-5, rtol=1e-4)
+
+
+def test_single_user_pointwise_producers_are_rebuilt_in_the_merged_shape():
+    """``sum(masked_fill(g, x <= 0, 0) * (x - mean), [0, 2, 3])``: the product and the subtraction
+    are computed over views of their inputs (``mean``, of shape 1xCx1x1, too), so the
+    backend does not write the full-size product to memory before the merged view; the
+    ``masked_fill``, which has another user, is viewed as it is."""
+    graph = torch.fx.Graph()
+    x, g, mean = (graph.placeholder(n) for n in ("x", "g", "mean"))
+    le = graph.call_function(aten.le.Scalar, (x, 0))
+    where = graph.call_function(aten.masked_fill.Scalar, (g, le, 0.0))
+    sub = graph.call_function(aten.sub.Tensor, (x, mean))
+    mul = graph.call_function(aten.mul.Tensor, (where, sub))
+    total = graph.call_function(aten.sum.dim_IntList, (mul, [0, 2, 3]))
+    graph.output((total, where))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    args = (torch.randn(4, 3, 5, 6), torch.randn(4, 3, 5, 6), torch.randn(1, 3, 1, 1))
+    _annotate(gm, *args)
+    expected = gm(*args)
+    assert merge_reduced_dims(gm) == 1
+    shapes = {n.target: list(n.meta["val"].shape) for n in gm.graph.nodes
+              if n.op == "call_function"}
+    assert shapes[aten.mul.Tensor] == shapes[aten.sub.Tensor] == [4, 3, 30]
+    assert shapes[aten.masked_fill.Scalar] == [4, 3, 5, 6]   # its other user sees it whole
+    assert sum(n.target is aten.mul.Tensor for n in gm.graph.nodes) == 1   # old one erased
+    got = gm(*args)
+    for a, b in zip(got, expected):
+        torch.testing.assert_close(a, b)
+
+
+def test_a_producer_whose_input_cannot_be_viewed_is_left_whole():
+    """An input of the producer with H and W transposed cannot be viewed with them merged:
+    the producer keeps its shape and is viewed after it."""
+    graph = torch.fx.Graph()
+    x, y = graph.placeholder("x"), graph.placeholder("y")
+    mul = graph.call_function(aten.mul.Tensor, (x, y))
+    graph.output(graph.call_function(aten.sum.dim_IntList, (mul, [2, 3], True)))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    args = (torch.randn(2, 3, 4, 5), torch.randn(2, 3, 5, 4).transpose(2, 3))
+    _annotate(gm, *args)
+    expected = gm(*args)
+    assert merge_reduced_dims(gm) == 1
+    muls = [n for n in gm.graph.nodes if n.target is aten.mul.Tensor]
+    assert len(muls) == 1 and list(muls[0].meta["val"].shape) == [2, 3, 4, 5]
+    views = [n for n in gm.graph.nodes if n.target is aten.view.default]
+    assert views[0].args[0] is muls[0]
+    torch.testing.assert_close(gm(*args), expected)
