@@ -180,9 +180,10 @@ class EntryCodegen:
     miss: Any = None
 
 
-def new_function(code, f_globals, name, defaults, kwdefaults):
-    """Rebuild a function the compiled code defined (a nested def or lambda without cells)."""
-    fn = types.FunctionType(code, f_globals, name, defaults or None)
+def new_function(code, f_globals, name, defaults, kwdefaults, closure=()):
+    """Rebuild a function the compiled code defined (a nested def or lambda, with the cells
+    it closes over)."""
+    fn = types.FunctionType(code, f_globals, name, defaults or None, closure or None)
     fn.__kwdefaults__ = kwdefaults or None
     return fn
 

@@ -26,17 +26,18 @@ from typing import Callable, Protocol
 import torch
 
 from ember import logs, metrics
-from ember.frontend import graph_break, resume
+from ember.frontend import graph_break, guards, resume
 from ember.frontend.analysis import livevars_at
 from ember.frontend.codegen import EntryCodegen
 from ember.frontend.exc import GraphBreakError, Unsupported
 from ember.frontend.guards import Guard
 from ember.frontend.output_graph import OutputGraph
-from ember.frontend.source import ClosureCellSource, LocalSource
+from ember.frontend.source import AttrSource, ClosureCellSource, GetItemSource, LocalSource
 from ember.frontend.translator import NULL, InstructionTranslator, _LazyLocal
 from ember.frontend.variables.base import VariableTracker
 from ember.frontend.variables.containers import ListIteratorVariable
-from ember.frontend.variables.functions import CellVariable
+from ember.frontend.variables.functions import (CellVariable, NestedUserFunctionVariable,
+                                                UserFunctionVariable)
 
 __all__ = ["Unsupported", "convert_frame", "CacheEntry"]
 
@@ -111,6 +112,15 @@ def _capture(fn, arguments: dict, break_at: int | None = None) -> _Capture:
     cells = {}
     for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
         cells[name] = CellVariable(real_cell=cell, source=ClosureCellSource(i, name))
+    for name in resume.cell_params(code):   # the cells of the frame a resume continues
+        cell = arguments[name]
+        vt = CellVariable(real_cell=cell, source=AttrSource(LocalSource(name), "cell_contents"),
+                          cell_source=LocalSource(name))
+        symbolic_locals[name] = output.cells_by_id[id(cell)] = vt
+    for name, made_code in resume.made_functions(fn).items():
+        value = arguments.get(name)
+        if type(value) is types.FunctionType and value.__code__ is made_code:
+            symbolic_locals[name] = _made_function(output, value, LocalSource(name))
     tx = InstructionTranslator(code, fn.__globals__, symbolic_locals, cells, output)
     tx.break_at = break_at
     try:
@@ -121,6 +131,35 @@ def _capture(fn, arguments: dict, break_at: int | None = None) -> _Capture:
         return _Capture(output, tx, result, torch.is_grad_enabled())
     finally:
         output.restore_global_state()
+
+
+def _made_code(vt, fn) -> types.CodeType | None:
+    """The code of a function made by the frame (this capture's, or received as made by
+    the frame this resume function continues); None for other values."""
+    if isinstance(vt, NestedUserFunctionVariable):
+        return vt.code
+    if isinstance(vt, UserFunctionVariable) and isinstance(vt.source, LocalSource):
+        return resume.made_functions(fn).get(vt.source.local)
+    return None
+
+
+def _made_function(output: OutputGraph, value: types.FunctionType,
+                   source: LocalSource) -> UserFunctionVariable:
+    """A function the frame that broke made (new on each call), guarded by what the
+    capture relies on: its code and its cells (the frame's, received as parameters, or
+    fixed ones). Defaults and cell contents are guarded where they are read."""
+    add = output.guards.add
+    add(guards.type_match(source, types.FunctionType))
+    add(guards.id_match(AttrSource(source, "__code__"), value.__code__))
+    add(guards.id_match(AttrSource(source, "__globals__"), value.__globals__))
+    for i, cell in enumerate(value.__closure__ or ()):
+        cell_source = GetItemSource(AttrSource(source, "__closure__"), i)
+        known = output.cells_by_id.get(id(cell))
+        if known is not None and known.cell_source is not None:
+            add(guards.same_object(cell_source, known.cell_source))
+        else:
+            add(guards.id_match(cell_source, cell))
+    return UserFunctionVariable(value, source)
 
 
 def _return_tail(capture: _Capture):
@@ -144,6 +183,7 @@ def _break_entry(fn, arguments: dict, error: Unsupported, settings, miss,
             raise Unsupported("capture did not reach the graph break again")
         graph_break.check_breakable(tx)
         inst = tx.instructions[tx.break_index]
+        graph_break.check_blocks(tx, inst)
         found = graph_break.emitter_for(inst.opname)
         if found is None:
             raise Unsupported(f"cannot run {inst.opname} at a graph break")
@@ -161,40 +201,56 @@ def _break_entry(fn, arguments: dict, error: Unsupported, settings, miss,
 
 def _break_tail(fn, capture: _Capture, inst, found, inlined: bool, callees: Callees):
     """Lines after the graph call: rebuild the live values, apply side effects, run the
-    instruction, and call the resume function of each way it continues."""
+    instruction, and call the resume function of each way it continues. Inside a ``try``
+    or ``with`` block the instruction runs under ``try``: its exception resumes the frame at
+    the block's handler, the one it reaches in eager (the handler's ``except`` clauses,
+    ``finally`` body or ``__exit__`` then run in the resume function, and so do the blocks
+    around it, whose handlers the resume code keeps)."""
     tx = capture.tx
     count, emit = found
+
+    def call_resume(cg, target, stack, raised_at=None) -> str:
+        names, values = _live_locals(tx, target, cg)
+        code = resume.resume_code(tx.code, target, tuple(kind for kind, _ in stack),
+                                  tuple(names), raised_at)
+        made = {name: made_code for name in names
+                if (made_code := _made_code(tx.symbolic_locals[name], fn)) is not None}
+        wrapper = cg.const(callees.resume(resume.resume_function(code, fn, made)))
+        args = ", ".join([e for _, e in stack if e is not None] + values + _cells(tx, cg))
+        return f"return {wrapper}({args})"
 
     def tail(cg: EntryCodegen) -> list[str]:
         n = count(tx, inst)
         below, operands = tx.stack[:len(tx.stack) - n], tx.stack[len(tx.stack) - n:]
-        grad_exits = graph_break.grad_mode_exits(tx, inst)
         below_items = [_stack_item(vt, cg) for vt in below]
         call_compiled = cg.const(callees.call) if inlined else None
         ctx = graph_break.EmitContext(tx, cg, operands, tx.break_index + 1, call_compiled)
         emitted = emit(ctx, inst)
-        live_locals = {o.target: _live_locals(tx, o.target, cg) for o in emitted.outcomes
-                       if o.target is not None}
         lines = capture.output.side_effects.codegen(cg)
         if capture.grad_mode_at_end != capture.output.initial_grad_mode:
             lines.insert(0, graph_break.grad_mode_line(cg, capture.grad_mode_at_end))
-        lines += emitted.lines
+        block = inst.exn_tab_entry
+        if block is None:
+            lines += emitted.lines
+        else:
+            exc = cg.fresh("___exc")
+            handler_stack = below_items[:block.depth]
+            if block.lasti:
+                handler_stack.append((resume.LASTI, None))
+            handler_stack.append((resume.VALUE, exc))
+            handler = call_resume(cg, tx.index_of[id(block.target)], handler_stack,
+                                  tx.break_index)
+            # the handler runs outside this `except`: no exception context leaks into it
+            lines += [f"{exc} = None", "try:", *["    " + line for line in emitted.lines],
+                      "except BaseException as ___e:", f"    {exc} = ___e",
+                      f"if {exc} is not None: {handler}"]
         for outcome in emitted.outcomes:
             if outcome.target is None:
                 continue
             stack = below_items + [(resume.NULL, None) if e is None else (resume.VALUE, e)
                                    for e in outcome.pushed]
-            names, values = live_locals[outcome.target]
-            code = resume.resume_code(tx.code, outcome.target,
-                                      tuple(kind for kind, _ in stack), tuple(names))
-            wrapper = cg.const(callees.resume(resume.resume_function(code, fn)))
-            args = ", ".join([e for _, e in stack if e is not None] + values)
-            call = f"return {wrapper}({args})"
+            call = call_resume(cg, outcome.target, stack)
             lines.append(f"if {outcome.when}: {call}" if outcome.when else call)
-        if grad_exits:   # the instruction raised: the open blocks' exits restore grad mode
-            body = ["try:", *["    " + line for line in lines], "except BaseException:",
-                    f"    {graph_break.grad_mode_line(cg, grad_exits[-1])}", "    raise"]
-            return body
         return lines
     return tail
 
@@ -209,12 +265,28 @@ def _stack_item(vt: VariableTracker, cg: EntryCodegen) -> tuple[str, str | None]
     return resume.VALUE, cg.reconstruct(vt)
 
 
+def _cells(tx, cg: EntryCodegen) -> list[str]:
+    """The cell objects of the frame, for the resume function's cell parameters: made now
+    (shared with the inner functions rebuilt for the resume), or received as parameters."""
+    original = resume.origin(tx.code)
+    out = []
+    for name in original.co_cellvars:
+        vt = (tx.symbolic_locals[resume.cell_param(name)] if tx.code is not original
+              else tx.cells.get(name))
+        if vt is None or vt.is_unbound():   # its first read would raise another error
+            raise Unsupported(f"cell variable {name!r} is unbound at the graph break")
+        out.append(cg.reconstruct(vt))
+    return out
+
+
 def _live_locals(tx, target: int, cg: EntryCodegen) -> tuple[list[str], list[str]]:
-    """(names, expressions) of the locals read after ``target`` and bound at the break."""
+    """(names, expressions) of the locals read after ``target`` and bound at the break
+    (cells are passed on their own: ``_cells``)."""
     live = livevars_at(tx.instructions, tx.instructions[target])
+    cells = set(resume.cell_params(tx.code))
     names, values = [], []
     for name in tx.code.co_varnames:
-        if name not in live or name not in tx.symbolic_locals:
+        if name not in live or name not in tx.symbolic_locals or name in cells:
             continue
         value = tx.symbolic_locals[name]
         if value is NULL:

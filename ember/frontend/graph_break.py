@@ -11,11 +11,19 @@ frame, and the generated entry then
 4. runs the instruction in plain Python (this module: one emitter per opcode);
 5. calls the resume function for the rest of the frame (``resume.py``).
 
+Inside a ``try`` or ``with`` block (any context manager) the instruction runs under a
+``try`` in the entry, and its exception resumes the frame at the handler it reaches in
+eager, so ``except`` clauses, ``finally`` bodies and ``__exit__`` run exactly once, in the
+resume function (``convert._break_tail``).
+
+A frame whose locals are closed over by inner functions passes its cells to the resume
+function (``resume.py``).
+
 A break is refused, and the whole frame runs eagerly with the reason, where splitting the
-frame could change what the program does: inside a ``try`` block (the instruction's
-exception would skip the handler), inside a ``with`` block of a context manager other than
-grad mode, in a frame whose locals are closed over by inner functions (cells), or at an
-instruction without an emitter here.
+frame could change what the program does: inside a ``with`` block of a context manager the
+graph models (it was never entered in Python), in a frame with a cell variable unassigned
+at the break or used other than by LOAD_DEREF/STORE_DEREF/LOAD_CLOSURE, in a generator, or
+at an instruction without an emitter here.
 """
 from __future__ import annotations
 
@@ -311,53 +319,35 @@ def emitter_for(opname: str) -> tuple[Callable, Callable] | None:
 
 # ------------------------------------------------------------------------ safety checks
 
-def open_blocks(tx, inst) -> list[tuple[str, int]]:
-    """The exception handlers around ``inst``, innermost first: ("with"|"try", depth of the
-    stack below the block)."""
-    blocks = []
+def check_blocks(tx, inst) -> None:
+    """Unsupported unless every ``with`` block open around ``inst`` keeps an exit that the
+    resume function can call for real: a grad-mode exit, or the Python ``__exit__`` of a
+    user object whose ``__enter__`` ran (inlined, its effects replayed). Other managers the
+    evaluator models in the graph (autocast, ...) were never entered in Python."""
+    from ember.frontend.variables.functions import UserMethodVariable
+    from ember.frontend.variables.objects import (CtxMethodVariable, GradModeExitVariable,
+                                                  GradModeVariable)
     entry = inst.exn_tab_entry
     while entry is not None:
         handler = entry.target
         i = tx.index_of[id(handler)]
         if handler.opname != "PUSH_EXC_INFO":
-            blocks.append(("try", entry.depth))
             break
-        is_with = tx.instructions[i + 1].opname == "WITH_EXCEPT_START"
-        blocks.append(("with" if is_with else "try", entry.depth))
+        if tx.instructions[i + 1].opname == "WITH_EXCEPT_START":
+            exit_fn = tx.stack[entry.depth - 1] if 0 < entry.depth <= len(tx.stack) else None
+            grad = (isinstance(exit_fn, GradModeExitVariable)
+                    or isinstance(exit_fn, CtxMethodVariable)
+                    and isinstance(exit_fn.ctx, GradModeVariable))
+            if not (grad or isinstance(exit_fn, UserMethodVariable)):
+                raise Unsupported(f"graph break inside a `with` block of {exit_fn} (its "
+                                  f"exit cannot run outside the graph)")
         cleanup = handler.exn_tab_entry    # the handler's own cleanup block re-raises into
         if cleanup is None:                # the block around this one
             break
         entry = cleanup.target.exn_tab_entry
-    return blocks
-
-
-def grad_mode_exits(tx, inst) -> list[bool]:
-    """The grad modes the open ``with`` blocks around ``inst`` restore, innermost first;
-    Unsupported when a block is not safe to split (see the module docstring)."""
-    from ember.frontend.variables.objects import (CtxMethodVariable, GradModeExitVariable,
-                                                  GradModeVariable)
-    modes = []
-    for kind, depth in open_blocks(tx, inst):
-        if kind == "try":
-            raise Unsupported("graph break inside a try/except/finally block (the break's "
-                              "instruction would run outside its handler)")
-        exit_fn = tx.stack[depth - 1] if 0 < depth <= len(tx.stack) else None
-        if isinstance(exit_fn, CtxMethodVariable) and isinstance(exit_fn.ctx,
-                                                                 GradModeVariable):
-            modes.append(exit_fn.ctx.restore_mode())
-        elif isinstance(exit_fn, GradModeExitVariable):
-            modes.append(exit_fn.mode)
-        else:
-            raise Unsupported(f"graph break inside a `with` block of {exit_fn} (only "
-                              f"grad-mode blocks are split yet)")
-    return modes
 
 
 def check_breakable(tx) -> None:
-    code = tx.code
-    if code.co_cellvars:
-        raise Unsupported(f"graph break in {code.co_name}, whose locals are closed over by "
-                          f"inner functions (cell variables {', '.join(code.co_cellvars)})")
     if tx.is_generator:
         raise Unsupported("graph break in a generator")
 

@@ -15,59 +15,106 @@ built from the original one:
 Its parameters are the live stack values (``___stack0``...) followed by the locals that are
 live at the target and bound at the break, under their own names, so the copied body reads
 them as it always did. Because the stack below the target is rebuilt exactly, the copied
-exception table stays valid: an open ``with`` block finds its exit where it left it.
+exception table stays valid: an open ``with`` block finds its exit where it left it. The
+target may be an exception handler: the entry then passes the block's stack (cut to the
+handler's depth), the raising instruction's offset where the handler wants it (``lasti``)
+and the exception, exactly what CPython pushes when it unwinds to that handler.
+
+Cells: a frame whose locals are closed over by inner functions made its cells (MAKE_CELL)
+before the break, and inner functions the entry rebuilds share them. The resume code
+receives them as parameters (``___cell_scale``, after the locals) instead of making new
+ones: each LOAD_DEREF/STORE_DEREF/LOAD_CLOSURE of a cell becomes a LOAD_FAST of its
+parameter (the same instruction object, so jumps and the exception table still point at
+it) followed by a read or write of ``.cell_contents``; the code has no cell variables left.
+A frame that deletes a cell (DELETE_DEREF) or makes one after its start (3.12's inlined
+comprehensions) is not split.
 
 Where the entry lives (Ember has no frame-evaluation hook): the generated entry function of
 the frame that broke calls the resume function through Ember's compile entry, an
 ``OptimizedFunction`` with the same backend and options, which the entry holds as a constant.
 That wrapper gives the resume function its own guards and cache entries; a resume function
 whose capture fails runs eagerly like any frame. The code objects themselves are cached per
-(original code, instruction, stack layout, locals), so a break inside a loop that resumes at
-the same instruction again reuses one code object, and a resume of a resume maps back to the
-original code (``origin``) instead of nesting prologues.
+(original code, instruction, stack layout, locals, raising instruction), so a break inside a
+loop that resumes at the same instruction again reuses one code object, and a resume of a
+resume maps back to the original code (``origin``, instruction by instruction) instead of
+nesting prologues.
 """
 from __future__ import annotations
 
+import dis
 import inspect
 import types
 
 from ember.frontend.bytecode import Instruction, assemble, create_instruction, disassemble
+from ember.frontend.exc import Unsupported
 
-# resume code -> (original code, index of the original's first instruction in the resume)
-_ORIGIN: dict[types.CodeType, tuple[types.CodeType, int]] = {}
+# resume code -> (original code, per instruction of the resume: the index of the original
+# instruction it is, None for the prologue's and those inserted for cells)
+_ORIGIN: dict[types.CodeType, tuple[types.CodeType, tuple[int | None, ...]]] = {}
 _CODES: dict[tuple, types.CodeType] = {}
 
 
-def origin(code: types.CodeType) -> tuple[types.CodeType, int]:
-    """(original code, offset of its instructions) for a resume code; (code, 0) otherwise."""
-    return _ORIGIN.get(code, (code, 0))
+def origin(code: types.CodeType) -> types.CodeType:
+    """The original code of a resume code; ``code`` itself otherwise."""
+    return _ORIGIN[code][0] if code in _ORIGIN else code
+
+
+def _original_index(code: types.CodeType, index: int) -> int:
+    if code not in _ORIGIN:
+        return index
+    found = _ORIGIN[code][1][index]
+    if found is None:
+        raise Unsupported("graph break at an instruction a resume function added")
+    return found
 
 
 def stack_name(i: int) -> str:
     return f"___stack{i}"
 
 
-# How the prologue rebuilds one stack item.
-NULL, VALUE, ITERATOR = "null", "value", "iterator"
+def cell_param(name: str) -> str:
+    """The parameter through which a resume function receives cell ``name`` of its frame."""
+    return f"___cell_{name}"
+
+
+def cell_params(code: types.CodeType) -> tuple[str, ...]:
+    """The cell parameters of a resume code (empty for other code)."""
+    return _CELL_PARAMS.get(code, ())
+
+
+_CELL_PARAMS: dict[types.CodeType, tuple[str, ...]] = {}
+
+
+# How the prologue rebuilds one stack item. LASTI pushes the offset (in code units) of the
+# instruction that raised, for an exception handler entered with ``lasti`` (a ``with``
+# block's): its RERAISE restores that position, so tracebacks point at the raising line.
+NULL, VALUE, ITERATOR, LASTI = "null", "value", "iterator", "lasti"
 
 
 def resume_code(code: types.CodeType, target: int, stack: tuple[str, ...],
-                local_names: tuple[str, ...]) -> types.CodeType:
+                local_names: tuple[str, ...], raised_at: int | None = None) -> types.CodeType:
     """The resume code continuing ``code`` at instruction ``target`` (an index into
     ``disassemble(code)``) with a stack described by ``stack`` (per item: NULL, a VALUE
-    argument, or an ITERATOR over the items of a tuple argument: a ``for`` loop's), and the
-    locals ``local_names`` (parameters after the stack's arguments)."""
-    original, shift = origin(code)
-    key = (original, target - shift, stack, local_names)
+    argument, an ITERATOR over the items of a tuple argument: a ``for`` loop's, or the LASTI
+    of instruction ``raised_at``), and the locals ``local_names`` (parameters after the
+    stack's arguments). An exception handler is resumed like any target: its stack is the
+    block's (cut to the handler's depth) with the exception as the last VALUE."""
+    original = origin(code)
+    target = _original_index(code, target)
+    raised = None if raised_at is None else _original_index(code, raised_at)
+    key = (original, target, stack, local_names, raised)
     found = _CODES.get(key)
     if found is None:
-        found = _CODES[key] = _build(original, target - shift, stack, local_names)
+        found = _CODES[key] = _build(original, target, stack, local_names, raised)
     return found
 
 
 def _build(original: types.CodeType, target: int, stack: tuple[str, ...],
-           local_names: tuple[str, ...]) -> types.CodeType:
+           local_names: tuple[str, ...], raised_at: int | None) -> types.CodeType:
     body = disassemble(original)
+    index_of = {id(inst): i for i, inst in enumerate(body)}
+    resume_at = body[target]
+    raised = None if raised_at is None else body[raised_at]
     prologue: list[Instruction] = []
     if original.co_freevars:
         prologue.append(create_instruction("COPY_FREE_VARS", arg=len(original.co_freevars)))
@@ -77,25 +124,93 @@ def _build(original: types.CodeType, target: int, stack: tuple[str, ...],
         if kind == NULL:
             prologue.append(create_instruction("PUSH_NULL"))
             continue
+        if kind == LASTI:   # a placeholder constant, set once the layout is known
+            prologue.append(create_instruction("LOAD_CONST", argval=_LastiPlaceholder()))
+            continue
         params.append(stack_name(i))
         prologue.append(create_instruction("LOAD_FAST", argval=stack_name(i)))
         if kind == ITERATOR:
             prologue.append(create_instruction("GET_ITER"))
     params += local_names
-    prologue.append(create_instruction("JUMP_FORWARD", target=body[target]))
+    cells = tuple(cell_param(c) for c in original.co_cellvars)
+    params += cells
+    body = _cells_as_parameters(body, original.co_cellvars)
+    prologue.append(create_instruction("JUMP_FORWARD", target=resume_at))
     varnames = params + [v for v in original.co_varnames if v not in params]
     name = f"{original.co_name}_resume_at_{target}"
     flags = original.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
     code = assemble(prologue + body, original, co_argcount=len(params),
                     co_posonlyargcount=0, co_kwonlyargcount=0, co_varnames=tuple(varnames),
-                    co_flags=flags, co_name=name,
+                    co_flags=flags, co_name=name, co_cellvars=(),
                     co_qualname=f"{original.co_qualname}_resume_at_{target}")
-    _ORIGIN[code] = (original, len(prologue))
+    if LASTI in stack:
+        lasti = raised.offset // 2
+        code = code.replace(co_consts=tuple(lasti if isinstance(c, _LastiPlaceholder) else c
+                                            for c in code.co_consts))
+    _ORIGIN[code] = (original, tuple(index_of.get(id(inst)) for inst in prologue + body))
+    if cells:
+        _CELL_PARAMS[code] = cells
     return code
 
 
-def resume_function(code: types.CodeType, frame_fn: types.FunctionType) -> types.FunctionType:
+# cell opcode -> what follows a LOAD_FAST of the cell parameter (None: the cell itself)
+_CELL_OPS = {"LOAD_DEREF": "LOAD_ATTR", "STORE_DEREF": "STORE_ATTR", "LOAD_CLOSURE": None,
+             "MAKE_CELL": "POP_TOP"}
+
+
+def _cells_as_parameters(body: list[Instruction], cellvars: tuple[str, ...]
+                         ) -> list[Instruction]:
+    """``body`` with its cells read from parameters: the frame's cells were made by the
+    frame that broke, and inner functions it created share them. Each instruction keeps its
+    identity (jumps and the exception table point at it): it becomes the LOAD_FAST of the
+    cell, and ``.cell_contents`` is read or written by an instruction inserted after it.
+    (The MAKE_CELLs at the start only run before any resume target: no-op pairs.) Any other
+    use of a cell's slot is refused: DELETE_DEREF (a later read would raise another
+    exception type), and 3.12's inlined comprehensions, which make a fresh cell per run."""
+    if not cellvars:
+        return body
+    slot_ops = {dis.opname[op] for op in (*dis.haslocal, *dis.hasfree)}
+    out, started = [], False
+    for inst in body:
+        started = started or inst.opname == "RESUME"
+        if inst.opname not in slot_ops or inst.argval not in cellvars:
+            out.append(inst)
+            continue
+        if inst.opname not in _CELL_OPS or (inst.opname == "MAKE_CELL" and started):
+            raise Unsupported(f"graph break in a frame that uses cell variable "
+                              f"{inst.argval!r} with {inst.opname}")
+        follow = _CELL_OPS[inst.opname]
+        inst.opname = "LOAD_FAST"
+        inst.arg, inst.argval = None, cell_param(inst.argval)
+        out.append(inst)
+        if follow is not None:
+            extra = create_instruction(follow, argval="cell_contents"
+                                       if follow != "POP_TOP" else None)
+            extra.lineno, extra.positions = inst.lineno, inst.positions
+            extra.exn_tab_entry = inst.exn_tab_entry
+            out.append(extra)
+    return out
+
+
+class _LastiPlaceholder:
+    """Stands for the LASTI constant until the resume code is laid out."""
+
+
+def resume_function(code: types.CodeType, frame_fn: types.FunctionType,
+                    made: dict[str, types.CodeType] | None = None) -> types.FunctionType:
     """A function running resume ``code`` with the globals and closure of the frame's
-    function (a resume code keeps the original's free variables)."""
-    return types.FunctionType(code, frame_fn.__globals__, code.co_name, None,
-                              frame_fn.__closure__)
+    function (a resume code keeps the original's free variables). ``made``: the parameters
+    that receive functions the entry makes anew on each call (a nested def or lambda of the
+    frame), with their code (see ``made_functions``)."""
+    fn = types.FunctionType(code, frame_fn.__globals__, code.co_name, None,
+                            frame_fn.__closure__)
+    if made:
+        fn._ember_made_functions = dict(made)
+    return fn
+
+
+def made_functions(fn: types.FunctionType) -> dict[str, types.CodeType]:
+    """Parameters of a resume function that receive a function made by the frame that broke:
+    a new object on each call, so its capture guards the code and the cells it closes over
+    instead of the object (or every call would recompile)."""
+    return getattr(fn, "_ember_made_functions", {})

@@ -42,7 +42,7 @@ class SideEffects:
             self.mutated[id(container)] = container
 
     def store_cell(self, cell, value: "VariableTracker") -> None:
-        self.cell_stores[id(cell)] = (cell.real_cell, value)
+        self.cell_stores[id(cell)] = (cell, value)
 
     def store_global(self, name: str, value: "VariableTracker") -> None:
         self.global_stores[name] = value
@@ -76,7 +76,7 @@ class SideEffects:
                 raise Unsupported(f"replaying a mutation of {container}")
             stores.append(replay(cg.load(container.source), value_of))
         for cell, vt in self.cell_stores.values():
-            stores.append(f"{cg.const(cell)}.cell_contents = {value_of(vt)}")
+            stores.append(f"{cg.reconstruct(cell)}.cell_contents = {value_of(vt)}")
         for name, vt in self.global_stores.items():
             stores.append(f"___G[{name!r}] = {value_of(vt)}")
         return values + stores

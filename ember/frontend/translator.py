@@ -231,11 +231,14 @@ class InstructionTranslator:
     def size_variable(self, size) -> SizeVariable:
         return SizeVariable([ConstantVariable(s) for s in size])
 
-    def cell_for(self, cell, source) -> CellVariable:
+    def cell_for(self, cell, source, cell_source=None) -> CellVariable:
+        """The one tracker of a real cell (its contents read from ``source``)."""
         memo = self.output.cells_by_id
         vt = memo.get(id(cell))
         if vt is None:
             vt = memo[id(cell)] = CellVariable(real_cell=cell, source=source)
+        if vt.cell_source is None:
+            vt.cell_source = cell_source
         return vt
 
     def read_local(self, name: str) -> VariableTracker:
@@ -259,6 +262,8 @@ class InstructionTranslator:
         if isinstance(obj, (UserDefinedObjectVariable, DataclassDictVariable,
                             NewModuleVariable)):
             obj.store_attr(self, name, value)
+        elif isinstance(obj, CellVariable) and name == "cell_contents":
+            obj.set(self, value)     # a resume function's cell (see resume.py)
         elif isinstance(obj, NNModuleVariable):
             if isinstance(value, TensorVariable) and name in obj.value._parameters:
                 raise Unsupported(f"assigning to parameter {name!r}")

@@ -109,12 +109,13 @@ def test_harness_detects_input_mutation_and_frontend_eager():
                      backend=wrong_mutation)
     assert out.category == "fail" and "mutation" in out.detail, out.line()
 
-    def item_inside_try(a, b):     # a graph break inside a try block: the frame runs eagerly
-        try:
-            return a + b.sum().item()
-        finally:
-            pass
-    out = run_sample(_add_op(), item_inside_try, _sample(x, args=(y,)),
+    def item_deleting_a_cell(a, b):   # a break in a frame that deletes a cell: runs eagerly
+        c = a
+        get = lambda: c                # noqa: E731
+        out = get() + b.sum().item()
+        del c
+        return out
+    out = run_sample(_add_op(), item_deleting_a_cell, _sample(x, args=(y,)),
                      torch.float32)   # the real "ember" backend: never reached
     assert out.category == "frontend-eager", out.line()
 

@@ -188,8 +188,75 @@ def gb_try(x, lst):
     return z
 
 
-def test_break_inside_try_runs_the_frame_eagerly():
-    check(gb_try, (torch.randn(3), [1, 2]), graphs=0)
+def test_exception_at_break_inside_try_reaches_its_handler():
+    # x + 1 | lst[5] raises | the handler (runs eagerly: it starts at PUSH_EXC_INFO)
+    check(gb_try, (torch.randn(3), [1, 2]), graphs=1)
+
+
+def gb_try_no_exception(x, log):
+    y = x + 1
+    try:
+        print("gb-try", len(log))
+        z = y * 2
+    except ValueError:
+        z = y - 1
+    log.append(1)
+    return z
+
+
+def test_break_inside_try_without_exception(capsys):
+    # x + 1 | print | y * 2 and the return
+    check(gb_try_no_exception, (torch.randn(3), []), graphs=2)
+    assert capsys.readouterr().out.count("gb-try 0") == 4
+
+
+def gb_try_unmatched(x, d, log):
+    y = x * 2
+    try:
+        try:
+            z = y + d["missing"]        # KeyError: not the inner handler's, the outer's
+        except IndexError:
+            log.append("inner")
+            z = y
+        finally:
+            log.append("finally")
+    except KeyError as e:
+        log.append(("outer", e.args))
+        z = y * 3
+    return z + 1, log
+
+
+def test_exception_at_break_skips_an_unmatched_handler_and_runs_finally():
+    check(gb_try_unmatched, (torch.randn(3), {"k": 1}, []), graphs=1)
+
+
+def gb_try_raise(x, n):
+    y = x.sum()
+    try:
+        if y.item() > 100:       # never: the break's own branch
+            y = y * 0
+        raise ValueError(n)      # a raise at a break: caught below
+    except ValueError as e:
+        y = y + e.args[0]
+    return y
+
+
+def test_raise_at_break_inside_try_is_caught():
+    check(gb_try_raise, (torch.randn(3), 2), graphs=None)
+
+
+def gb_try_escapes(x, log):
+    try:
+        y = x * 2
+        log.append(len(log))
+        y.sum().item()
+        raise KeyError("escapes")
+    finally:
+        log.append("finally")
+
+
+def test_exception_at_break_runs_finally_and_propagates():
+    check(gb_try_escapes, (torch.randn(3), []), graphs=None, raises=KeyError)
 
 
 def gb_finally(x, log):
@@ -201,32 +268,190 @@ def gb_finally(x, log):
     return y
 
 
-def test_break_inside_try_finally_runs_the_frame_eagerly():
-    check(gb_finally, (torch.randn(3), []), graphs=0)
+def test_break_inside_try_finally(capsys):
+    check(gb_finally, (torch.randn(3), []), graphs=1)
+    assert capsys.readouterr().out.count("gb-finally") == 4
 
 
 class Recorder:
-    def __init__(self):
+    def __init__(self, suppress=False):
         self.events = []
+        self.suppress = suppress
 
     def __enter__(self):
         self.events.append("enter")
         return self
 
-    def __exit__(self, *exc):
-        self.events.append("exit")
-        return False
+    def __exit__(self, kind, value, tb):
+        self.events.append(("exit", kind and kind.__name__, value and value.args))
+        return self.suppress
 
 
 def gb_user_context(x, rec):
     with rec:
         y = x * 2
         print("gb-user-context")
+        y = y + 1
     return y
 
 
-def test_break_inside_user_context_manager_runs_the_frame_eagerly():
-    check(gb_user_context, (torch.randn(3), Recorder()), graphs=0)
+def test_break_inside_user_context_manager(capsys):
+    # x * 2 | print | y + 1 and the exit
+    check(gb_user_context, (torch.randn(3), Recorder()), graphs=2)
+    assert capsys.readouterr().out.count("gb-user-context") == 4
+
+
+def gb_user_context_raises(x, rec):
+    with rec as r:
+        y = x * 2
+        r.events.append(int(y.sum().item() > 100))
+        raise KeyError("in the block")
+    return y
+
+
+def test_exception_at_break_inside_user_context_manager_reaches_exit_once():
+    check(gb_user_context_raises, (torch.randn(3), Recorder()), graphs=None, raises=KeyError)
+
+
+def test_user_context_manager_suppressing_the_exception_of_a_break():
+    check(gb_user_context_raises, (torch.randn(3), Recorder(suppress=True)), graphs=None)
+
+
+def gb_nested_blocks(x, outer, inner, log):
+    try:
+        with outer:
+            with torch.no_grad():
+                with inner:
+                    y = x * 2
+                    log.append(torch.is_grad_enabled())
+                    y = y + [][0]       # IndexError: through inner, no_grad and outer
+    except IndexError:
+        log.append(("caught", torch.is_grad_enabled()))
+        y = x - 1
+    return y, torch.is_grad_enabled()
+
+
+def test_exception_at_break_unwinds_nested_blocks_in_order():
+    check(gb_nested_blocks, (torch.randn(3, requires_grad=True), Recorder(), Recorder(), []),
+          graphs=None)
+    assert torch.is_grad_enabled()
+
+
+# -- frames whose locals are closed over (cells) ----------------------------------------------
+
+class ClosureModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        scale = 2
+        f = lambda t: t * scale       # noqa: E731
+        print("gb-cells", scale)
+        return f(self.fc(x))
+
+
+def test_break_in_a_frame_with_cells(capsys):
+    # print | fc and f: f is a new object on each call; the resume guards its code and
+    # cells, so one capture serves every call
+    check(ClosureModel(), (torch.randn(2, 4),), module=True, graphs=1)
+    assert capsys.readouterr().out.count("gb-cells 2") == 4
+
+
+def gb_made_function(x, n):
+    scale = n
+    f = lambda t: t * scale         # noqa: E731
+    print("gb-made", n)
+    return f(x)
+
+
+def test_function_made_before_the_break_with_new_cell_contents():
+    # the resume reads scale through f's cell: a new n recaptures it
+    check(gb_made_function, (torch.randn(3), 2), (torch.randn(3), 3), graphs=2)
+
+
+def gb_cell_shared(x, log):
+    scale = 2
+    bump = 0
+
+    def f(t):
+        nonlocal bump
+        bump += 1
+        return t * scale + bump
+    y = f(x)
+    print("gb-cell-shared", scale, bump)   # a break that sees the cells' values
+    scale = 3                       # written after the break: f must see it
+    z = f(y)
+    print("gb-cell-shared", scale, bump)   # a second break, in the resume function
+    g = lambda: scale + bump        # noqa: E731  (made after the break)
+    return z, g(), bump, f.__closure__[0].cell_contents
+
+
+def test_cells_are_shared_across_the_break(capsys):
+    # f(x) | print | f(y) | print | g() and f.__closure__ (the resume of a resume also
+    # receives the cells)
+    check(gb_cell_shared, (torch.randn(3), []), graphs=None)
+    text = capsys.readouterr().out
+    assert text.count("gb-cell-shared 2 1") == text.count("gb-cell-shared 3 2") == 4
+    out = ember.explain(gb_cell_shared)(torch.randn(3), [])
+    assert out.graph_break_count == 2 and not any(r.frame_ran_eagerly
+                                                  for r in out.break_reasons)
+
+
+def gb_cell_argument(x, k, log):
+    h = lambda: k * 2               # noqa: E731  (k, a parameter, is a cell)
+    log.append(h())
+    k = k + 1
+    return x * h(), h(), h.__closure__[0].cell_contents
+
+
+def test_cell_of_a_parameter_across_the_break():
+    check(gb_cell_argument, (torch.randn(3), 2, []), graphs=None)
+
+
+def gb_cell_unbound(x, log):
+    print("gb-unbound")             # the break: `later` is not assigned yet
+    later = x * 2
+    return (lambda: later)()
+
+
+def test_cell_unbound_at_the_break_runs_the_frame_eagerly():
+    check(gb_cell_unbound, (torch.randn(3), []), graphs=0)
+    out = ember.explain(gb_cell_unbound)(torch.randn(3), [])
+    assert out.break_reasons[-1].frame_ran_eagerly
+    assert "unbound" in out.break_reasons[-1].reason
+
+
+def gb_cell_deleted(x):
+    scale = 2
+    f = lambda: scale               # noqa: E731
+    print("gb-cell-deleted")
+    r = x * f()
+    del scale                       # DELETE_DEREF: a later f() raises NameError
+    return r
+
+
+def test_frame_deleting_a_cell_runs_eagerly():
+    check(gb_cell_deleted, (torch.randn(3),), graphs=0)
+    reason = ember.explain(gb_cell_deleted)(torch.randn(3)).break_reasons[-1]
+    assert reason.frame_ran_eagerly and "DELETE_DEREF" in reason.reason
+
+
+def gb_cells_and_try(x, log):
+    n = 1
+    add = lambda t: t + n           # noqa: E731
+    try:
+        n = 5
+        log.append(len(log))
+        y = add(x) * [][0]
+    except IndexError:
+        n = n + 1
+        y = add(x)
+    return y, n
+
+
+def test_cells_with_an_exception_at_the_break():
+    check(gb_cells_and_try, (torch.randn(3), []), graphs=None)
 
 
 # -- Python state mutated before the break is visible to the instruction -----------------------
@@ -376,11 +601,21 @@ def test_explain_reports_graphs_and_reasons(capsys):
     assert "Graph count: 2" in text and "if z.sum() > 0:" in text
 
 
+SCRATCH = 0
+
+
+def gb_del_global(x):
+    global SCRATCH
+    SCRATCH = 1
+    del SCRATCH                  # no graph break runs DELETE_GLOBAL yet
+    return x + 1
+
+
 def test_explain_counts_a_frame_that_ran_eagerly():
-    out = ember.explain(gb_try)(torch.randn(3), [1, 2])
+    out = ember.explain(gb_del_global)(torch.randn(3))
     assert out.graph_count == 0
     assert out.break_reasons[0].frame_ran_eagerly
-    assert "try" in out.break_reasons[0].reason
+    assert "DELETE_GLOBAL" in out.break_reasons[0].reason
 
 
 def test_graph_breaks_log_shows_user_stack(ember_log):

@@ -69,6 +69,10 @@ def _is_user_object(value) -> bool:
 def _wrap(tx, value, source: Source | None) -> VariableTracker:
     add = tx.output.guards.add if source is not None else (lambda g: None)
 
+    if isinstance(value, types.CellType):   # one tracker per cell: reads see its writes
+        add(guards.type_match(source, types.CellType))
+        return tx.cell_for(value, AttrSource(source, "cell_contents") if source else None,
+                           cell_source=source)
     if is_constant_value(value):
         add(guards.constant_match(source, value) if not isinstance(value, (
             torch.dtype, types.CodeType)) else guards.id_match(source, value))

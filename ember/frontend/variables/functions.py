@@ -14,12 +14,16 @@ from ember.frontend.variables.base import ConstantVariable, VariableTracker
 
 class CellVariable(VariableTracker):
     """A closure cell. ``real_cell`` is set for cells that exist outside the frame (their
-    writes are side effects); cells made during capture are plain boxes."""
+    writes are side effects); cells made during capture are plain boxes. ``source`` is where
+    the cell's *contents* are read from; ``cell_source``, where the cell object itself is
+    (a resume function receives the cells of the frame it continues as arguments)."""
     mutable = True
 
-    def __init__(self, contents: VariableTracker | None = None, real_cell=None, source=None):
+    def __init__(self, contents: VariableTracker | None = None, real_cell=None, source=None,
+                 cell_source=None):
         super().__init__(source)
         self.real_cell = real_cell
+        self.cell_source = cell_source
         self._contents = contents
         self.loaded = contents is not None or real_cell is None
 
@@ -40,6 +44,26 @@ class CellVariable(VariableTracker):
             tx.output.side_effects.store_cell(self, value)
         self._contents = value
         self.loaded = True
+
+    def is_unbound(self) -> bool:
+        return self.loaded and self._contents is None
+
+    def var_getattr(self, tx, name):
+        if name == "cell_contents":
+            return self.get(tx)
+        return super().var_getattr(tx, name)
+
+    def reconstruct(self, cg) -> str:
+        """The cell object (never its contents): read from ``cell_source``, held when it
+        exists outside the frame, else made once with the contents it has now."""
+        if self.cell_source is not None:
+            return cg.load(self.cell_source)
+        if self.real_cell is not None:
+            return cg.const(self.real_cell)
+        cell = cg.temp(self, f"{cg.const(types.CellType)}()")   # first: contents may be a
+        if self._contents is not None:                          # function closing over it
+            cg.lines.append(f"{cell}.cell_contents = {cg.reconstruct(self._contents)}")
+        return cell
 
 
 def bind_args(code: types.CodeType, name: str, args: list, kwargs: dict,
@@ -198,15 +222,14 @@ class NestedUserFunctionVariable(BaseUserFunctionVariable):
         return super().var_getattr(tx, name)
 
     def rebuild(self, cg):
-        if self.closure:
-            raise Unsupported(f"rebuilding {self}, which closes over the frame's variables")
         from ember.frontend.codegen import new_function
         defaults = cg.items(self.defaults) if self.defaults else ""
         kwdefaults = ", ".join(f"{k!r}: {cg.reconstruct(v)}"
                                for k, v in (self.kwdefaults or {}).items())
+        closure = cg.items(self.closure) if self.closure else ""
         return cg.temp(self, f"{cg.const(new_function)}({cg.const(self.code)}, "
                              f"{cg.const(self.f_globals)}, {self.code.co_name!r}, "
-                             f"({defaults}), {{{kwdefaults}}})")
+                             f"({defaults}), {{{kwdefaults}}}, ({closure}))")
 
     def __repr__(self):
         return f"NestedUserFunctionVariable({self.name})"
