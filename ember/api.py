@@ -142,6 +142,8 @@ class OptimizedFunction:
             if self._settings.fullgraph:
                 raise
             self._run_eagerly_from_now(str(e))
+            entry = None
+        if entry is None:   # outside the except: the user's exceptions carry no Unsupported
             return fn(*args, **kwargs)
         self._entries.append(entry)
         out = entry.run(*args, **kwargs)

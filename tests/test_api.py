@@ -312,3 +312,17 @@ def test_submodule_hooks_run_eagerly_and_later_hooks_recompile():
     net[0].register_forward_hook(lambda mod, inp, out: calls.append(1))
     assert same(cm(x), net(x))       # the new hook's guard fails: frame now runs eagerly
     assert len(calls) == 2           # the hook ran for the compiled call too
+
+
+def test_exception_of_a_frame_run_eagerly_has_no_compiler_context():
+    """A frame that cannot be captured runs eagerly; an exception it raises is the user's
+    alone (no 'during handling of Unsupported' context in its traceback)."""
+    def f(x):
+        del_me = 1
+        g = lambda: del_me  # noqa: E731  (a cell, deleted below: the frame runs eagerly)
+        del del_me
+        raise KeyError(x.shape[0])
+
+    with pytest.raises(KeyError) as info:
+        ember.compile(f, backend="eager")(torch.randn(2))
+    assert info.value.__context__ is None
