@@ -111,9 +111,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     except Exception as e:
         if not config.suppress_errors:
             raise
-        logs.warn("ember backend: code generation failed (%s: %s); running the graph as "
-                  "captured", type(e).__name__, e)
-        return gm.forward
+        return _as_captured_after(gm, e, "code generation")
     logs.log("output_code", "compiled %d-node graph in %.3f s", len(gm.graph.nodes),
              time.perf_counter() - start)
     if cache_key:
@@ -162,12 +160,17 @@ def _compile_training(gm: torch.fx.GraphModule, example_inputs: list, target: Ta
     except Exception as e:
         if not config.suppress_errors:
             raise
-        logs.warn("ember backend: training graph compilation failed (%s: %s); running it as "
-                  "captured", type(e).__name__, e)
-        return gm.forward
+        return _as_captured_after(gm, e, "training graph compilation")
     logs.log("output_code", "compiled %d-node training graph in %.3f s", len(gm.graph.nodes),
              time.perf_counter() - start)
     return compiled
+
+
+def _as_captured_after(gm: torch.fx.GraphModule, error: Exception, what: str) -> Callable:
+    """The graph as captured, after ``what`` failed (``config.suppress_errors``), said."""
+    logs.warn("ember backend: %s failed (%s: %s); running the graph as captured", what,
+              type(error).__name__, error)
+    return gm.forward
 
 
 def compile_aten(gm: torch.fx.GraphModule, example_inputs: list,
