@@ -12,6 +12,8 @@ from typing import Any, Callable
 
 _disabled: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
 _disabled_codes: set[types.CodeType] = set()
+# functions the graph breaks at (they run in Python), with the reason a break gives
+_runs_in_python: dict[int, tuple[Any, str]] = {}
 _allowed_in_graph: dict[int, Any] = {}   # id -> callable (held, so the id stays unique)
 
 
@@ -55,3 +57,45 @@ def allow_in_graph(fn: Callable) -> Callable:
 
 def is_allowed_in_graph(fn: Any) -> bool:
     return _allowed_in_graph.get(id(fn)) is fn
+
+
+def run_in_python(fn: Callable, reason: str) -> None:
+    """Calls to ``fn`` break the graph and run in Python (with ``reason``), not traced."""
+    _runs_in_python[id(fn)] = (fn, reason)
+
+
+def python_only_reason(fn: Any) -> str | None:
+    """The break reason of a function that runs in Python, also when it is reached through
+    wrappers (torch wraps some of its functions in ``torch._disable_dynamo`` on demand)."""
+    for candidate in (fn, _unwrapped(fn)):
+        entry = _runs_in_python.get(id(candidate))
+        if entry is not None and entry[0] is candidate:
+            return entry[1]
+    return None
+
+
+def _unwrapped(fn: Any) -> Any:
+    try:
+        return inspect.unwrap(fn) if callable(fn) else fn
+    except ValueError:      # a __wrapped__ cycle
+        return fn
+
+
+def _register_random_state_setters() -> None:
+    """Setting torch's random state is a step of the program between graphs: eager's order of
+    random draws around it is kept by breaking there (tracing into it reaches device-specific
+    internals that cannot be captured)."""
+    import torch
+    setters = [torch.manual_seed, torch.seed, torch.set_rng_state, torch.random.manual_seed,
+               torch.random.seed, torch.random.set_rng_state]
+    for name in ("manual_seed", "manual_seed_all", "seed", "seed_all", "set_rng_state",
+                 "set_rng_state_all"):
+        fn = getattr(torch.cuda, name, None)
+        if fn is not None:
+            setters.append(fn)
+    for fn in setters:
+        run_in_python(fn, f"{getattr(fn, '__module__', 'torch')}.{fn.__name__} sets the "
+                          f"global random state; it runs in Python between graphs")
+
+
+_register_random_state_setters()

@@ -407,3 +407,25 @@ def test_three_lists_one_mutated_then_two_of_them_the_same_object():
         assert same(eager["f"](x, *args_e), compiled["f"](x, *args_c))
         assert lists_e == lists_c
     assert cnt.frame_count == 3
+
+
+def reseeds_between_draws(x):
+    y = x + torch.rand(2)
+    torch.manual_seed(3)
+    return y + torch.rand(2)
+
+
+def test_manual_seed_inside_compiled_code_breaks_and_keeps_eager_draws():
+    cnt = CompileCounter()
+    compiled = ember.compile(reseeds_between_draws, backend=cnt)
+    torch.manual_seed(0)
+    got, got_next = compiled(torch.zeros(2)), torch.rand(3)
+    torch.manual_seed(0)
+    want, want_next = reseeds_between_draws(torch.zeros(2)), torch.rand(3)
+    assert torch.equal(got, want) and torch.equal(got_next, want_next)
+    assert cnt.frame_count == 2
+    ember.reset()
+    explained = ember.explain(reseeds_between_draws)(torch.zeros(2))
+    assert [r.reason for r in explained.break_reasons] == [
+        "call to manual_seed: torch.random.manual_seed sets the global random state; it runs "
+        "in Python between graphs"]

@@ -144,6 +144,10 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
         # a cached pure function: calls are inlined (the cache changes no result)
         add(guards.id_match(source, value))
         return wrap(tx, value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
+    reason = registry.python_only_reason(value)
+    if reason is not None:
+        add(guards.id_match(source, value))
+        return HandlerFunctionVariable(value, _unsupported_call(value, reason), source)
     if registry.is_disabled(value):
         add(guards.id_match(source, value))
         return HandlerFunctionVariable(
@@ -204,5 +208,5 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
 
 def _unsupported_call(fn, why: str):
     def handler(tx, args, kwargs):
-        raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}, {why}")
+        raise Unsupported(f"call to {getattr(fn, '__qualname__', fn)}: {why}")
     return handler
