@@ -110,7 +110,9 @@ class EntryCodegen:
         saved, self.lines = self.lines, []
         for guard in guards:
             v = self.load(guard.source) if guard.source is not None else ""
-            self.lines.append(f"if not ({guard.check(v, self.const)}): {on_fail(guard)}")
+            others = [self.load(s) for s in guard.others]
+            self.lines.append(f"if not ({guard.check(v, self.const, *others)}): "
+                              f"{on_fail(guard)}")
         out, self.lines = self.lines, saved
         return out
 

@@ -20,12 +20,15 @@ from ember.frontend.source import Source
 @dataclasses.dataclass(eq=False)
 class Guard:
     """``check(v, const)`` returns a boolean Python expression over the value expression ``v``;
-    ``const(obj)`` interns an object the expression refers to and returns its name."""
+    ``const(obj)`` interns an object the expression refers to and returns its name. A guard
+    over several objects lists the ``others``: their values (locals shared with every other
+    guard, computed once) come as ``check(v, const, *others)``."""
     source: Source | None
     kind: str
-    check: Callable[[str, Callable[[Any], str]], str]
+    check: Callable[..., str]
     detail: str = ""
     key: tuple = ()
+    others: tuple = ()
 
     def describe(self) -> str:
         where = self.source.name() if self.source is not None else "global state"
@@ -105,22 +108,22 @@ def call_result_match(source: Source, method, args: tuple, result) -> Guard:
 
 
 def same_object(source: Source, other: Source) -> Guard:
-    return Guard(source, "ALIAS", lambda v, const: f"{v} is {other.expr()}",
-                 f"is {other.name()}", ("alias", source, other))
+    return Guard(source, "ALIAS", lambda v, const, o: f"{v} is {o}",
+                 f"is {other.name()}", ("alias", source, other), (other,))
 
 
 def all_distinct(sources: list[Source]) -> Guard:
     """The objects at ``sources`` are pairwise different objects."""
-    first, others = sources[0], sources[1:]
+    first, others = sources[0], tuple(sources[1:])
 
-    def check(v, const):
-        if len(others) == 1:
-            return f"{v} is not {others[0].expr()}"
-        ids = ", ".join([f"id({v})"] + [f"id({s.expr()})" for s in others])
+    def check(v, const, *values):
+        if len(values) == 1:
+            return f"{v} is not {values[0]}"
+        ids = ", ".join(f"id({x})" for x in (v, *values))
         return f"len({{{ids}}}) == {len(sources)}"
     return Guard(first, "DISTINCT", check,
                  "is not " + ", ".join(s.name() for s in others)[:60],
-                 ("distinct", *sources))
+                 ("distinct", *sources), others)
 
 
 def global_call_match(fn, result) -> Guard:
