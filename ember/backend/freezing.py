@@ -20,9 +20,9 @@ counter, so a change could not be seen) and every other input.
 
 The pass (on the ATen graph)
 ----------------------------
-1. ``copy_(buffer, _to_copy(buffer))`` write-backs that change nothing (eval-mode batch
-   norm's decomposition "updates" its running statistics with themselves) are removed, so
-   those buffers are not counted as mutated.
+1. Write-backs that change nothing (eval-mode batch norm "updating" its running statistics
+   with themselves) never reach this graph: the ATen tracer does not count those inputs as
+   mutated (``aot.trace._unchanged``), so those buffers are frozen like any other.
 2. ``_native_batch_norm_legit_no_training`` / ``native_batch_norm(training=False)``, if they
    reach the graph undecomposed, are rewritten as ``x * scale + shift`` with per-channel
    ``scale``, ``shift`` computed from the statistics (constants when they are frozen).
@@ -152,24 +152,6 @@ def _val(x):
     return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
 
 
-def _remove_identity_copies(graph: torch.fx.Graph) -> None:
-    """Drop ``copy_(p, p)`` and ``copy_(p, _to_copy(p))`` of the same dtype and device."""
-    for node in list(graph.nodes):
-        if node.op != "call_function" or node.target is not aten.copy_.default:
-            continue
-        dst, src = node.args[0], node.args[1]
-        if isinstance(src, torch.fx.Node) and src.target is aten._to_copy.default and \
-                src.args[0] is dst and not set(src.kwargs) - {"dtype", "device", "layout"}:
-            a, b = _val(src), _val(dst)
-            if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
-                    and a.dtype == b.dtype and a.device == b.device):
-                continue
-        elif src is not dst:
-            continue
-        if not node.users:
-            graph.erase_node(node)
-
-
 # -- the pass -------------------------------------------------------------------------------------
 
 @dataclass
@@ -284,7 +266,6 @@ def freeze(gm: torch.fx.GraphModule, aten_gm: torch.fx.GraphModule,
     if len(captured) != len(placeholders):
         captured = placeholders
 
-    _remove_identity_copies(graph)
     mutated = {n.args[0] for n in graph.nodes
                if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
                and n.target._schema.is_mutable and n.args}
