@@ -10,8 +10,9 @@
 #   frontend  frontend tests under the machine's Python 3.12
 #   libs      issue 9's library suites (timm, hf, torchvision) in bfloat16
 #   train     issue 10's AMP training step
+#   survey    issue 8's model survey (CPU, Python 3.12): inference and training
 set -u
-export HF_HUB_OFFLINE=1 PYTHONPATH=.
+export HF_HUB_OFFLINE=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/h200}
 mkdir -p "$OUT"
 STEPS=${STEPS:-"tests bench frontend"}
@@ -34,6 +35,8 @@ for step in $STEPS; do
     train) timeout 300 python3 -m ember.bench --device cuda --mode train --suite gpu \
              --dtype bfloat16 --compilers eager,ember,torch-inductor --repeat 10 --warmup 3 \
              --no-warm-compile --torch-compile-budget 90 > "$OUT/train.txt" 2>&1 ;;
+    survey) (timeout 280 python3 tests/frontend/survey_models.py; timeout 280 python3 \
+             tests/frontend/survey_models.py --train) > "$OUT/survey.txt" 2>&1 ;;
     *) echo "unknown step $step" >&2 ;;
   esac
   echo "== $step: $(tail -n 1 "$OUT"/*"$step"*.txt 2>/dev/null | tail -n 1)"

@@ -1,7 +1,8 @@
 """Named log artifacts and per-frame debug dumps.
 
 ``EMBER_LOGS=graph,guards,recompiles,graph_breaks,bytecode`` turns on those artifacts (``aot``:
-a training graph's joint graph, its forward/backward partition and the saved bytes); each is a
+a training graph's joint graph, its forward/backward partition and the saved bytes;
+``compile_time``: the seconds each backend stage took, per graph); each is a
 child logger of ``ember`` (``ember.graph``...) printed through :mod:`logging` at INFO level.
 ``EMBER_LOGS=all`` turns on every artifact. ``EMBER_DEBUG_DIR=path`` writes, for each compiled
 frame, one folder with the stage outputs as files a user can open.
@@ -17,7 +18,7 @@ from pathlib import Path
 from ember import config
 
 ARTIFACTS = ("graph", "guards", "recompiles", "graph_breaks", "bytecode", "output_code",
-             "perf_hints", "aot")
+             "perf_hints", "aot", "compile_time")
 
 _root = logging.getLogger("ember")
 _enabled: set[str] = set()

@@ -18,6 +18,7 @@ import torch
 
 from ember import config, logs
 from ember.backend import graph_cache, metrics
+from ember.backend.attention_masks import simplify_constant_masks
 from ember.backend.codegen.common import Kernel
 from ember.backend.codegen.wrapper import WrapperCodegen
 from ember.backend.graph import GraphLowering
@@ -76,6 +77,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         logs.log("perf_hints", "ember backend: %s; graph runs as captured", e)
         return gm.forward
     from ember.aot import enables_grad, may_record_grad
+    simplify_constant_masks(gm, example_inputs)
     if may_record_grad(tensors, enables_grad(gm)):
         if freezing:
             logs.warn("ember backend: freezing=True is for inference (call under "
@@ -90,12 +92,15 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         logs.log("output_code", "graph cache hit: %d kernels loaded in %.3f s",
                  len(artifact.kernels), time.perf_counter() - start)
         return _finish(compiled, gm, example_inputs, cudagraphs, device)
+    stages_before = dict(metrics.compile_seconds)
     try:
-        aten_graph = trace_to_aten(gm, example_inputs, decompositions=core_decompositions())
+        with metrics.timed("aot trace"):
+            aten_graph = trace_to_aten(gm, example_inputs, decompositions=core_decompositions())
         if wants_channels_last(aten_graph.gm, device):   # traced again: metadata follows
-            aten_graph = trace_to_aten(convert_convolutions(aten_graph.gm), example_inputs,
-                                       decompositions=core_decompositions())
-            drop_redundant_conversions(aten_graph.gm)
+            with metrics.timed("channels-last trace"):
+                aten_graph = trace_to_aten(convert_convolutions(aten_graph.gm), example_inputs,
+                                           decompositions=core_decompositions())
+                drop_redundant_conversions(aten_graph.gm)
     except NotImplementedError as e:
         logs.log("perf_hints", "ember backend: ATen tracing declined (%s); graph runs as "
                                "captured", e)
@@ -114,12 +119,22 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         return _as_captured_after(gm, e, "code generation")
     logs.log("output_code", "compiled %d-node graph in %.3f s", len(gm.graph.nodes),
              time.perf_counter() - start)
+    _log_stage_times(gm, stages_before, time.perf_counter() - start)
     if cache_key:
         graph_cache.store(cache_key, artifact)
     compiled = _finish(compiled, gm, example_inputs, cudagraphs, device)
     if frozen is not None:
         return frozen.guard(compiled, lambda args: compile_graph(gm, args, **options))
     return compiled
+
+
+def _log_stage_times(gm: torch.fx.GraphModule, before: dict, total: float) -> None:
+    if logs.enabled("compile_time"):
+        stages = ", ".join(f"{stage} {seconds - before.get(stage, 0.0):.2f} s"
+                           for stage, seconds in metrics.compile_seconds.items()
+                           if seconds - before.get(stage, 0.0) >= 0.005)
+        logs.log("compile_time", "%d-node graph compiled in %.2f s: %s", len(gm.graph.nodes),
+                 total, stages)
 
 
 def _finish(compiled, gm, example_inputs, cudagraphs: bool, device) -> Callable:
@@ -184,10 +199,12 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs: list,
 def generate(gm: torch.fx.GraphModule, example_inputs: list, target: Target,
              device: torch.device, fused_random: bool = False) -> CompiledArtifact:
     """Lower, schedule and generate the wrapper and kernels of an ATen graph."""
-    graph = GraphLowering(gm, example_inputs, target, device, fused_random).run()
+    with metrics.timed("lowering"):
+        graph = GraphLowering(gm, example_inputs, target, device, fused_random).run()
     output_names = {o.name if isinstance(o, Buffer) else o.data.name
                     for o in graph.outputs if isinstance(o, (Buffer, ReinterpretView))}
-    steps = schedule(graph.buffers, output_names)
+    with metrics.timed("scheduling"):
+        steps = schedule(graph.buffers, output_names)
     layouts = {b.name: b.layout for b in [*graph.inputs, *graph.constant_buffers, *graph.buffers]
                if b.layout is not None}
     dtypes = {name: layout.dtype for name, layout in layouts.items()}
@@ -197,14 +214,15 @@ def generate(gm: torch.fx.GraphModule, example_inputs: list, target: Target,
         if n.is_Integer:
             numels[name] = int(n)
     kernels: dict[int, Kernel] = {}
-    for step in steps:
-        if isinstance(step, FusedKernel):
-            kernel = target.make_kernel(step, f"kernel{len(kernels)}", dtypes)
-            kernel.numels = numels
-            kernel.source = kernel.generate()
-            kernels[id(step)] = kernel
-    wrapper = WrapperCodegen(graph, steps, kernels)
-    src = wrapper.generate()
+    with metrics.timed("code generation"):
+        for step in steps:
+            if isinstance(step, FusedKernel):
+                kernel = target.make_kernel(step, f"kernel{len(kernels)}", dtypes)
+                kernel.numels = numels
+                kernel.source = kernel.generate()
+                kernels[id(step)] = kernel
+        wrapper = WrapperCodegen(graph, steps, kernels)
+        src = wrapper.generate()
     folder = logs.debug_frame_dir("backend")
     if folder is not None:
         logs.dump(folder, "aten_graph.py", gm.code)
@@ -215,7 +233,8 @@ def generate(gm: torch.fx.GraphModule, example_inputs: list, target: Target,
 
 def instantiate(artifact: CompiledArtifact, target: Target) -> Callable:
     """Build (or load) the kernels and run the wrapper's module: the compiled callable."""
-    namespace: dict = target.build(artifact.kernels)
+    with metrics.timed("kernel build"):
+        namespace: dict = target.build(artifact.kernels)
     namespace.update(artifact.consts)
     namespace.update(artifact.constants)
     src = artifact.wrapper

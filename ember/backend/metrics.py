@@ -3,15 +3,29 @@
 ``generated_kernel_count``: fused kernels generated (one per C++ function or Triton kernel);
 ``fallback_ops``: ATen ops that ran through their eager kernel instead of a generated one,
 by op name (``"aten.sort.default": 2``); ``extern_calls``: library kernels chosen on purpose
-(mm, convolution, sdpa) by op name.
+(mm, convolution, sdpa) by op name; ``compile_seconds``: time spent in each backend stage,
+summed over graphs (``timed``), logged per graph under ``EMBER_LOGS=compile_time``.
 """
 from __future__ import annotations
 
 import collections
+import contextlib
+import time
 
 generated_kernel_count = 0
 fallback_ops: collections.Counter = collections.Counter()
 extern_calls: collections.Counter = collections.Counter()
+compile_seconds: collections.Counter = collections.Counter()
+
+
+@contextlib.contextmanager
+def timed(stage: str):
+    """Add the time the block takes to ``compile_seconds[stage]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        compile_seconds[stage] += time.perf_counter() - start
 
 
 def reset() -> None:
@@ -19,3 +33,4 @@ def reset() -> None:
     generated_kernel_count = 0
     fallback_ops.clear()
     extern_calls.clear()
+    compile_seconds.clear()

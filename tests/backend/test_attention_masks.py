@@ -1,0 +1,132 @@
+"""Constant attention masks: dropped when they mask nothing, ``is_causal`` when causal."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+from ember.backend.attention_masks import simplify_constant_masks
+
+B, H, L, D = 2, 3, 8, 16
+
+
+def _qkv(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(B, H, L, D, generator=g) for _ in range(3)]
+
+
+def _capture(fn, *args):
+    """fn's graph, after the mask pass; returns (rewrites, graph module, compiled result)."""
+    seen = {}
+
+    def backend(gm, inputs):
+        seen["count"] = simplify_constant_masks(gm, inputs)
+        seen["gm"] = gm
+        return gm.forward
+    out = ember.compile(fn, backend=backend)(*args)
+    return seen["count"], seen["gm"], out
+
+
+def _sdpa_kwargs(gm):
+    [node] = [n for n in gm.graph.nodes if n.target is F.scaled_dot_product_attention]
+    return dict(node.kwargs)
+
+
+def all_true_like(q, k, v):
+    mask = torch.ones_like(q[:, :1, :, :1], dtype=torch.bool).expand(B, 1, L, L)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def causal_arange(q, k, v):
+    i = torch.arange(L)
+    mask = (i[None, :] <= i[:, None])[None, None].expand(B, 1, L, L)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def causal_float(q, k, v):
+    mask = torch.full((L, L), float("-inf")).triu(1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def causal_finfo_min(q, k, v):
+    i = torch.arange(L)
+    mask = torch.zeros(L, L).masked_fill(i[None, :] > i[:, None], torch.finfo(torch.float32).min)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("fn,kind", [(all_true_like, "none"), (causal_arange, "causal"),
+                                     (causal_float, "causal"), (causal_finfo_min, "causal")])
+def test_constant_mask_rewritten(fn, kind):
+    q, k, v = _qkv()
+    count, gm, out = _capture(fn, q, k, v)
+    assert count == 1
+    kwargs = _sdpa_kwargs(gm)
+    assert kwargs["attn_mask"] is None and kwargs["is_causal"] == (kind == "causal")
+    torch.testing.assert_close(out, fn(q, k, v), rtol=1e-5, atol=1e-5)
+    assert not [n for n in gm.graph.nodes if n.target in (torch.arange, torch.ones_like,
+                                                           torch.full)], "mask left behind"
+
+
+def banded(q, k, v):
+    i = torch.arange(L)
+    mask = (i[None, :] - i[:, None]).abs() <= 2
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def from_values(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=q[:, :, :, :1] > 0)
+
+
+def bias(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(L, L) * 0.5)
+
+
+def written_after(q, k, v):
+    i = torch.arange(L)
+    mask = i[None, :] <= i[:, None]
+    mask[0, 0] = False     # one more masked place: no longer the causal mask
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("fn", [banded, from_values, bias, written_after])
+def test_other_masks_kept(fn):
+    q, k, v = _qkv(1)
+    count, gm, out = _capture(fn, q, k, v)
+    assert count == 0
+    assert _sdpa_kwargs(gm).get("attn_mask") is not None
+    torch.testing.assert_close(out, fn(q, k, v), rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
+def test_padding_mask_input_kept():
+    q, k, v = _qkv(2)
+    keep = torch.ones(B, 1, 1, L, dtype=torch.bool)
+    fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
+    count, gm, out = _capture(fn, q, k, v, keep)
+    assert count == 0      # all True today, but an input: it may not be next call
+    torch.testing.assert_close(out, fn(q, k, v, keep))
+
+
+class CausalBlock(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(D, 3 * D)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        n = x.shape[1]
+        i = torch.arange(n, device=x.device)
+        mask = torch.ones_like(x[:, None, :, :1], dtype=torch.bool).expand(-1, 1, n, n) & \
+            (i[None, :] <= i[:, None])
+        return F.scaled_dot_product_attention(q[:, None], k[:, None], v[:, None],
+                                              attn_mask=mask)
+
+
+def test_ember_backend_end_to_end(cpu_backend, ember_log):
+    torch.manual_seed(0)
+    model = CausalBlock().eval()
+    x = torch.randn(B, L, D)
+    ember.logs.set_logs("perf_hints")
+    with torch.no_grad():
+        out = ember.compile(model)(x)
+        expected = model(x)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert "its constant mask is causal" in ember_log.text
