@@ -5,9 +5,9 @@ check their results, and report speedups, compile times, graphs and memory.
                 [--device cpu|cuda] [--dtype float32|float16|bfloat16] [--mode infer|train]
                 [--batch-size N] [--compilers eager,ember,ember-reduce-overhead,
                                   ember-max-autotune,torch-inductor,... | all]
-                [--repeat N] [--warmup N] [--out DIR] [--compare A.json B.json]
-                [--timeout S] [--budget S] [--no-isolate] [--no-warm-compile]
-                [--backend NAME]
+                [--repeat N] [--warmup N] [--out DIR [--resume]] [--compare A.json B.json]
+                [--show RESULTS.json] [--timeout S] [--budget S] [--no-isolate]
+                [--no-warm-compile] [--backend NAME]
                 [--no-torch-compile] [--torch-compile-budget S] [--threads N]
                 [--json PATH] [--kernel-bytes B]
 
@@ -21,6 +21,18 @@ and the results are shown as tables (``report``), saved under ``--out``.
 Usage errors (unknown model, kernel, suite or compiler, a bad number, no CUDA, ``--compare``
 mixed with run options) exit with status 2 and a message naming the option; a model or
 compiler that fails becomes a row or a cell with its error instead of stopping the run.
+
+Long runs (``--suite all`` takes hours on a small CPU) must survive being stopped. With
+``--out DIR`` every selected row is written to ``DIR/results.json`` as ``not run`` before the
+first one starts, and each row replaces its line as soon as it is measured; ``DIR/run.log``
+gets one line per finished row. SIGTERM, SIGHUP or SIGINT stop the run cleanly
+(``runner.stop_on_signals``): the current row becomes ``interrupted``, the rest stay ``not
+run`` with the reason, the outputs and the table are written, and the exit status is 128 +
+the signal's number. ``--resume`` continues from ``DIR``: rows that finished (``ok``,
+``error``, ``crashed``, ``timeout``) are kept, the others run again, and rows of ``DIR`` that
+this command does not select stay (so suites can be run one by one into one folder). The
+settings that change the numbers (device, mode, dtype, compilers, repeat, warmup, threads,
+backend, batch size, torch version) must match the saved run's, or it is a usage error.
 
 ``--threads``: on a 2-vCPU virtual machine, two intra-op threads made eager times swing 10x
 between runs (a stolen vCPU stalls the other at OpenMP barriers) while one thread stayed within
@@ -37,11 +49,12 @@ import re
 import sys
 import tempfile
 import time
+import traceback
 
 import torch
 
 from ember.backends import list_backends
-from ember.bench import compat, kernels, models, report, runner
+from ember.bench import compat, harness, kernels, models, report, runner
 from ember.bench.harness import (DEFAULT_COMPILERS, MODES, VARIANTS, Row, is_user_compiler,
                                  resolve_compilers)
 
@@ -128,10 +141,19 @@ def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=3, metavar="N",
                         help="untimed calls per variant before timing (default 3)")
     parser.add_argument("--out", metavar="DIR",
-                        help="write results.json, results.csv, speedups.png and the rows' "
-                             "logs (logs/) to DIR")
+                        help="write results.json, results.csv, speedups.png, run.log and the "
+                             "rows' logs (logs/) to DIR; JSON and CSV are rewritten after "
+                             "every model, the models not yet run listed as 'not run'")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run saved in --out DIR: its finished rows are kept "
+                             "and not run again, the others run; rows of DIR that this "
+                             "command does not select are kept too (run suite by suite into "
+                             "one folder). The settings that change the numbers must match")
     parser.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
                         help="print per-model ratios between two saved runs and exit")
+    parser.add_argument("--show", metavar="RESULTS.json",
+                        help="print the tables of a saved run (a run going on, or stopped: "
+                             "its rows not yet run say so) and exit")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
                         help=f"seconds each model's process may run before it is killed and "
                              f"reported as a timeout (default {DEFAULT_TIMEOUT_S:g})")
@@ -216,7 +238,7 @@ def select_rows(parser: argparse.ArgumentParser, args) -> list[tuple[str, str, s
         elif suite == "kernels":
             rows += [("kernel", name, suite) for name in kernels.known()]
         else:
-            rows += [("model", name, suite) for name in models.in_suite(suite)
+            rows += [("model", name, suite) for name in models.in_suite(suite, args.mode)
                      if models.missing_package(name) is None]
     for name in _split(args.models):
         if name in kernels.KERNELS:
@@ -283,6 +305,18 @@ def bench_main(argv: list[str], prog: str = "ember bench") -> int:
         except (OSError, ValueError) as e:
             parser.error(f"--compare: {e}")
         return 0
+    if args.show:
+        others = [o for o in _explicit(parser, args) if o != "--show"]
+        if others:
+            parser.error(f"--show prints the tables of a saved run and takes no other option "
+                         f"(got {', '.join(others)})")
+        try:
+            data, rows = report.load_rows(args.show)
+        except (OSError, ValueError) as e:
+            parser.error(f"--show: {e}")
+        print(report.format_report(rows, data.get("compilers") or ["eager"],
+                                   data.get("device") or "cpu"))
+        return 0
     if args.list:
         return _list_models()
     rows_to_run = select_rows(parser, args)
@@ -296,18 +330,69 @@ def bench_main(argv: list[str], prog: str = "ember bench") -> int:
     _validate(parser, args, rows_to_run)
 
     settings = run_settings(args, compilers)
-    print(f"# torch {torch.__version__}, device {settings['device_name']}, "
-          f"{settings['threads']} threads, mode {args.mode}, dtype {args.dtype or 'per row'}, "
-          f"compilers {','.join(compilers)}; median of {args.repeat} calls after "
-          f"{args.warmup} warm-up, alternating, timed with {settings['timer']}", flush=True)
-    rows = run_rows(args, compilers, rows_to_run, settings)
-    print(report.format_report(rows, compilers, args.device))
+    saved: list[Row] = []
+    if args.resume:
+        try:
+            settings, saved = load_saved_run(args.out, settings, compilers)
+        except ValueError as e:
+            parser.error(f"--resume: {e}")
+    _say(f"# torch {torch.__version__}, device {settings['device_name']}, "
+         f"{settings['threads']} threads, mode {args.mode}, dtype {args.dtype or 'per row'}, "
+         f"compilers {','.join(compilers)}; median of {args.repeat} calls after "
+         f"{args.warmup} warm-up, alternating, timed with {settings['timer']}")
+    rows, stopped = run_rows(args, compilers, rows_to_run, settings, saved)
     if args.out:
         _write_outputs(args, rows, settings, compilers, final=True)
-        written = [f for f in OUT_FILES + ("logs/",)
+    _say(report.format_report(rows, compilers, args.device))
+    if args.out:
+        written = [f for f in OUT_FILES + ("run.log", "logs/")
                    if os.path.exists(os.path.join(args.out, f))]
-        print(f"# wrote {', '.join(written)} to {args.out}")
+        _say(f"# wrote {', '.join(written)} to {args.out}")
+    if stopped is not None:
+        return 128 + stopped.signum
     return 0
+
+
+def _say(text: str, file=None) -> None:
+    """print, flushed. A closed pipe (``| head``, a reader that died) must not end the run:
+    Python ignores SIGPIPE, so the write raises BrokenPipeError, which used to stop a long
+    run in silence (its traceback went to the same closed pipe). The stream is replaced by
+    os.devnull instead; results still go to ``--out``."""
+    stream = file or sys.stdout
+    try:
+        print(text, file=stream, flush=True)
+    except OSError:
+        for name in ("stdout", "stderr"):
+            if getattr(sys, name) is stream:
+                setattr(sys, name, open(os.devnull, "w"))
+
+
+# Settings a resumed run must share with the saved one: they change the numbers.
+RESUME_SETTINGS = ("torch", "device", "mode", "dtype", "backend", "compilers", "repeat",
+                   "warmup", "threads", "batch_size", "kernel_bytes")
+
+
+def load_saved_run(out: str, settings: dict, compilers) -> tuple[dict, list[Row]]:
+    """The settings to write (the saved run's suites and models joined with this run's) and
+    the rows saved in ``out``/results.json; none when there is no such file. ValueError when
+    the file is not a run, or when a setting of ``RESUME_SETTINGS`` differs."""
+    path = os.path.join(out, "results.json")
+    if not os.path.exists(path):
+        _say(f"# --resume: no {path} yet: starting a new run", file=sys.stderr)
+        return settings, []
+    data, saved = report.load_rows(path)
+    now = {**settings, "compilers": list(compilers)}
+    different = [f"{key} {data.get(key)!r} (saved) vs {now.get(key)!r}"
+                 for key in RESUME_SETTINGS if data.get(key) != now.get(key)]
+    if different:
+        raise ValueError(f"{path} was measured with other settings: {'; '.join(different)}; "
+                         f"use another --out folder, or the saved run's options")
+    merged = dict(settings)
+    merged["started"] = data.get("started", settings["started"])
+    for key in ("suites", "models"):
+        merged[key] = list(dict.fromkeys(list(data.get(key) or []) + settings[key]))
+    merged["resumed"] = list(data.get("resumed") or []) + [settings["started"]]
+    return merged, saved
 
 
 def _validate(parser: argparse.ArgumentParser, args, rows_to_run) -> None:
@@ -340,6 +425,8 @@ def _validate(parser: argparse.ArgumentParser, args, rows_to_run) -> None:
         parser.error("--no-warm-compile: --no-isolate already measures no warm compile")
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out: {args.out!r} exists and is not a folder")
+    if args.resume and not args.out:
+        parser.error("--resume continues the run saved in --out DIR: give --out")
 
 
 def run_settings(args, compilers) -> dict:
@@ -363,14 +450,39 @@ def run_settings(args, compilers) -> dict:
     }
 
 
-def run_rows(args, compilers, rows_to_run, settings) -> list[Row]:
-    """Measure every row (isolated unless --no-isolate) with a progress display; the JSON
-    and CSV outputs are rewritten after every row."""
+def run_rows(args, compilers, rows_to_run, settings, saved: list[Row] = ()
+             ) -> tuple[list[Row], "runner.RunStopped | None"]:
+    """Measure every selected row that ``saved`` (a resumed run's rows) has not finished,
+    isolated unless --no-isolate, with a progress display: (every row, in order, and the
+    signal that stopped the run, or None). The rows left are written as ``not run`` first,
+    and the outputs rewritten after every row."""
     tasks = [runner.Task(kind, name, suite, args.device, args.backend, compilers, args.mode,
                          args.dtype, args.batch_size, args.kernel_bytes, args.repeat,
                          args.warmup, args.torch_compile_budget, args.threads)
              for kind, name, suite in rows_to_run]
-    progress = Progress(len(tasks))
+    rows = list(saved)
+    slot = {(row.kind, row.model): i for i, row in enumerate(rows)}
+    todo: list[tuple[int, runner.Task]] = []
+    for task in tasks:
+        index = slot.get((task.kind, task.name))
+        if index is not None and rows[index].status in runner.FINISHED:
+            continue
+        pending = runner.error_row(task, "not run", "not run: the run has not reached this "
+                                                    "model (if it stopped, --resume continues "
+                                                    "it)")
+        if index is None:
+            index = slot[(task.kind, task.name)] = len(rows)
+            rows.append(pending)
+        else:
+            rows[index] = pending
+        todo.append((index, task))
+    log = RunLog(os.path.join(args.out, "run.log") if args.out else None)
+    if saved:
+        log.say(f"# resuming {args.out}: {len(tasks) - len(todo)} of the {len(tasks)} selected "
+                f"rows are finished, {len(todo)} to run; {len(rows) - len(tasks)} other rows "
+                f"kept")
+    progress = Progress(len(todo), log)
+    log_dir = None
     if args.isolate:
         log_dir = os.path.join(args.out, "logs") if args.out else tempfile.mkdtemp(
             prefix="ember-bench-logs-")
@@ -379,27 +491,82 @@ def run_rows(args, compilers, rows_to_run, settings) -> list[Row]:
                                     on_stage=progress.stage)
     else:
         run = runner.InProcessRunner(on_stage=progress.stage)
-    rows: list[Row] = []
     deadline = None if args.budget is None else time.monotonic() + args.budget
+    stopped, position, started = None, 0, time.monotonic()
     try:
-        for task in tasks:
-            progress.start(task)
-            if deadline is not None and time.monotonic() > deadline:
-                row = runner.error_row(task, "skipped", f"not run: the run's --budget of "
-                                                        f"{args.budget:g} s was spent")
-            else:
-                row = run.run(task)
-            rows.append(row)
-            progress.done(task, row)
-            _write_outputs(args, rows, settings, compilers)
-            if args.device == "cuda":
-                torch.cuda.empty_cache()
+        with runner.stop_on_signals():
+            try:
+                _write_outputs(args, rows, settings, compilers)
+                for position, (index, task) in enumerate(todo):
+                    progress.start(task)
+                    started = time.monotonic()
+                    rows[index] = _run_one(run, task, args, deadline)
+                    progress.done(task, rows[index])
+                    _write_outputs(args, rows, settings, compilers)
+                    if args.device == "cuda":
+                        torch.cuda.empty_cache()
+            except runner.RunStopped as e:
+                stopped = e
+                _mark_stopped(e, rows, todo, position, time.monotonic() - started, progress)
+                log.say(f"# stopped by {e.signal_name}: "
+                        f"{sum(rows[i].status == 'not run' for i, _ in todo)} model(s) not run"
+                        + (f"; continue with --resume --out {args.out}" if args.out else ""))
+                _write_outputs(args, rows, settings, compilers)
     finally:
         progress.close()
         run.close()
     if args.isolate and not args.out and any(row.status != "ok" for row in rows):
-        print(f"# logs of the rows' processes: {log_dir}", file=sys.stderr)
-    return rows
+        _say(f"# logs of the rows' processes: {log_dir}", file=sys.stderr)
+    return rows, stopped
+
+
+def _mark_stopped(stop: "runner.RunStopped", rows: list[Row], todo, position: int,
+                  seconds: float, progress: "Progress") -> None:
+    """After a signal: the row being measured (``todo[position]``, unless it had just
+    finished) is ``interrupted``, the rows after it are ``not run``, each saying why."""
+    if not todo:
+        return
+    index, task = todo[position]
+    if rows[index].status == "not run":
+        stage = progress.stages.get(task)
+        rows[index] = runner.error_row(
+            task, "interrupted", f"interrupted by {stop.signal_name} after {seconds:.0f} s"
+                                 + (f" ({stage})" if stage else ""))
+        progress.done(task, rows[index])
+    for later_index, later in todo[position + 1:]:
+        rows[later_index] = runner.error_row(
+            later, "not run", f"not run: the run was stopped by {stop.signal_name} before "
+                              f"this model")
+
+
+def _run_one(run, task: runner.Task, args, deadline: float | None) -> Row:
+    """One row; a failure of the runner itself (not of the model) is that row's error, and
+    the run goes on."""
+    if deadline is not None and time.monotonic() > deadline:
+        return runner.error_row(task, "skipped", f"not run: the run's --budget of "
+                                                 f"{args.budget:g} s was spent")
+    try:
+        return run.run(task)
+    except Exception as e:   # noqa: BLE001  the runner failed, not the row: say it, go on
+        traceback.print_exc()
+        return runner.error_row(task, "error", f"runner failed: {harness._one_line(e)}")
+
+
+class RunLog:
+    """``--out``'s run.log: a line per finished row and why the run stopped, appended and
+    flushed as they happen, whatever becomes of stdout."""
+
+    def __init__(self, path: str | None):
+        self.path = path
+        if path is not None:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+
+    def say(self, line: str, echo: bool = True) -> None:
+        if echo:
+            _say(line, file=sys.stderr)
+        if self.path is not None:
+            with open(self.path, "a") as f:
+                f.write(f"{time.strftime('%H:%M:%S')} {line}\n")
 
 
 def _preload(rows_to_run, compilers) -> tuple[str, ...]:
@@ -451,10 +618,13 @@ def _list_models() -> int:
 
 
 class Progress:
-    """A rich progress bar on a terminal (stderr); elsewhere one line per finished row."""
+    """A rich progress bar on a terminal (stderr); elsewhere one line per finished row. Each
+    finished row's line also goes to ``log`` (run.log)."""
 
-    def __init__(self, total: int):
+    def __init__(self, total: int, log: RunLog | None = None):
         self.total, self.count = total, 0
+        self.log = log or RunLog(None)
+        self.stages: dict[runner.Task, str] = {}   # the last stage each row reported
         self.bar = None
         if sys.stderr.isatty():
             try:
@@ -471,17 +641,22 @@ class Progress:
         self.stage(task, "starting")
 
     def stage(self, task: runner.Task, stage: str) -> None:
+        self.stages[task] = stage
         if self.bar is not None:
             self.bar.update(self.task_id, description=f"{task.name}: {stage}")
 
     def done(self, task: runner.Task, row: Row) -> None:
         self.count += 1
         line = f"[{self.count}/{self.total}] {progress_line(row)}"
+        self.log.say(f"# {line}", echo=False)
         if self.bar is not None:
-            self.bar.console.print(line, highlight=False)
+            try:
+                self.bar.console.print(line, highlight=False)
+            except OSError:
+                pass
             self.bar.advance(self.task_id)
         else:
-            print(f"# {line}", file=sys.stderr, flush=True)
+            _say(f"# {line}", file=sys.stderr)
 
     def close(self) -> None:
         if self.bar is not None:

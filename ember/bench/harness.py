@@ -35,9 +35,10 @@ Decisions:
   also counted by a wrapper around the backend (what the backend really received).
 - Memory: on CUDA each variant's ``peak_mem_mb`` is the most memory one steady-state call
   allocates beyond what was allocated before it (activations and workspace: the weights and
-  inputs are shared by all variants); the row's ``peak_rss_mb`` is the process's peak
-  resident memory (on the CPU the only measure: each model has its own process under
-  ``ember bench``).
+  inputs are shared by all variants; in training also the gradients and what the forward
+  saves for the backward), and ``Row.memory_vs_eager`` its ratio to eager's; the row's
+  ``peak_rss_mb`` is the process's peak resident memory (on the CPU the only measure: each
+  model has its own process under ``ember bench``).
 - torch.compile may fail or take long on a model; its errors become "n/a" with a note, and on
   the main thread a SIGALRM budget interrupts a compile that runs past ``torch_compile_budget_s``
   (``torch.compiler.reset()`` runs after each row). DESIGN.md §4: this package is the only
@@ -178,7 +179,8 @@ class Row:
     reference_dtype: str | None = None      # the eager reference's dtype (None: no reference)
     peak_rss_mb: float | None = None        # the measuring process's peak resident memory
     # "ok", or why the row has no numbers: "error" (it could not be built or eager failed),
-    # "timeout", "crashed" (under ember bench's process isolation), "skipped" (--budget)
+    # "timeout", "crashed" (under ember bench's process isolation); not measured: "skipped"
+    # (--budget), "not run" (the run stopped before it), "interrupted" (stopped during it)
     status: str = "ok"
     error: str | None = None
 
@@ -204,6 +206,13 @@ class Row:
     def speedup_of(self, variant: str) -> float | None:
         """eager time / ``variant``'s time."""
         return _ratio(self.eager_ms, self.ms(variant))
+
+    def memory_vs_eager(self, variant: str) -> float | None:
+        """CUDA: ``variant``'s peak memory of one call over eager's (below 1: it needs less)."""
+        eager, result = self.variants.get("eager"), self.variants.get(variant)
+        if eager is None or result is None:
+            return None
+        return _ratio(result.peak_mem_mb, eager.peak_mem_mb)
 
     @property
     def copy_gbps(self) -> float | None:
@@ -231,6 +240,7 @@ class Row:
                    self.ms("torch-inductor-reduce-overhead"), self.ms("ember-reduce-overhead"))}
         for name, variant in out["variants"].items():
             variant["speedup"] = self.speedup_of(name)
+            variant["peak_mem_vs_eager"] = self.memory_vs_eager(name)
         if self.kind == "kernel":
             out["copy_gbps"] = self.copy_gbps
             for name, variant in out["variants"].items():
@@ -288,7 +298,7 @@ def benchmark_model(name: str, device: str = "cpu", backend: str | Callable = "e
     variants = resolve_compilers(compilers, with_torch_compile)
     counting_backend = GraphCountingBackend(backend)   # validates the backend name early
     device = torch.device(device)
-    batch_size = spec.default_batch_size(device) if batch_size is None else batch_size
+    batch_size = spec.default_batch_size(device, mode) if batch_size is None else batch_size
     _report(progress, "building")
     model, inputs = models.build_model(name, device, dtype=dtype, batch_size=batch_size,
                                        mode=mode)
@@ -424,7 +434,7 @@ def measure_row(row: Row, fn: Callable, inputs: tuple, device: torch.device, bac
             times = time_calls(calls, device, iters, warmup, errors)
             if device.type == "cuda":
                 _report(progress, "memory")
-                _measure_memory(row, calls, device, errors)
+                _measure_memory(row, calls, device, errors, params)
         for name, (ms, host_ms) in times.items():
             if name in row.variants:
                 row.variants[name].ms, row.variants[name].host_ms = ms, host_ms
@@ -524,11 +534,15 @@ def _store_counts(result: Variant, before: dict[str, int], after: dict[str, int]
 
 
 def _measure_memory(row: Row, calls: dict[str, Callable[[], Any]], device: torch.device,
-                    errors: dict[str, str]) -> None:
-    """CUDA: each variant's peak allocation during one call beyond what was allocated."""
+                    errors: dict[str, str], params: list[torch.nn.Parameter] = ()) -> None:
+    """CUDA: each variant's peak allocation during one call beyond what was allocated. In
+    training the gradients are dropped first, so the peak counts them (and what the forward
+    saved for the backward) for every variant alike."""
     for name, call in calls.items():
         if name not in row.variants or name in errors:
             continue
+        for p in params:
+            p.grad = None
         torch.cuda.synchronize(device)
         held = torch.cuda.memory_allocated(device)
         torch.cuda.reset_peak_memory_stats(device)

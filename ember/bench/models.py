@@ -18,7 +18,10 @@ bench``); ``timm``, ``hf`` and ``torchvision`` (``zoo_timm.py``, ``zoo_hf.py``,
 transformers, decoders, encoder-decoders, speech); and ``gpu``: timm resnet50,
 mobilenetv3_large_100 and vit_base_patch16_224, HF BERT-base and GPT-2 (base models, no task
 head; ``use_cache=False`` so GPT-2 returns only tensors), meant for a large GPU in bfloat16 at
-batch 64/64/32 and 16 x 512 tokens. On the CPU the large models get batch 1 (and 128 tokens).
+batch 64/64/32 and 16 x 512 tokens. In train mode the suite is issue 10's training benchmark:
+resnet50 (64), vit_base (32), BERT-base (16 x 512) and GPT-2 (8 x 512); mobilenetv3 is
+inference only (``ModelSpec.modes``, ``cuda_train_batch_size``). On the CPU the large models
+get batch 1 (and 128 tokens).
 
 A user's model is ``module:callable`` (or ``path/to/file.py:callable``): a function returning
 ``(model, example_inputs)``; it may take ``device`` and ``batch_size`` keywords. Example inputs
@@ -67,10 +70,16 @@ class ModelSpec:
     cuda_batch_size: int | None = None   # default batch on CUDA (None: batch_size)
     dtype: torch.dtype | None = torch.float32   # default dtype (None: the model's own)
     suite: str | None = "builtin"   # None: a user's model
+    cuda_train_batch_size: int | None = None   # default batch on CUDA in train mode
+    modes: tuple[str, ...] = ("infer", "train")   # the modes its suite runs it in
 
-    def default_batch_size(self, device: str | torch.device) -> int | None:
-        if torch.device(device).type == "cuda" and self.cuda_batch_size is not None:
-            return self.cuda_batch_size
+    def default_batch_size(self, device: str | torch.device,
+                           mode: str = "infer") -> int | None:
+        if torch.device(device).type == "cuda":
+            if mode == "train" and self.cuda_train_batch_size is not None:
+                return self.cuda_train_batch_size
+            if self.cuda_batch_size is not None:
+                return self.cuda_batch_size
         return self.batch_size
 
 
@@ -79,13 +88,15 @@ MODELS: dict[str, ModelSpec] = {}
 
 def register_model(name: str, *, requires: str | None = None, description: str = "",
                    batch_size: int = 1, cuda_batch_size: int | None = None,
-                   dtype: torch.dtype = torch.float32, suite: str = "builtin"):
+                   dtype: torch.dtype = torch.float32, suite: str = "builtin",
+                   cuda_train_batch_size: int | None = None,
+                   modes: tuple[str, ...] = ("infer", "train")):
     if suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
 
     def deco(build: Factory) -> Factory:
         MODELS[name] = ModelSpec(name, build, requires, description, batch_size,
-                                 cuda_batch_size, dtype, suite)
+                                 cuda_batch_size, dtype, suite, cuda_train_batch_size, modes)
         return build
     return deco
 
@@ -187,11 +198,13 @@ def available(suite: str | None = None) -> list[str]:
     return [name for name in in_suite(suite) if is_available(name)]
 
 
-def in_suite(suite: str | None = None) -> list[str]:
-    """Registered models of ``suite`` (every model when None), installed or not."""
+def in_suite(suite: str | None = None, mode: str | None = None) -> list[str]:
+    """Registered models of ``suite`` (every model when None), installed or not; with
+    ``mode``, only those the suite runs in that mode (``ModelSpec.modes``)."""
     if suite is not None and suite not in SUITES:
         raise ValueError(f"unknown suite {suite!r}; known: {', '.join(SUITES)}")
-    return [name for name, spec in MODELS.items() if suite is None or spec.suite == suite]
+    return [name for name, spec in MODELS.items() if (suite is None or spec.suite == suite)
+            and (mode is None or mode in spec.modes)]
 
 
 def check_names(names: list[str]) -> None:
@@ -223,7 +236,7 @@ def build_model(name: str, device: str | torch.device = "cpu", *,
     dtype = spec.dtype if dtype is None else dtype
     if dtype is not None and not dtype.is_floating_point:
         raise ValueError(f"models are cast to a floating-point dtype, got {dtype}")
-    batch_size = spec.default_batch_size(device) if batch_size is None else batch_size
+    batch_size = spec.default_batch_size(device, mode) if batch_size is None else batch_size
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
@@ -438,15 +451,20 @@ def _seq_len(device: torch.device) -> int:
     return 512 if device.type == "cuda" else 128
 
 
-def _timm_gpu_model(name: str, timm_name: str, cuda_batch_size: int) -> None:
+def _timm_gpu_model(name: str, timm_name: str, cuda_batch_size: int,
+                    modes: tuple[str, ...] = ("infer", "train")) -> None:
+    only = "" if "train" in modes else "; inference only"
     register_model(name, requires="timm", suite="gpu", batch_size=1,
-                   cuda_batch_size=cuda_batch_size, dtype=torch.bfloat16,
+                   cuda_batch_size=cuda_batch_size, dtype=torch.bfloat16, modes=modes,
                    description=f"timm {timm_name}; batch {cuda_batch_size} (CUDA) or 1 (CPU) "
-                               f"x 3x224x224, bfloat16")(timm_factory(timm_name))
+                               f"x 3x224x224, bfloat16{only}")(timm_factory(timm_name))
 
 
+# The training benchmark (issue 10, AMP training on the H200) is resnet50 at batch 64,
+# vit_base at 32, BERT-base at 16 x 512 and GPT-2 at 8 x 512: ``--mode train --suite gpu``
+# selects those four at those sizes; mobilenetv3_large_100 is in the inference suite only.
 _timm_gpu_model("resnet50", "resnet50", 64)
-_timm_gpu_model("mobilenetv3_large_100", "mobilenetv3_large_100", 64)
+_timm_gpu_model("mobilenetv3_large_100", "mobilenetv3_large_100", 64, modes=("infer",))
 _timm_gpu_model("vit_base", "vit_base_patch16_224", 32)
 
 
@@ -463,9 +481,10 @@ def _bert_base(device, batch_size):
 
 
 @register_model("gpt2", requires="transformers", suite="gpu", batch_size=1,
-                cuda_batch_size=16, dtype=torch.bfloat16,
+                cuda_batch_size=16, cuda_train_batch_size=8, dtype=torch.bfloat16,
                 description="HF GPT2Model, GPT-2 small config (12 layers, hidden 768), no LM "
-                            "head; batch 16 x 512 token ids (CUDA) or 1 x 128 (CPU), bfloat16")
+                            "head; batch 16 x 512 token ids (CUDA; 8 x 512 in train mode) or "
+                            "1 x 128 (CPU), bfloat16")
 def _gpt2(device, batch_size):
     transformers = compat.import_transformers()
     config = transformers.GPT2Config(use_cache=False)   # defaults: the 124M-parameter gpt2

@@ -20,14 +20,19 @@ Decisions:
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
+import os
 import statistics
 from typing import Any, Callable, Iterable
 
 from ember.bench.harness import Row, label
+
+# Row statuses of rows that were measured (the others: "not run", "interrupted", "skipped").
+FINISHED = ("ok", "error", "crashed", "timeout")
 
 SCHEMA_VERSION = 2
 Column = tuple[str, Callable[[Row], str]]
@@ -132,12 +137,21 @@ def model_columns(compilers: Iterable[str], device: str = "cpu") -> list[Column]
             (f"{name} err", lambda r: fmt_err(get(r, "rel_err"))),
             (f"{name} cold s", lambda r: fmt_seconds(get(r, "first_call_s"))),
             (f"{name} warm s", lambda r: fmt_seconds(get(r, "warm_compile_s"))),
+        ]
+        columns += [(f"{label(v)} cold s", lambda r, v=v: fmt_seconds(
+            r.variants[v].first_call_s if v in r.variants else None))
+            for v in compiled(compilers) if not v.startswith("ember")]
+        columns += [
             ("graphs", lambda r: fmt_int(get(r, "graphs"))),
             ("breaks", lambda r: fmt_int(get(r, "graph_breaks"))),
             ("kernels", lambda r: fmt_int(get(r, "kernels"))),
         ]
-        if device == "cuda":
-            columns.append((f"{name} peak MB", lambda r: fmt_mb(get(r, "peak_mem_mb"))))
+    if device == "cuda":
+        # peak memory of one call: eager's in MB, each compiler's against it
+        columns.append(("eager MB", lambda r: fmt_mb(
+            r.variants["eager"].peak_mem_mb if "eager" in r.variants else None)))
+        columns += [(f"{label(v)} mem", lambda r, v=v: fmt_ratio(r.memory_vs_eager(v)))
+                    for v in compiled(compilers)]
     columns.append(("RSS MB", lambda r: fmt_mb(r.peak_rss_mb)))
     return columns
 
@@ -171,14 +185,17 @@ def format_model_table(rows: list[Row], compilers: Iterable[str], device: str = 
 
 
 def summary(rows: list[Row], compilers: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """Per compiled variant over the model rows: counts, geomean speedup, median compile
-    times and CUDA peak memory."""
+    """Per compiled variant over the model rows that finished (``not_run``: the rows that did
+    not): counts, geomean speedup, median compile times, CUDA peak memory (median MB, and the
+    geomean of its ratio to eager's)."""
     out = {}
-    model_rows = [row for row in rows if row.kind == "model"]
+    model_rows = [row for row in rows if row.kind == "model" and row.status in FINISHED]
+    not_run = sum(1 for row in rows if row.kind == "model" and row.status not in FINISHED)
     for variant in compiled(compilers):
         results = [row.variants[variant] for row in model_rows if variant in row.variants]
         out[variant] = {
             "models": len(results),
+            "not_run": not_run,
             "timed": sum(1 for row in model_rows if row.speedup_of(variant) is not None),
             "correct": sum(1 for r in results if r.correct),
             "wrong": sum(1 for r in results if r.correct is False),
@@ -188,6 +205,8 @@ def summary(rows: list[Row], compilers: Iterable[str]) -> dict[str, dict[str, An
             "median_cold_compile_s": _median(r.first_call_s for r in results),
             "median_warm_compile_s": _median(r.warm_compile_s for r in results),
             "median_peak_mem_mb": _median(r.peak_mem_mb for r in results),
+            "geomean_mem_vs_eager": geomean(row.memory_vs_eager(variant)
+                                            for row in model_rows),
         }
     return out
 
@@ -199,13 +218,17 @@ def _median(values: Iterable[float | None]) -> float | None:
 
 def format_summary(rows: list[Row], compilers: Iterable[str]) -> str:
     columns = ["compiler", "models", "correct", "wrong", "failed", "geomean speedup",
-               "cold compile s", "warm compile s", "peak MB"]
+               "cold compile s", "warm compile s", "peak MB", "mem vs eager"]
     lines = [[label(variant), str(s["models"]), str(s["correct"]), str(s["wrong"]),
               str(s["failed"]),
               f"{fmt_ratio(s['geomean_speedup'])} ({s['geomean_over']})",
               fmt_seconds(s["median_cold_compile_s"]), fmt_seconds(s["median_warm_compile_s"]),
-              fmt_mb(s["median_peak_mem_mb"])]
+              fmt_mb(s["median_peak_mem_mb"]), fmt_ratio(s["geomean_mem_vs_eager"])]
              for variant, s in summary(rows, compilers).items()]
+    if any(s["not_run"] for s in summary(rows, compilers).values()):
+        columns.append("not run")
+        for line, s in zip(lines, summary(rows, compilers).values()):
+            line.append(str(s["not_run"]))
     return render_table(columns, lines)
 
 
@@ -268,9 +291,23 @@ def report_dict(rows: list[Row], settings: dict[str, Any], compilers: Iterable[s
 
 
 def write_json(path: str, report: dict) -> None:
-    with open(path, "w") as f:
+    with _replacing(path) as f:
         json.dump(report, f, indent=2)
         f.write("\n")
+
+
+@contextlib.contextmanager
+def _replacing(path: str, **open_args):
+    """Write ``path`` through a temporary file renamed over it: a run killed while it writes
+    leaves the previous version whole, never half a file."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(temporary, "w", **open_args) as f:
+            yield f
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
 
 
 CSV_FIELDS = ("model", "suite", "kind", "mode", "dtype", "batch_size", "status", "compiler",
@@ -281,7 +318,7 @@ CSV_FIELDS = ("model", "suite", "kind", "mode", "dtype", "batch_size", "status",
 
 def write_csv(path: str, rows: list[Row]) -> None:
     """One line per row and variant."""
-    with open(path, "w", newline="") as f:
+    with _replacing(path, newline="") as f:
         writer = csv.DictWriter(f, CSV_FIELDS)
         writer.writeheader()
         for row in rows:

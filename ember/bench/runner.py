@@ -23,9 +23,16 @@ Decisions:
   same folders (now filled): ``Variant.warm_compile_s``. The folders are removed afterwards.
 - ``InProcessRunner`` runs rows in this process: for debugging (pdb works) and for tests; no
   timeout, no isolation and no warm compile.
+- A run is stopped only on purpose, and never silently. ``stop_on_signals`` turns SIGTERM,
+  SIGHUP and SIGINT in the parent into ``RunStopped``: it leaves the wait for the current
+  child (which is killed), and ``ember bench`` then marks that row ``interrupted`` and the
+  rows after it ``not run``, writes its outputs and prints its table. (A run killed with
+  SIGKILL cannot do that; its ``results.json`` still lists the rows it had not finished as
+  ``not run``, because every row is written as pending before the first one starts.)
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing
 import os
@@ -34,18 +41,60 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from typing import Callable
 
 import torch
 
-from ember.bench import harness, models
+from ember.bench import harness, models, report
 from ember.bench.harness import Row
 
 # Stages a child reports, for the progress bar and for the error of a row that hangs.
 StageCallback = Callable[["Task", str], None]
 CACHE_VARIABLES = {"EMBER_CACHE_DIR": "ember", "TORCHINDUCTOR_CACHE_DIR": "inductor",
                    "TRITON_CACHE_DIR": "triton"}
+# Row statuses. A finished row has its numbers or the reason it has none; an unfinished one
+# was never measured (``ember bench --resume`` runs it).
+FINISHED = report.FINISHED
+NOT_RUN = ("not run", "interrupted", "skipped")
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+class RunStopped(BaseException):
+    """The run was told to stop (a signal): a BaseException, so no ``except Exception`` on the
+    way (the harness's, a library's) swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """Raise ``RunStopped`` in the main thread on SIGTERM, SIGHUP or SIGINT, once: a second
+    signal while the run saves its results is ignored. The previous handlers come back on
+    exit. Elsewhere than the main thread (tests in threads) nothing is installed."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    stopping = []
+
+    def on_signal(signum, frame):
+        if not stopping:
+            stopping.append(signum)
+            raise RunStopped(signum)
+
+    previous = {signum: signal.signal(signum, on_signal) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +140,8 @@ def run_task(task: Task, first_calls_only: bool = False,
 
 
 def error_row(task: Task, status: str, error: str) -> Row:
-    """A row without numbers: ``status`` ("error", "timeout", "crashed", "skipped") and
-    ``error`` say why."""
+    """A row without numbers: ``status`` ("error", "timeout", "crashed", or one of
+    ``NOT_RUN``) and ``error`` say why."""
     row = Row(task.name, task.device, task.backend, eager_ms=None, kind=task.kind,
               dtype=task.dtype, suite=task.suite, mode=task.mode, status=status, error=error,
               notes=[error], batch_size=task.batch_size)

@@ -120,12 +120,50 @@ def test_gpu_suite_models_are_bfloat16_with_the_issue_batch_sizes():
     expected = {"resnet50": 64, "mobilenetv3_large_100": 64, "vit_base": 32, "bert_base": 16,
                 "gpt2": 16}
     assert models.in_suite("gpu") == list(expected)
+    assert models.in_suite("gpu", "infer") == list(expected)
     for name, batch in expected.items():
         spec = models.MODELS[name]
         assert spec.dtype == torch.bfloat16
         assert spec.default_batch_size("cuda") == batch
         assert spec.default_batch_size("cpu") == 1
+        assert spec.default_batch_size("cpu", "train") == 1
     assert not set(expected) & set(models.in_suite("builtin"))
+
+
+def test_gpu_suite_in_train_mode_is_the_training_benchmark():
+    # issue 10: AMP training of resnet50 (64), vit_base (32), BERT-base (16 x 512) and
+    # GPT-2 (8 x 512) on the H200.
+    args = cli.build_parser().parse_args(["--device", "cuda", "--mode", "train", "--suite", "gpu",
+                                          "--dtype", "bfloat16"])
+    if not all(models.is_available(n) for n in models.in_suite("gpu")):
+        pytest.skip("timm or transformers is not installed")
+    rows = cli.select_rows(cli.build_parser(), args)
+    assert [name for _, name, _ in rows] == ["resnet50", "vit_base", "bert_base", "gpt2"]
+    batches = {name: models.MODELS[name].default_batch_size("cuda", "train")
+               for _, name, _ in rows}
+    assert batches == {"resnet50": 64, "vit_base": 32, "bert_base": 16, "gpt2": 8}
+    # the sizes as built (on the meta device: nothing is allocated)
+    _, (ids,) = models.build_model("gpt2", "meta", batch_size=batches["gpt2"], mode="train")
+    assert tuple(ids.shape) == (8, 128)   # 512 tokens on CUDA; the meta device gets the CPU's
+    assert models.MODELS["gpt2"].default_batch_size("cuda") == 16     # inference unchanged
+
+
+def test_memory_is_reported_against_eagers_on_cuda():
+    row = harness.Row("m", "cuda", "ember", eager_ms=2.0, ember_ms=1.0, mode="train")
+    row.variants = {"eager": harness.Variant(ms=2.0, peak_mem_mb=400.0),
+                    "ember": harness.Variant(ms=1.0, peak_mem_mb=300.0, correct=True),
+                    "torch-inductor": harness.Variant(ms=1.5, peak_mem_mb=500.0, correct=True)}
+    assert row.memory_vs_eager("ember") == pytest.approx(0.75)
+    assert row.as_dict()["variants"]["torch-inductor"]["peak_mem_vs_eager"] == 1.25
+    compilers = ("eager", "ember", "torch-inductor")
+    lines = report.format_report([row], compilers, "cuda").splitlines()
+    header = cells(next(line for line in lines if line.startswith("model ")))
+    line = dict(zip(header, cells(next(line for line in lines if line.startswith("m ")))))
+    assert (line["eager MB"], line["ember mem"], line["torch.compile mem"]) == (
+        "400", "0.75x", "1.25x")
+    assert report.summary([row], compilers)["ember"]["geomean_mem_vs_eager"] == 0.75
+    cpu_header = report.format_model_table([row], compilers, "cpu").splitlines()[0]
+    assert "ember mem" not in cpu_header and "torch.compile cold s" in cpu_header
 
 
 def test_dtype_casts_weights_buffers_and_float_inputs():

@@ -194,5 +194,5 @@ def test_without_matplotlib_the_run_says_the_chart_is_not_drawn(capsys, tmp_path
     lines = run(["--models", "bench_fakes:tiny", "--compilers", "ember", *FAST, "--no-isolate",
                  "--out", str(tmp_path)], capsys)
     assert any(line.startswith("# speedups.png not drawn: ") for line in lines)
-    assert f"# wrote results.json, results.csv to {tmp_path}" in lines
+    assert f"# wrote results.json, results.csv, run.log to {tmp_path}" in lines
     assert not (tmp_path / "speedups.png").exists()
