@@ -13,8 +13,10 @@ PyTorch computes ``a * b + c`` with two roundings; contracting to FMA would chan
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import re
 from typing import Any
 
 import sympy
@@ -242,7 +244,9 @@ class CppOpsHandler:
         start = len(k.lines)
         k.indent += 1
         k.push()
+        hoist, k.hoist = k.hoist, None    # the body's loads are guarded: none moves out
         value = body()
+        k.hoist = hoist
         k.pop()
         k.indent -= 1
         inner = k.lines[start:]
@@ -294,9 +298,67 @@ class CppKernel(Kernel):
         self.kernel = kernel
         self.uses_indirect = False
         self.block = False              # a column kernel (see _generate_blocked)
+        self.hoist: _Hoist | None = None    # where loop-invariant values go (see cse)
+        # names whose value does not change inside the inner loops being generated: outer
+        # loop variables, pointers to memory the kernel never writes, values computed
+        # outside the inner loops (see _invariant)
+        self.invariant: set[str] = set()
 
     def declare(self, var: str, text: str) -> str:
         return f"auto {var} = {text};"
+
+    def cse(self, text: str, dtype: torch.dtype) -> CppValue:
+        """A value for ``text``; inside an inner loop, one that does not change in it (a
+        per-channel scale, a mean) is computed once before the loop instead of per element.
+        Besides the saved work this keeps g++ vectorising: it sinks a load used by one
+        branch of a ``?:`` into that branch, and cannot vectorise the masked load of a
+        loop-invariant address that if-conversion then makes of it."""
+        for scope in reversed(self.scopes):
+            if text in scope:
+                return scope[text]
+        hoist = self.hoist
+        if hoist is None or not self._invariant(text):
+            var = super().cse(text, dtype)
+            if hoist is None and not self.block:
+                self.invariant.add(var.name)     # declared outside any inner loop
+            return var
+        if text not in hoist.values:
+            var = CppValue(self.new_var(), dtype)
+            self.lines.insert(hoist.at, " " * (self.indent_unit * hoist.indent)
+                              + self.declare(var.name, text))
+            hoist.at += 1
+            hoist.values[text] = var
+            self.invariant.add(var.name)
+        return hoist.values[text]
+
+    def _invariant(self, text: str) -> bool:
+        """Every name ``text`` reads (not functions, types, literals) is invariant."""
+        for m in _NAME.finditer(text):
+            name, after = m.group(0), text[m.end():m.end() + 2]
+            if (name in _CPP_WORDS or after.startswith(("(", "<", "::"))
+                    or text[max(0, m.start() - 2):m.start()] == "::"):
+                continue
+            if name not in self.invariant:
+                return False
+        return True
+
+    @contextlib.contextmanager
+    def _hoisting(self, reductions=()):
+        """Inner loops generated inside this block move their invariant values to its
+        start (only loops known to run: a value moved out is computed even when the loop
+        has no iteration). On exit the reductions' accumulators hold final values."""
+        size = product(self.kernel.inner)
+        if self.hoist is not None or self.block or not is_static(size) or size_hint(size) < 1:
+            yield
+            return
+        self.hoist = _Hoist(len(self.lines), self.indent)
+        try:
+            yield
+        finally:
+            self.hoist = None
+        for acc, members in reduction_groups(reductions).items():
+            self.invariant.update(f"{acc}{field}" for _, field, _ in
+                                  _fields(*group_kind(members)))
 
     def call_lines(self, refs: dict[str, str]) -> list[str]:
         ptrs = ", ".join(f"{refs[a]}.data_ptr()" for a in self.args)
@@ -341,6 +403,10 @@ class CppKernel(Kernel):
         parallel_inner = not parallel_outer and inner_n.is_Integer and \
             size_hint(inner_n) >= PARALLEL_MIN_INNER
         self.block = _column_kernel(k, x, r)
+        written = {n.writes for n in k.nodes} | {n.name for n in k.nodes} | {
+            n.buf.reuses for n in k.nodes if n.buf.reuses}
+        self.invariant = {v.name for v in x if isinstance(v, sympy.Symbol)} | {
+            f"p_{name}" for name in self.dtypes if name not in written}
         with use_handler(handler):
             if self.block:
                 self._generate_blocked(x, r)
@@ -513,17 +579,19 @@ class CppKernel(Kernel):
         """One inner loop: its pointwise nodes store per element, its reductions accumulate
         and store once per outer iteration. ``parallel``: the loop itself is split over
         threads (few outer iterations)."""
-        groups = reduction_groups([n for n in nodes if n.role == "reduction"])
+        reductions = [n for n in nodes if n.role == "reduction"]
+        groups = reduction_groups(reductions)
         size = product(self.kernel.inner)
-        if not groups:
-            self._range(nodes, groups, x, r, None, None, parallel=parallel)
-            return
-        if parallel:
-            self._chunked(nodes, groups, x, r, size)
-        else:
-            self._declare(groups)
-            lanes = is_static(size) and size_hint(size) >= 2 * PARTIAL_SUMS
-            self._range(nodes, groups, x, r, None, None, lanes=lanes)
+        with self._hoisting(reductions):
+            if not groups:
+                self._range(nodes, groups, x, r, None, None, parallel=parallel)
+                return
+            if parallel:
+                self._chunked(nodes, groups, x, r, size)
+            else:
+                self._declare(groups)
+                lanes = is_static(size) and size_hint(size) >= 2 * PARTIAL_SUMS
+                self._range(nodes, groups, x, r, None, None, lanes=lanes)
         for acc, members in groups.items():
             for node in members:
                 self.store(node, node.store_index(x), self._result(acc, members, node))
@@ -591,14 +659,43 @@ class CppKernel(Kernel):
                 self.indent += 1
             depth = len(r)
         else:
+            depth = 1
+            if len(r) > 1:
+                self._open_segments(r, start, end)
+                depth = 2
             if pragma:
                 self.line(f"{pragma} {clauses}".rstrip())
-            self._open_linear(r, start, end)
-            depth = 1
+            if len(r) > 1:
+                last = r[-1].name
+                self.line(f"for (int64_t {last} = {last}_lo; {last} < {last}_hi; {last}++) {{")
+                self.indent += 1
+            else:
+                self._open_linear(r, start, end)
         self._loop_body(nodes, groups, x, r, None)
         for _ in range(depth):
             self.indent -= 1
             self.line("}")
+
+    def _open_segments(self, r, start, end) -> None:
+        """A linear inner range ``[start, end)`` over several inner dims as runs along the
+        last one: a ``while`` over the runs defines the other inner variables and the run's
+        bounds ``<last>_lo``/``<last>_hi``; the caller opens the loop over the last dim.
+        (Unflattening every element instead costs a division and a gather per element.)"""
+        sizes = self.kernel.inner
+        n = cpp_index(sizes[-1])
+        last = r[-1].name
+        self.line(f"for (int64_t r_seg = {start}; r_seg < {end};) {{")
+        self.indent += 1
+        self.line(f"const int64_t r_row = r_seg / {n};")
+        for i, var in enumerate(r[:-1]):
+            stride = product(sizes[i + 1:-1])
+            text = "r_row" if stride == 1 else f"(r_row / {cpp_index(stride)})"
+            if i > 0:
+                text = f"{text} % {cpp_index(sizes[i])}"
+            self.line(f"const int64_t {var} = {text};")
+        self.line(f"const int64_t {last}_lo = r_seg % {n};")
+        self.line(f"const int64_t {last}_hi = std::min<int64_t>({n}, {last}_lo + ({end} - r_seg));")
+        self.line(f"r_seg += {last}_hi - {last}_lo;")
 
     def _open_linear(self, r, start, end) -> None:
         """``for`` over a linear inner index in ``[start, end)``, defining the inner vars."""
@@ -787,6 +884,18 @@ class CppKernel(Kernel):
             params.append(f"{const}{ctype}* p_{name}")
         self.args = sorted(self.loaded | self.stored)
         return f'extern "C" void {self.name}({", ".join(params)})'
+
+
+@dataclasses.dataclass
+class _Hoist:
+    """Where values invariant in the inner loops being generated are declared."""
+    at: int                     # index in the kernel's lines
+    indent: int
+    values: dict = dataclasses.field(default_factory=dict)    # C++ text -> value
+
+
+_NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_CPP_WORDS = set(CPP_TYPES.values()) | {"true", "false", "auto", "const"}
 
 
 def _coarse_type(kind: str, dtype: torch.dtype) -> str:

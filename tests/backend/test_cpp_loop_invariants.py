@@ -1,0 +1,109 @@
+"""C++ inner loops: values that do not change in an inner loop (a per-channel scale, a mean)
+are computed once before it, and a reduction's row split over threads runs along its last
+dim without unflattening every element. Results match eager, including where a guarded
+(masked) load must stay inside its guard."""
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+from ember import config
+from ember.testing import run_and_get_code, same
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    ember.reset()
+    torch.manual_seed(0)
+    with config.patch(suppress_errors=False), torch.no_grad():
+        yield
+
+
+def check(fn, *inputs, rtol=1e-5, atol=1e-5):
+    ember.reset()
+    compiled = ember.compile(fn, backend="ember")
+    result, sources = run_and_get_code(compiled, *inputs)
+    expected = fn(*inputs)
+    assert same(expected, result, rtol=rtol, atol=atol), (expected, result)
+    return "\n".join(sources)
+
+
+def simd_loop_bodies(code: str) -> list[str]:
+    """The text of each ``#pragma omp simd`` loop (up to its closing brace)."""
+    bodies = []
+    for m in re.finditer(r"#pragma omp simd[^\n]*\n(\s*)for [^\n]*\{\n", code):
+        indent = m.group(1)
+        end = code.index("\n" + indent + "}", m.end())
+        bodies.append(code[m.end():end])
+    return bodies
+
+
+def test_per_channel_values_move_out_of_the_inner_loop():
+    # batch norm backward's shape: a per-channel where() of a per-(n, c) value
+    def fn(x, mean, var, w, b, g):
+        y = torch.relu((x - mean) * torch.rsqrt(var + 1e-5) * w + b)
+        return torch.where(y <= 0, torch.zeros_like(y), g / 256.0)
+
+    c = 16
+    x = torch.randn(4, c, 16, 16)
+    per_c = [torch.randn(1, c, 1, 1) for _ in range(4)]
+    per_c[1] = per_c[1].abs()
+    g = torch.randn(4, c, 1, 1)
+    code = check(fn, x, *per_c, g)
+    bodies = simd_loop_bodies(code)
+    assert bodies
+    for body in bodies:
+        assert "std::sqrt" not in body     # the rsqrt is per channel
+        # every load in the loop reads along its variable
+        for load in re.findall(r"p_\w+\[([^\]]*)\]", body):
+            assert re.search(r"\br\d", load), load
+
+
+def test_masked_loads_stay_inside_their_guard():
+    # pad reads the per-channel value only inside the padded region's guard
+    def fn(x, w):
+        return F.pad(x * w, (2, 3)) + 1
+
+    x = torch.randn(3, 8, 40)
+    w = torch.randn(1, 8, 1)
+    code = check(fn, x, w)
+    assert "if (" in code
+
+
+@pytest.mark.parametrize("shape,dims", [
+    ((16, 8, 64, 64), (0, 2, 3)),      # batch norm statistics: chunks inside one row
+    ((3, 5, 4999), (0, 2)),            # chunks that cross rows of odd length
+    ((7, 3, 37, 41), (0, 2, 3)),       # three inner dims
+])
+def test_split_reductions_over_several_dims_match_eager(shape, dims):
+    x = torch.randn(shape) + 2
+
+    def fn(t):
+        mean = t.mean(dims, keepdim=True)
+        return ((t - mean) ** 2).sum(dims), t.amax(dims), t.sum(dims)
+
+    code = check(fn, x, rtol=1e-4, atol=1e-3)
+    assert "chunk" in code                    # split over threads
+    assert "r_seg" in code                    # ... in runs along the last dim
+    assert not re.search(r"r_lin %", code)    # no per-element unflattening
+
+
+def test_training_step_with_batch_norm_matches_eager():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3, stride=2))
+    x = torch.randn(6, 3, 20, 20)
+    ref = torch.nn.Sequential(*[m for m in __import__("copy").deepcopy(model)])
+    with torch.enable_grad():
+        compiled = ember.compile(model, backend="ember")
+        out = compiled(x)
+        out.square().sum().backward()
+        expected = ref(x)
+        expected.square().sum().backward()
+    assert same(expected, out, rtol=1e-4, atol=1e-4)
+    for p, q in zip(model.parameters(), ref.parameters()):
+        assert same(q.grad, p.grad, rtol=1e-3, atol=1e-3)
+    for a, b in zip(model.buffers(), ref.buffers()):
+        assert same(b, a, rtol=1e-5, atol=1e-5)
