@@ -38,6 +38,8 @@ from ember.frontend.variables.base import VariableTracker
 from ember.frontend.variables.containers import ListIteratorVariable
 from ember.frontend.variables.functions import (CellVariable, NestedUserFunctionVariable,
                                                 UserFunctionVariable)
+from ember.frontend.variables.objects import CtxMethodVariable, GlobalContextVariable
+from ember.frontend.variables.scalars import FloatInputVariable
 
 __all__ = ["Unsupported", "convert_frame", "CacheEntry"]
 
@@ -74,6 +76,9 @@ class _Capture:
     tx: InstructionTranslator
     result: VariableTracker | None
     grad_mode_at_end: bool
+    # autocast/inference-mode blocks open at the graph break, outermost first: the graph
+    # closed them; the entry runs the instruction inside them (``_close_open_contexts``)
+    reentered: list = dataclasses.field(default_factory=list)
 
 
 def convert_frame(fn, args: tuple, kwargs: dict, settings, miss, callees: Callees) -> CacheEntry:
@@ -117,6 +122,12 @@ def _capture(fn, arguments: dict, break_at: int | None = None) -> _Capture:
         vt = CellVariable(real_cell=cell, source=AttrSource(LocalSource(name), "cell_contents"),
                           cell_source=LocalSource(name))
         symbolic_locals[name] = output.cells_by_id[id(cell)] = vt
+    if resume.is_resume_code(code):   # floats crossing the break: graph inputs, not guards
+        for name in code.co_varnames[:code.co_argcount]:
+            if type(arguments.get(name)) is float:
+                output.guards.add(guards.type_match(LocalSource(name), float))
+                symbolic_locals[name] = FloatInputVariable(arguments[name], LocalSource(name),
+                                                           output)
     for name, made_code in resume.made_functions(fn).items():
         value = arguments.get(name)
         if type(value) is types.FunctionType and value.__code__ is made_code:
@@ -128,9 +139,28 @@ def _capture(fn, arguments: dict, break_at: int | None = None) -> _Capture:
             result = tx.run()
         except RecursionError:
             raise Unsupported("recursion too deep while capturing") from None
-        return _Capture(output, tx, result, torch.is_grad_enabled())
+        reentered = _close_open_contexts(tx) if tx.break_index is not None else []
+        return _Capture(output, tx, result, torch.is_grad_enabled(), reentered)
     finally:
         output.restore_global_state()
+
+
+def _close_open_contexts(tx) -> list:
+    """Close the autocast/inference-mode blocks open at the graph break in the graph (the
+    graph must leave global state as it found it) and return their managers, outermost
+    first. Each must be a ``with`` block of the top frame, its exit on the stack: the
+    resume function enters it again there (``resume.CONTEXT``)."""
+    managers = tx.output.open_context_managers()
+    exits = [vt.ctx for vt in tx.stack
+             if isinstance(vt, CtxMethodVariable) and vt.name == "__exit__"]
+    for manager in managers:
+        if manager is None or sum(m is manager for m in managers) != \
+                sum(m is manager for m in exits):
+            raise Unsupported("graph break while an autocast/inference-mode context entered "
+                              "outside a `with` block of this frame is open")
+    for manager in reversed(managers):
+        manager.exit(tx)
+    return managers
 
 
 def _made_code(vt, fn) -> types.CodeType | None:
@@ -181,8 +211,8 @@ def _break_entry(fn, arguments: dict, error: Unsupported, settings, miss,
         tx = capture.tx
         if tx.break_index is None:
             raise Unsupported("capture did not reach the graph break again")
-        graph_break.check_breakable(tx)
         inst = tx.instructions[tx.break_index]
+        graph_break.check_breakable(tx, inst)
         graph_break.check_blocks(tx, inst)
         found = graph_break.emitter_for(inst.opname)
         if found is None:
@@ -229,9 +259,13 @@ def _break_tail(fn, capture: _Capture, inst, found, inlined: bool, callees: Call
         lines = capture.output.side_effects.codegen(cg)
         if capture.grad_mode_at_end != capture.output.initial_grad_mode:
             lines.insert(0, graph_break.grad_mode_line(cg, capture.grad_mode_at_end))
+        run_lines = emitted.lines
+        if capture.reentered:   # the instruction runs inside the blocks the graph closed
+            managers = ", ".join(m.reentry_text(cg) for m in capture.reentered)
+            run_lines = [f"with {managers}:", *["    " + line for line in run_lines]]
         block = inst.exn_tab_entry
         if block is None:
-            lines += emitted.lines
+            lines += run_lines
         else:
             exc = cg.fresh("___exc")
             handler_stack = below_items[:block.depth]
@@ -241,7 +275,7 @@ def _break_tail(fn, capture: _Capture, inst, found, inlined: bool, callees: Call
             handler = call_resume(cg, tx.index_of[id(block.target)], handler_stack,
                                   tx.break_index)
             # the handler runs outside this `except`: no exception context leaks into it
-            lines += [f"{exc} = None", "try:", *["    " + line for line in emitted.lines],
+            lines += [f"{exc} = None", "try:", *["    " + line for line in run_lines],
                       "except BaseException as ___e:", f"    {exc} = ___e",
                       f"if {exc} is not None: {handler}"]
         for outcome in emitted.outcomes:
@@ -259,6 +293,9 @@ def _stack_item(vt: VariableTracker, cg: EntryCodegen) -> tuple[str, str | None]
     """(how the resume prologue rebuilds it, the argument's expression) of a stack item."""
     if vt is NULL:
         return resume.NULL, None
+    if isinstance(vt, CtxMethodVariable) and vt.name == "__exit__" and \
+            isinstance(vt.ctx, GlobalContextVariable):   # entered again by the resume
+        return resume.CONTEXT, vt.ctx.reentry_text(cg)
     if isinstance(vt, ListIteratorVariable):   # a for loop's: its remaining items
         items = [cg.reconstruct(v) for v in vt.items[vt.index:]]
         return resume.ITERATOR, f"({', '.join(items)}{',' if len(items) == 1 else ''})"
@@ -330,7 +367,7 @@ def _build_entry(fn, capture: _Capture, settings, miss,
         metrics.counters["frontend"]["graphs"] += 1
         graph_break.notify("graph", gm)
         graph_name = cg.const(compiled)
-        args_text = ", ".join(cg.load(inp.source) for inp in output.inputs)
+        args_text = ", ".join(_graph_argument(cg, inp) for inp in output.inputs)
         body += cg.lines + [f"___out = {graph_name}({args_text})"]
     body += rebuild_lines + tail_lines
     src, run = cg.build(guard_lines, body, name)
@@ -345,6 +382,13 @@ def _build_entry(fn, capture: _Capture, settings, miss,
 
     _log_and_dump(fn, gm, src, guard_list, has_ops)
     return CacheEntry(run, check, guard_list, gm if has_ops else None, src)
+
+
+def _graph_argument(cg: EntryCodegen, inp) -> str:
+    value = cg.load(inp.source)
+    if inp.from_float:
+        return f"{cg.const(torch.scalar_tensor)}({value}, dtype={cg.const(torch.float64)})"
+    return value
 
 
 def _log_and_dump(fn, gm, src, guard_list, has_ops) -> None:

@@ -19,9 +19,15 @@ resume function (``convert._break_tail``).
 A frame whose locals are closed over by inner functions passes its cells to the resume
 function (``resume.py``).
 
+Inside an autocast or inference-mode block (which the graph models), the graph closes the
+block at the break, the entry runs the instruction inside a real one, and the resume
+function's prologue enters it again (``resume.CONTEXT``), so its own graph models it.
+
 A break is refused, and the whole frame runs eagerly with the reason, where splitting the
-frame could change what the program does: inside a ``with`` block of a context manager the
-graph models (it was never entered in Python), in a frame with a cell variable unassigned
+frame could change what the program does: inside such a block entered other than by a
+``with`` of the frame itself, inside an exception handler (a resume function that starts at
+one is captured, but outside it the exception would not be the one being handled; the
+RERAISE that ends it is the exception), in a frame with a cell variable unassigned
 at the break or used other than by LOAD_DEREF/STORE_DEREF/LOAD_CLOSURE, in a generator, or
 at an instruction without an emitter here.
 """
@@ -296,6 +302,12 @@ def _emit_raise(ctx: EmitContext, inst) -> Emitted:
     return Emitted([line], [])
 
 
+@emitter("RERAISE", inputs=1)
+def _emit_reraise(ctx: EmitContext, inst) -> Emitted:
+    # the end of a handler (or `finally`): the same exception object, raised again
+    return Emitted([f"raise {_rebuild(ctx, ctx.operands[0])}"], [])
+
+
 def _branch(jump_if_true: bool, keep_on_jump: bool):
     def emit(ctx: EmitContext, inst) -> Emitted:
         value = _rebuild(ctx, ctx.operands[0])
@@ -321,12 +333,12 @@ def emitter_for(opname: str) -> tuple[Callable, Callable] | None:
 
 def check_blocks(tx, inst) -> None:
     """Unsupported unless every ``with`` block open around ``inst`` keeps an exit that the
-    resume function can call for real: a grad-mode exit, or the Python ``__exit__`` of a
-    user object whose ``__enter__`` ran (inlined, its effects replayed). Other managers the
-    evaluator models in the graph (autocast, ...) were never entered in Python."""
+    resume function can call for real: a grad-mode exit, the Python ``__exit__`` of a
+    user object whose ``__enter__`` ran (inlined, its effects replayed), or the exit of an
+    autocast/inference-mode block, which the graph closes and the resume enters again."""
     from ember.frontend.variables.functions import UserMethodVariable
-    from ember.frontend.variables.objects import (CtxMethodVariable, GradModeExitVariable,
-                                                  GradModeVariable)
+    from ember.frontend.variables.objects import (CtxMethodVariable, GlobalContextVariable,
+                                                  GradModeExitVariable, GradModeVariable)
     entry = inst.exn_tab_entry
     while entry is not None:
         handler = entry.target
@@ -337,7 +349,7 @@ def check_blocks(tx, inst) -> None:
             exit_fn = tx.stack[entry.depth - 1] if 0 < entry.depth <= len(tx.stack) else None
             grad = (isinstance(exit_fn, GradModeExitVariable)
                     or isinstance(exit_fn, CtxMethodVariable)
-                    and isinstance(exit_fn.ctx, GradModeVariable))
+                    and isinstance(exit_fn.ctx, (GradModeVariable, GlobalContextVariable)))
             if not (grad or isinstance(exit_fn, UserMethodVariable)):
                 raise Unsupported(f"graph break inside a `with` block of {exit_fn} (its "
                                   f"exit cannot run outside the graph)")
@@ -347,9 +359,12 @@ def check_blocks(tx, inst) -> None:
         entry = cleanup.target.exn_tab_entry
 
 
-def check_breakable(tx) -> None:
+def check_breakable(tx, inst) -> None:
     if tx.is_generator:
         raise Unsupported("graph break in a generator")
+    if tx.handling and inst.opname != "RERAISE":
+        raise Unsupported("graph break inside an exception handler (its exception would "
+                          "not be the one being handled)")
 
 
 def grad_mode_line(cg, mode: bool) -> str:

@@ -147,6 +147,30 @@ def grad_mode(enabled: bool) -> Guard:
                  f"torch.is_grad_enabled() is {enabled}", ("grad_mode",))
 
 
+_AUTOCAST_DEVICES = ("cpu", "cuda", "xpu", "mps")
+
+
+def autocast_state() -> tuple:
+    """(device type, dtype, cache enabled) of each device type autocast is on for now."""
+    if not torch._C._is_any_autocast_enabled():
+        return ()
+    cache = torch.is_autocast_cache_enabled()
+    return tuple((d, torch.get_autocast_dtype(d), cache) for d in _AUTOCAST_DEVICES
+                 if torch.is_autocast_enabled(d))
+
+
+def autocast_match(state: tuple) -> Guard:
+    """Autocast is on (and casts to the same dtypes) for the same devices as at capture:
+    the graph's ops and result dtypes depend on it."""
+    if not state:
+        return Guard(None, "AUTOCAST",
+                     lambda v, const: f"not {const(torch._C._is_any_autocast_enabled)}()",
+                     "autocast off", ("autocast",))
+    return Guard(None, "AUTOCAST",
+                 lambda v, const: f"{const(autocast_state)}() == {const(state)}",
+                 f"autocast {state}", ("autocast",))
+
+
 def _short_repr(obj: Any) -> str:
     try:
         text = repr(obj)

@@ -21,6 +21,7 @@ from ember.frontend.guards import GuardSet
 from ember.frontend.side_effects import SideEffects
 from ember.frontend.source import ConstantSource, Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.scalars import scalar_operands
 
 # Graph calls with effects beyond their result: never removed as dead code.
 _EFFECTFUL = {operator.setitem, torch._C._set_grad_enabled, torch._assert,
@@ -36,6 +37,7 @@ class GraphInput:
     node: torch.fx.Node
     source: Source
     value: torch.Tensor
+    from_float: bool = False    # the source holds a float: passed as a float64 0-d tensor
 
 
 class OutputGraph:
@@ -61,6 +63,9 @@ class OutputGraph:
         self.global_contexts: list[tuple[Callable, Any]] = []
         self.location: Callable[[], str] = lambda: ""
         self.guards.add(guards_mod.grad_mode(self.initial_grad_mode))
+        # autocast on at entry: guarded, and made explicit in the graph (``finish``)
+        self.initial_autocast = guards_mod.autocast_state()
+        self.guards.add(guards_mod.autocast_match(self.initial_autocast))
 
     # -- inputs --------------------------------------------------------------------------------
     def add_input(self, value: torch.Tensor, source: Source | None):
@@ -79,6 +84,20 @@ class OutputGraph:
             self._constant_tensors.append(value)
         else:
             self.guards.add(guards_mod.tensor_match(source, value))
+        vt = self._placeholder(value, source)
+        vt.fake_python_type = type(value)
+        self._input_by_id[id(value)] = vt
+        return vt
+
+    def add_scalar_input(self, value: torch.Tensor, source: Source):
+        """A graph input for the float at ``source`` (``variables/scalars.py``): the entry
+        passes it as the 0-d float64 tensor ``value`` stands for."""
+        vt = self._placeholder(value, source, from_float=True)
+        vt.source = None        # the tensor exists only in the entry's call of the graph
+        return vt
+
+    def _placeholder(self, value: torch.Tensor, source: Source, from_float: bool = False):
+        from ember.frontend.variables.tensor import TensorVariable
         name = _placeholder_name(source.name(), self.graph)
         # placeholders must come before every other node
         if self.inputs:
@@ -93,11 +112,8 @@ class OutputGraph:
             raise Unsupported(f"cannot make a fake tensor for {source.name()}: {e}") from None
         node.meta["val"] = fake
         node.meta["source"] = source
-        self.inputs.append(GraphInput(node, source, value))
-        vt = TensorVariable(node, fake, source)
-        vt.fake_python_type = type(value)
-        self._input_by_id[id(value)] = vt
-        return vt
+        self.inputs.append(GraphInput(node, source, value, from_float))
+        return TensorVariable(node, fake, source)
 
     def tracked_object(self, value) -> VariableTracker | None:
         entry = self.tracked.get(id(value))
@@ -132,6 +148,7 @@ class OutputGraph:
         return self._call("call_method", name, args, kwargs)
 
     def _call(self, kind, target, args, kwargs) -> VariableTracker:
+        args = scalar_operands(kind, target, args)
         node_args, fake_args = _unwrap_all(args)
         node_kwargs, fake_kwargs = _unwrap_all(kwargs)
         with self.fake_mode:
@@ -199,23 +216,46 @@ class OutputGraph:
     def finish(self, outputs: list[torch.fx.Node]) -> torch.fx.GraphModule:
         self.graph.output(tuple(outputs))
         remove_dead_nodes(self.graph)
+        self._enter_initial_autocast()
         gm = torch.fx.GraphModule(torch.nn.Module(), self.graph,
                                   class_name=_class_name(self.frame_name))
         return gm
 
-    def enter_global_context(self, enter_fn, exit_fn, args: tuple):
+    def _enter_initial_autocast(self) -> None:
+        """Autocast that was on when the frame was entered becomes part of the graph (enter
+        after the inputs, exit before the output): the graph then means the same whatever
+        state a backend compiles it in, and differs from the graph of the same code captured
+        without autocast (a backend's cache keyed by the graph keeps them apart)."""
+        if not self.initial_autocast or not any(
+                n.op.startswith("call_") for n in self.graph.nodes):
+            return
+        first = next(n for n in self.graph.nodes if n.op != "placeholder")
+        output = next(n for n in reversed(self.graph.nodes) if n.op == "output")
+        enter = torch.amp.autocast_mode._enter_autocast
+        exit_ = torch.amp.autocast_mode._exit_autocast
+        for device, dtype, cache in self.initial_autocast:
+            with self.graph.inserting_before(first):
+                node = self.graph.call_function(enter, (device, dtype, True, cache))
+            with self.graph.inserting_before(output):
+                output = self.graph.call_function(exit_, (node,))
+
+    def enter_global_context(self, enter_fn, exit_fn, args: tuple, manager=None):
         real = enter_fn(*args)
-        self.global_contexts.append((exit_fn, real))
+        self.global_contexts.append((exit_fn, real, manager))
         return real
 
     def exit_global_context(self, real) -> None:
-        exit_fn, top = self.global_contexts.pop()
+        exit_fn, top, _ = self.global_contexts.pop()
         assert top is real, "global contexts exit in the order they entered"
         exit_fn(real)
 
+    def open_context_managers(self) -> list:
+        """The trackers of the autocast/inference-mode blocks open now, outermost first."""
+        return [manager for _, _, manager in self.global_contexts]
+
     def restore_global_state(self) -> None:
         while self.global_contexts:     # capture stopped inside a block
-            exit_fn, real = self.global_contexts.pop()
+            exit_fn, real, _ = self.global_contexts.pop()
             exit_fn(real)
         torch._C._set_grad_enabled(self.initial_grad_mode)
 

@@ -8,7 +8,8 @@ built from the original one:
     COPY_FREE_VARS n            (when the frame has free variables: the same closure)
     RESUME 0
     LOAD_FAST ___stack0         the live stack, rebuilt from arguments (PUSH_NULL for NULLs,
-    ...                         GET_ITER after a tuple for the iterator of a ``for`` loop)
+    ...                         GET_ITER after a tuple for the iterator of a ``for`` loop,
+                                BEFORE_WITH for the exit of an autocast/inference-mode block)
     JUMP_FORWARD  -> target
     <every instruction of the original code, unchanged, exception table included>
 
@@ -59,6 +60,10 @@ def origin(code: types.CodeType) -> types.CodeType:
     return _ORIGIN[code][0] if code in _ORIGIN else code
 
 
+def is_resume_code(code: types.CodeType) -> bool:
+    return code in _ORIGIN
+
+
 def _original_index(code: types.CodeType, index: int) -> int:
     if code not in _ORIGIN:
         return index
@@ -88,15 +93,18 @@ _CELL_PARAMS: dict[types.CodeType, tuple[str, ...]] = {}
 # How the prologue rebuilds one stack item. LASTI pushes the offset (in code units) of the
 # instruction that raised, for an exception handler entered with ``lasti`` (a ``with``
 # block's): its RERAISE restores that position, so tracebacks point at the raising line.
-NULL, VALUE, ITERATOR, LASTI = "null", "value", "iterator", "lasti"
+# CONTEXT enters the argument's context manager again (BEFORE_WITH, the enter's result
+# dropped): its ``__exit__`` is the item, for a ``with`` block whose manager the graph
+# models (autocast, inference mode: ``objects.GlobalContextReentry``).
+NULL, VALUE, ITERATOR, LASTI, CONTEXT = "null", "value", "iterator", "lasti", "context"
 
 
 def resume_code(code: types.CodeType, target: int, stack: tuple[str, ...],
                 local_names: tuple[str, ...], raised_at: int | None = None) -> types.CodeType:
     """The resume code continuing ``code`` at instruction ``target`` (an index into
     ``disassemble(code)``) with a stack described by ``stack`` (per item: NULL, a VALUE
-    argument, an ITERATOR over the items of a tuple argument: a ``for`` loop's, or the LASTI
-    of instruction ``raised_at``), and the locals ``local_names`` (parameters after the
+    argument, an ITERATOR over the items of a tuple argument: a ``for`` loop's, the LASTI
+    of instruction ``raised_at``, or the exit of a CONTEXT argument entered again), and the locals ``local_names`` (parameters after the
     stack's arguments). An exception handler is resumed like any target: its stack is the
     block's (cut to the handler's depth) with the exception as the last VALUE."""
     original = origin(code)
@@ -131,6 +139,8 @@ def _build(original: types.CodeType, target: int, stack: tuple[str, ...],
         prologue.append(create_instruction("LOAD_FAST", argval=stack_name(i)))
         if kind == ITERATOR:
             prologue.append(create_instruction("GET_ITER"))
+        elif kind == CONTEXT:
+            prologue += [create_instruction("BEFORE_WITH"), create_instruction("POP_TOP")]
     params += local_names
     cells = tuple(cell_param(c) for c in original.co_cellvars)
     params += cells

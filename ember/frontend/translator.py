@@ -122,6 +122,7 @@ class InstructionTranslator:
         self.steps = 0
         self.break_at: int | None = None
         self.break_index: int | None = None
+        self.handling = 0       # exception handlers entered (PUSH_EXC_INFO) and not left
 
     # -- driving -------------------------------------------------------------------------------
     def run(self) -> VariableTracker | None:
@@ -948,6 +949,59 @@ def _before_with(tx, inst):
     enter_fn = tx.getattr(mgr, "__enter__")
     tx.push(exit_fn)
     tx.push(tx.call(enter_fn, [], {}))
+
+
+# ------------------------------------------------------------------- exception handlers
+# Capture never raises, so it reaches a handler only in a resume function that starts at
+# one (the instruction at a graph break raised): the exception is then an argument. While
+# a handler runs, its exception is "being handled" (sys.exc_info, implicit chaining of a
+# new exception, bare `raise`), which the code around a graph break could not reproduce:
+# a break there is refused (``graph_break.check_breakable``), except at the RERAISE that
+# ends the handler.
+
+class _PrevException(VariableTracker):
+    """What PUSH_EXC_INFO saves: the exception being handled before the handler began (in
+    a compiled frame, the caller's, which POP_EXCEPT restores)."""
+
+    def rebuild(self, cg):
+        return f"{cg.const(sys.exc_info)}()[1]"
+
+    def __repr__(self):
+        return "PrevException"
+
+
+@handler("PUSH_EXC_INFO")
+def _push_exc_info(tx, inst):
+    exc = tx.pop()
+    tx.push(_PrevException())
+    tx.push(exc)
+    tx.handling += 1
+
+
+@handler("POP_EXCEPT")
+def _pop_except(tx, inst):
+    prev = tx.pop()
+    if isinstance(prev, _PrevException):
+        tx.handling -= 1
+    elif tx.handling:
+        raise Unsupported("POP_EXCEPT of a value PUSH_EXC_INFO did not push")
+    # else: a handler's cleanup entered from outside (its PUSH_EXC_INFO ran in an earlier
+    # resume function, which passed the value it saved): what it restores is what the
+    # caller is handling now, unchanged
+
+
+@handler("RERAISE")
+def _reraise(tx, inst):
+    raise Unsupported("re-raising the exception at the end of an except or finally block")
+
+
+@handler("CHECK_EXC_MATCH")
+def _check_exc_match(tx, inst):
+    classes = tx.pop().as_python_constant()
+    exc_type = tx.stack[-1].python_type()     # guarded: the argument's type
+    if not issubclass(exc_type, BaseException):
+        raise Unsupported(f"CHECK_EXC_MATCH on {tx.stack[-1]}")
+    tx.push(ConstantVariable(issubclass(exc_type, classes)))
 
 
 # ------------------------------------------------------------------------------ imports

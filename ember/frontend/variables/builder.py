@@ -28,8 +28,9 @@ from ember.frontend.variables.functions import (GetterVariable, GraphCallableVar
                                                 HandlerFunctionVariable,
                                                 PartialVariable, UserFunctionVariable,
                                                 UserMethodVariable)
-from ember.frontend.variables.objects import (GradModeExit, GradModeExitVariable,
-                                              NNModuleVariable, PythonModuleVariable,
+from ember.frontend.variables.objects import (GLOBAL_CONTEXTS, GlobalContextReentry,
+                                              GlobalContextVariable, GradModeExit,
+                                              GradModeExitVariable, NNModuleVariable, PythonModuleVariable,
                                               UserDefinedClassVariable,
                                               UserDefinedObjectVariable)
 from ember.frontend.variables.torch_functions import is_graph_callable, special_handler
@@ -85,6 +86,12 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
             source = AttrSource(source, "_orig_mod") if source is not None else None
         add(guards.id_match(source, value))
         return NNModuleVariable(value, source)
+    if type(value) is GlobalContextReentry and value.py_type in GLOBAL_CONTEXTS:
+        add(guards.type_match(source, GlobalContextReentry))
+        add(guards.id_match(AttrSource(source, "py_type"), value.py_type))
+        add(guards.constant_match(AttrSource(source, "args"), value.args))
+        enter_fn, exit_fn = GLOBAL_CONTEXTS[value.py_type]
+        return GlobalContextVariable(enter_fn, exit_fn, value.args, value.py_type)
     if type(value) is GradModeExit:
         add(guards.type_match(source, GradModeExit))
         add(guards.constant_match(AttrSource(source, "mode"), value.mode))
@@ -129,6 +136,9 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         raise Unsupported(f"a {typ.__qualname__} object inside a compiled region")
     add(guards.type_match(source, typ))
     return UserDefinedObjectVariable(value, source)
+
+
+_CONTAINER_METHOD_OWNERS = (list, dict, set, collections.OrderedDict, collections.deque)
 
 
 def _wrap_callable(tx, value, source, add) -> VariableTracker:
@@ -193,6 +203,14 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
             add(guards.type_match(source, type(value)))
             obj = wrap(tx, owner, AttrSource(source, "__self__") if source else None)
             return TensorMethodVariable(obj, value.__name__)
+        if type(owner) in _CONTAINER_METHOD_OWNERS and getattr(
+                type(owner), value.__name__, None) is not None:
+            # ``log.append`` held as a value (the stack below a graph break): the method
+            # of the tracked container, so calls record the mutation
+            add(guards.type_match(source, type(value)))
+            add(guards.constant_match(AttrSource(source, "__name__"), value.__name__))
+            obj = wrap(tx, owner, AttrSource(source, "__self__") if source else None)
+            return tx.getattr(obj, value.__name__)
         if owner is not None and not isinstance(owner, types.ModuleType):
             raise Unsupported(f"builtin method {value.__qualname__} of a "
                               f"{type(owner).__name__} object")

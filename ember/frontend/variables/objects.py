@@ -754,7 +754,7 @@ class GlobalContextVariable(ContextManagerVariable):
         return self.py_type
 
     def enter(self, tx):
-        real = tx.output.enter_global_context(self.enter_fn, self.exit_fn, self.args)
+        real = tx.output.enter_global_context(self.enter_fn, self.exit_fn, self.args, self)
         node = tx.output.graph.call_function(self.enter_fn, self.args)
         self.open.append((real, node))
         return ConstantVariable(None)
@@ -766,6 +766,45 @@ class GlobalContextVariable(ContextManagerVariable):
 
     def call_function(self, tx, args, kwargs):
         raise Unsupported(f"{self.py_type.__name__} as a decorator inside a compiled region")
+
+    def reentry_text(self, cg) -> str:
+        """An expression making a :class:`GlobalContextReentry` of this block, for the
+        entry of a graph break inside it."""
+        return f"{cg.const(GlobalContextReentry)}({cg.const(self.py_type)}, {cg.const(self.args)})"
+
+
+# py_type of a GlobalContextVariable -> (its graph's enter function, exit function)
+GLOBAL_CONTEXTS = {
+    torch.autocast: (torch.amp.autocast_mode._enter_autocast,
+                     torch.amp.autocast_mode._exit_autocast),
+    torch.inference_mode: (torch.autograd.grad_mode._enter_inference_mode,
+                           torch.autograd.grad_mode._exit_inference_mode),
+}
+
+
+class GlobalContextReentry:
+    """An autocast or inference-mode block open at a graph break, handed to the resume
+    function, whose prologue enters it again (``BEFORE_WITH``) so that its ``__exit__``
+    lies on the stack where the block left it. The graph before the break closed the block
+    and the entry ran the instruction inside a real one; the resume function's capture
+    models it in its own graph again. Run for real (a resume that runs eagerly), it enters
+    a fresh ``py_type(*args)``."""
+    __slots__ = ("py_type", "args", "_real")
+
+    def __init__(self, py_type: type, args: tuple):
+        self.py_type, self.args = py_type, args
+        self._real: list = []
+
+    def __enter__(self):
+        real = self.py_type(*self.args)
+        self._real.append(real)
+        return real.__enter__()
+
+    def __exit__(self, *exc_info):
+        return self._real.pop().__exit__(*exc_info)
+
+    def __repr__(self):
+        return f"GlobalContextReentry({self.py_type.__name__}{self.args!r})"
 
 
 class GradModeExit:
