@@ -2,9 +2,10 @@
 check their results, and report speedups, compile times, graphs and memory.
 
     ember bench [--suite builtin|timm|hf|torchvision|all|kernels|gpu] [--models a,b]
-                [--device cpu|cuda] [--dtype float32|float16|bfloat16] [--mode infer|train]
-                [--batch-size N] [--compilers eager,ember,ember-reduce-overhead,
-                                  ember-max-autotune,torch-inductor,... | all]
+                [--device cpu|cuda] [--dtype float32|float16|bfloat16] [--amp]
+                [--mode infer|train] [--batch-size N]
+                [--compilers eager,ember,ember-reduce-overhead,ember-max-autotune,
+                             torch-inductor,... | all]
                 [--repeat N] [--warmup N] [--out DIR [--resume]] [--compare A.json B.json]
                 [--show RESULTS.json] [--timeout S] [--budget S] [--no-isolate]
                 [--no-warm-compile] [--backend NAME]
@@ -125,6 +126,11 @@ def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
                         help="cast models' floating-point weights and inputs, and kernels' "
                              "tensors (default: each row's own: bfloat16 for the gpu suite, "
                              "float32 otherwise)")
+    parser.add_argument("--amp", action="store_true",
+                        help="automatic mixed precision: float32 weights and inputs, the "
+                             "model run under torch.autocast to --dtype (float16 or "
+                             "bfloat16, default bfloat16) inside the compiled frame; results "
+                             "are checked with that dtype's tolerance")
     parser.add_argument("--mode", default="infer", choices=MODES,
                         help="infer: eval() under no_grad (default); train: one training step "
                              "(forward, sum of outputs as loss, backward), gradients checked")
@@ -337,7 +343,8 @@ def bench_main(argv: list[str], prog: str = "ember bench") -> int:
         except ValueError as e:
             parser.error(f"--resume: {e}")
     _say(f"# torch {torch.__version__}, device {settings['device_name']}, "
-         f"{settings['threads']} threads, mode {args.mode}, dtype {args.dtype or 'per row'}, "
+         f"{settings['threads']} threads, mode {args.mode}, "
+         f"{describe_dtype(args)}, "
          f"compilers {','.join(compilers)}; median of {args.repeat} calls after "
          f"{args.warmup} warm-up, alternating, timed with {settings['timer']}")
     rows, stopped = run_rows(args, compilers, rows_to_run, settings, saved)
@@ -368,8 +375,8 @@ def _say(text: str, file=None) -> None:
 
 
 # Settings a resumed run must share with the saved one: they change the numbers.
-RESUME_SETTINGS = ("torch", "device", "mode", "dtype", "backend", "compilers", "repeat",
-                   "warmup", "threads", "batch_size", "kernel_bytes")
+RESUME_SETTINGS = ("torch", "device", "mode", "dtype", "amp", "backend", "compilers",
+                   "repeat", "warmup", "threads", "batch_size", "kernel_bytes")
 
 
 def load_saved_run(out: str, settings: dict, compilers) -> tuple[dict, list[Row]]:
@@ -425,8 +432,25 @@ def _validate(parser: argparse.ArgumentParser, args, rows_to_run) -> None:
         parser.error("--no-warm-compile: --no-isolate already measures no warm compile")
     if args.out and os.path.exists(args.out) and not os.path.isdir(args.out):
         parser.error(f"--out: {args.out!r} exists and is not a folder")
+    if args.amp and args.dtype == "float32":
+        parser.error("--amp autocasts float32 weights to --dtype float16 or bfloat16 (default "
+                     "bfloat16), not float32")
+    if args.amp and any(kind == "kernel" for kind, _, _ in rows_to_run):
+        parser.error("--amp: kernel rows take --dtype itself; leave out --suite kernels and "
+                     "kernel names")
     if args.resume and not args.out:
         parser.error("--resume continues the run saved in --out DIR: give --out")
+
+
+def amp_dtype(args) -> str | None:
+    """--amp's autocast dtype (--dtype, default bfloat16), or None without --amp."""
+    return (args.dtype or "bfloat16") if args.amp else None
+
+
+def describe_dtype(args) -> str:
+    if args.amp:
+        return f"float32 weights, autocast {amp_dtype(args)}"
+    return f"dtype {args.dtype or 'per row'}"
 
 
 def run_settings(args, compilers) -> dict:
@@ -439,7 +463,8 @@ def run_settings(args, compilers) -> dict:
         "device": args.device, "device_name": device_name(args.device),
         "threads": torch.get_num_threads(), "backend": args.backend, "mode": args.mode,
         "iters": args.repeat, "repeat": args.repeat, "warmup": args.warmup,
-        "timer": timer_name(args.device), "dtype": args.dtype,
+        "timer": timer_name(args.device), "dtype": None if args.amp else args.dtype,
+        "amp": amp_dtype(args),
         "suites": selected_suites(args), "models": _split(args.models),
         "batch_size": args.batch_size, "kernel_bytes": args.kernel_bytes,
         "isolated": args.isolate, "timeout_s": args.timeout if args.isolate else None,
@@ -458,7 +483,8 @@ def run_rows(args, compilers, rows_to_run, settings, saved: list[Row] = ()
     and the outputs rewritten after every row."""
     tasks = [runner.Task(kind, name, suite, args.device, args.backend, compilers, args.mode,
                          args.dtype, args.batch_size, args.kernel_bytes, args.repeat,
-                         args.warmup, args.torch_compile_budget, args.threads)
+                         args.warmup, args.torch_compile_budget, args.threads,
+                         amp=amp_dtype(args))
              for kind, name, suite in rows_to_run]
     rows = list(saved)
     slot = {(row.kind, row.model): i for i, row in enumerate(rows)}
@@ -594,7 +620,8 @@ def _write_outputs(args, rows: list[Row], settings: dict, compilers, final: bool
         report.write_csv(os.path.join(args.out, "results.csv"), rows)
         if final:
             title = (f"ember bench: {settings['device_name']}, {args.mode}, "
-                     f"{args.dtype or 'float32'}; torch {settings['torch']}")
+                     f"{describe_dtype(args) if args.amp else args.dtype or 'float32'}; "
+                     f"torch {settings['torch']}")
             try:
                 report.write_chart(os.path.join(args.out, "speedups.png"), rows, compilers,
                                    title)

@@ -176,6 +176,7 @@ class Row:
     copy_ms: float | None = None            # kernels: copy_ of bytes_moved bytes, same rounds
     suite: str | None = None                # the suite that selected the row (None: --models)
     mode: str = "infer"                     # "infer" or "train"
+    amp: str | None = None                  # autocast dtype (float32 weights), or None
     reference_dtype: str | None = None      # the eager reference's dtype (None: no reference)
     peak_rss_mb: float | None = None        # the measuring process's peak resident memory
     # "ok", or why the row has no numbers: "error" (it could not be built or eager failed),
@@ -284,11 +285,12 @@ def benchmark_model(name: str, device: str = "cpu", backend: str | Callable = "e
                     torch_compile_budget_s: float | None = 90.0, compilers=None,
                     dtype: torch.dtype | None = None, batch_size: int | None = None,
                     mode: str = "infer", first_calls_only: bool = False,
-                    progress: Progress | None = None) -> Row:
+                    progress: Progress | None = None, amp: torch.dtype | None = None) -> Row:
     """Time ``name`` (a zoo model, or a user's ``module:callable``) eagerly and under each
     compiler of ``compilers`` (see ``resolve_compilers``; default eager, ember and
     torch-inductor), and check each against the float64 reference. ``dtype`` and
-    ``batch_size`` default to the model's own (``models.build_model``).
+    ``batch_size`` default to the model's own (``models.build_model``). ``amp``: float32
+    weights, autocast to that dtype inside the compiled frame (``models.Autocast``).
     ``first_calls_only``: compile and run each variant once, no reference and no timing (the
     warm-compile pass)."""
     spec = models.resolve(name)
@@ -301,10 +303,11 @@ def benchmark_model(name: str, device: str = "cpu", backend: str | Callable = "e
     batch_size = spec.default_batch_size(device, mode) if batch_size is None else batch_size
     _report(progress, "building")
     model, inputs = models.build_model(name, device, dtype=dtype, batch_size=batch_size,
-                                       mode=mode)
+                                       mode=mode, amp=amp)
     row = Row(name, str(device), _backend_name(backend), eager_ms=None, kind="model",
-              dtype=_dtype_name(_floating_dtype(model, inputs)), batch_size=batch_size,
-              inputs=[describe(t) for t in inputs], suite=spec.suite, mode=mode)
+              dtype=_dtype_name(_weights_dtype(model, inputs)), batch_size=batch_size,
+              inputs=[describe(t) for t in inputs], suite=spec.suite, mode=mode,
+              amp=None if amp is None else _dtype_name(amp))
     measure_row(row, model, inputs, device, backend, counting_backend, variants, iters=iters,
                 warmup=warmup, torch_compile_budget_s=torch_compile_budget_s, mode=mode,
                 first_calls_only=first_calls_only, progress=progress)
@@ -380,7 +383,9 @@ def _trainable(fn: Callable) -> list[torch.nn.Parameter]:
 
 def _reference(fn: Callable, inputs: tuple, mode: str, dtype: torch.dtype) -> Any:
     """The eager result (outputs; in training with gradients) of ``fn`` and ``inputs`` cast
-    to ``dtype``: a copy of a module, so ``fn`` keeps its own parameters."""
+    to ``dtype``: a copy of a module, so ``fn`` keeps its own parameters; without autocast."""
+    if isinstance(fn, models.Autocast):
+        fn = fn.model
     ref_fn = copy.deepcopy(fn).to(dtype) if isinstance(fn, torch.nn.Module) else fn
     step = _Step(ref_fn, accuracy.cast_floating(inputs, dtype), mode, _trainable(ref_fn))
     return step.result(step())
@@ -455,7 +460,15 @@ def measure_row(row: Row, fn: Callable, inputs: tuple, device: torch.device, bac
 
 
 def _floating_dtype(fn: Callable, inputs: tuple) -> torch.dtype:
-    """The run's floating-point dtype: the first floating parameter's or input's."""
+    """The run's floating-point dtype, which sets the tolerance of its results: the autocast
+    dtype under ``models.Autocast``, else the weights' (``_weights_dtype``)."""
+    if isinstance(fn, models.Autocast):
+        return fn.dtype
+    return _weights_dtype(fn, inputs)
+
+
+def _weights_dtype(fn: Callable, inputs: tuple) -> torch.dtype:
+    """The first floating parameter's or input's dtype."""
     tensors = list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
     tensors += [t for t in accuracy.tensors(inputs) if t is not None]
     return next((t.dtype for t in tensors if t.is_floating_point()), torch.float32)

@@ -222,17 +222,25 @@ def check_names(names: list[str]) -> None:
 
 def build_model(name: str, device: str | torch.device = "cpu", *,
                 dtype: torch.dtype | None = None, batch_size: int | None = None,
-                mode: str = "infer") -> tuple[nn.Module, tuple]:
+                mode: str = "infer", amp: torch.dtype | None = None
+                ) -> tuple[nn.Module, tuple]:
     """A fresh, seeded model on ``device`` and its example inputs (a tuple).
 
     ``name``: a zoo model or a user's ``module:callable``. ``dtype`` (default: the model's,
     float32 for the zoo but the gpu suite) casts the floating-point parameters, buffers and
     inputs; ``batch_size`` (default: the model's for this device type) is the inputs' first
-    dim. ``mode``: "infer" (``eval()``) or "train" (``train()``, dropout probabilities 0)."""
+    dim. ``mode``: "infer" (``eval()``) or "train" (``train()``, dropout probabilities 0).
+    ``amp`` (float16 or bfloat16): mixed precision as users write it: weights and inputs
+    float32, the model wrapped in ``Autocast`` (``dtype`` must then be None or float32)."""
     spec = resolve(name)
     if mode not in ("infer", "train"):
         raise ValueError(f"mode must be infer or train, got {mode!r}")
     device = torch.device(device)
+    if amp is not None:
+        if amp not in (torch.float16, torch.bfloat16) or dtype not in (None, torch.float32):
+            raise ValueError(f"amp autocasts float32 weights to float16 or bfloat16, got "
+                             f"amp={amp}, dtype={dtype}")
+        dtype = torch.float32
     dtype = spec.dtype if dtype is None else dtype
     if dtype is not None and not dtype.is_floating_point:
         raise ValueError(f"models are cast to a floating-point dtype, got {dtype}")
@@ -246,12 +254,29 @@ def build_model(name: str, device: str | torch.device = "cpu", *,
         model, inputs = KeywordCall(model, list(inputs)), tuple(inputs.values())
     inputs = tuple(_to(t, device, dtype) for t in inputs)
     model = model.to(device=device) if dtype is None else model.to(device=device, dtype=dtype)
+    if amp is not None:
+        model = Autocast(model, device.type, amp)
     if mode == "train":
         for module in model.modules():
             if isinstance(module, nn.modules.dropout._DropoutNd):
                 module.p = 0.0
         return model.train(), inputs
     return model.eval(), inputs
+
+
+class Autocast(nn.Module):
+    """``model`` run under ``torch.autocast(device_type, dtype)`` entered in this forward, so
+    inside the compiled frame: automatic mixed precision as training scripts write it
+    (float32 weights and gradients, matmuls and convolutions in ``dtype``). The accuracy
+    reference calls ``.model`` directly, without autocast."""
+
+    def __init__(self, model: nn.Module, device_type: str, dtype: torch.dtype):
+        super().__init__()
+        self.model, self.device_type, self.dtype = model, device_type, dtype
+
+    def forward(self, *args):
+        with torch.autocast(self.device_type, dtype=self.dtype):
+            return self.model(*args)
 
 
 def _to(value: Any, device: torch.device, dtype: torch.dtype | None) -> Any:

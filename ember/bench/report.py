@@ -268,7 +268,7 @@ def format_report(rows: list[Row], compilers: Iterable[str], device: str = "cpu"
     lines = ["\n\n".join(parts)]
     for row in rows:
         if row.inputs:
-            what = [row.dtype or "?"]
+            what = [row.dtype or "?"] + ([f"autocast {row.amp}"] if row.amp else [])
             if row.bytes_moved:
                 what.append(f"{row.bytes_moved / 1e6:.1f} MB moved per call")
             if row.batch_size:

@@ -114,6 +114,7 @@ class Task:
     warmup: int = 3
     torch_compile_budget_s: float | None = 90.0
     threads: int | None = None
+    amp: str | None = None           # autocast dtype of model rows (float32 weights)
 
 
 def run_task(task: Task, first_calls_only: bool = False,
@@ -132,6 +133,7 @@ def run_task(task: Task, first_calls_only: bool = False,
         else:
             row = harness.benchmark_model(task.name, task.device, task.backend,
                                           batch_size=task.batch_size, mode=task.mode,
+                                          amp=models.DTYPES[task.amp] if task.amp else None,
                                           **common)
     except Exception as e:   # the row could not be built: report it, measure the rest
         row = error_row(task, "error", f"not measured: {harness._one_line(e)}")
@@ -144,7 +146,7 @@ def error_row(task: Task, status: str, error: str) -> Row:
     ``NOT_RUN``) and ``error`` say why."""
     row = Row(task.name, task.device, task.backend, eager_ms=None, kind=task.kind,
               dtype=task.dtype, suite=task.suite, mode=task.mode, status=status, error=error,
-              notes=[error], batch_size=task.batch_size)
+              notes=[error], batch_size=task.batch_size, amp=task.amp)
     row.variants = {name: harness.Variant(error=error) for name in task.compilers}
     return row
 

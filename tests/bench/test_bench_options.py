@@ -340,3 +340,58 @@ def test_cuda_rows_are_timed_with_events():
     model_row = harness.benchmark_model("mlp", "cuda", iters=3, warmup=1, compilers="ember",
                                         dtype=torch.bfloat16)
     assert model_row.eager_ms > 0 and model_row.dtype == "bfloat16"
+
+
+def test_variants_are_timed_round_robin_per_repeat_and_report_the_median(monkeypatch):
+    # A slow spell of a loaded machine must hit every variant alike: calls interleave
+    # (a, b, c, a, b, c, ...), warm-up rounds too, and each time is the median of its own.
+    order, clock = [], [0.0]
+    costs = {"a": [5, 1, 2, 3], "b": [5, 4, 6, 5], "c": [5, 9, 1, 1]}
+
+    def call(name):
+        def run():
+            order.append(name)
+            clock[0] += costs[name][len([n for n in order if n == name]) - 1]
+        return run
+
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: clock[0])
+    times = harness.time_calls({name: call(name) for name in "abc"}, torch.device("cpu"),
+                               iters=3, warmup=1)
+    assert order == list("abc") * 4
+    assert {name: ms for name, (ms, _) in times.items()} == {"a": 2000, "b": 5000, "c": 1000}
+
+
+def test_amp_keeps_float32_weights_and_autocasts_inside_the_model():
+    model, (x,) = models.build_model("mlp", batch_size=2, amp=torch.bfloat16)
+    assert isinstance(model, models.Autocast) and x.dtype == torch.float32
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert model(x).dtype == torch.bfloat16                  # the linears ran in bfloat16
+    with pytest.raises(ValueError, match="amp autocasts float32 weights"):
+        models.build_model("mlp", amp=torch.bfloat16, dtype=torch.float16)
+
+
+def test_amp_train_run_checks_results_with_the_autocast_dtypes_tolerance(capsys, tmp_path):
+    assert cli.main(["bench", "--models", "mlp", "--mode", "train", "--amp", "--compilers",
+                     "ember", "--batch-size", "4", *TINY, "--json",
+                     str(tmp_path / "r.json")]) == 0
+    out = capsys.readouterr().out
+    assert "float32 weights, autocast bfloat16" in out
+    assert "  mlp: float32, autocast bfloat16, batch 4; inputs 4x512 float32" in out
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["amp"] == "bfloat16" and data["dtype"] is None
+    (row,) = data["rows"]
+    assert row["amp"] == "bfloat16" and row["dtype"] == "float32"
+    assert row["reference_dtype"] == "float32"             # half precision: float32 reference
+    assert row["variants"]["ember"]["correct"] is True, row["notes"]
+    assert row["variants"]["eager"]["rel_err"] > 1e-4      # bfloat16's error, not float32's
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--models", "mlp", "--amp", "--dtype", "float32"], "--amp autocasts float32 weights"),
+    (["--suite", "kernels", "--amp"], "--amp: kernel rows take --dtype itself"),
+])
+def test_amp_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["bench", *argv, *TINY])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
