@@ -216,6 +216,11 @@ def _has_hooks(mod: torch.nn.Module) -> bool:
                 or m._global_backward_pre_hooks)
 
 
+def _on_cuda(mod: torch.nn.Module) -> bool:
+    first = next(mod.parameters(), None)
+    return first is not None and first.is_cuda
+
+
 class OptimizedModule(torch.nn.Module):
     """A compiled ``nn.Module``: every attribute, parameter and method is the original's.
 
@@ -230,6 +235,11 @@ class OptimizedModule(torch.nn.Module):
     def __init__(self, mod: torch.nn.Module, settings: CompileSettings):
         object.__setattr__(self, "_orig_mod", mod)
         object.__setattr__(self, "_compiled_forward", OptimizedFunction(mod.forward, settings))
+        if settings.options and _on_cuda(mod):
+            # the kernel compile workers take seconds to start: start them while the first
+            # call captures and traces
+            from ember.backend.launch import start_compile_workers
+            start_compile_workers()
 
     def forward(self, *args, **kwargs):
         return self._compiled_forward(*args, **kwargs)

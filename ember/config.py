@@ -59,6 +59,10 @@ layout_optimization: str = _option(
     "layout_optimization", str, "auto",
     "channels-last convolutions: 'auto' (CUDA graphs in half precision), 'channels_last' "
     "(always), 'off' (never); see ember/backend/layout.py")
+half_fast_math: bool = _option(
+    "half_fast_math", bool, True,
+    "GPU Triton kernels compute sin, cos and division of float16/bfloat16 values with CUDA's "
+    "approximate intrinsics (errors ~1e-6, far below half precision's); False: precise")
 fallback_on_lowering_error: bool = _option(
     "fallback_on_lowering_error", bool, True,
     "a lowering that raises anything but NotImplementedError (a bug in the lowering) logs a "

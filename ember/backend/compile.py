@@ -11,6 +11,7 @@ generated wrapper; a training graph the aot stage declines runs as captured.
 """
 from __future__ import annotations
 
+import re
 import time
 from typing import Callable
 
@@ -24,8 +25,7 @@ from ember.backend.codegen.wrapper import WrapperCodegen
 from ember.backend.graph import GraphLowering
 from ember.backend.graph_cache import CompiledArtifact, KernelRecord
 from ember.backend.ir import Buffer, ReinterpretView
-from ember.backend.layout import (convert_convolutions, drop_redundant_conversions,
-                                  wants_channels_last)
+from ember.backend.layout import convert_convolutions, wants_channels_last
 from ember.backend.scheduler import FusedKernel, schedule
 from ember.backend.targets import CppTarget, Target, target_for
 
@@ -95,12 +95,9 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     stages_before = dict(metrics.compile_seconds)
     try:
         with metrics.timed("aot trace"):
-            aten_graph = trace_to_aten(gm, example_inputs, decompositions=core_decompositions())
-        if wants_channels_last(aten_graph.gm, device):   # traced again: metadata follows
-            with metrics.timed("channels-last trace"):
-                aten_graph = trace_to_aten(convert_convolutions(aten_graph.gm), example_inputs,
-                                           decompositions=core_decompositions())
-                drop_redundant_conversions(aten_graph.gm)
+            traced = convert_convolutions(gm) if wants_channels_last(gm, device) else gm
+            aten_graph = trace_to_aten(traced, example_inputs,
+                                       decompositions=core_decompositions())
     except NotImplementedError as e:
         logs.log("perf_hints", "ember backend: ATen tracing declined (%s); graph runs as "
                                "captured", e)
@@ -214,21 +211,36 @@ def generate(gm: torch.fx.GraphModule, example_inputs: list, target: Target,
         if n.is_Integer:
             numels[name] = int(n)
     kernels: dict[int, Kernel] = {}
+    unique: dict[str, Kernel] = {}     # same computation on other buffers -> its first kernel
     with metrics.timed("code generation"):
         for step in steps:
             if isinstance(step, FusedKernel):
-                kernel = target.make_kernel(step, f"kernel{len(kernels)}", dtypes)
+                kernel = target.make_kernel(step, f"kernel{len(unique)}", dtypes)
                 kernel.numels = numels
                 kernel.source = kernel.generate()
+                first = unique.setdefault(_computation_key(kernel), kernel)
+                kernel.name = first.name    # repeated layers launch one compiled kernel
                 kernels[id(step)] = kernel
         wrapper = WrapperCodegen(graph, steps, kernels)
         src = wrapper.generate()
     folder = logs.debug_frame_dir("backend")
     if folder is not None:
         logs.dump(folder, "aten_graph.py", gm.code)
+    if len(unique) < len(kernels):
+        logs.log("output_code", "%d fused kernels, %d of them distinct (repeated layers "
+                 "share one)", len(kernels), len(unique))
     return CompiledArtifact(src, wrapper.consts, dict(graph.constants),
-                            [KernelRecord.of(k) for k in kernels.values()],
+                            [KernelRecord.of(k) for k in unique.values()],
                             bool(graph.input_copies))
+
+
+def _computation_key(kernel: Kernel) -> str:
+    """``kernel``'s source with its own name and its buffers' names made positional, with
+    its launch parameters: kernels with equal keys compute the same on their arguments."""
+    params = {f"p_{arg}": f"p_ember_arg{i}" for i, arg in enumerate(kernel.args)}
+    text = re.sub(r"\bp_\w+", lambda m: params.get(m.group(0), m.group(0)), kernel.source)
+    text = re.sub(rf"\b{kernel.name}(?![0-9])", "ember_kernel", text)
+    return f"{text}\n{getattr(kernel, 'grid', None)!r} {getattr(kernel, 'config', None)!r}"
 
 
 def instantiate(artifact: CompiledArtifact, target: Target) -> Callable:

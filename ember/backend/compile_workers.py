@@ -113,11 +113,26 @@ def compile_task(path: str, name: str, dtypes: list, grid: tuple, config: dict,
     getattr(module, name).warmup(*args, grid=grid, **config)
 
 
+def warm_up_triton(cuda: bool = False) -> None:
+    """Pay Triton's once-per-process costs now, while the parent traces: the hash of its own
+    sources that keys its cache (about a second), and with ``cuda`` the CUDA context. A
+    failure here is met again, and reported, by the first real compile."""
+    try:
+        from triton.runtime.cache import triton_key
+        triton_key()
+        import torch
+        if cuda and torch.cuda.is_available():
+            torch.empty(1, device="cuda")
+    except (ImportError, AttributeError, RuntimeError):
+        pass
+
+
 def _main() -> None:
     reply = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                      # prints go to stderr, not into the protocol
     import torch  # noqa: F401        (the slow imports, before the first task arrives)
     import triton  # noqa: F401
+    warm_up_triton(cuda=True)
     tasks = sys.stdin.buffer
     modules: dict = {}
     while True:

@@ -31,7 +31,7 @@ from ember import config, logs
 
 # the packages whose code decides what a graph compiles to
 _COMPILER_PACKAGES = ("aot", "backend", "decomp")
-_CACHED_CONFIG = ("layout_optimization", "fallback_on_lowering_error")
+_CACHED_CONFIG = ("layout_optimization", "fallback_on_lowering_error", "half_fast_math")
 _VERSION = 1
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import threading
 import time
 
 import torch
@@ -187,6 +188,8 @@ def start_compile_workers() -> None:
     global _workers, _workers_broken
     if _workers is not None or _workers_broken or _worker_count() == 0:
         return
+    from ember.backend.compile_workers import warm_up_triton
+    threading.Thread(target=warm_up_triton, daemon=True).start()   # ~1 s, off the path
     from ember.backend.compile_workers import CompileWorkers
     try:
         _workers = CompileWorkers(_worker_count())

@@ -2,18 +2,19 @@
 
 cuDNN's tensor-core convolutions work on NHWC data; given NCHW tensors in half precision,
 they transpose on the way in and out. When ``config.layout_optimization`` says so, every
-2-D convolution's input and weight are converted to channels-last in the ATen graph
-(``aten.clone(memory_format=channels_last)``), and the graph is traced again so that every
-value's metadata follows: convolutions then return channels-last results, and the pointwise
-and reduction work around them runs in that layout too (``GraphLowering`` realizes values
-with the strides eager would give them, see ``preferred_layout``). A conversion whose input
-is already channels-last after the second trace is removed (``drop_redundant_conversions``:
-a copy would cost a second write of the value), so only the graph's first input and the
-weights are converted; outputs keep eager's strides.
+2-D convolution of the captured (torch-level) graph reads its input and weight through
+``.contiguous(memory_format=torch.channels_last)``, before the graph is traced to ATen: one
+trace, whose metadata then follows. Convolutions return channels-last results, so the
+conversion of a value that is already channels-last is no op at all, and the pointwise and
+reduction work around them runs in that layout too (``GraphLowering`` realizes values with
+the strides eager would give them, see ``preferred_layout``). Only the graph's first input
+and the weights are converted; outputs keep eager's strides. The captured graph itself is
+left as it is (it is what runs when compilation fails): the converted graph is a copy.
 
-``auto`` converts CUDA graphs whose convolutions compute in float16/bfloat16. On the 2-core
-CPU machine channels-last made the builtin convnet slower (eager, 2 threads: 3.8 ms NCHW,
-7.3 ms NHWC), so CPU graphs are converted only when asked (``channels_last``).
+``auto`` converts CUDA graphs whose convolutions compute in float16/bfloat16 (their
+operands are half, or the graph runs them under CUDA autocast). On the 2-core CPU machine
+channels-last made the builtin convnet slower (eager, 2 threads: 3.8 ms NCHW, 7.3 ms NHWC),
+so CPU graphs are converted only when asked (``channels_last``).
 """
 from __future__ import annotations
 
@@ -22,21 +23,35 @@ import torch.fx
 
 from ember import config, logs
 
-aten = torch.ops.aten
+
+
+_HALF = (torch.float16, torch.bfloat16)
 
 
 def _convolutions(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """The graph's 2-D convolutions of batched (4-D) inputs."""
     out = []
     for node in gm.graph.nodes:
-        if node.target is aten.convolution.default:
-            val = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) \
-                else None
-            if isinstance(val, torch.Tensor) and val.dim() == 4 and not node.args[6]:
-                out.append(node)   # 2-D, not transposed
+        if node.op == "call_function" and node.target is torch.conv2d and len(node.args) >= 2:
+            vals = [a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+                    for a in node.args[:2]]
+            if all(isinstance(v, torch.Tensor) and v.dim() == 4 for v in vals):
+                out.append(node)
     return out
 
 
+def _runs_in_half(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> bool:
+    if any(a.meta["val"].dtype in _HALF for n in convs for a in n.args[:2]):
+        return True
+    if torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") in _HALF:
+        return True
+    return any(n.op == "call_function" and getattr(n.target, "__name__", "") ==
+               "_enter_autocast" and n.args[:1] == ("cuda",) and n.args[1] in _HALF
+               for n in gm.graph.nodes)
+
+
 def wants_channels_last(gm: torch.fx.GraphModule, device: torch.device) -> bool:
+    """Whether the captured graph ``gm`` should run its convolutions channels-last."""
     choice = config.layout_optimization
     if choice not in ("auto", "channels_last", "off"):
         raise ValueError(f"config.layout_optimization={choice!r}: expected 'auto', "
@@ -46,44 +61,21 @@ def wants_channels_last(gm: torch.fx.GraphModule, device: torch.device) -> bool:
         return False
     if choice == "channels_last":
         return True
-    half = any(n.args[0].meta["val"].dtype in (torch.float16, torch.bfloat16) for n in convs)
-    return device.type == "cuda" and half
+    return device.type == "cuda" and _runs_in_half(gm, convs)
 
 
 def convert_convolutions(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """Each 2-D convolution reads its input and weight as channels-last copies."""
-    convs = _convolutions(gm)
+    """A copy of ``gm`` whose 2-D convolutions read channels-last input and weight."""
+    graph = torch.fx.Graph()
+    copies: dict[torch.fx.Node, torch.fx.Node] = {}
+    graph.output(graph.graph_copy(gm.graph, copies))
+    convs = [copies[n] for n in _convolutions(gm)]
     for node in convs:
         for i in (0, 1):
-            src = node.args[i]
-            with gm.graph.inserting_before(node):
-                clone = gm.graph.call_function(aten.clone.default, (src,),
-                                               {"memory_format": torch.channels_last})
-            node.update_arg(i, clone)
-    gm.graph.lint()
-    gm.recompile()
+            with graph.inserting_before(node):
+                converted = graph.call_method("contiguous", (node.args[i],),
+                                              {"memory_format": torch.channels_last})
+            node.update_arg(i, converted)
+    graph.lint()
     logs.log("perf_hints", "layout: %d convolutions run channels-last", len(convs))
-    return gm
-
-
-def drop_redundant_conversions(gm: torch.fx.GraphModule) -> int:
-    """Remove the channels-last copies (made by ``convert_convolutions``) whose input the
-    traced graph already holds channels-last: convolutions read the value itself."""
-    dropped = 0
-    for node in list(gm.graph.nodes):
-        if node.target is not aten.clone.default or \
-                node.kwargs.get("memory_format") is not torch.channels_last:
-            continue
-        src = node.args[0]
-        val = src.meta.get("val") if isinstance(src, torch.fx.Node) else None
-        if not isinstance(val, torch.Tensor) or val.dim() != 4 or \
-                not val.is_contiguous(memory_format=torch.channels_last):
-            continue
-        if all(user.target is aten.convolution.default for user in node.users):
-            node.replace_all_uses_with(src)
-            gm.graph.erase_node(node)
-            dropped += 1
-    if dropped:
-        gm.graph.lint()
-        gm.recompile()
-    return dropped
+    return torch.fx.GraphModule(gm, graph)

@@ -70,6 +70,27 @@ def test_pointwise_chain_is_one_kernel(target):
     assert run(target, chain, *[torch.randn(64, 33) for _ in range(3)]) == 1
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype,fast", [(torch.bfloat16, True), (torch.float16, True),
+                                        (torch.float32, False)])
+@pytest.mark.parametrize("enabled", [True, False])
+def test_half_values_use_approximate_sin_and_division(dtype, fast, enabled):
+    from ember.backend import compile as backend_compile
+
+    def fn(x, y):
+        return (x * 3).sin() / (y.abs() + 1) + x.cos()
+    x, y = [torch.randn(1000, 257, device="cuda", dtype=dtype) * 20 for _ in range(2)]
+    with config.patch(half_fast_math=enabled):
+        out = compile_for(fn, "cuda")(x, y)
+    kernel = backend_compile.generated_sources[-1]
+    approximate = ("fast_sinf" in kernel, "fast_cosf" in kernel, "fast_dividef" in kernel)
+    assert approximate == (fast and enabled,) * 3, kernel
+    expected = fn(x.double(), y.double())
+    # within half precision's own rounding of eager's result
+    assert same(expected.to(dtype), out, rtol=TOLERANCE[dtype], atol=TOLERANCE[dtype])
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_softmax_layer_norm_one_kernel_each(target):
     x = torch.randn(16, 100)
