@@ -30,6 +30,19 @@ class Unsupported(Exception):
         self.args = (f"{self.msg} (at {where})",)
 
 
+class ObservedException(Unsupported):
+    """The traced program raised ``exc_type`` (a dict lookup of a missing key) at a point
+    where nothing has changed yet. A function the frame inlined that catches it there runs
+    its handler during capture (``copy._keep_alive``: ``try: memo[k] ... except KeyError``);
+    uncaught, it is an Unsupported like any other: the graph breaks and the instruction
+    raises for real. ``args`` are the exception's arguments as trackers."""
+
+    def __init__(self, exc_type: type, args: list, msg: str):
+        super().__init__(f"{exc_type.__name__}: {msg}")
+        self.exc_type = exc_type
+        self.exc_args = args
+
+
 class GraphBreakError(Unsupported):
     """``fullgraph=True``: the frame would break its graph here (the same reason and
     location a graph break reports)."""

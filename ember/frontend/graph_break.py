@@ -265,6 +265,12 @@ def _emit_store_attr(ctx: EmitContext, inst) -> Emitted:
     return Emitted([f"setattr({obj}, {inst.argval!r}, {value})"], ctx.next())
 
 
+@emitter("DELETE_ATTR", inputs=1)
+def _emit_delete_attr(ctx: EmitContext, inst) -> Emitted:
+    return Emitted([f"delattr({_rebuild(ctx, ctx.operands[0])}, {inst.argval!r})"],
+                   ctx.next())
+
+
 @emitter("LOAD_ATTR", "LOAD_METHOD", inputs=1)
 def _emit_load_attr(ctx: EmitContext, inst) -> Emitted:
     from ember.frontend.translator import PY312

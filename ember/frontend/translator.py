@@ -22,7 +22,7 @@ import torch
 from ember import config
 from ember.frontend.bytecode import Instruction, disassemble
 from ember.frontend import registry
-from ember.frontend.exc import Unsupported
+from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.output_graph import OutputGraph
 from ember.frontend.source import GlobalSource, Source
 from ember.frontend.variables import builder
@@ -35,7 +35,8 @@ from ember.frontend.variables.containers import (BaseSequenceVariable, DictVaria
 from ember.frontend.variables.functions import (BaseUserFunctionVariable, CellVariable,
                                                 HandlerFunctionVariable,
                                                 NestedUserFunctionVariable)
-from ember.frontend.variables.objects import (DataclassDictVariable, NewModuleVariable,
+from ember.frontend.variables.objects import (DataclassDictVariable, ExceptionVariable,
+                                              NewModuleVariable,
                                               NNModuleVariable, SuperVariable,
                                               UserDefinedObjectVariable)
 from ember.frontend.variables.tensor import TensorVariable
@@ -145,6 +146,11 @@ class InstructionTranslator:
                 fn(self, inst)
             except _Return:
                 break
+            except ObservedException as e:
+                if self.parent is not None and self._enter_handler(e):
+                    continue
+                self._annotate(e)
+                raise
             except NotConstant as e:
                 error = Unsupported(f"a value that must be a Python constant is not: "
                                     f"{e.args[0]}")
@@ -156,6 +162,20 @@ class InstructionTranslator:
         if self.is_generator:
             return ListIteratorVariable(self.yielded)
         return self.return_value
+
+    def _enter_handler(self, e: ObservedException) -> bool:
+        """Jump to this frame's handler of the instruction that raised ``e``, as the
+        interpreter does: the stack cut to the handler's depth, then the exception. Only in
+        inlined frames: the top frame's handlers run in resume functions."""
+        entry = self.current.exn_tab_entry if self.current is not None else None
+        if entry is None:
+            return False
+        del self.stack[entry.depth:]
+        if entry.lasti:
+            self.push(ConstantVariable(self.current.offset))
+        self.push(ExceptionVariable(e.exc_type, e.exc_args))
+        self.ip = self.index_of[id(entry.target)]
+        return True
 
     def _annotate(self, e: Unsupported) -> None:
         """Where the error happened (innermost frame) and which top-frame step it broke."""
@@ -271,6 +291,12 @@ class InstructionTranslator:
             self.output.side_effects.store_attr(obj, name, value)
         else:
             raise Unsupported(f"setting attribute {name!r} on {obj}")
+
+    def del_attr(self, obj: VariableTracker, name: str) -> None:
+        if isinstance(obj, UserDefinedObjectVariable):
+            obj.del_attr(self, name)
+        else:
+            raise Unsupported(f"deleting attribute {name!r} of {obj}")
 
     def store_subscr(self, obj, key, value) -> VariableTracker:
         if isinstance(obj, TensorVariable):
@@ -544,6 +570,11 @@ def _store_attr(tx, inst):
     obj = tx.pop()
     value = tx.pop()
     tx.store_attr(obj, inst.argval, value)
+
+
+@handler("DELETE_ATTR")
+def _delete_attr(tx, inst):
+    tx.del_attr(tx.pop(), inst.argval)
 
 
 @handler("LOAD_SUPER_ATTR")

@@ -210,6 +210,9 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
             add(guards.type_match(source, type(value)))
             add(guards.constant_match(AttrSource(source, "__name__"), value.__name__))
             obj = wrap(tx, owner, AttrSource(source, "__self__") if source else None)
+            if isinstance(obj, UserDefinedObjectVariable):   # a container capture can't hold
+                raise Unsupported(f"method {value.__qualname__} of a {type(owner).__name__} "
+                                  f"capture cannot track")
             return tx.getattr(obj, value.__name__)
         if owner is not None and not isinstance(owner, types.ModuleType):
             raise Unsupported(f"builtin method {value.__qualname__} of a "

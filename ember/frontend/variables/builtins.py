@@ -29,6 +29,7 @@ from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVari
 from ember.frontend.variables.functions import (BaseUserFunctionVariable,
                                                 HandlerFunctionVariable, PartialVariable,
                                                 UserMethodVariable)
+from ember.frontend.variables.scalars import IdVariable
 from ember.frontend.variables.tensor import TensorVariable
 
 Handler = Callable[[Any, list, dict], VariableTracker]
@@ -115,6 +116,10 @@ def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
         return ConstantVariable(not args[0].truthy(tx))
     if op is operator.truth:
         return ConstantVariable(args[0].truthy(tx))
+    if op in (operator.eq, operator.ne) and any(isinstance(a, IdVariable) for a in args):
+        if not all(isinstance(a, IdVariable) for a in args):
+            raise Unsupported("comparing an id() with another value")
+        return ConstantVariable((args[0].key == args[1].key) == (op is operator.eq))
     if op in INPLACE and not isinstance(args[0], TensorVariable) and \
             isinstance(args[0], ConstantVariable):
         op = INPLACE[op]   # immutable left side: Python falls back to the plain operator
@@ -336,6 +341,41 @@ def _hasattr(tx, args, kwargs):
 @builtin(setattr)
 def _setattr(tx, args, kwargs):
     tx.store_attr(args[0], args[1].as_python_constant(), args[2])
+    return ConstantVariable(None)
+
+
+@builtin(delattr)
+def _delattr(tx, args, kwargs):
+    tx.del_attr(args[0], args[1].as_python_constant())
+    return ConstantVariable(None)
+
+
+def _plain_object(args, n: int, what: str):
+    from ember.frontend.variables.objects import UserDefinedObjectVariable
+    if len(args) != n or not isinstance(args[0], UserDefinedObjectVariable):
+        raise Unsupported(f"object.{what} of {args[0] if args else 'nothing'}")
+    return args[0], args[1].as_python_constant()
+
+
+# object's own attribute protocol, called by a class's Python __getattribute__/__setattr__/
+# __delattr__ (``super().__setattr__(k, v)``, ``object.__setattr__(self, k, v)``)
+@builtin(object.__getattribute__)
+def _object_getattribute(tx, args, kwargs):
+    obj, name = _plain_object(args, 2, "__getattribute__")
+    return obj.generic_getattr(tx, name)
+
+
+@builtin(object.__setattr__)
+def _object_setattr(tx, args, kwargs):
+    obj, name = _plain_object(args, 3, "__setattr__")
+    obj.generic_setattr(tx, name, args[2])
+    return ConstantVariable(None)
+
+
+@builtin(object.__delattr__)
+def _object_delattr(tx, args, kwargs):
+    obj, name = _plain_object(args, 2, "__delattr__")
+    obj.generic_delattr(tx, name)
     return ConstantVariable(None)
 
 
@@ -591,7 +631,31 @@ def _side_effecting(fn):
     return handler
 
 
-for _fn in (print, input, open, breakpoint, exec, eval, compile, globals, locals, vars, id):
+@builtin(object.__new__)
+def _object_new(tx, args, kwargs):
+    from ember.frontend.variables.objects import UserDefinedClassVariable, new_plain_object
+    if kwargs or len(args) != 1 or not isinstance(args[0], UserDefinedClassVariable):
+        raise Unsupported("object.__new__ with arguments")
+    return new_plain_object(tx, args[0].value)
+
+
+@builtin(id)
+def _id(tx, args, kwargs):
+    if len(args) != 1 or kwargs:
+        raise Unsupported("id() takes exactly one argument")
+    return IdVariable(args[0])
+
+
+@builtin(vars)
+def _vars(tx, args, kwargs):
+    from ember.frontend.variables.objects import UserDefinedObjectVariable
+    if len(args) == 1 and not kwargs and isinstance(args[0], UserDefinedObjectVariable) and \
+            args[0].is_new:
+        return args[0].instance_dict()
+    raise Unsupported("call to vars(), a builtin with effects outside the graph")
+
+
+for _fn in (print, input, open, breakpoint, exec, eval, compile, globals, locals):
     HANDLERS[_fn] = _side_effecting(_fn)
 
 

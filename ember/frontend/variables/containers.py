@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from ember.frontend.exc import Unsupported
+from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
 
 
@@ -315,6 +315,9 @@ class ListIteratorVariable(VariableTracker):
 
 def hashable_key(vt: VariableTracker) -> Any:
     """The Python key a tracker stands for in a dict or set."""
+    from ember.frontend.variables.scalars import IdVariable
+    if isinstance(vt, IdVariable):
+        return ("__id__", vt.key)
     if vt.is_python_constant():
         return vt.as_python_constant()
     from ember.frontend.variables.tensor import TensorVariable
@@ -378,6 +381,8 @@ class DictVariable(VariableTracker):
             value = self.default_factory.call_function(tx, [], {})
             self.setitem(key_vt, value)
             return value
+        if self.cls in (dict, collections.OrderedDict, collections.defaultdict):
+            raise ObservedException(KeyError, [key_vt], repr(key))
         raise Unsupported(f"KeyError: {key!r}")
 
     def call_method(self, tx, name, args, kwargs):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import abc
+import collections
 import dataclasses
 import inspect
 import os
@@ -10,9 +11,10 @@ import types
 import torch
 
 from ember.frontend import guards
-from ember.frontend.exc import Unsupported
+from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.source import AttrSource, ModuleDictSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.containers import DictVariable
 from ember.frontend.variables.functions import (UserFunctionVariable, UserMethodVariable,
                                                 bind_args)
 
@@ -349,6 +351,17 @@ class UserDefinedObjectVariable(VariableTracker):
         return self.cls
 
     def var_getattr(self, tx, name):
+        getattribute = _static_lookup(self.cls, "__getattribute__")
+        if isinstance(getattribute, types.FunctionType) and (
+                self.is_new or tx.output.side_effects.attr_stores.get(id(self))):
+            # a Python __getattribute__ (config classes remapping names) on an object whose
+            # attributes capture holds: run it, its object.__getattribute__ is generic_getattr
+            return UserFunctionVariable(getattribute).call_function(
+                tx, [self, ConstantVariable(name)], {})
+        return self.generic_getattr(tx, name)
+
+    def generic_getattr(self, tx, name):
+        """``object.__getattribute__(self, name)``."""
         if name in self.attrs:
             return self.attrs[name]
         override = tx.output.side_effects.pending_attr(self, name)
@@ -357,16 +370,23 @@ class UserDefinedObjectVariable(VariableTracker):
         if name == "__class__":
             return tx.wrap(self.cls, None)
         if name == "__dict__" and self.is_new:
-            from ember.frontend.variables.containers import DictVariable
-            return DictVariable(dict(self.attrs))
+            return self.instance_dict()
         cls = self.cls
+        if name == "__reduce_ex__" and plain_reduce(cls):
+            return ReduceExVariable(self)
         if isinstance(self.value, os._Environ) and name in ("get", "__getitem__",
                                                             "__contains__"):
             return RealMethodVariable(getattr(cls, name), self)   # read, guarded by its answer
+        if cls in (dict, collections.OrderedDict) and name in ("get", "__getitem__",
+                                                                "__contains__"):
+            # a dict with keys a DictVariable cannot hold (classes: copy's dispatch tables),
+            # only read: each lookup is guarded by its answer, not the whole key list
+            return RealMethodVariable(getattr(cls, name), self)
         if not self.is_new and type(cls).__getattribute__ is not type.__getattribute__:
             raise Unsupported(f"metaclass attribute access on {cls.__name__}")
         custom_getattribute = cls.__getattribute__ is not object.__getattribute__
-        if custom_getattribute and not self.is_new:
+        if custom_getattribute and not self.is_new and not tx.output.side_effects.attr_stores.get(
+                id(self)):
             # e.g. config objects that remap attribute names: read the value for real
             try:
                 value = getattr(self.value, name)
@@ -410,10 +430,55 @@ class UserDefinedObjectVariable(VariableTracker):
         return True
 
     def store_attr(self, tx, name, value):
+        """``obj.name = value``: through the class's Python ``__setattr__`` if it has one."""
+        setter = _static_lookup(self.cls, "__setattr__")
+        if setter is _MISSING or setter is object.__setattr__:
+            self.generic_setattr(tx, name, value)
+        elif isinstance(setter, types.FunctionType):
+            UserFunctionVariable(setter).call_function(tx, [self, ConstantVariable(name), value],
+                                                       {})
+        else:
+            raise Unsupported(f"setting an attribute of a {self.cls.__name__} "
+                              f"({type(setter).__name__} __setattr__)")
+
+    def generic_setattr(self, tx, name, value):
+        """``object.__setattr__(self, name, value)``."""
+        desc = _static_lookup(self.cls, name)
+        if isinstance(desc, property) and isinstance(desc.fset, types.FunctionType):
+            UserFunctionVariable(desc.fset).call_function(tx, [self, value], {})
+            return
+        if desc is not _MISSING and hasattr(type(desc), "__set__"):
+            raise Unsupported(f"setting {self.cls.__name__}.{name}, a data descriptor")
         if self.is_new:
             self.attrs[name] = value
         else:
             tx.output.side_effects.store_attr(self, name, value)
+
+    def del_attr(self, tx, name):
+        """``del obj.name``: through the class's Python ``__delattr__`` if it has one."""
+        deleter = _static_lookup(self.cls, "__delattr__")
+        if deleter is _MISSING or deleter is object.__delattr__:
+            self.generic_delattr(tx, name)
+        elif isinstance(deleter, types.FunctionType):
+            UserFunctionVariable(deleter).call_function(tx, [self, ConstantVariable(name)], {})
+        else:
+            raise Unsupported(f"deleting an attribute of a {self.cls.__name__} "
+                              f"({type(deleter).__name__} __delattr__)")
+
+    def generic_delattr(self, tx, name):
+        """``object.__delattr__(self, name)``, for objects made during capture (a deletion
+        on an object from outside the frame is not a replayable side effect yet)."""
+        desc = _static_lookup(self.cls, name)
+        if not self.is_new or name not in self.attrs or (
+                desc is not _MISSING and hasattr(type(desc), "__delete__")):
+            raise Unsupported(f"deleting attribute {name!r} of a {self.cls.__name__}")
+        del self.attrs[name]
+
+    def instance_dict(self) -> VariableTracker:
+        """``obj.__dict__`` of an object made during capture: a live view of ``attrs``."""
+        if getattr(self, "_dict_view", None) is None:
+            self._dict_view = InstanceDictVariable(self)
+        return self._dict_view
 
     def rebuild(self, cg):
         if not self.is_new:
@@ -424,6 +489,126 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def __repr__(self):
         return f"UserDefinedObjectVariable({self.cls.__name__})"
+
+
+class InstanceDictVariable(DictVariable):
+    """``obj.__dict__`` of an object made during capture: its ``items`` are the object's
+    ``attrs`` (one dict), so ``y.__dict__.update(state)`` (``copy``'s reconstruction) sets
+    attributes and attribute writes show in the dict."""
+
+    def __init__(self, obj: "UserDefinedObjectVariable"):
+        super().__init__({})
+        self.obj = obj
+        self.items = obj.attrs
+
+    @property
+    def keys(self):
+        return {k: ConstantVariable(k) for k in self.items}
+
+    @keys.setter
+    def keys(self, value):
+        pass    # the attribute names are the keys
+
+    def setitem(self, key_vt, value_vt):
+        key = key_vt.as_python_constant() if key_vt.is_python_constant() else None
+        if not isinstance(key, str):
+            raise Unsupported("a non-string key in an instance __dict__")
+        self.items[key] = value_vt
+
+    def rebuild(self, cg):
+        return f"{cg.reconstruct(self.obj)}.__dict__"
+
+
+class ExceptionVariable(VariableTracker):
+    """An exception the traced program raised and an inlined handler caught
+    (:class:`~ember.frontend.exc.ObservedException`)."""
+
+    def __init__(self, exc_type: type, args: list[VariableTracker]):
+        super().__init__()
+        self.exc_type = exc_type
+        self.args = args
+
+    def python_type(self):
+        return self.exc_type
+
+    def truthy(self, tx):
+        return True
+
+    def var_getattr(self, tx, name):
+        from ember.frontend.variables.containers import TupleVariable
+        if name == "args":
+            return TupleVariable(list(self.args))
+        if name == "__class__":
+            return tx.wrap(self.exc_type, None)
+        raise Unsupported(f"attribute {name!r} of a {self.exc_type.__name__}")
+
+    def rebuild(self, cg):
+        return cg.temp(self, f"{cg.const(self.exc_type)}({cg.items(self.args)})")
+
+    def __repr__(self):
+        return f"ExceptionVariable({self.exc_type.__name__})"
+
+
+def plain_reduce(cls: type) -> bool:
+    """True when ``cls`` pickles and copies by ``object``'s own protocol: instances are
+    ``copyreg.__newobj__(cls)`` plus the instance ``__dict__`` as state."""
+    return (_static_lookup(cls, "__reduce_ex__") is object.__reduce_ex__
+            and _static_lookup(cls, "__reduce__") is object.__reduce__
+            and _static_lookup(cls, "__getstate__") in (_MISSING, getattr(object, "__getstate__",
+                                                                             _MISSING))
+            and _static_lookup(cls, "__getnewargs_ex__") is _MISSING
+            and _static_lookup(cls, "__getnewargs__") is _MISSING
+            and _static_lookup(cls, "__new__") is object.__new__
+            and not any("__slots__" in k.__dict__ for k in cls.__mro__)
+            and not issubclass(cls, (list, dict)))
+
+
+class ReduceExVariable(VariableTracker):
+    """``obj.__reduce_ex__`` of a plain object (see :func:`plain_reduce`), what
+    ``copy.copy``/``copy.deepcopy`` call: ``(copyreg.__newobj__, (cls,), state, None, None)``
+    with the instance dict as state (None when empty), as ``object.__reduce_ex__`` answers
+    for protocols 2 and above."""
+
+    def __init__(self, obj: "UserDefinedObjectVariable"):
+        super().__init__()
+        self.obj = obj
+
+    def call_function(self, tx, args, kwargs):
+        import copyreg
+        from ember.frontend.variables.containers import TupleVariable
+        if kwargs or len(args) != 1 or not args[0].is_python_constant() or \
+                args[0].as_python_constant() < 2:
+            raise Unsupported("__reduce_ex__ with a protocol below 2")
+        obj = self.obj
+        if obj.is_new:
+            state = obj.instance_dict() if obj.attrs else ConstantVariable(None)
+        else:
+            entry = tx.output.side_effects.attr_stores.get(id(obj))
+            if entry and entry[1]:
+                raise Unsupported(f"__reduce_ex__ of a {obj.cls.__name__} with attribute "
+                                  f"writes not yet applied")
+            if obj.source is None:
+                raise Unsupported(f"__reduce_ex__ of a {obj.cls.__name__} without a source")
+            state = tx.wrap(obj.value.__dict__, AttrSource(obj.source, "__dict__")) \
+                if obj.value.__dict__ else ConstantVariable(None)
+            if state.is_python_constant() and state.as_python_constant() is None:
+                tx.output.guards.add(guards.len_match(AttrSource(obj.source, "__dict__"),
+                                                      dict, 0))
+        none = ConstantVariable(None)
+        return TupleVariable([tx.wrap(copyreg.__newobj__, None),
+                              TupleVariable([tx.wrap(obj.cls, None)]), state, none, none])
+
+
+def new_plain_object(tx, cls: type) -> "UserDefinedObjectVariable":
+    """``object.__new__(cls)``: an instance made during capture, with no attributes yet."""
+    if cls.__new__ is not object.__new__ or issubclass(cls, BaseException) or \
+            getattr(cls, "__abstractmethods__", None) or (
+            type(cls) not in (type, abc.ABCMeta) and not dataclasses.is_dataclass(cls)) or \
+            any("__slots__" in k.__dict__ for k in cls.__mro__):
+        raise Unsupported(f"object.__new__({cls.__name__})")
+    obj = UserDefinedObjectVariable(None, cls=cls)
+    tx.output.side_effects.track_new_object(obj)
+    return obj
 
 
 def _default_init(cls) -> bool:
@@ -574,8 +759,14 @@ class SuperVariable(VariableTracker):
                 real = builtin_method(klass, name, attr, self.obj)
                 if real is not None:
                     return real
+                if attr in _OBJECT_ATTRIBUTE_SLOTS:
+                    from ember.frontend.variables.functions import PartialVariable
+                    return PartialVariable(tx.wrap(attr, None), [self.obj], {})
                 return tx.wrap(attr, None)
         raise Unsupported(f"super().{name} not found")
+
+
+_OBJECT_ATTRIBUTE_SLOTS = (object.__getattribute__, object.__setattr__, object.__delattr__)
 
 
 _READ_ONLY_METHODS = {"get", "keys", "values", "items", "__getitem__", "__contains__", "__len__",
@@ -598,7 +789,16 @@ class RealMethodVariable(VariableTracker):
             const_args = tuple(a.as_python_constant() for a in args)
         except Exception:
             raise Unsupported(f"{self.method.__qualname__} with non-constant arguments") from None
-        result = self.method(self.obj.value, *const_args)
+        if self.method.__name__ == "__getitem__" and isinstance(self.obj.value, dict) and \
+                const_args[0] not in self.obj.value:
+            tx.output.guards.add(guards.call_result_match(
+                self.obj.source, type(self.obj.value).__contains__, const_args, False))
+            raise ObservedException(KeyError, list(args), repr(const_args[0]))
+        try:
+            result = self.method(self.obj.value, *const_args)
+        except Exception as e:
+            raise Unsupported(f"{type(e).__name__} from {self.method.__qualname__}: {e}") \
+                from None
         tx.output.guards.add(guards.call_result_match(self.obj.source, self.method, const_args,
                                                       result))
         return tx.wrap(result, None)

@@ -113,3 +113,46 @@ def scalar_operands(kind: str, target, args: list) -> list:
     out = list(args)
     out[i] = args[i].as_tensor(dtype)
     return out
+
+
+def identity_key(vt: VariableTracker):
+    """What ``vt`` is the same object as, during capture (the ``is`` test of
+    ``InstructionTranslator.is_same_object``): the real object, a tensor's fake, else the
+    tracker of an object made during capture."""
+    from ember.frontend.variables.tensor import TensorVariable
+    if isinstance(vt, ConstantVariable):
+        return ("object", id(vt.value))
+    if isinstance(vt, TensorVariable):
+        return ("tensor", id(vt.fake))
+    value = getattr(vt, "value", None)
+    if value is not None:
+        return ("object", id(value))
+    return ("tracker", id(vt))
+
+
+class IdVariable(VariableTracker):
+    """``id(obj)``: an opaque integer during capture. It answers what ``id`` is used for in
+    code that can be traced (``copy.deepcopy``'s memo, identity-keyed caches): equality with
+    other ids, and use as a dict key, both decided by which object it names. It is never a
+    Python constant, so it is not folded into arithmetic nor baked into the generated code:
+    where it is live after the graph it is computed again, ``id(<the object>)``, and the
+    object is read from its source or is the one rebuilt object, so the value is the real one
+    (no guard needed). ``of`` keeps the object's tracker alive, so a key is not reused by
+    another object during capture, as ``id`` promises for objects alive at the same time."""
+
+    def __init__(self, of: VariableTracker):
+        super().__init__(None)
+        self.of = of
+        self.key = identity_key(of)
+
+    def python_type(self):
+        return int
+
+    def truthy(self, tx):
+        return True     # no object has id 0
+
+    def reconstruct(self, cg):
+        return f"id({cg.reconstruct(self.of)})"
+
+    def __repr__(self):
+        return f"IdVariable({self.of!r})"
