@@ -234,12 +234,19 @@ def generate(gm: torch.fx.GraphModule, example_inputs: list, target: Target,
                             bool(graph.input_copies))
 
 
+_BUFFER_NAME = re.compile(r"(?<![0-9A-Za-z])(?:arg|buf)\d+(?![0-9])")   # in p_buf3, acc_buf3_in
+
+
 def _computation_key(kernel: Kernel) -> str:
-    """``kernel``'s source with its own name and its buffers' names made positional, with
-    its launch parameters: kernels with equal keys compute the same on their arguments."""
-    params = {f"p_{arg}": f"p_ember_arg{i}" for i, arg in enumerate(kernel.args)}
-    text = re.sub(r"\bp_\w+", lambda m: params.get(m.group(0), m.group(0)), kernel.source)
-    text = re.sub(rf"\b{kernel.name}(?![0-9])", "ember_kernel", text)
+    """``kernel``'s source with its own name and its buffers' names numbered in order of
+    appearance (parameters first), with its launch parameters: kernels with equal keys
+    compute the same on their arguments."""
+    names: dict[str, str] = {}    # buffer name -> its number in order of first appearance
+
+    def number(m):
+        return names.setdefault(m.group(0), f"ember_buffer{len(names)}")
+    text = re.sub(rf"\b{kernel.name}(?![0-9])", "ember_kernel", kernel.source)
+    text = _BUFFER_NAME.sub(number, text)
     return f"{text}\n{getattr(kernel, 'grid', None)!r} {getattr(kernel, 'config', None)!r}"
 
 

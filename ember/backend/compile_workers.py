@@ -113,13 +113,19 @@ def compile_task(path: str, name: str, dtypes: list, grid: tuple, config: dict,
     getattr(module, name).warmup(*args, grid=grid, **config)
 
 
+_triton_key_lock = threading.Lock()
+
+
 def warm_up_triton(cuda: bool = False) -> None:
     """Pay Triton's once-per-process costs now, while the parent traces: the hash of its own
     sources that keys its cache (about a second), and with ``cuda`` the CUDA context. A
-    failure here is met again, and reported, by the first real compile."""
+    failure here is met again, and reported, by the first real compile. Once per process:
+    threads that ask while another computes it wait (Triton's ``lru_cache`` would let each
+    of them compute it again)."""
     try:
         from triton.runtime.cache import triton_key
-        triton_key()
+        with _triton_key_lock:
+            triton_key()
         import torch
         if cuda and torch.cuda.is_available():
             torch.empty(1, device="cuda")

@@ -34,7 +34,9 @@ LIBRARY_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
                torch.ops.aten._scaled_dot_product_cudnn_attention.default,
                torch.ops.aten._scaled_dot_product_attention_math.default}
 _REALIZE_COST = 12     # body cost (ops) above which a body read twice is computed once
-_REALIZE_READS = 4     # ... or more loads than this
+# ... or more loads than this: a residual sum read by the next layer and by its norm is
+# stored once; inlined, each layer's norm re-read every earlier layer's output (ViT, GPT-2)
+_REALIZE_READS = 1
 
 
 class _CostCounter:

@@ -208,6 +208,8 @@ def precompile(launchers: dict, example_args: dict, module_path: str | None = No
         return
     if module_path is not None and len(items) >= _POOL_MIN_KERNELS:
         _compile_in_workers(items, module_path)
+    from ember.backend.compile_workers import warm_up_triton
+    warm_up_triton()     # once, before the threads below each look up Triton's cache
     workers = min(len(items), os.cpu_count() or 1, 16)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         for future in [pool.submit(launcher.warmup, args) for _, launcher, args in items]:

@@ -247,3 +247,29 @@ def test_compile_worker_count_is_checked(monkeypatch):
     monkeypatch.setenv("EMBER_COMPILE_WORKERS", "many")
     with pytest.raises(ValueError, match="EMBER_COMPILE_WORKERS='many'"):
         launch._worker_count()
+
+
+def test_triton_cache_key_is_computed_once_across_threads(monkeypatch):
+    """Threads loading kernels at once wait for one computation of Triton's cache key
+    (about a second each; ``lru_cache`` alone lets every thread compute it)."""
+    import functools
+    import threading
+    import time
+
+    import triton.runtime.cache
+
+    from ember.backend.compile_workers import warm_up_triton
+    calls = []
+
+    @functools.lru_cache()
+    def slow_key():
+        calls.append(1)
+        time.sleep(0.2)
+        return "key"
+    monkeypatch.setattr(triton.runtime.cache, "triton_key", slow_key)
+    threads = [threading.Thread(target=warm_up_triton) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(calls) == 1

@@ -86,8 +86,10 @@ class WrapperCodegen:
                     if node.name in step.local or node.writes != node.name:
                         continue
                     body.append(self._allocate(node.buf, pool, pending, output_names))
-                body.extend(kernel.call_lines({a: a for a in kernel.args}))
+                # a value stored in place of a dead buffer is named before the launch: the
+                # kernel may read it back under its own name
                 body.extend(aliases)
+                body.extend(kernel.call_lines({a: a for a in kernel.args}))
             else:
                 body.extend(self._extern(step, step.name in read or step.name in output_names))
             dead = sorted(n for n, last in last_use.items()
@@ -115,7 +117,10 @@ class WrapperCodegen:
         size, stride = _tuple(lay.size), _tuple(lay.stride)
         free = pool.get((lay.dtype, int(lay.storage_numel())))
         if free and buf.name not in output_names:
-            old = free.pop(0)
+            # the most recently dead: one that died long ago would have been held all that
+            # time (ATen's outputs die into the pool and never leave it, so with the oldest
+            # first a 12-layer ViT held 23 activations; the unused ones die where they died)
+            old = free.pop()
             del pending[old]
             return f"{buf.name} = reinterpret({old}, {size}, {stride}, 0); del {old}  # reuse"
         return (f"{buf.name} = empty_strided({size}, {stride}, dtype={self.const(lay.dtype)}, "
