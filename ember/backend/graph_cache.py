@@ -78,6 +78,9 @@ def key(gm: torch.fx.GraphModule, example_inputs: list, options: dict,
              repr([(name, getattr(config, name)) for name in _CACHED_CONFIG])]
     if device.type == "cuda":
         parts.append(torch.cuda.get_device_name(device))
+    # the ATen trace bakes in the casts of an autocast region the graph is compiled inside
+    parts.append(repr([(d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
+                       for d in ("cpu", "cuda")]))
     for node in gm.graph.nodes:
         if node.op == "get_attr" or node.op == "call_module":
             return None

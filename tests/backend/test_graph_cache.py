@@ -99,3 +99,14 @@ def test_graphs_calling_user_functions_are_not_cached():
     ember.reset()
     ember.compile(lambda t: torch.sin(t) + 1, backend=backend)(torch.randn(3))
     assert graph_cache.key(gms[1], [torch.randn(3)], {}, torch.device("cpu")) is not None
+
+
+def test_autocast_state_is_part_of_the_key():
+    """A graph traced inside an autocast region bakes its casts in: compiled outside one,
+    the same graph must not load that entry."""
+    gm = torch.fx.symbolic_trace(lambda x: torch.mm(x, x))
+    x = torch.randn(4, 4)
+    plain = graph_cache.key(gm, [x], {}, torch.device("cpu"))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = graph_cache.key(gm, [x], {}, torch.device("cpu"))
+    assert plain is not None and autocast is not None and plain != autocast
