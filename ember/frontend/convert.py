@@ -36,7 +36,8 @@ from ember.frontend.source import AttrSource, ClosureCellSource, GetItemSource, 
 from ember.frontend.translator import NULL, InstructionTranslator, _LazyLocal
 from ember.frontend.variables.base import VariableTracker
 from ember.frontend.variables.containers import ListIteratorVariable
-from ember.frontend.variables.functions import (CellVariable, NestedUserFunctionVariable,
+from ember.frontend.variables.functions import (CellRefVariable, CellVariable,
+                                                NestedUserFunctionVariable,
                                                 UserFunctionVariable)
 from ember.frontend.variables.objects import CtxMethodVariable, GlobalContextVariable
 from ember.frontend.variables.scalars import FloatInputVariable
@@ -118,10 +119,21 @@ def _capture(fn, arguments: dict, break_at: int | None = None) -> _Capture:
     for i, (name, cell) in enumerate(zip(code.co_freevars, fn.__closure__ or ())):
         cells[name] = CellVariable(real_cell=cell, source=ClosureCellSource(i, name))
     for name in resume.cell_params(code):   # the cells of the frame a resume continues
-        cell = arguments[name]
-        vt = CellVariable(real_cell=cell, source=AttrSource(LocalSource(name), "cell_contents"),
-                          cell_source=LocalSource(name))
-        symbolic_locals[name] = output.cells_by_id[id(cell)] = vt
+        cell = arguments[name].cell         # (each in a resume.CellRef)
+        cell_source = AttrSource(LocalSource(name), "cell")
+        vt = CellVariable(real_cell=cell, source=AttrSource(cell_source, "cell_contents"),
+                          cell_source=cell_source)
+        output.cells_by_id[id(cell)] = vt
+        symbolic_locals[name] = CellRefVariable(vt, LocalSource(name))
+    for name in resume.cell_params(code):   # functions the frame made, held in its cells
+        vt = symbolic_locals[name].cell
+        try:
+            value = vt.real_cell.cell_contents
+        except ValueError:   # empty
+            continue
+        if type(value) is types.FunctionType and value.__code__ in _nested_codes(
+                resume.origin(code)):
+            vt.preload(_made_function(output, value, vt.source))
     if resume.is_resume_code(code):   # floats crossing the break: graph inputs, not guards
         for name in code.co_varnames[:code.co_argcount]:
             if type(arguments.get(name)) is float:
@@ -163,6 +175,16 @@ def _close_open_contexts(tx) -> list:
     return managers
 
 
+def _nested_codes(code: types.CodeType) -> set[types.CodeType]:
+    """The code objects of the functions ``code`` defines (at any depth)."""
+    out = set()
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            out.add(const)
+            out |= _nested_codes(const)
+    return out
+
+
 def _made_code(vt, fn) -> types.CodeType | None:
     """The code of a function made by the frame (this capture's, or received as made by
     the frame this resume function continues); None for other values."""
@@ -174,7 +196,7 @@ def _made_code(vt, fn) -> types.CodeType | None:
 
 
 def _made_function(output: OutputGraph, value: types.FunctionType,
-                   source: LocalSource) -> UserFunctionVariable:
+                   source) -> UserFunctionVariable:
     """A function the frame that broke made (new on each call), guarded by what the
     capture relies on: its code and its cells (the frame's, received as parameters, or
     fixed ones). Defaults and cell contents are guarded where they are read."""
@@ -240,18 +262,26 @@ def _break_tail(fn, capture: _Capture, inst, found, inlined: bool, callees: Call
     count, emit = found
 
     def call_resume(cg, target, stack, raised_at=None) -> str:
-        names, values = _live_locals(tx, target, cg)
+        # a for loop's iterator below the break, by tracker: locals naming it alias it
+        on_stack = {id(vt): i for i, vt in enumerate(below[:len(stack)])
+                    if isinstance(vt, ListIteratorVariable) and stack[i][0] == resume.ITERATOR}
+        names, values, iterators = _live_locals(tx, target, cg, on_stack)
         code = resume.resume_code(tx.code, target, tuple(kind for kind, _ in stack),
-                                  tuple(names), raised_at)
+                                  tuple(names), raised_at, tuple(iterators))
         made = {name: made_code for name in names
                 if (made_code := _made_code(tx.symbolic_locals[name], fn)) is not None}
         wrapper = cg.const(callees.resume(resume.resume_function(code, fn, made)))
         args = ", ".join([e for _, e in stack if e is not None] + values + _cells(tx, cg))
         return f"return {wrapper}({args})"
 
+    below: list[VariableTracker] = []
+
     def tail(cg: EntryCodegen) -> list[str]:
         n = count(tx, inst)
-        below, operands = tx.stack[:len(tx.stack) - n], tx.stack[len(tx.stack) - n:]
+        below[:], operands = tx.stack[:len(tx.stack) - n], tx.stack[len(tx.stack) - n:]
+        for vt in [*below, *tx.symbolic_locals.values()]:
+            if isinstance(vt, ListIteratorVariable):   # passed by their items: see rebuild
+                vt.passed_as_items = True
         below_items = [_stack_item(vt, cg) for vt in below]
         call_compiled = cg.const(callees.call) if inlined else None
         ctx = graph_break.EmitContext(tx, cg, operands, tx.break_index + 1, call_compiled)
@@ -296,42 +326,65 @@ def _stack_item(vt: VariableTracker, cg: EntryCodegen) -> tuple[str, str | None]
     if isinstance(vt, CtxMethodVariable) and vt.name == "__exit__" and \
             isinstance(vt.ctx, GlobalContextVariable):   # entered again by the resume
         return resume.CONTEXT, vt.ctx.reentry_text(cg)
-    if isinstance(vt, ListIteratorVariable):   # a for loop's: its remaining items
-        items = [cg.reconstruct(v) for v in vt.items[vt.index:]]
-        return resume.ITERATOR, f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+    if type(vt) is ListIteratorVariable:   # a for loop's: its remaining items
+        return resume.ITERATOR, _remaining_items(vt, cg)
     return resume.VALUE, cg.reconstruct(vt)
 
 
 def _cells(tx, cg: EntryCodegen) -> list[str]:
-    """The cell objects of the frame, for the resume function's cell parameters: made now
-    (shared with the inner functions rebuilt for the resume), or received as parameters."""
+    """The cells of the frame, for the resume function's cell parameters (each in a
+    ``resume.CellRef``): made now (shared with the inner functions rebuilt for the resume;
+    empty when unassigned at the break), or received as parameters."""
     original = resume.origin(tx.code)
     out = []
     for name in original.co_cellvars:
-        vt = (tx.symbolic_locals[resume.cell_param(name)] if tx.code is not original
-              else tx.cells.get(name))
-        if vt is None or vt.is_unbound():   # its first read would raise another error
-            raise Unsupported(f"cell variable {name!r} is unbound at the graph break")
-        out.append(cg.reconstruct(vt))
+        if tx.code is not original:     # received: passed on
+            out.append(cg.reconstruct(tx.symbolic_locals[resume.cell_param(name)]))
+            continue
+        vt = tx.cells.get(name)
+        cell = cg.reconstruct(vt) if vt is not None else f"{cg.const(types.CellType)}()"
+        out.append(f"{cg.const(resume.CellRef)}({cell}, {name!r})")
     return out
 
 
-def _live_locals(tx, target: int, cg: EntryCodegen) -> tuple[list[str], list[str]]:
+def _live_locals(tx, target: int, cg: EntryCodegen, on_stack: dict[int, int]
+                 ) -> tuple[list[str], list[str], list[tuple]]:
     """(names, expressions) of the locals read after ``target`` and bound at the break
-    (cells are passed on their own: ``_cells``)."""
+    (cells are passed on their own: ``_cells``), and the iterator locals (see
+    ``resume.resume_code``): an iterator is passed as the tuple of its remaining items and
+    made again by the resume's prologue, once however many names (locals, a ``for`` loop's
+    stack item) it has, so advancing it through one name advances it through all."""
     live = livevars_at(tx.instructions, tx.instructions[target])
     cells = set(resume.cell_params(tx.code))
-    names, values = [], []
+    names, values, iterators = [], [], []
+    named: dict[int, str] = {}
     for name in tx.code.co_varnames:
         if name not in live or name not in tx.symbolic_locals or name in cells:
             continue
         value = tx.symbolic_locals[name]
         if value is NULL:
             continue
+        if type(value) is ListIteratorVariable:
+            if id(value) in on_stack:
+                iterators.append((name, "stack", on_stack[id(value)]))
+                continue
+            if id(value) in named:
+                iterators.append((name, "local", named[id(value)]))
+                continue
+            named[id(value)] = name
+            iterators.append((name, resume.ITERATOR, None))
+            names.append(name)
+            values.append(_remaining_items(value, cg))
+            continue
         names.append(name)
         values.append(cg.load(value.source) if isinstance(value, _LazyLocal)
                       else cg.reconstruct(value))
-    return names, values
+    return names, values, iterators
+
+
+def _remaining_items(vt: ListIteratorVariable, cg: EntryCodegen) -> str:
+    items = [cg.reconstruct(v) for v in vt.items[vt.index:]]
+    return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
 
 
 def _build_entry(fn, capture: _Capture, settings, miss,

@@ -24,11 +24,14 @@ and the exception, exactly what CPython pushes when it unwinds to that handler.
 Cells: a frame whose locals are closed over by inner functions made its cells (MAKE_CELL)
 before the break, and inner functions the entry rebuilds share them. The resume code
 receives them as parameters (``___cell_scale``, after the locals) instead of making new
-ones: each LOAD_DEREF/STORE_DEREF/LOAD_CLOSURE of a cell becomes a LOAD_FAST of its
-parameter (the same instruction object, so jumps and the exception table still point at
-it) followed by a read or write of ``.cell_contents``; the code has no cell variables left.
-A frame that deletes a cell (DELETE_DEREF) or makes one after its start (3.12's inlined
-comprehensions) is not split.
+ones, each as a :class:`CellRef` (the cell and its name): each LOAD_DEREF/STORE_DEREF/
+DELETE_DEREF/LOAD_CLOSURE of a cell becomes a LOAD_FAST of its parameter (the same
+instruction object, so jumps and the exception table still point at it) followed by a
+read, write or deletion of ``.value``, or a read of ``.cell``; the code has no cell
+variables left. ``CellRef.value`` raises what CPython raises for an empty cell of the frame
+(UnboundLocalError), so a cell still unassigned at the break, or deleted, behaves as in
+eager. A frame that makes a cell after its start (3.12's inlined comprehensions) is not
+split.
 
 Where the entry lives (Ember has no frame-evaluation hook): the generated entry function of
 the frame that broke calls the resume function through Ember's compile entry, an
@@ -100,25 +103,49 @@ NULL, VALUE, ITERATOR, LASTI, CONTEXT = "null", "value", "iterator", "lasti", "c
 
 
 def resume_code(code: types.CodeType, target: int, stack: tuple[str, ...],
-                local_names: tuple[str, ...], raised_at: int | None = None) -> types.CodeType:
+                local_names: tuple[str, ...], raised_at: int | None = None,
+                iterators: tuple[tuple[str, str, object], ...] = ()) -> types.CodeType:
     """The resume code continuing ``code`` at instruction ``target`` (an index into
     ``disassemble(code)``) with a stack described by ``stack`` (per item: NULL, a VALUE
     argument, an ITERATOR over the items of a tuple argument: a ``for`` loop's, the LASTI
-    of instruction ``raised_at``, or the exit of a CONTEXT argument entered again), and the locals ``local_names`` (parameters after the
-    stack's arguments). An exception handler is resumed like any target: its stack is the
-    block's (cut to the handler's depth) with the exception as the last VALUE."""
+    of instruction ``raised_at``, or the exit of a CONTEXT argument entered again), and the
+    locals ``local_names`` (parameters after the stack's arguments). An exception handler is
+    resumed like any target: its stack is the block's (cut to the handler's depth) with the
+    exception as the last VALUE.
+
+    ``iterators``: locals holding an iterator, set by the prologue so that every name of one
+    iterator is one object, as in the frame: ``(name, ITERATOR, None)``, an iterator over
+    the items of the tuple the local's parameter receives (the local is also in
+    ``local_names``); ``(name, "stack", i)``, the iterator that is stack item ``i``;
+    ``(name, "local", other)``, the iterator of an earlier local."""
     original = origin(code)
     target = _original_index(code, target)
     raised = None if raised_at is None else _original_index(code, raised_at)
-    key = (original, target, stack, local_names, raised)
+    key = (original, target, stack, local_names, raised, iterators)
     found = _CODES.get(key)
     if found is None:
-        found = _CODES[key] = _build(original, target, stack, local_names, raised)
+        found = _CODES[key] = _build(original, target, stack, local_names, raised, iterators)
     return found
 
 
+def _iterator_locals(stack: tuple[str, ...], iterators) -> list[Instruction]:
+    """The prologue's part that sets the iterator locals (after the stack is rebuilt)."""
+    out = []
+    for name, kind, other in iterators:
+        if kind == ITERATOR:
+            out += [create_instruction("LOAD_FAST", argval=name),
+                    create_instruction("GET_ITER")]
+        elif kind == "stack":
+            out.append(create_instruction("COPY", arg=len(stack) - other))
+        else:
+            out.append(create_instruction("LOAD_FAST", argval=other))
+        out.append(create_instruction("STORE_FAST", argval=name))
+    return out
+
+
 def _build(original: types.CodeType, target: int, stack: tuple[str, ...],
-           local_names: tuple[str, ...], raised_at: int | None) -> types.CodeType:
+           local_names: tuple[str, ...], raised_at: int | None,
+           iterators=()) -> types.CodeType:
     body = disassemble(original)
     index_of = {id(inst): i for i, inst in enumerate(body)}
     resume_at = body[target]
@@ -145,8 +172,10 @@ def _build(original: types.CodeType, target: int, stack: tuple[str, ...],
     cells = tuple(cell_param(c) for c in original.co_cellvars)
     params += cells
     body = _cells_as_parameters(body, original.co_cellvars)
+    prologue += _iterator_locals(stack, iterators)
     prologue.append(create_instruction("JUMP_FORWARD", target=resume_at))
-    varnames = params + [v for v in original.co_varnames if v not in params]
+    aliases = [name for name, kind, _ in iterators if kind != ITERATOR]
+    varnames = params + [v for v in (*original.co_varnames, *aliases) if v not in params]
     name = f"{original.co_name}_resume_at_{target}"
     flags = original.co_flags & ~(inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
     code = assemble(prologue + body, original, co_argcount=len(params),
@@ -163,9 +192,47 @@ def _build(original: types.CodeType, target: int, stack: tuple[str, ...],
     return code
 
 
-# cell opcode -> what follows a LOAD_FAST of the cell parameter (None: the cell itself)
-_CELL_OPS = {"LOAD_DEREF": "LOAD_ATTR", "STORE_DEREF": "STORE_ATTR", "LOAD_CLOSURE": None,
-             "MAKE_CELL": "POP_TOP"}
+class CellRef:
+    """A cell of the frame a resume function continues, as the resume code receives it:
+    ``value`` reads, writes and deletes the contents with the errors of the frame's own
+    LOAD_DEREF/DELETE_DEREF on an empty cell; ``cell`` is the cell (LOAD_CLOSURE)."""
+
+    __slots__ = ("cell", "name")
+
+    def __init__(self, cell: types.CellType, name: str):
+        self.cell = cell
+        self.name = name
+
+    def _unbound(self) -> UnboundLocalError:
+        return UnboundLocalError(f"cannot access local variable {self.name!r} where it is "
+                                 f"not associated with a value")
+
+    @property
+    def value(self):
+        try:
+            return self.cell.cell_contents
+        except ValueError:
+            raise self._unbound() from None
+
+    @value.setter
+    def value(self, value):
+        self.cell.cell_contents = value
+
+    @value.deleter
+    def value(self):
+        try:
+            del self.cell.cell_contents
+        except ValueError:
+            raise self._unbound() from None
+
+    def __repr__(self):
+        return f"CellRef({self.name!r})"
+
+
+# cell opcode -> (what follows a LOAD_FAST of the CellRef parameter, its attribute)
+_CELL_OPS = {"LOAD_DEREF": ("LOAD_ATTR", "value"), "STORE_DEREF": ("STORE_ATTR", "value"),
+             "DELETE_DEREF": ("DELETE_ATTR", "value"), "LOAD_CLOSURE": ("LOAD_ATTR", "cell"),
+             "MAKE_CELL": ("POP_TOP", None)}
 
 
 def _cells_as_parameters(body: list[Instruction], cellvars: tuple[str, ...]
@@ -173,10 +240,10 @@ def _cells_as_parameters(body: list[Instruction], cellvars: tuple[str, ...]
     """``body`` with its cells read from parameters: the frame's cells were made by the
     frame that broke, and inner functions it created share them. Each instruction keeps its
     identity (jumps and the exception table point at it): it becomes the LOAD_FAST of the
-    cell, and ``.cell_contents`` is read or written by an instruction inserted after it.
-    (The MAKE_CELLs at the start only run before any resume target: no-op pairs.) Any other
-    use of a cell's slot is refused: DELETE_DEREF (a later read would raise another
-    exception type), and 3.12's inlined comprehensions, which make a fresh cell per run."""
+    CellRef, and an instruction inserted after it reads, writes or deletes ``.value`` (or
+    reads ``.cell``). (The MAKE_CELLs at the start only run before any resume target: no-op
+    pairs.) Any other use of a cell's slot is refused: 3.12's inlined comprehensions, which
+    make a fresh cell per run."""
     if not cellvars:
         return body
     slot_ops = {dis.opname[op] for op in (*dis.haslocal, *dis.hasfree)}
@@ -189,13 +256,12 @@ def _cells_as_parameters(body: list[Instruction], cellvars: tuple[str, ...]
         if inst.opname not in _CELL_OPS or (inst.opname == "MAKE_CELL" and started):
             raise Unsupported(f"graph break in a frame that uses cell variable "
                               f"{inst.argval!r} with {inst.opname}")
-        follow = _CELL_OPS[inst.opname]
+        follow, attr = _CELL_OPS[inst.opname]
         inst.opname = "LOAD_FAST"
         inst.arg, inst.argval = None, cell_param(inst.argval)
         out.append(inst)
         if follow is not None:
-            extra = create_instruction(follow, argval="cell_contents"
-                                       if follow != "POP_TOP" else None)
+            extra = create_instruction(follow, argval=attr)
             extra.lineno, extra.positions = inst.lineno, inst.positions
             extra.exn_tab_entry = inst.exn_tab_entry
             out.append(extra)

@@ -75,8 +75,12 @@ class SideEffects:
             if replay is None:
                 raise Unsupported(f"replaying a mutation of {container}")
             stores.append(replay(cg.load(container.source), value_of))
+        from ember.frontend.variables.functions import EMPTY_CELL
         for cell, vt in self.cell_stores.values():
-            stores.append(f"{cg.reconstruct(cell)}.cell_contents = {value_of(vt)}")
+            if vt is EMPTY_CELL:
+                stores.append(f"del {cg.reconstruct(cell)}.cell_contents")
+            else:
+                stores.append(f"{cg.reconstruct(cell)}.cell_contents = {value_of(vt)}")
         for name, vt in self.global_stores.items():
             stores.append(f"___G[{name!r}] = {value_of(vt)}")
         return values + stores

@@ -32,7 +32,8 @@ from ember.frontend.variables.containers import (BaseSequenceVariable, DictVaria
                                                  ListIteratorVariable, ListVariable,
                                                  SetVariable, SizeVariable, SliceVariable,
                                                  TupleVariable, hashable_key)
-from ember.frontend.variables.functions import (BaseUserFunctionVariable, CellVariable,
+from ember.frontend.variables.functions import (BaseUserFunctionVariable, CellRefVariable,
+                                                CellVariable,
                                                 HandlerFunctionVariable,
                                                 NestedUserFunctionVariable)
 from ember.frontend.variables.objects import (DataclassDictVariable, ExceptionVariable,
@@ -283,8 +284,10 @@ class InstructionTranslator:
         if isinstance(obj, (UserDefinedObjectVariable, DataclassDictVariable,
                             NewModuleVariable)):
             obj.store_attr(self, name, value)
+        elif isinstance(obj, CellRefVariable) and name == "value":
+            obj.cell.set(self, value)     # a resume function's cell (see resume.py)
         elif isinstance(obj, CellVariable) and name == "cell_contents":
-            obj.set(self, value)     # a resume function's cell (see resume.py)
+            obj.set(self, value)
         elif isinstance(obj, NNModuleVariable):
             if isinstance(value, TensorVariable) and name in obj.value._parameters:
                 raise Unsupported(f"assigning to parameter {name!r}")
@@ -295,6 +298,10 @@ class InstructionTranslator:
     def del_attr(self, obj: VariableTracker, name: str) -> None:
         if isinstance(obj, UserDefinedObjectVariable):
             obj.del_attr(self, name)
+        elif isinstance(obj, CellRefVariable) and name == "value":
+            obj.cell.delete(self)         # a resume function's cell (see resume.py)
+        elif isinstance(obj, CellVariable) and name == "cell_contents":
+            obj.delete(self)
         else:
             raise Unsupported(f"deleting attribute {name!r} of {obj}")
 
@@ -534,6 +541,11 @@ def _make_cell(tx, inst):
 @handler("LOAD_DEREF")
 def _load_deref(tx, inst):
     tx.push(tx.cells[inst.argval].get(tx))
+
+
+@handler("DELETE_DEREF")
+def _delete_deref(tx, inst):
+    tx.cells[inst.argval].delete(tx)
 
 
 @handler("LOAD_CLOSURE")

@@ -109,13 +109,12 @@ def test_harness_detects_input_mutation_and_frontend_eager():
                      backend=wrong_mutation)
     assert out.category == "fail" and "mutation" in out.detail, out.line()
 
-    def item_deleting_a_cell(a, b):   # a break in a frame that deletes a cell: runs eagerly
-        c = a
-        get = lambda: c                # noqa: E731
-        out = get() + b.sum().item()
-        del c
-        return out
-    out = run_sample(_add_op(), item_deleting_a_cell, _sample(x, args=(y,)),
+    def item_in_a_handler(a, b):   # a break inside an except block: runs eagerly
+        try:
+            raise ValueError("not compiled")
+        except ValueError:
+            return a + b.sum().item()
+    out = run_sample(_add_op(), item_in_a_handler, _sample(x, args=(y,)),
                      torch.float32)   # the real "ember" backend: never reached
     assert out.category == "frontend-eager", out.line()
 

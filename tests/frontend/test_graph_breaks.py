@@ -416,11 +416,33 @@ def gb_cell_unbound(x, log):
     return (lambda: later)()
 
 
-def test_cell_unbound_at_the_break_runs_the_frame_eagerly():
-    check(gb_cell_unbound, (torch.randn(3), []), graphs=0)
+def gb_cell_unbound_read(x, flag):
+    print("gb-unbound-read")        # the break: `later` is not assigned yet
+    if flag:
+        later = x * 2
+    g = lambda: later               # noqa: E731
+    return g() + 1                  # NameError when flag is False, as in eager
+
+
+def gb_cell_unbound_own_read(x, flag):
+    def g():
+        return later
+    print("gb-unbound-own")
+    if flag:
+        later = x * 2
+    return later + 1                # UnboundLocalError when flag is False
+
+
+def test_cell_unbound_at_the_break():
+    # the resume function receives the empty cell: print | later = x * 2 and the rest
+    check(gb_cell_unbound, (torch.randn(3), []), graphs=1)
     out = ember.explain(gb_cell_unbound)(torch.randn(3), [])
-    assert out.break_reasons[-1].frame_ran_eagerly
-    assert "unbound" in out.break_reasons[-1].reason
+    assert out.graph_break_count == 1 and not out.break_reasons[-1].frame_ran_eagerly
+    check(gb_cell_unbound_read, (torch.randn(3), True), graphs=1)
+    check(gb_cell_unbound_read, (torch.randn(3), False), graphs=None, raises=NameError)
+    check(gb_cell_unbound_own_read, (torch.randn(3), True), graphs=1)
+    check(gb_cell_unbound_own_read, (torch.randn(3), False), graphs=None,
+          raises=UnboundLocalError)
 
 
 def gb_cell_deleted(x):
@@ -432,10 +454,42 @@ def gb_cell_deleted(x):
     return r
 
 
-def test_frame_deleting_a_cell_runs_eagerly():
-    check(gb_cell_deleted, (torch.randn(3),), graphs=0)
-    reason = ember.explain(gb_cell_deleted)(torch.randn(3)).break_reasons[-1]
-    assert reason.frame_ran_eagerly and "DELETE_DEREF" in reason.reason
+def gb_cell_deleted_then_read(x, log):
+    scale = 2
+    f = lambda: scale               # noqa: E731
+    log.append(len(log))            # the break
+    r = x * f()
+    del scale
+    log.append(len(log))            # a second break: the resume of a resume
+    return r * f()                  # NameError: f's cell is empty
+
+
+def gb_cell_deleted_then_assigned(x, log):
+    scale = 2
+    f = lambda: scale               # noqa: E731
+    del scale
+    log.append(len(log))            # the break, with the cell empty
+    scale = 3
+    return x * f()
+
+
+def gb_cell_deleted_twice(x, log):
+    scale = 2
+    f = lambda: scale               # noqa: E731
+    log.append(len(log))
+    del scale
+    del scale                       # UnboundLocalError
+    return x * f()
+
+
+def test_deleting_a_cell():
+    # print | x * f() and the deletion (replayed on the real cell)
+    check(gb_cell_deleted, (torch.randn(3),), graphs=1)
+    explained = ember.explain(gb_cell_deleted)(torch.randn(3))
+    assert not any(r.frame_ran_eagerly for r in explained.break_reasons)
+    check(gb_cell_deleted_then_read, (torch.randn(3), []), graphs=None, raises=NameError)
+    check(gb_cell_deleted_then_assigned, (torch.randn(3), []), graphs=1)
+    check(gb_cell_deleted_twice, (torch.randn(3), []), graphs=None, raises=UnboundLocalError)
 
 
 def gb_cells_and_try(x, log):
@@ -658,3 +712,44 @@ def test_model_that_prints_and_branches_on_item(backend):
     # fc1+relu | shape printed: sum for .item() | the branch's value is a guarded constant:
     # h * 2 and fc2; the second call reuses all three
     assert cnt.frame_count == 3
+
+
+def gb_cell_deleted_no_break(x):
+    scale = 2
+    f = lambda: scale               # noqa: E731
+    r = x * f()
+    del scale
+    return r
+
+
+def _nonlocal_deleter():
+    value = 3
+
+    def f(x):
+        nonlocal value
+        r = x + value
+        del value                   # the enclosing frame's cell: emptied after the graph
+        return r
+    return f
+
+
+def test_deleting_cells_without_a_break():
+    check(gb_cell_deleted_no_break, (torch.randn(3),), graphs=1)
+    eager_f, inner = _nonlocal_deleter(), _nonlocal_deleter()
+    compiled_f = ember.compile(inner)
+    x = torch.randn(3)
+    assert torch.equal(eager_f(x), compiled_f(x))
+    for cell in (eager_f.__closure__[0], inner.__closure__[0]):
+        try:
+            cell.cell_contents
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("the cell is not empty")
+    for fn in (eager_f, compiled_f):
+        try:
+            fn(x)
+        except NameError:
+            pass
+        else:
+            raise AssertionError("the second call reads the deleted cell")

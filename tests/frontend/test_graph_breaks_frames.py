@@ -109,3 +109,82 @@ def test_handler_resume_restores_the_callers_exception():
 
     want, got = caller(fr_handler), caller(compiled)
     assert torch.equal(want[0], got[0]) and want[1] == got[1] == ("the caller's",)
+
+
+# -- iterators held in locals across a break ----------------------------------------------------
+
+def fr_iterator_local(x, xs):
+    it = iter(xs)
+    first = next(it)
+    print("fr-iter")                # the break: `it` is live, one item consumed
+    total = x
+    for v in it:
+        total = total + v
+    return total * first, list(it)
+
+
+def fr_iterator_local_and_loop(x, xs):
+    """Was a silent wrong result: the loop's iterator and the local were rebuilt as two
+    objects, so the loop's progress after the break did not show through `it`."""
+    it = iter(xs)
+    for v in it:
+        if v == 2:
+            print("fr-iter-loop")   # the break inside the loop over `it`
+        x = x + v
+        if v == 3:
+            break
+    return x, list(it)
+
+
+def fr_iterator_two_names(x, xs):
+    it = iter(xs)
+    alias = it
+    next(it)
+    print("fr-iter-two")
+    a = next(alias)
+    b = next(it)
+    return x + a * 10 + b, list(alias)
+
+
+def fr_endless_iterator(x):
+    import itertools
+    for i in itertools.count():
+        if i == 2:
+            print("fr-count")       # the iterator cannot be rebuilt: the frame runs eagerly
+        if i > 4:
+            break
+        x = x + i
+    return x
+
+
+def test_iterator_in_a_local_crosses_the_break():
+    check(fr_iterator_local, (torch.randn(3), [1, 2, 3, 4]), graphs=1)
+    check(fr_iterator_local_and_loop, (torch.randn(3), [1, 2, 3, 4]), graphs=None)
+    check(fr_iterator_two_names, (torch.randn(3), [1, 2, 3, 4]), graphs=1)
+    check(fr_endless_iterator, (torch.randn(3),), graphs=None)
+    for fn, args in ((fr_iterator_local, (torch.randn(3), [1, 2, 3, 4])),
+                     (fr_iterator_local_and_loop, (torch.randn(3), [1, 2, 3, 4])),
+                     (fr_iterator_two_names, (torch.randn(3), [1, 2, 3, 4]))):
+        explained = ember.explain(fn)(*args)
+        assert not any(r.frame_ran_eagerly for r in explained.break_reasons), fn.__name__
+
+
+# -- functions the frame makes, held in its cells ----------------------------------------------
+
+def fr_lambdas_in_cells(x, k):
+    g = lambda t: t * k             # noqa: E731  (g is a cell: h closes over it)
+    h = lambda t: g(t) + 1          # noqa: E731
+    print("fr-lambdas")
+    return h(x) + g(x)
+
+
+def test_lambdas_in_cells_do_not_recompile_the_resume():
+    from ember.testing import CompileCounter
+    cnt = CompileCounter()
+    compiled = ember.compile(fr_lambdas_in_cells, backend=cnt)
+    x = torch.randn(3)
+    for _ in range(4):
+        assert torch.equal(compiled(x, 2), fr_lambdas_in_cells(x, 2))
+    assert cnt.frame_count == 1     # a new lambda on each call: guarded by its code and cells
+    assert torch.equal(compiled(x, 3), fr_lambdas_in_cells(x, 3))   # k is guarded
+    assert cnt.frame_count == 2

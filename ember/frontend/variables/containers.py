@@ -299,8 +299,15 @@ class ListIteratorVariable(VariableTracker):
         self.index = len(self.items)
         return rest
 
+    passed_as_items = False   # set by a graph break that passes it to a resume function
+
     def rebuild(self, cg):
-        return f"iter([{cg.items(self.items[self.index:])}])"
+        if self.passed_as_items:
+            # the resume function makes it again from its items: a second object here
+            # would not advance with it
+            raise Unsupported("an iterator reached both from the frame's stack or locals and "
+                              "from another value at a graph break")
+        return cg.temp(self, f"iter([{cg.items(self.items[self.index:])}])")
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__next__":

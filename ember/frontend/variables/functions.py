@@ -12,6 +12,16 @@ from ember.frontend.source import DefaultsSource, FunctionClosureSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 
 
+class _EmptyCell(VariableTracker):
+    """What a deleted cell holds: its replay empties the real cell."""
+
+    def __repr__(self):
+        return "EMPTY_CELL"
+
+
+EMPTY_CELL = _EmptyCell()
+
+
 class CellVariable(VariableTracker):
     """A closure cell. ``real_cell`` is set for cells that exist outside the frame (their
     writes are side effects); cells made during capture are plain boxes. ``source`` is where
@@ -45,6 +55,22 @@ class CellVariable(VariableTracker):
         self._contents = value
         self.loaded = True
 
+    def preload(self, contents: VariableTracker) -> None:
+        """Contents read already, with their own guards (a function the frame made)."""
+        self._contents = contents
+        self.loaded = True
+
+    def delete(self, tx) -> None:
+        """``del`` of the variable (DELETE_DEREF): the cell becomes empty."""
+        if self.real_cell is not None and not self.loaded:
+            self.get(tx)     # deleting an empty cell raises: read it (an empty one refuses)
+        if self._contents is None:
+            raise Unsupported("deleting an unassigned closure variable")
+        if self.real_cell is not None:
+            tx.output.side_effects.store_cell(self, EMPTY_CELL)
+        self._contents = None
+        self.loaded = True
+
     def is_unbound(self) -> bool:
         return self.loaded and self._contents is None
 
@@ -64,6 +90,25 @@ class CellVariable(VariableTracker):
         if self._contents is not None:                          # function closing over it
             cg.lines.append(f"{cell}.cell_contents = {cg.reconstruct(self._contents)}")
         return cell
+
+
+class CellRefVariable(VariableTracker):
+    """A cell parameter of a resume function (``resume.CellRef``): ``value`` is the cell's
+    contents, ``cell`` the cell. Rebuilt from its source, the parameter itself."""
+
+    def __init__(self, cell: CellVariable, source):
+        super().__init__(source)
+        self.cell = cell
+
+    def var_getattr(self, tx, name):
+        if name == "value":
+            return self.cell.get(tx)
+        if name == "cell":
+            return self.cell
+        return super().var_getattr(tx, name)
+
+    def __repr__(self):
+        return f"CellRefVariable({self.source.name()})"
 
 
 def bind_args(code: types.CodeType, name: str, args: list, kwargs: dict,

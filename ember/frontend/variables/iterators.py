@@ -39,6 +39,10 @@ class EndlessIteratorVariable(ListIteratorVariable):
         raise Unsupported("unrolling an endless iterator (itertools.repeat/count without an end)")
 
     def rebuild(self, cg):
+        # its items are made on demand: none is left to rebuild it from
+        raise Unsupported("an endless iterator (itertools.repeat/count) live after the graph")
+
+    def rebuild(self, cg):
         raise Unsupported("an endless iterator outliving the graph")
 
 
