@@ -17,7 +17,8 @@ eager, so ``except`` clauses, ``finally`` bodies and ``__exit__`` run exactly on
 resume function (``convert._break_tail``).
 
 A frame whose locals are closed over by inner functions passes its cells to the resume
-function (``resume.py``).
+function (``resume.py``), also when unassigned at the break; an iterator held in locals
+and on the stack is passed once, as its remaining items (``convert._live_locals``).
 
 Inside an autocast or inference-mode block (which the graph models), the graph closes the
 block at the break, the entry runs the instruction inside a real one, and the resume
@@ -27,9 +28,10 @@ A break is refused, and the whole frame runs eagerly with the reason, where spli
 frame could change what the program does: inside such a block entered other than by a
 ``with`` of the frame itself, inside an exception handler (a resume function that starts at
 one is captured, but outside it the exception would not be the one being handled; the
-RERAISE that ends it is the exception), in a frame with a cell variable unassigned
-at the break or used other than by LOAD_DEREF/STORE_DEREF/LOAD_CLOSURE, in a generator, or
-at an instruction without an emitter here.
+RERAISE that ends it is the exception; a ``with`` block's handler calls ``__exit__``
+during capture, and a break inside that call is refused too), in a frame that makes a cell
+after its start (3.12's inlined comprehensions), in a generator, with an iterator that is
+live both by a name and inside another value, or at an instruction without an emitter here.
 """
 from __future__ import annotations
 

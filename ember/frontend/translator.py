@@ -24,7 +24,7 @@ from ember.frontend.bytecode import Instruction, disassemble
 from ember.frontend import registry
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.output_graph import OutputGraph
-from ember.frontend.source import GlobalSource, Source
+from ember.frontend.source import AttrSource, GlobalSource, Source
 from ember.frontend.variables import builder
 from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
 from ember.frontend.variables.builtins import apply_operator
@@ -1011,6 +1011,20 @@ class _PrevException(VariableTracker):
 
     def __repr__(self):
         return "PrevException"
+
+
+@handler("WITH_EXCEPT_START")
+def _with_except_start(tx, inst):
+    """A ``with`` block's handler calls ``__exit__(type, exception, traceback)`` (reached in
+    a resume function that starts at the handler: the exception is an argument, read from
+    its source with its traceback). ``__exit__`` is captured like any call, inside the
+    handler (a break in it is refused: the frame runs eagerly)."""
+    exc, exit_fn = tx.stack[-1], tx.stack[-4]
+    value = getattr(exc, "value", None)
+    if exc.source is None or not isinstance(value, BaseException):
+        raise Unsupported("WITH_EXCEPT_START without the exception's source")
+    tb = tx.wrap(value.__traceback__, AttrSource(exc.source, "__traceback__"))
+    tx.push(tx.call(exit_fn, [tx.wrap(type(value), None), exc, tb], {}))
 
 
 @handler("PUSH_EXC_INFO")

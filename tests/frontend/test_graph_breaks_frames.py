@@ -188,3 +188,52 @@ def test_lambdas_in_cells_do_not_recompile_the_resume():
     assert cnt.frame_count == 1     # a new lambda on each call: guarded by its code and cells
     assert torch.equal(compiled(x, 3), fr_lambdas_in_cells(x, 3))   # k is guarded
     assert cnt.frame_count == 2
+
+
+# -- a with block's handler: __exit__ with the exception ---------------------------------------
+
+class _Suppress:
+    def __init__(self, log, kind):
+        self.log, self.kind = log, kind
+
+    def __enter__(self):
+        self.log.append("enter")
+        return self
+
+    def __exit__(self, typ, val, tb):
+        self.log.append(typ.__name__ if typ is not None else None)
+        return typ is self.kind
+
+
+def fr_with_suppressed(x, log, lst):
+    with _Suppress(log, IndexError):
+        y = x + 1
+        y = y * lst[5]              # IndexError at the break: __exit__ suppresses it
+    return y * 2
+
+
+def fr_with_not_suppressed(x, log, lst):
+    with _Suppress(log, IndexError):
+        y = x + 1
+        y = y * lst[0]["k"]         # TypeError: __exit__ returns False, it propagates
+    return y * 2
+
+
+def fr_no_grad_exception(x, lst):
+    try:
+        with torch.no_grad():
+            y = x * 2
+            y = y + lst[5]          # IndexError inside no_grad: __exit__ restores grad mode
+    except IndexError:
+        y = x * 3
+    return y, torch.is_grad_enabled()
+
+
+def test_with_block_handler_is_captured():
+    # x + 1 | lst[5] raises | __exit__ (suppresses) and y * 2
+    check(fr_with_suppressed, (torch.randn(3), [], [1]), graphs=2)
+    explained = ember.explain(fr_with_suppressed)(torch.randn(3), [], [1])
+    assert explained.graph_count == 2
+    assert not any(r.frame_ran_eagerly for r in explained.break_reasons)
+    check(fr_with_not_suppressed, (torch.randn(3), [], [1]), graphs=None, raises=TypeError)
+    check(fr_no_grad_exception, (torch.randn(3, requires_grad=True), [1]), graphs=None)
