@@ -9,11 +9,25 @@ def reinterpret(base: torch.Tensor, size, stride, offset: int) -> torch.Tensor:
     return torch.as_strided(base, size, stride, base.storage_offset() + offset)
 
 
-def check_layout(t: torch.Tensor, size, stride) -> None:
-    """An ATen call returned the layout the compiled kernels were generated for."""
+_relayouts_logged: set = set()
+
+
+def with_layout(t: torch.Tensor, size, stride) -> torch.Tensor:
+    """``t`` (an ATen call's result) in the layout the compiled kernels were generated for: a
+    copy when ATen chose another one (its choice can follow input strides that differ from
+    the traced ones: a depthwise convolution of a value Ember stored NCHW, grouped-query
+    attention), logged once per layout under ``EMBER_LOGS=perf_hints``."""
     if t.stride() == stride and t.shape == size:     # the common case, in ~0.3 us
-        return
-    if tuple(t.shape) != size or (t.numel() > 0 and any(
-            a != b for s, a, b in zip(size, t.stride(), stride) if s != 1)):
-        raise RuntimeError(f"ember: ATen call returned size {tuple(t.shape)} stride "
-                           f"{t.stride()}, kernels expect size {size} stride {stride}")
+        return t
+    if tuple(t.shape) != size:
+        raise RuntimeError(f"ember: ATen call returned size {tuple(t.shape)}, kernels expect "
+                           f"size {size}")
+    if t.numel() == 0 or all(a == b for n, a, b in zip(size, t.stride(), stride) if n != 1):
+        return t
+    key = (size, stride, t.stride())
+    if key not in _relayouts_logged:
+        from ember import logs
+        _relayouts_logged.add(key)
+        logs.log("perf_hints", "ATen call returned size %s stride %s, kernels expect stride "
+                 "%s: copied on every call", size, t.stride(), stride)
+    return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)

@@ -76,6 +76,9 @@ class SchedulerNode:
     reads: list = dataclasses.field(default_factory=list)
     role: str = ""         # outer / inner / reduction, once placed in a kernel
     perm: tuple | None = None   # inner node iterated in another dim order: see loop_vars
+    # node_reads by (x, r, role, perm): fusion decisions ask again and again, and running
+    # the body (through every view inlined into it) is the scheduler's main cost
+    read_cache: dict = dataclasses.field(default_factory=dict)
 
     @property
     def name(self):
@@ -179,9 +182,16 @@ def _placements(node: SchedulerNode, kernel: FusedKernel) -> list[tuple[str, tup
 def node_reads(node: SchedulerNode, x: list, r: list, role: str | None = None,
                perm: tuple | None = None):
     """The node's reads with its loop variables named as the kernel's (x outer, r inner)."""
-    if node.is_reduction:
-        return extract_reads(node.body, x, r)
-    return extract_reads(node.body, node.loop_vars(x, r, role, perm))
+    if role is None:         # where the node is placed now
+        role, perm = node.role, node.perm
+    key = (tuple(x), tuple(r), None if node.is_reduction else role,
+           None if node.is_reduction else perm)
+    reads = node.read_cache.get(key)
+    if reads is None:
+        reads = extract_reads(node.body, x, r) if node.is_reduction else \
+            extract_reads(node.body, node.loop_vars(x, r, role, perm))
+        node.read_cache[key] = reads
+    return reads
 
 
 def _read_ok(kernel: FusedKernel, node: SchedulerNode, role: str, perm=None) -> bool:

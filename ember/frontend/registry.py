@@ -40,8 +40,13 @@ def is_disabled(fn: Any) -> bool:
             return True
     except TypeError:
         pass
-    fn = getattr(fn, "__func__", fn)
-    return getattr(fn, "__code__", None) in _disabled_codes
+    # torch.classes namespaces (and other proxies) raise RuntimeError, not AttributeError,
+    # for a missing attribute: they are not functions, so not disabled ones
+    try:
+        fn = getattr(fn, "__func__", fn)
+        return getattr(fn, "__code__", None) in _disabled_codes
+    except Exception:
+        return False
 
 
 def is_disabled_code(code: types.CodeType) -> bool:

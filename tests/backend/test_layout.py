@@ -34,7 +34,7 @@ def test_channels_last_convnet_matches_eager(options):
         assert same(model(*inputs), out, rtol=1e-4, atol=1e-4)
     wrapper = _last_wrapper()
     # conv results are channels-last (C has stride 1) and so are the BN+ReLU buffers after them
-    assert "check_layout(buf" in wrapper and ", 1, 1024, 16))" in wrapper
+    assert "with_layout(buf" in wrapper and ", 1, 1024, 16))" in wrapper
     assert not metrics.fallback_ops
 
 

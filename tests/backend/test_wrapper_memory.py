@@ -21,7 +21,7 @@ def _peak_live_elements(wrapper: str) -> int:
     for line in wrapper.splitlines():
         s = line.strip()
         m = re.match(r"(\w+) = empty_strided\(\(([^)]*)\), \(([^)]*)\)", s) or \
-            re.match(r"check_layout\((\w+), \(([^)]*)\), \(([^)]*)\)", s)
+            re.match(r"(?:\w+ = )?with_layout\((\w+), \(([^)]*)\), \(([^)]*)\)", s)
         if m and m.group(1) not in names:
             size, stride = _ints(m.group(2)), _ints(m.group(3))
             names[m.group(1)] = obj = len(sizes)
@@ -76,7 +76,7 @@ def test_sizes_parsed_from_wrapper_text():
     wrapper = "\n".join([
         "buf1 = empty_strided((4, 8), (8, 1), dtype=_c0, device=_c1)",
         "buf2 = _c2(buf1)  # aten.mm.default",
-        "check_layout(buf2, (4, 4), (4, 1))",
+        "buf2 = with_layout(buf2, (4, 4), (4, 1))",
         "del buf1",
         "buf3 = reinterpret(buf2, (4, 4), (4, 1), 0); del buf2  # reuse",
         "buf4 = empty_strided((2,), (1,), dtype=_c0, device=_c1)",

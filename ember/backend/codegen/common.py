@@ -82,14 +82,14 @@ class Kernel:
         return var
 
     def known_value(self, name: str, index) -> Value | None:
-        key = (name, str(sympy.expand(index)))
+        key = (name, sympy.expand(index))     # structural: no printing
         for scope in reversed(self.values):
             if key in scope:
                 return scope[key]
         return None
 
     def set_value(self, name: str, index, value: Value) -> None:
-        self.values[-1][(name, str(sympy.expand(index)))] = value
+        self.values[-1][(name, sympy.expand(index))] = value
 
     # -- the wrapper's side ----------------------------------------------------------------------
     def call_lines(self, refs: dict[str, str]) -> list[str]:

@@ -64,7 +64,7 @@ class WrapperCodegen:
     def generate(self) -> str:
         g = self.graph
         names = [b.name for b in g.inputs]
-        out = ["import torch", "from ember.backend.runtime import reinterpret, check_layout",
+        out = ["import torch", "from ember.backend.runtime import reinterpret, with_layout",
                "empty_strided = torch.empty_strided", "", "", "def call(args):"]
         body: list[str] = []
         if names:
@@ -150,13 +150,13 @@ class WrapperCodegen:
 
     def _extern(self, buf: ExternBuffer, used: bool = True) -> list[str]:
         """The ATen call (or the pick of one output of a multi-output call); a result that
-        is read is checked to have the layout the kernels were generated for."""
+        is read is given the layout the kernels were generated for (``runtime.with_layout``)."""
         if buf.parent is not None:
             path = "".join(f"[{i}]" for i in buf.result_index)
             lines = [f"{buf.name} = {buf.parent.name}{path}"]
             if used:
                 lay = buf.layout
-                lines.append(f"check_layout({buf.name}, {_tuple(lay.size)}, "
+                lines.append(f"{buf.name} = with_layout({buf.name}, {_tuple(lay.size)}, "
                              f"{_tuple(lay.stride)})")
             return lines
         args = [self.ref(a) for a in buf.args]
@@ -165,7 +165,8 @@ class WrapperCodegen:
         lines = [f"{buf.name} = {target}({', '.join(args + kwargs)})  # {buf.kernel}"]
         if buf.layout is not None:
             lay = buf.layout
-            lines.append(f"check_layout({buf.name}, {_tuple(lay.size)}, {_tuple(lay.stride)})")
+            lines.append(f"{buf.name} = with_layout({buf.name}, {_tuple(lay.size)}, "
+                         f"{_tuple(lay.stride)})")
         return lines
 
     def _output_names(self) -> set[str]:

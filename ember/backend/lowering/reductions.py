@@ -175,16 +175,18 @@ def _variance(ctx, x, dim, correction, keepdim):
 def _var(ctx, x, dim=None, *, correction=None, keepdim=False):
     sq, load, denom = _variance(ctx, x, dim, correction, keepdim)
     dt = ctx.dtype
-    return Pointwise(ctx.device, dt, lambda i: ops.truediv(load(i), ops.constant(
-        sympy.Max(denom, 0), dt)), sq.get_size())
+    denom = sympy.Max(denom, 0)     # once: sympy.Max costs ~ms, and loaders run often
+    return Pointwise(ctx.device, dt, lambda i: ops.truediv(load(i), ops.constant(denom, dt)),
+                     sq.get_size())
 
 
 @register_lowering(aten.std.correction)
 def _std(ctx, x, dim=None, *, correction=None, keepdim=False):
     sq, load, denom = _variance(ctx, x, dim, correction, keepdim)
     dt = ctx.dtype
+    denom = sympy.Max(denom, 0)
     return Pointwise(ctx.device, dt, lambda i: ops.sqrt(ops.truediv(load(i), ops.constant(
-        sympy.Max(denom, 0), dt))), sq.get_size())
+        denom, dt))), sq.get_size())
 
 
 def _softmax_parts(ctx, x, dim, compute):

@@ -67,11 +67,13 @@ def broadcast_loader(node_or_scalar, out_size: Sequence, dtype: torch.dtype):
     inner = node.make_loader()
     offset = len(out_size) - len(size)
     src_dtype = node.get_dtype()
+    zero = sympy.Integer(0)
+    # per input dim: the output dim it follows, or None where it is broadcast (decided once)
+    follows = [None if size[k] == 1 and out_size[k + offset] != 1 else k + offset
+               for k in range(len(size))]
 
     def load(index):
-        idx = [sympy.Integer(0) if size[k] == 1 and out_size[k + offset] != 1 else
-               index[k + offset] for k in range(len(size))]
-        value = inner(idx)
+        value = inner([zero if d is None else index[d] for d in follows])
         return value if src_dtype == dtype else ops.to_dtype(value, dtype)
     return load
 
