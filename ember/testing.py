@@ -63,3 +63,15 @@ def run_and_get_code(fn, *args, **kwargs):
     backend_compile.generated_sources.clear()
     result = ember.compile(fn, backend="ember")(*args, **kwargs)
     return result, list(backend_compile.generated_sources)
+
+
+def check_generated(fn, *inputs, rtol: float = 1e-5, atol: float = 1e-5) -> str:
+    """Compile ``fn`` with the ember backend (after ``ember.reset()``), assert its result on
+    ``inputs`` equals eager's, and return the generated sources joined (for assertions on
+    the code)."""
+    import ember
+    ember.reset()
+    result, sources = run_and_get_code(fn, *inputs)
+    expected = fn(*inputs)
+    assert same(expected, result, rtol=rtol, atol=atol), (expected, result)
+    return "\n".join(sources)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import ember
 from ember import config
-from ember.testing import run_and_get_code, same
+from ember.testing import check_generated, same
 
 
 @pytest.fixture(autouse=True)
@@ -21,13 +21,7 @@ def _fresh():
         yield
 
 
-def check(fn, *inputs, rtol=1e-5, atol=1e-5):
-    ember.reset()
-    compiled = ember.compile(fn, backend="ember")
-    result, sources = run_and_get_code(compiled, *inputs)
-    expected = fn(*inputs)
-    assert same(expected, result, rtol=rtol, atol=atol), (expected, result)
-    return "\n".join(sources)
+check = check_generated     # the result equals eager's; returns the generated code
 
 
 def simd_loop_bodies(code: str) -> list[str]:

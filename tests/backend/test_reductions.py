@@ -12,7 +12,7 @@ import ember
 from ember import config
 from ember.backend import metrics
 from ember.backend.lowering import reductions
-from ember.testing import run_and_get_code, same
+from ember.testing import check_generated
 
 
 @pytest.fixture(autouse=True)
@@ -29,13 +29,7 @@ MARKS = {"cpp": {"welford": "ember_welford", "split": "chunk"},
          "triton": {"welford": "_m2 = ", "split": "for roffset in range("}}
 
 
-def check(fn, *inputs, rtol=1e-5, atol=1e-5):
-    ember.reset()
-    compiled = ember.compile(fn, backend="ember")
-    result, sources = run_and_get_code(compiled, *inputs)
-    expected = fn(*inputs)
-    assert same(expected, result, rtol=rtol, atol=atol), (expected, result)
-    return "\n".join(sources)
+check = check_generated     # the result equals eager's; returns the generated code
 
 
 @pytest.fixture
