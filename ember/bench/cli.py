@@ -298,24 +298,25 @@ def _explicit(parser: argparse.ArgumentParser, args) -> list[str]:
             and getattr(args, action.dest) != action.default]
 
 
+def _alone(parser, args, flag: str, what: str) -> None:
+    """``flag`` takes no other option: an error names the ones given."""
+    others = [o for o in _explicit(parser, args) if o != flag]
+    if others:
+        parser.error(f"{flag} {what} and takes no other option (got {', '.join(others)})")
+
+
 def bench_main(argv: list[str], prog: str = "ember bench") -> int:
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.compare:
-        others = [o for o in _explicit(parser, args) if o != "--compare"]
-        if others:
-            parser.error(f"--compare prints a comparison of two saved runs and takes no other "
-                         f"option (got {', '.join(others)})")
+        _alone(parser, args, "--compare", "prints a comparison of two saved runs")
         try:
             print(report.format_compare(*args.compare))
         except (OSError, ValueError) as e:
             parser.error(f"--compare: {e}")
         return 0
     if args.show:
-        others = [o for o in _explicit(parser, args) if o != "--show"]
-        if others:
-            parser.error(f"--show prints the tables of a saved run and takes no other option "
-                         f"(got {', '.join(others)})")
+        _alone(parser, args, "--show", "prints the tables of a saved run")
         try:
             data, rows = report.load_rows(args.show)
         except (OSError, ValueError) as e:
