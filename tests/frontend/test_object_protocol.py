@@ -285,3 +285,25 @@ def ob_aliased_write_then_read(x, cfg):
 
 def test_aliased_write_then_read_on_outside_object():
     check(ob_aliased_write_then_read, (torch.randn(3), Aliased()), graphs=1)
+
+
+def ob_copy_containers(x, d, lst):
+    e = copy.copy(d)                # dict.copy, unbound, from copy's dispatch table
+    e["k"] = 3
+    m = copy.copy(lst)
+    list.append(m, 4)
+    return x + len(d) + len(e) + len(m) + len(lst), e, m
+
+
+class _MyDict(dict):
+    def copy(self):
+        return "own copy"
+
+
+def ob_unbound_method_on_subclass(x, d):
+    return x + len(dict.copy(d))    # dict's copy, not the subclass's: breaks, stays right
+
+
+def test_copy_of_containers_and_unbound_methods():
+    check(ob_copy_containers, (torch.randn(3), {"a": 1}, [1, 2]), graphs=1)
+    check(ob_unbound_method_on_subclass, (torch.randn(3), _MyDict(a=1)), graphs=None)

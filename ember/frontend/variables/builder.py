@@ -195,6 +195,11 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
         kwargs = {k: wrap(tx, v, GetItemSource(AttrSource(source, "keywords"), k)
                           if source else None) for k, v in value.keywords.items()}
         return PartialVariable(func, args, kwargs, source)
+    if isinstance(value, (types.MethodDescriptorType, types.WrapperDescriptorType)) and \
+            value.__objclass__ in _CONTAINER_METHOD_OWNERS:
+        # ``dict.copy`` unbound (copy's dispatch table), called with the container first
+        add(guards.id_match(source, value))
+        return HandlerFunctionVariable(value, _unbound_container_method(value), source)
     if isinstance(value, (types.BuiltinFunctionType, types.BuiltinMethodType)):
         owner = getattr(value, "__self__", None)
         if isinstance(owner, torch.Tensor) and hasattr(torch.Tensor, value.__name__):
@@ -225,6 +230,24 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
         add(guards.type_match(source, type(value)))
         return UserDefinedObjectVariable(value, source)
     raise Unsupported(f"callable {type(value).__qualname__} {value!r}")
+
+
+def _unbound_container_method(method):
+    cls, name = method.__objclass__, method.__name__
+
+    def handler(tx, args, kwargs):
+        if not args or not _exactly(args[0], cls):
+            raise Unsupported(f"{cls.__name__}.{name} called on something other than a "
+                              f"{cls.__name__}")
+        return tx.getattr(args[0], name).call_function(tx, list(args[1:]), kwargs)
+    return handler
+
+
+def _exactly(vt, cls) -> bool:
+    try:
+        return vt.python_type() is cls
+    except Unsupported:
+        return False
 
 
 def _unsupported_call(fn, why: str):
