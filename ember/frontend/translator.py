@@ -370,7 +370,7 @@ class InstructionTranslator:
         if isinstance(container, BaseSequenceVariable):
             return ConstantVariable(any(self.values_equal(x, item) for x in container.items))
         if isinstance(container, (DictVariable, SetVariable)):
-            return ConstantVariable(hashable_key(item) in container.items)
+            return ConstantVariable(hashable_key(item, container.items) in container.items)
         return container.call_method(self, "__contains__", [item], {})
 
     def sorted_items(self, items, key, reverse) -> list:

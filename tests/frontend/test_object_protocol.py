@@ -307,3 +307,22 @@ def ob_unbound_method_on_subclass(x, d):
 def test_copy_of_containers_and_unbound_methods():
     check(ob_copy_containers, (torch.randn(3), {"a": 1}, [1, 2]), graphs=1)
     check(ob_unbound_method_on_subclass, (torch.randn(3), _MyDict(a=1)), graphs=None)
+
+
+def test_id_looked_up_in_a_dict_of_real_ids():
+    """A cache keyed by id() that outlives the call: its keys are real ids, so a lookup's
+    answer depends on the object (capture must not answer 'absent' by its own keys)."""
+    run_twins("""
+        class C:
+            pass
+        CACHE = {}
+        A, B = C(), C()
+        def f(x):
+            hits = 0
+            for obj in (A, B, A):
+                if id(obj) in CACHE:
+                    hits += 1
+                else:
+                    CACHE[id(obj)] = len(CACHE)
+            return x + hits + len(CACHE)
+    """, [], graphs=None)

@@ -320,11 +320,19 @@ class ListIteratorVariable(VariableTracker):
         raise Unsupported(f"iterator.{name}()")
 
 
-def hashable_key(vt: VariableTracker) -> Any:
-    """The Python key a tracker stands for in a dict or set."""
+def hashable_key(vt: VariableTracker, among: dict | None = None) -> Any:
+    """The Python key a tracker stands for in a dict or set (``among``: the keys of that
+    dict or set, when it is looked up in)."""
     from ember.frontend.variables.scalars import IdVariable
     if isinstance(vt, IdVariable):
+        if among is not None and any(type(k) is int for k in among):
+            # integer keys not made by id() during capture may be real ids: the answer would
+            # depend on which object this is
+            raise Unsupported("an id() looked up among integer keys")
         return ("__id__", vt.key)
+    if vt.is_python_constant() and type(vt.as_python_constant()) is int and among and any(
+            type(k) is tuple and k[:1] == ("__id__",) for k in among):
+        raise Unsupported("an integer looked up among id() keys")
     if vt.is_python_constant():
         return vt.as_python_constant()
     from ember.frontend.variables.tensor import TensorVariable
@@ -375,12 +383,12 @@ class DictVariable(VariableTracker):
         return f"{target}.clear(); {target}.update({{{pairs}}})"
 
     def setitem(self, key_vt, value_vt):
-        key = hashable_key(key_vt)
+        key = hashable_key(key_vt, self.items)
         self.items[key] = value_vt
         self.keys[key] = key_vt
 
     def getitem(self, tx, key_vt):
-        key = hashable_key(key_vt)
+        key = hashable_key(key_vt, self.items)
         if key in self.items:
             return self.items[key]
         if self.default_factory is not None:
@@ -396,12 +404,12 @@ class DictVariable(VariableTracker):
         if name == "__getitem__":
             return self.getitem(tx, args[0])
         if name == "get":
-            key = hashable_key(args[0])
+            key = hashable_key(args[0], self.items)
             return self.items.get(key, args[1] if len(args) > 1 else ConstantVariable(None))
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if name == "__contains__":
-            return ConstantVariable(hashable_key(args[0]) in self.items)
+            return ConstantVariable(hashable_key(args[0], self.items) in self.items)
         if name in ("keys", "values", "items") and not args and not kwargs:
             return DictViewVariable(self, name)
         if name == "copy":
@@ -412,7 +420,7 @@ class DictVariable(VariableTracker):
         if name == "__setitem__":
             self.setitem(args[0], args[1])
         elif name == "__delitem__":
-            key = hashable_key(args[0])
+            key = hashable_key(args[0], self.items)
             self.items.pop(key)
             self.keys.pop(key)
         elif name == "update":
@@ -428,12 +436,12 @@ class DictVariable(VariableTracker):
             for k, v in kwargs.items():
                 self.setitem(ConstantVariable(k), v)
         elif name == "setdefault":
-            key = hashable_key(args[0])
+            key = hashable_key(args[0], self.items)
             if key not in self.items:
                 self.setitem(args[0], args[1] if len(args) > 1 else ConstantVariable(None))
             return self.items[key]
         elif name == "pop":
-            key = hashable_key(args[0])
+            key = hashable_key(args[0], self.items)
             if key in self.items:
                 self.keys.pop(key)
                 return self.items.pop(key)
@@ -507,10 +515,11 @@ class DictViewVariable(VariableTracker):
         if name == "__contains__":
             item = args[0]
             if self.kind == "keys":
-                return ConstantVariable(hashable_key(item) in self.dict_vt.items)
+                return ConstantVariable(hashable_key(item, self.dict_vt.items)
+                                        in self.dict_vt.items)
             if self.kind == "items":
                 pair = tx.unpack_iterable(item)
-                key = hashable_key(pair[0])
+                key = hashable_key(pair[0], self.dict_vt.items)
                 found = key in self.dict_vt.items and tx.values_equal(
                     self.dict_vt.items[key], pair[1])
                 return ConstantVariable(found)
@@ -539,7 +548,7 @@ class SetVariable(VariableTracker):
         self.frozen = frozen
         self.items: dict[Any, VariableTracker] = {}
         for item in items:
-            self.items.setdefault(hashable_key(item), item)
+            self.items.setdefault(hashable_key(item, self.items), item)
 
     def python_type(self):
         return frozenset if self.frozen else set
@@ -563,7 +572,7 @@ class SetVariable(VariableTracker):
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__contains__":
-            return ConstantVariable(hashable_key(args[0]) in self.items)
+            return ConstantVariable(hashable_key(args[0], self.items) in self.items)
         if name == "__len__":
             return ConstantVariable(len(self.items))
         if name in self.SET_OPERATIONS:
@@ -583,14 +592,15 @@ class SetVariable(VariableTracker):
             return ListIteratorVariable(self.unpack(tx))
         tx.check_mutation(self)
         if name == "add":
-            self.items.setdefault(hashable_key(args[0]), args[0])
+            self.items.setdefault(hashable_key(args[0], self.items), args[0])
         elif name in ("discard", "remove"):
-            if self.items.pop(hashable_key(args[0]), None) is None and name == "remove":
+            key = hashable_key(args[0], self.items)
+            if self.items.pop(key, None) is None and name == "remove":
                 raise Unsupported("KeyError in set.remove")
         elif name == "update":
             for a in args:
                 for item in tx.unpack_iterable(a):
-                    self.items.setdefault(hashable_key(item), item)
+                    self.items.setdefault(hashable_key(item, self.items), item)
         elif name == "clear":
             self.items.clear()
         elif name == "pop":
