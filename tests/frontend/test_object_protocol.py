@@ -326,3 +326,44 @@ def test_id_looked_up_in_a_dict_of_real_ids():
                     CACHE[id(obj)] = len(CACHE)
             return x + hits + len(CACHE)
     """, [], graphs=None)
+
+
+# -- attributes found absent ---------------------------------------------------------------------
+
+class _Plain:
+    pass
+
+
+def ob_hasattr(x, o):
+    if hasattr(o, "extra"):
+        return x + 1
+    return x - 1
+
+
+def ob_getattr_default(x, o):
+    return x + getattr(o, "extra", 5) + getattr(Aliased(), "nothing", 2)
+
+
+def _read_or_default(o):
+    try:
+        return o.extra
+    except AttributeError:
+        return 7
+
+
+def ob_attribute_error_caught(x, o):
+    return x + _read_or_default(o)
+
+
+def test_absent_attribute_is_guarded():
+    """Was a silent wrong result: hasattr/getattr-with-default of an attribute an object
+    lacked were not guarded, so the object gaining it later reused the old answer."""
+    for fn in (ob_hasattr, ob_getattr_default, ob_attribute_error_caught):
+        cnt = CompileCounter()
+        compiled = ember.compile(fn, backend=cnt)
+        o, x = _Plain(), torch.randn(3)
+        assert same(compiled(x, o), fn(x, o))
+        o.extra = 1
+        assert same(compiled(x, o), fn(x, o)), fn.__name__
+        assert cnt.frame_count == 2, fn.__name__
+    explained_no_break(ob_attribute_error_caught, torch.randn(3), _Plain())

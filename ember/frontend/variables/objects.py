@@ -391,7 +391,9 @@ class UserDefinedObjectVariable(VariableTracker):
             try:
                 value = getattr(self.value, name)
             except AttributeError as e:
-                raise Unsupported(f"AttributeError: {e}") from None
+                self._missing(tx, name)
+                raise ObservedException(AttributeError, [ConstantVariable(str(e))],
+                                        str(e)) from None
             return tx.wrap(value, AttrSource(self.source, name) if self.source else None)
         desc = _static_lookup(cls, name)
         is_data_descriptor = desc is not _MISSING and (
@@ -411,7 +413,15 @@ class UserDefinedObjectVariable(VariableTracker):
         if isinstance(getattr_fn, types.FunctionType):
             return UserFunctionVariable(getattr_fn).call_function(
                 tx, [self, ConstantVariable(name)], {})
-        raise Unsupported(f"AttributeError: {cls.__name__!r} object has no attribute {name!r}")
+        self._missing(tx, name)
+        message = f"{cls.__name__!r} object has no attribute {name!r}"
+        raise ObservedException(AttributeError, [ConstantVariable(message)], message)
+
+    def _missing(self, tx, name: str) -> None:
+        """An attribute found absent: an object from outside the frame may have it on a later
+        call (``hasattr``, ``getattr(o, name, default)``), so its absence is guarded."""
+        if not self.is_new and self.source is not None:
+            tx.output.guards.add(guards.hasattr_match(self.source, name, False))
 
     def call_function(self, tx, args, kwargs):
         call = _static_lookup(self.cls, "__call__")
