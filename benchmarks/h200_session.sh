@@ -11,6 +11,8 @@
 #   libs      issue 9's library suites (timm, hf, torchvision) in bfloat16
 #   train     issue 10's AMP training step
 #   survey    issue 8's model survey (CPU, Python 3.12): inference and training
+#   launch    per-call and per-launch cost of a one-kernel function (issue 7: <= 5 us)
+#   warm      resnet50's cold and warm start in two processes (issue 7: warm < 1 s)
 set -u
 export HF_HUB_OFFLINE=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/h200}
@@ -37,6 +39,8 @@ for step in $STEPS; do
              --no-warm-compile --torch-compile-budget 90 > "$OUT/train.txt" 2>&1 ;;
     survey) (timeout 280 python3 tests/frontend/survey_models.py; timeout 280 python3 \
              tests/frontend/survey_models.py --train) > "$OUT/survey.txt" 2>&1 ;;
+    launch) timeout 60 python3 benchmarks/launch_overhead.py > "$OUT/launch.txt" 2>&1 ;;
+    warm) timeout 90 python3 benchmarks/warm_start.py resnet50 > "$OUT/warm.txt" 2>&1 ;;
     *) echo "unknown step $step" >&2 ;;
   esac
   echo "== $step: $(tail -n 1 "$OUT"/*"$step"*.txt 2>/dev/null | tail -n 1)"

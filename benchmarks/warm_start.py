@@ -1,0 +1,41 @@
+"""Cold and warm start of one model on the GPU: run it twice, in two processes; the second
+finds the graph cache and Triton's kernel cache (issue 7's target: a warm start under 1 s).
+
+    PYTHONPATH=. python3 benchmarks/warm_start.py resnet50
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+
+def _child(name):
+    import torch
+
+    import ember
+    from ember.bench import models
+    ember.logs.set_logs("compile_time")
+    model, inputs = models.build_model(name, "cuda", dtype=torch.bfloat16)[:2]
+    compiled = ember.compile(model)
+    with torch.no_grad():
+        start = time.perf_counter()
+        compiled(*inputs)
+        torch.cuda.synchronize()
+    print(f"{name}: compile and first call {time.perf_counter() - start:.2f} s", flush=True)
+
+
+def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        return _child(sys.argv[2])
+    name = sys.argv[1] if len(sys.argv) > 1 else "resnet50"
+    with tempfile.TemporaryDirectory() as caches:     # cold means empty caches
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "EMBER_CACHE_DIR": caches + "/ember",
+               "TRITON_CACHE_DIR": caches + "/triton"}
+        for label in ("cold", "warm"):
+            print(label, end=": ", flush=True)
+            subprocess.run([sys.executable, __file__, "--child", name], check=True, env=env)
+
+
+if __name__ == "__main__":
+    main()
