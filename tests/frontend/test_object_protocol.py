@@ -367,3 +367,21 @@ def test_absent_attribute_is_guarded():
         assert same(compiled(x, o), fn(x, o)), fn.__name__
         assert cnt.frame_count == 2, fn.__name__
     explained_no_break(ob_attribute_error_caught, torch.randn(3), _Plain())
+
+
+class _SetOnFirstUse(torch.nn.Module):
+    def forward(self, x):
+        if not hasattr(self, "scale"):
+            self.scale = 3.0        # set on the first call only
+        return x * self.scale + hasattr(self, "missing")
+
+
+def test_module_attribute_set_on_first_use():
+    eager, compiled_module = _SetOnFirstUse(), _SetOnFirstUse()
+    cnt = CompileCounter()
+    compiled = ember.compile(compiled_module, backend=cnt)
+    x = torch.randn(3)
+    for _ in range(3):
+        assert same(compiled(x), eager(x))
+        assert vars(compiled_module).get("scale") == vars(eager).get("scale")
+    assert cnt.frame_count == 2     # without the attribute, then with it

@@ -106,7 +106,10 @@ class NNModuleVariable(VariableTracker):
         found = class_attribute(tx, type(mod), name, self, self.source)
         if found is not _MISSING:
             return found
-        raise Unsupported(f"{type(mod).__name__} has no attribute {name!r}")
+        if self.source is not None:   # it may have it on a later call (set on first use)
+            tx.output.guards.add(guards.hasattr_match(self.source, name, False))
+        message = f"{type(mod).__name__!r} object has no attribute {name!r}"
+        raise ObservedException(AttributeError, [ConstantVariable(message)], message)
 
     def children(self, tx) -> list[tuple[str, VariableTracker]]:
         return [(k, tx.wrap(m, self._child_source("_modules", k)) if m is not None
