@@ -15,6 +15,9 @@
 #   warm      resnet50's cold and warm start in two processes (issue 7: warm < 1 s)
 set -u
 export HF_HUB_OFFLINE=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
+# the GPU machine lacks expecttest (torch's OpInfo database imports it): copy its package
+# from this machine's venv into .gpu/pylib/ and pass carry=[".gpu"]
+[ -d .gpu/pylib ] && PYTHONPATH=$PYTHONPATH:$PWD/.gpu/pylib
 OUT=${OUT:-/tmp/h200}
 mkdir -p "$OUT"
 STEPS=${STEPS:-"tests bench frontend"}
