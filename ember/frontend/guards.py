@@ -77,6 +77,14 @@ def hasattr_match(source: Source, attr: str, present: bool) -> Guard:
                  f"{neg}hasattr {attr}", ("hasattr", source, attr))
 
 
+def not_in_instance_dict(source: Source, attr: str) -> Guard:
+    """``attr`` was read from the object's class: an instance attribute of that name set
+    later would shadow it."""
+    return Guard(source, "NOT_IN_INSTANCE_DICT",
+                 lambda v, const: f"{attr!r} not in {v}.__dict__",
+                 f"{attr} from the class", ("not_in_instance_dict", source, attr))
+
+
 def no_hooks(source: Source) -> Guard:
     """A module called from compiled code has no forward hooks (hooks are not traced yet)."""
     return Guard(source, "NO_HOOKS",

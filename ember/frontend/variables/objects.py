@@ -406,6 +406,10 @@ class UserDefinedObjectVariable(VariableTracker):
             if inst_dict is not None and name in inst_dict:
                 return tx.wrap(inst_dict[name],
                                AttrSource(self.source, name) if self.source else None)
+            if isinstance(inst_dict, dict) and self.source is not None and \
+                    desc is not _MISSING:
+                # read from the class: an instance attribute set later would shadow it
+                tx.output.guards.add(guards.not_in_instance_dict(self.source, name))
         if isinstance(desc, types.MemberDescriptorType) and not self.is_new:
             return tx.wrap(getattr(self.value, name),
                            AttrSource(self.source, name) if self.source else None)
