@@ -12,8 +12,6 @@ runs. Shapes are static, so a value read only for its shape, dtype or device (``
 """
 from __future__ import annotations
 
-import operator
-
 import torch
 import torch.fx
 
@@ -26,10 +24,6 @@ _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", 
 _META_FUNCTIONS = {torch.ones_like, torch.zeros_like, torch.full_like}
 _META_METHODS = {"size", "dim", "new_ones", "new_zeros", "new_full", "new_tensor"}
 _META_ATTRS = {"shape", "dtype", "device", "ndim"}
-_PURE_OPERATORS = {operator.and_, operator.or_, operator.xor, operator.not_, operator.invert,
-                   operator.lt, operator.le, operator.eq, operator.ne, operator.ge, operator.gt,
-                   operator.add, operator.sub, operator.mul, operator.truediv, operator.neg,
-                   operator.floordiv, operator.mod, operator.pow, operator.getitem}
 
 
 def simplify_constant_masks(gm: torch.fx.GraphModule, example_inputs: list) -> int:
@@ -80,28 +74,27 @@ def _bind(node: torch.fx.Node) -> dict:
     return params
 
 
-def _effectful(node: torch.fx.Node) -> bool:
-    from ember.frontend.output_graph import is_effectful
-    if node.op == "call_function" and node.target in _PURE_OPERATORS:
-        return False    # operator.and_/or_ are not in-place, whatever their names say
-    return is_effectful(node)
-
-
 def _constant_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     """Nodes whose values follow from the graph's static shapes alone."""
+    from ember.frontend.output_graph import is_effectful
     constant: set[torch.fx.Node] = set()
     for node in gm.graph.nodes:
-        if node.op not in ("call_function", "call_method") or _effectful(node):
+        if node.op not in ("call_function", "call_method") or is_effectful(node):
             continue
         inputs = list(node.all_input_nodes)
         meta_only = _meta_argument(node)
         if all(n in constant or n is meta_only for n in inputs):
             constant.add(node)
-    # a value written in place later is not the value computed here
-    for node in gm.graph.nodes:
-        if _effectful(node) and node.op != "output" and any(
-                n in constant for n in node.all_input_nodes):
-            constant.discard(node.args[0] if node.args else None)
+    # A value written in place later is not the value computed here, nor is any value that
+    # may share its memory (a view's base, other views of it): every constant connected to
+    # a written one is dropped.
+    tainted = [n for node in gm.graph.nodes if node.op != "output" and is_effectful(node)
+               for n in node.all_input_nodes if n in constant]
+    while tainted:
+        node = tainted.pop()
+        if node in constant:
+            constant.discard(node)
+            tainted.extend(n for n in [*node.all_input_nodes, *node.users] if n in constant)
     return constant
 
 

@@ -24,7 +24,7 @@ from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.scalars import scalar_operands
 
 # Graph calls with effects beyond their result: never removed as dead code.
-_EFFECTFUL = {operator.setitem, torch._C._set_grad_enabled, torch._assert,
+_EFFECTFUL = {operator.setitem, operator.delitem, torch._C._set_grad_enabled, torch._assert,
               torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast,
               torch.autograd.grad_mode._enter_inference_mode,
               torch.autograd.grad_mode._exit_inference_mode,
@@ -279,6 +279,8 @@ def is_effectful(node: torch.fx.Node) -> bool:
     else:
         if target in _EFFECTFUL:
             return True
+        if getattr(target, "__module__", None) == "_operator":
+            return False    # the in-place ones are in _EFFECTFUL; and_/or_ only look it
         name = getattr(target, "__name__", "")
     if name.endswith("_") and not name.endswith("__"):
         return True

@@ -87,7 +87,16 @@ def written_after(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
 
 
-@pytest.mark.parametrize("fn", [banded, from_values, bias, written_after])
+def written_through_a_view(q, k, v):
+    i = torch.arange(L)
+    mask = i[None, :] <= i[:, None]
+    view = mask.view(L, L)
+    view[1, 0] = False     # the mask itself changes: no longer causal
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+@pytest.mark.parametrize("fn", [banded, from_values, bias, written_after,
+                                written_through_a_view])
 def test_other_masks_kept(fn):
     q, k, v = _qkv(1)
     count, gm, out = _capture(fn, q, k, v)
