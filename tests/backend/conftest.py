@@ -5,6 +5,8 @@
   has ``TRITON_INTERPRET=1``). It sets the default of the ``cpu_backend`` option, so every
   ``ember.compile(..., backend="ember")`` in the test (``run_and_get_code`` too) generates
   for that target; its value is the target's name.
+- ``fresh_no_grad``: a reset Ember, seed 0, internal errors raised, grad off (tests select it
+  with ``pytestmark = pytest.mark.usefixtures("fresh_no_grad")``).
 - the session summary of the OpInfo conformance suites (``test_opinfo.py``: C++ kernels,
   ``test_opinfo_triton.py``: Triton kernels under the interpreter), one line per target run.
 """
@@ -16,6 +18,18 @@ import os
 import pytest
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@pytest.fixture
+def fresh_no_grad():
+    import torch
+
+    import ember
+    from ember import config
+    ember.reset()
+    torch.manual_seed(0)
+    with config.patch(suppress_errors=False), torch.no_grad():
+        yield
 
 
 @pytest.fixture(params=[

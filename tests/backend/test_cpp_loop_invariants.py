@@ -9,16 +9,10 @@ import torch
 import torch.nn.functional as F
 
 import ember
-from ember import config
 from ember.testing import check_generated, same
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    ember.reset()
-    torch.manual_seed(0)
-    with config.patch(suppress_errors=False), torch.no_grad():
-        yield
+pytestmark = pytest.mark.usefixtures("fresh_no_grad")
 
 
 check = check_generated     # the result equals eager's; returns the generated code

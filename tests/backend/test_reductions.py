@@ -9,18 +9,12 @@ import torch
 import torch.nn.functional as F
 
 import ember
-from ember import config
 from ember.backend import metrics
 from ember.backend.lowering import reductions
 from ember.testing import check_generated
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    ember.reset()
-    torch.manual_seed(0)
-    with config.patch(suppress_errors=False), torch.no_grad():
-        yield
+pytestmark = pytest.mark.usefixtures("fresh_no_grad")
 
 
 # what the generated source shows, per target: a one-pass Welford state, rows split into
