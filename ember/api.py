@@ -13,8 +13,10 @@ eagerly and the reason is logged.
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import dataclasses
 import functools
+import gc
 import types
 import weakref
 from typing import Any, Callable
@@ -137,7 +139,8 @@ class OptimizedFunction:
                 return fn(*args, **kwargs)
         from ember.frontend.convert import Unsupported, convert_frame
         try:
-            entry = convert_frame(fn, args, kwargs, self._settings, _MISS, self._callees)
+            with _gc_paused():
+                entry = convert_frame(fn, args, kwargs, self._settings, _MISS, self._callees)
         except Unsupported as e:
             if self._settings.fullgraph:
                 raise
@@ -173,6 +176,23 @@ class OptimizedFunction:
     def _reset(self) -> None:
         self._entries.clear()
         self._eager_reason = None
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """No cyclic garbage collection while a frame compiles: compiling allocates many objects
+    (fake tensors, FX nodes, sympy expressions, generated source), each allocation burst
+    triggers collections that walk the user's whole heap (a model's tensors and modules),
+    and a fifth of resnet50's capture went to them. Cycles made meanwhile are collected
+    later as usual."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 class _Callees:

@@ -160,6 +160,28 @@ def test_batch_norm_aten_outputs_match_cpu():
     _check(lambda *a: aten._native_batch_norm_legit_no_training(*a, 0.1, 1e-5), x, w, w, rm, rv)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+def test_batch_norm_inference_shortcut_matches_the_meta_kernel(dtype):
+    # the fast answer for eval batch norm must equal the meta kernel's in every layout it takes
+    from ember.fake import _batch_norm_inference_meta
+    op = torch.ops.aten._native_batch_norm_legit_no_training.default
+    inputs = [torch.empty(2, 3, 4, 5, dtype=dtype, device="meta"),
+              torch.empty(2, 3, 4, 5, dtype=dtype, device="meta").to(memory_format=torch.channels_last),
+              torch.empty(2, 3, 4, 5, 6, dtype=dtype, device="meta").to(
+                  memory_format=torch.channels_last_3d),
+              torch.empty(8, 3, dtype=dtype, device="meta"), torch.empty(2, 3, 7, dtype=dtype, device="meta"),
+              torch.empty(2, 4, 5, 3, dtype=dtype, device="meta").permute(0, 3, 1, 2)]
+    for x in inputs:
+        for w in (torch.empty(3, dtype=dtype, device="meta"), None):
+            stats = torch.empty(3, dtype=torch.float32 if dtype.itemsize == 2 else dtype, device="meta")
+            fast, slow = _batch_norm_inference_meta(x, w, w, stats, stats, 0.1, 1e-5), \
+                op(x, w, w, stats, stats, 0.1, 1e-5)
+            for f, s in zip(fast, slow):
+                assert (f.shape, f.stride(), f.dtype) == (s.shape, s.stride(), s.dtype), (x.stride(), w)
+    strided = torch.empty(2, 3, 8, dtype=dtype, device="meta")[..., ::2]
+    assert _batch_norm_inference_meta(strided, None, None, stats, stats, 0.1, 1e-5) is None
+
+
 def test_no_grad_outputs_do_not_require_grad():
     def fn(x, w):
         with torch.no_grad():

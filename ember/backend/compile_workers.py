@@ -5,11 +5,17 @@ time; separate processes compile in parallel. Each worker is ``python -m
 ember.backend.compile_workers`` (not ``multiprocessing``, whose spawned children re-run the
 user's ``__main__`` script when it has no ``if __name__ == "__main__"`` guard). The protocol
 on the worker's stdin/stdout is length-prefixed pickles: a task ``(module path, kernel name,
-argument dtypes, grid, config, device)`` in, ``None`` or an error message out. The worker
-redirects its own stdout to stderr, so nothing Triton prints can corrupt the protocol.
+argument dtype names, config, compute capability, warp size)`` in, ``(error or None, Triton
+cache key or None)`` out. The worker redirects its own stdout to stderr, so nothing Triton
+prints can corrupt the protocol.
 
-A worker compiles by calling the kernel's ``warmup`` on one-element CUDA tensors, as the
-parent would: the parent's own compile of the same kernel is then a cache hit.
+A worker imports Triton only: no torch, no CUDA context (15 workers importing torch and
+creating contexts took 7 s of a 16-core machine, slowing the tracing they overlap). It builds
+the compile request the parent's ``JITFunction`` would build for the same call (every
+argument a 16-byte aligned pointer, every config entry that names a parameter a constexpr,
+the rest compile options), so the parent's own compile is a cache hit; the parent checks
+the cache keys (``precompile``). Where Triton builds a C launcher per kernel signature (with
+a C compiler, a third of a second each), the worker builds it too, into the same cache.
 """
 from __future__ import annotations
 
@@ -31,17 +37,20 @@ class CompileWorkers:
         root = os.path.dirname(os.path.dirname(os.path.abspath(ember.__file__)))
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in [root, env.get("PYTHONPATH")] if p)
+        env.pop("TRITON_INTERPRET", None)     # workers compile for the GPU, never interpret
         self.procs = [subprocess.Popen([sys.executable, "-m", "ember.backend.compile_workers"],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
                       for _ in range(count)]
         self.lock = threading.Lock()     # one batch at a time
 
-    def run(self, tasks: list[tuple]) -> list[str]:
-        """Compile every task; returns the error messages (empty when all compiled)."""
+    def run(self, tasks: list[tuple]) -> tuple[list[str], dict[str, str]]:
+        """Compile every task: the error messages (empty when all compiled) and the Triton
+        cache key of each compiled kernel, by kernel name."""
         pending: queue.SimpleQueue = queue.SimpleQueue()
         for task in tasks:
             pending.put(task)
         errors: list[str] = []
+        keys: dict[str, str] = {}
 
         def serve(proc):
             while True:
@@ -55,8 +64,11 @@ class CompileWorkers:
                 except (OSError, EOFError, struct.error) as e:
                     errors.append(f"worker {proc.pid} died ({type(e).__name__})")
                     return
-                if reply is not None:
-                    errors.append(reply)
+                error, key = reply
+                if error is not None:
+                    errors.append(error)
+                else:
+                    keys[task[1]] = key
 
         with self.lock:
             threads = [threading.Thread(target=serve, args=(p,), daemon=True)
@@ -67,7 +79,7 @@ class CompileWorkers:
                 t.join()
         if not pending.empty():
             errors.append("no live worker for some kernels")
-        return errors
+        return errors, keys
 
     def close(self) -> None:
         for proc in self.procs:
@@ -96,39 +108,80 @@ def _receive(stream):
     return pickle.loads(stream.read(n))
 
 
-def compile_task(path: str, name: str, dtypes: list, grid: tuple, config: dict,
-                 device: int, modules: dict) -> None:
-    """Compile kernel ``name`` of the generated module at ``path`` into Triton's cache."""
+def _triton_types() -> dict[str, str]:
+    """Triton's own names of torch dtypes (``bool`` is ``u1`` or ``i1`` by version)."""
+    try:
+        from triton._utils import type_canonicalisation_dict
+    except ImportError:
+        from triton.runtime.jit import type_canonicalisation_dict
+    return type_canonicalisation_dict
+
+
+def compile_task(path: str, name: str, dtypes: list[str], config: dict, arch: int,
+                 warp_size: int, modules: dict) -> str:
+    """Compile kernel ``name`` of the generated module at ``path`` into Triton's cache, for
+    pointer arguments of ``dtypes`` (torch dtype names) and ``config``; returns its cache key."""
     import importlib.util
 
-    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
     module = modules.get(path)
-    if module is None:
-        spec = importlib.util.spec_from_file_location(
-            "ember_worker_" + os.path.basename(path)[:-3], path)
+    if module is None:      # named as the parent names it (targets.load_triton_module)
+        stem = os.path.basename(path)[:-3]
+        spec = importlib.util.spec_from_file_location(f"ember_triton_{stem[:24]}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         modules[path] = module
-    args = [torch.empty(1, dtype=d, device=f"cuda:{device}") for d in dtypes]
-    getattr(module, name).warmup(*args, grid=grid, **config)
+    fn = getattr(module, name)
+    params = list(fn.arg_names)
+    pointers = [p for p in params if p not in config]
+    if len(pointers) != len(dtypes):
+        raise ValueError(f"{len(dtypes)} argument dtypes for parameters {pointers}")
+    target = GPUTarget("cuda", arch, warp_size)
+    backend = make_backend(target)
+    # as the JIT specialises a 16-byte aligned pointer ("D") and a constexpr ("")
+    aligned, constant = backend.parse_attr("D"), backend.parse_attr("")
+    types = dict(zip(pointers, dtypes))
+    names = _triton_types()
+    signature = {p: "constexpr" if p in config else "*" + names[types[p]] for p in params}
+    constexprs = {(i,): config[p] for i, p in enumerate(params) if p in config}
+    attrs = {(i,): constant if p in config else aligned for i, p in enumerate(params)}
+    options = {k: v for k, v in config.items() if k not in params}
+    knobs = getattr(triton, "knobs", None)
+    options["debug"] = bool(getattr(fn, "debug", False)) or \
+        bool(knobs is not None and knobs.runtime.debug)
+    compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
+                              options=options)
+    _build_launcher(compiled)
+    return compiled.hash
+
+
+def _build_launcher(compiled) -> None:
+    """Triton versions that build a C launcher per kernel signature build it when the kernel
+    first runs, in the parent, with a C compiler: build it here, into Triton's cache."""
+    try:
+        from triton.backends.nvidia import driver
+    except ImportError:
+        return
+    if hasattr(driver, "make_launcher"):     # newer Triton launches every kernel generically
+        driver.CudaLauncher(compiled.src, compiled.metadata)
 
 
 _triton_key_lock = threading.Lock()
 
 
-def warm_up_triton(cuda: bool = False) -> None:
-    """Pay Triton's once-per-process costs now, while the parent traces: the hash of its own
-    sources that keys its cache (about a second), and with ``cuda`` the CUDA context. A
-    failure here is met again, and reported, by the first real compile. Once per process:
+def warm_up_triton() -> None:
+    """Pay Triton's once-per-process cost now, while the parent traces: the hash of its own
+    sources that keys its cache (about a second). A failure here is met again, and
+    reported, by the first real compile. Once per process:
     threads that ask while another computes it wait (Triton's ``lru_cache`` would let each
     of them compute it again)."""
     try:
         from triton.runtime.cache import triton_key
         with _triton_key_lock:
             triton_key()
-        import torch
-        if cuda and torch.cuda.is_available():
-            torch.empty(1, device="cuda")
     except (ImportError, AttributeError, RuntimeError):
         pass
 
@@ -136,9 +189,9 @@ def warm_up_triton(cuda: bool = False) -> None:
 def _main() -> None:
     reply = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)                      # prints go to stderr, not into the protocol
-    import torch  # noqa: F401        (the slow imports, before the first task arrives)
-    import triton  # noqa: F401
-    warm_up_triton(cuda=True)
+    import triton  # noqa: F401        (the slow imports, before the first task arrives)
+    import triton.compiler  # noqa: F401
+    warm_up_triton()
     tasks = sys.stdin.buffer
     modules: dict = {}
     while True:
@@ -147,10 +200,10 @@ def _main() -> None:
         except EOFError:
             return
         try:
-            compile_task(*task, modules)
-            _send(reply, None)
+            _send(reply, (None, compile_task(*task, modules)))
         except Exception as e:
-            _send(reply, f"{task[1]}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+            message = str(e).splitlines()[0] if str(e) else ""
+            _send(reply, (f"{task[1]}: {type(e).__name__}: {message}", None))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,6 @@ class TritonLauncher:
         self.grid = grid if isinstance(grid, tuple) else (grid,)   # programs per axis
         self.interpret = interpret
         self.fast = None
-        self.checked = False       # the fast path has launched once without error
         self._use(config)
         self.candidates = candidates or []
         self.rows = rows           # the grid covers ceil(rows / XBLOCK) programs
@@ -61,45 +60,72 @@ class TritonLauncher:
     def __call__(self, *args):
         if 0 in self.grid:
             return
+        if self.fast is not None:
+            return self.fast(*args)
         if self.candidates:
             self._autotune(args)
-        if self.fast is not None:
-            if self.checked:
-                return self.fast(*args)
-            try:
-                self.fast(*args)
-                self.checked = True
+        if not self.interpret:
+            self.fast = self._first_launch(args)
+            if self.fast is not None:
                 return
-            except TypeError as e:      # its arguments are not this Triton's
-                logs.log("perf_hints", "triton: direct launch unavailable (%s); using "
-                                       "Triton's launcher", e)
-                self.fast = None
-        compiled = self.fn[self.grid](*args, **self.config)
-        if not self.interpret and compiled is not None and not self.checked:
-            self.fast = self._fast_path(compiled, args)
+        self.fn[self.grid](*args, **self.config)
 
-    def warmup(self, args) -> None:
-        """Compile for ``args`` (tensors like the real ones) without launching."""
-        self.fn.warmup(*args, grid=self.grid, **self.config)
+    def warmup(self, args):
+        """Compile for ``args`` (tensors like the real ones) without launching; returns
+        Triton's compiled kernel."""
+        return self.fn.warmup(*args, grid=self.grid, **self.config)
 
-    def _fast_path(self, compiled, args):
+    def _first_launch(self, args):
+        """Launch through the compiled kernel's launcher once, recording the arguments it
+        passes to Triton's C launch function; returns the launch for later calls (None, and
+        nothing launched, when this Triton's kernels do not work that way).
+
+        Later calls go straight to the C function with the recorded constants (the launch
+        flags, the packed metadata, the empty scratch buffers, the argument types), past the
+        Python wrapper that recomputes them on every call. Where that wrapper allocates
+        scratch memory per launch, or the recording does not show where the kernel's
+        arguments go, later calls keep the wrapper."""
         try:
-            run, function = compiled.run, compiled.function
-            packed = compiled.packed_metadata
-            stream_of = torch._C._cuda_getCurrentRawStream
-            device = args[0].device.index if args else torch.cuda.current_device()
-            gx, gy = self.grid[0], self.grid[1] if len(self.grid) > 1 else 1
-            consts = self.constexprs
-
-            def launch(*a):
-                run(gx, gy, 1, stream_of(device), function, packed, None, None, None,
-                    *a, *consts)
-            return launch
+            compiled = self.warmup(args)             # a cache hit: compiled by precompile
+            run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
+            real = run.launch
         except AttributeError as e:    # another Triton's compiled kernel: the generic path
             logs.log("perf_hints", "triton: direct launch unavailable (%s: %s)",
                      type(e).__name__, e)
             return None
+        stream_of = torch._C._cuda_getCurrentRawStream
+        device = args[0].device.index if args else torch.cuda.current_device()
+        grid = (*self.grid, 1, 1)[:3]
+        consts = self.constexprs
+        recorded = []
 
+        def record(*a):
+            result = real(*a)
+            recorded.append(a)
+            return result
+        run.launch = record
+        try:
+            run(*grid, stream_of(device), function, packed, None, None, None, *args, *consts)
+        except TypeError as e:        # its arguments are not this Triton's: nothing ran
+            logs.log("perf_hints", "triton: direct launch unavailable (%s); using Triton's "
+                                   "launcher", e)
+            return None
+        finally:
+            run.launch = real
+
+        def through_wrapper(*a):
+            run(*grid, stream_of(device), function, packed, None, None, None, *a, *consts)
+        if not recorded or getattr(run, "global_scratch_size", 0) or \
+                getattr(run, "profile_scratch_size", 0):
+            return through_wrapper
+        fixed, where = _launch_constants(recorded[0], grid, args + consts, len(args))
+        if where == "spread":
+            return lambda *a: real(*grid, stream_of(device), *fixed, *a, *consts)
+        if where == "tuple":
+            return lambda *a: real(*grid, stream_of(device), *fixed, a + consts)
+        if where == "tuple without constexprs":
+            return lambda *a: real(*grid, stream_of(device), *fixed, a)
+        return through_wrapper
 
     # -- max_autotune ---------------------------------------------------------------------------
     def _autotune(self, args) -> None:
@@ -147,6 +173,27 @@ class TritonLauncher:
                 end.synchronize()
                 times.append(begin.elapsed_time(end) / 1e3)
         return sorted(times[1:])[len(times[1:]) // 2]
+
+
+def _launch_constants(recorded: tuple, grid: tuple, values: tuple, count: int):
+    """Split the recorded arguments of a C launch into the constants between the stream and
+    the kernel's arguments, and where those arguments went: spread at the end ("spread"),
+    or as a last tuple, with or without the constexprs. (None, None) when the recording is
+    not grid, stream, constants, arguments."""
+    if tuple(recorded[:3]) != grid:
+        return None, None
+
+    def same(got, want):
+        return len(got) == len(want) and all(g is w for g, w in zip(got, want))
+    if len(recorded) >= 4 + len(values) and same(recorded[len(recorded) - len(values):], values):
+        return recorded[4:len(recorded) - len(values)], "spread"
+    last = recorded[-1]
+    if isinstance(last, tuple):
+        if same(last, values):
+            return recorded[4:-1], "tuple"
+        if same(last, values[:count]):
+            return recorded[4:-1], "tuple without constexprs"
+    return None, None
 
 
 def _autotune_path(key: str):
@@ -206,26 +253,40 @@ def precompile(launchers: dict, example_args: dict, module_path: str | None = No
              if 0 not in launcher.grid and name in example_args]
     if not items:
         return
+    keys = {}
     if module_path is not None and len(items) >= _POOL_MIN_KERNELS:
-        _compile_in_workers(items, module_path)
+        keys = _compile_in_workers(items, module_path)
     from ember.backend.compile_workers import warm_up_triton
     warm_up_triton()     # once, before the threads below each look up Triton's cache
+    start = time.perf_counter()
     workers = min(len(items), os.cpu_count() or 1, 16)
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        for future in [pool.submit(launcher.warmup, args) for _, launcher, args in items]:
-            future.result()
+        compiled = [pool.submit(launcher.warmup, args) for _, launcher, args in items]
+        compiled = {name: future.result() for (name, _, _), future in zip(items, compiled)}
+    # a key the worker computed differently means this process compiled the kernel again
+    again = [name for name, key in keys.items() if getattr(compiled[name], "hash", key) != key]
+    if again:
+        logs.log("perf_hints", "triton: %d of %d kernels compiled again here: the workers' "
+                 "cache keys differ from this process's (first: %s)", len(again), len(keys),
+                 again[0])
+    logs.log("perf_hints", "triton: %d kernels loaded in %.2f s", len(items),
+             time.perf_counter() - start)
 
 
-def _compile_in_workers(items, module_path: str) -> None:
+def _compile_in_workers(items, module_path: str) -> dict[str, str]:
+    """Compile in the worker processes; returns each compiled kernel's Triton cache key."""
     start_compile_workers()
     if _workers is None:
-        return
+        return {}
     start = time.perf_counter()
-    errors = _workers.run([(module_path, name, [a.dtype for a in args], launcher.grid,
-                            launcher.config, args[0].device.index or 0)
-                           for name, launcher, args in items])
+    device = items[0][2][0].device
+    major, minor = torch.cuda.get_device_capability(device)
+    errors, keys = _workers.run([(module_path, name, [str(a.dtype).split(".")[-1] for a in args],
+                                  launcher.config, major * 10 + minor, 32)
+                                 for name, launcher, args in items])
     if errors:    # this process compiles what the workers could not, and says why
         logs.log("perf_hints", "triton: compile workers failed on %d kernels (first: %s)",
                  len(errors), errors[0])
     logs.log("perf_hints", "triton: %d kernels compiled by %d workers in %.2f s", len(items),
              len(_workers.procs), time.perf_counter() - start)
+    return keys

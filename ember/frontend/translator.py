@@ -96,6 +96,22 @@ class _Return(Exception):
     pass
 
 
+_DISASSEMBLED: dict = {}      # code -> (instructions, index by id): read, never changed
+
+
+def _disassembled(code):
+    """``disassemble(code)`` once per code object: a model inlines each block's forward many
+    times (resnet50: 325 inlines of a dozen functions)."""
+    found = _DISASSEMBLED.get(code)
+    if found is None:
+        if len(_DISASSEMBLED) >= 1024:
+            _DISASSEMBLED.clear()
+        instructions = disassemble(code)
+        found = _DISASSEMBLED[code] = (instructions,
+                                       {id(inst): i for i, inst in enumerate(instructions)})
+    return found
+
+
 class InstructionTranslator:
     """Evaluates one code object. The root translator owns the OutputGraph; inlined calls
     run in child translators (``parent`` set) that share it."""
@@ -110,8 +126,7 @@ class InstructionTranslator:
         self.output = output
         self.parent = parent
         self.depth = 0 if parent is None else parent.depth + 1
-        self.instructions = disassemble(code)
-        self.index_of = {id(inst): i for i, inst in enumerate(self.instructions)}
+        self.instructions, self.index_of = _disassembled(code)
         self.stack: list[VariableTracker] = []
         self.ip = 0
         self.kw_names: tuple = ()

@@ -228,18 +228,69 @@ def test_max_autotune_times_configs_and_caches_the_choice(target, tmp_path, monk
 
 
 def test_compile_workers_report_what_they_could_not_compile(tmp_path):
-    """The worker protocol: each task answers None or an error naming the kernel; the
-    process that asked then compiles those itself (here nothing compiles: no such file)."""
+    """The worker protocol: each task answers an error naming the kernel or its cache key;
+    the process that asked then compiles the failed ones itself (here: no such file)."""
     from ember.backend.compile_workers import CompileWorkers
     workers = CompileWorkers(1)
     try:
         missing = str(tmp_path / "missing.py")
-        errors = workers.run([(missing, "kernel0", [torch.float32], (1,), {"XBLOCK": 8}, 0),
-                              (missing, "kernel1", [torch.float32], (1,), {"XBLOCK": 8}, 0)])
+        errors, keys = workers.run([(missing, "kernel0", ["float32"], {"XBLOCK": 8}, 90, 32),
+                                    (missing, "kernel1", ["float32"], {"XBLOCK": 8}, 90, 32)])
         assert len(errors) == 2 and errors[0].startswith("kernel0: FileNotFoundError")
+        assert keys == {}
     finally:
         workers.close()
     assert all(p.poll() is not None for p in workers.procs)
+
+
+_WORKER_KEY_CHECK = """
+import importlib.util, sys, torch
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+from ember.backend.compile_workers import CompileWorkers
+path = sys.argv[1]
+workers = CompileWorkers(1)
+errors, keys = workers.run([(path, "kernel0", ["bfloat16", "float32", "bool"],
+                             {"XBLOCK": 128, "num_warps": 2}, 90, 32)])
+workers.close()
+assert not errors, errors
+class StandIn:      # the parent's JIT, as on an sm_90 GPU, without one
+    def get_current_device(self): return 0
+    def get_current_stream(self, device): return 0
+    def get_current_target(self): return GPUTarget("cuda", 90, 32)
+driver.set_active(StandIn())
+spec = importlib.util.spec_from_file_location("ember_triton_" + path.split("/")[-1][:24], path)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+args = [torch.empty(4, dtype=d) for d in (torch.bfloat16, torch.float32, torch.bool)]
+compiled = module.kernel0.warmup(*args, grid=(1,), XBLOCK=128, num_warps=2)
+print(keys["kernel0"], compiled.hash)
+"""
+
+
+def test_compile_workers_compile_what_the_parent_would(tmp_path):
+    """A worker (Triton only, no torch, no GPU) builds the compile request the parent's
+    JITFunction builds for the same call: same Triton cache key, so the parent's compile is
+    a cache hit. Compiles for sm_90 with Triton's bundled ptxas; no GPU is needed."""
+    import subprocess
+    import sys
+    kernel = tmp_path / "0123456789abcdef0123456789abcdef.py"
+    kernel.write_text(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        "def kernel0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):\n"
+        "    x = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
+        "    m = x < 4\n"
+        "    v = tl.load(in_ptr0 + x, m).to(tl.float32) + tl.load(in_ptr1 + x, m)\n"
+        "    tl.store(out_ptr0 + x, v > 0, m)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", _WORKER_KEY_CHECK, str(kernel)], env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    worker_key, parent_key = done.stdout.split()
+    assert worker_key == parent_key
 
 
 def test_compile_worker_count_is_checked(monkeypatch):
@@ -273,3 +324,51 @@ def test_triton_cache_key_is_computed_once_across_threads(monkeypatch):
     for t in threads:
         t.join()
     assert len(calls) == 1
+
+
+class _StandInLauncher:
+    """A compiled kernel's launcher in one of Triton's two conventions: the C launch takes
+    the kernel's arguments spread after the constants (per-signature launchers), or as one
+    tuple after the argument types (the generic launcher)."""
+
+    def __init__(self, spread: bool, scratch: int = 0):
+        self.spread, self.global_scratch_size, self.calls = spread, scratch, []
+        self.launch = self._c_launch
+
+    def _c_launch(self, *a):
+        self.calls.append(a)
+
+    def __call__(self, gx, gy, gz, stream, function, packed, meta, enter, exit_, *args):
+        scratch = object() if self.global_scratch_size else None     # per launch
+        if self.spread:
+            self.launch(gx, gy, gz, stream, function, False, False, scratch, None, packed,
+                        meta, enter, exit_, *args)
+        else:
+            self.launch(gx, gy, gz, stream, function, False, False, packed, meta, enter, exit_,
+                        scratch, None, "annotations", "signature", args)
+
+
+@pytest.mark.parametrize("spread,scratch", [(True, 0), (False, 0), (True, 64)])
+def test_launcher_records_the_c_launch_once_then_calls_it_directly(monkeypatch, spread, scratch):
+    from ember.backend.launch import TritonLauncher
+    launcher_ = _StandInLauncher(spread, scratch)
+    compiled = type("Compiled", (), {"run": launcher_, "function": "fn", "packed_metadata": "pm"})
+    fn = type("Fn", (), {"warmup": lambda self, *a, grid, **config: compiled})()
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 7, raising=False)
+    launch = TritonLauncher(fn, (3, 2), {"XBLOCK": 64, "num_warps": 4}, interpret=False)
+    x, y = torch.ones(2), torch.zeros(2)
+    launch(x, y)
+    assert len(launcher_.calls) == 1           # the first call launched once, recorded
+    launch(y, x)
+    launch(x, x)
+    assert len(launcher_.calls) == 3 and launcher_.launch == launcher_._c_launch
+    first, second = launcher_.calls[0], launcher_.calls[1]
+    assert first[:4] == second[:4] == (3, 2, 1, 7)
+    kernel_args = second[-3:] if spread else second[-1]
+    assert kernel_args[0] is y and kernel_args[1] is x and kernel_args[2] == 64
+    if scratch:    # scratch is allocated per launch: later calls keep going through the wrapper
+        assert second[7] is not first[7]
+    else:
+        assert len(first) == len(second)
+        assert all(a is b for a, b in zip(first[4:-3 if spread else -1],
+                                           second[4:-3 if spread else -1]))
