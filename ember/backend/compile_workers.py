@@ -141,17 +141,25 @@ def compile_task(path: str, name: str, dtypes: list[str], config: dict, arch: in
         raise ValueError(f"{len(dtypes)} argument dtypes for parameters {pointers}")
     target = GPUTarget("cuda", arch, warp_size)
     backend = make_backend(target)
-    # as the JIT specialises a 16-byte aligned pointer ("D") and a constexpr ("")
-    aligned, constant = backend.parse_attr("D"), backend.parse_attr("")
-    types = dict(zip(pointers, dtypes))
     names = _triton_types()
-    signature = {p: "constexpr" if p in config else "*" + names[types[p]] for p in params}
-    constexprs = {(i,): config[p] for i, p in enumerate(params) if p in config}
-    attrs = {(i,): constant if p in config else aligned for i, p in enumerate(params)}
-    options = {k: v for k, v in config.items() if k not in params}
+    types = dict(zip(pointers, dtypes))
+    # what the JIT's binder answers for this call: each pointer 16-byte aligned ("D"), each
+    # config entry naming a parameter a constexpr; the JIT's own _pack_args then turns that
+    # into the compile request, with this Triton version's rules (3.6 gives constexprs no
+    # attribute entry, 3.8 an empty one: either changes the cache key)
+    specialization = [("constexpr", config[p]) if p in config else ("*" + names[types[p]], "D")
+                      for p in params]
+    bound = {p: config.get(p) for p in params}
     knobs = getattr(triton, "knobs", None)
-    options["debug"] = bool(getattr(fn, "debug", False)) or \
+    kwargs = dict(config)
+    kwargs["debug"] = bool(getattr(fn, "debug", False)) or \
         bool(knobs is not None and knobs.runtime.debug)
+    mode = getattr(getattr(knobs, "compilation", None), "instrumentation_mode", None)
+    if mode is not None:
+        kwargs["instrumentation_mode"] = mode
+    options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound,
+                                                          specialization, None)
+    options = options.__dict__
     compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
                               options=options)
     _build_launcher(compiled)
