@@ -357,8 +357,8 @@ def _batch_norm_inference_meta(x, *rest, **kwargs):
     (milliseconds per call, the largest cost of capturing a BatchNorm network). Its answer
     is known: the output has the input's dtype and (dense) strides, the saved statistics are
     (C,) in the computation dtype. None (use the meta kernel) for other layouts."""
-    dense = x.is_contiguous() or (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)) \
-        or (x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d))
+    last = {4: torch.channels_last, 5: torch.channels_last_3d}.get(x.dim())
+    dense = x.is_contiguous() or (last is not None and x.is_contiguous(memory_format=last))
     if kwargs or x.dim() < 2 or not dense:
         return None
     stats = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype

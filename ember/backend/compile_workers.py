@@ -5,9 +5,9 @@ time; separate processes compile in parallel. Each worker is ``python -m
 ember.backend.compile_workers`` (not ``multiprocessing``, whose spawned children re-run the
 user's ``__main__`` script when it has no ``if __name__ == "__main__"`` guard). The protocol
 on the worker's stdin/stdout is length-prefixed pickles: a task ``(module path, kernel name,
-argument dtype names, config, compute capability, warp size)`` in, ``(error or None, Triton
-cache key or None)`` out. The worker redirects its own stdout to stderr, so nothing Triton
-prints can corrupt the protocol.
+argument dtype names, config, compute capability, warp size, build the launcher?)`` in,
+``(error or None, Triton cache key or None)`` out. The worker redirects its own stdout to
+stderr, so nothing Triton prints can corrupt the protocol.
 
 A worker imports Triton only: no torch, no CUDA context (15 workers importing torch and
 creating contexts took 7 s of a 16-core machine, slowing the tracing they overlap). It builds
@@ -15,7 +15,8 @@ the compile request the parent's ``JITFunction`` would build for the same call (
 argument a 16-byte aligned pointer, every config entry that names a parameter a constexpr,
 the rest compile options), so the parent's own compile is a cache hit; the parent checks
 the cache keys (``precompile``). Where Triton builds a C launcher per kernel signature (with
-a C compiler, a third of a second each), the worker builds it too, into the same cache.
+a C compiler, a third of a second each), the worker builds it too, into the same cache:
+one task per distinct launcher (argument types and constexprs) is asked to.
 """
 from __future__ import annotations
 
@@ -118,9 +119,10 @@ def _triton_types() -> dict[str, str]:
 
 
 def compile_task(path: str, name: str, dtypes: list[str], config: dict, arch: int,
-                 warp_size: int, modules: dict) -> str:
+                 warp_size: int, build_launcher: bool, modules: dict) -> str:
     """Compile kernel ``name`` of the generated module at ``path`` into Triton's cache, for
-    pointer arguments of ``dtypes`` (torch dtype names) and ``config``; returns its cache key."""
+    pointer arguments of ``dtypes`` (torch dtype names) and ``config``, and with
+    ``build_launcher`` its C launcher; returns its cache key."""
     import importlib.util
 
     import triton
@@ -162,7 +164,8 @@ def compile_task(path: str, name: str, dtypes: list[str], config: dict, arch: in
     options = options.__dict__
     compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
                               options=options)
-    _build_launcher(compiled)
+    if build_launcher:
+        _build_launcher(compiled)
     return compiled.hash
 
 

@@ -281,9 +281,15 @@ def _compile_in_workers(items, module_path: str) -> dict[str, str]:
     start = time.perf_counter()
     device = items[0][2][0].device
     major, minor = torch.cuda.get_device_capability(device)
-    errors, keys = _workers.run([(module_path, name, [str(a.dtype).split(".")[-1] for a in args],
-                                  launcher.config, major * 10 + minor, 32)
-                                 for name, launcher, args in items])
+    tasks, launchers = [], set()
+    for name, launcher, args in items:
+        dtypes = [str(a.dtype).split(".")[-1] for a in args]
+        # kernels of one argument signature and constexprs share a C launcher: build it once
+        signature = (tuple(dtypes), tuple(sorted(launcher.config.items())))
+        tasks.append((module_path, name, dtypes, launcher.config, major * 10 + minor, 32,
+                      signature not in launchers))
+        launchers.add(signature)
+    errors, keys = _workers.run(tasks)
     if errors:    # this process compiles what the workers could not, and says why
         logs.log("perf_hints", "triton: compile workers failed on %d kernels (first: %s)",
                  len(errors), errors[0])

@@ -234,8 +234,9 @@ def test_compile_workers_report_what_they_could_not_compile(tmp_path):
     workers = CompileWorkers(1)
     try:
         missing = str(tmp_path / "missing.py")
-        errors, keys = workers.run([(missing, "kernel0", ["float32"], {"XBLOCK": 8}, 90, 32),
-                                    (missing, "kernel1", ["float32"], {"XBLOCK": 8}, 90, 32)])
+        config = {"XBLOCK": 8}
+        errors, keys = workers.run([(missing, "kernel0", ["float32"], config, 90, 32, True),
+                                    (missing, "kernel1", ["float32"], config, 90, 32, False)])
         assert len(errors) == 2 and errors[0].startswith("kernel0: FileNotFoundError")
         assert keys == {}
     finally:
@@ -251,7 +252,7 @@ from ember.backend.compile_workers import CompileWorkers
 path = sys.argv[1]
 workers = CompileWorkers(1)
 errors, keys = workers.run([(path, "kernel0", ["bfloat16", "float32", "bool"],
-                             {"XBLOCK": 128, "num_warps": 2}, 90, 32)])
+                             {"XBLOCK": 128, "num_warps": 2}, 90, 32, True)])
 workers.close()
 assert not errors, errors
 class StandIn:      # the parent's JIT, as on an sm_90 GPU, without one
