@@ -425,16 +425,31 @@ def _build_entry(fn, capture: _Capture, settings, miss,
     body += rebuild_lines + tail_lines
     src, run = cg.build(guard_lines, body, name)
 
-    # The diagnostic twin: same guards, answers which one failed.
-    diag = EntryCodegen(fn)
-    diag.miss = "a guard expression raised (a value changed type or lost an attribute)"
-    diag.consts = dict(cg.consts)
-    diag._const_ids = dict(cg._const_ids)
-    diag_lines = diag.guard_lines(guard_list, lambda g: f"return {g.describe()!r}")
-    _, check = diag.build(diag_lines, ["return None"], name + "_check")
+    def diagnostic_twin():
+        """Same guards, answers which one failed. Built when first asked (a recompile, a
+        log): its source is as long as the entry's, a tenth of a second to compile for a
+        large model."""
+        diag = EntryCodegen(fn)
+        diag.miss = "a guard expression raised (a value changed type or lost an attribute)"
+        diag.consts = dict(cg.consts)
+        diag._const_ids = dict(cg._const_ids)
+        diag_lines = diag.guard_lines(guard_list, lambda g: f"return {g.describe()!r}")
+        return diag.build(diag_lines, ["return None"], name + "_check")[1]
 
     _log_and_dump(fn, gm, src, guard_list, has_ops)
-    return CacheEntry(run, check, guard_list, gm if has_ops else None, src)
+    return CacheEntry(run, _built_when_called(diagnostic_twin), guard_list,
+                      gm if has_ops else None, src)
+
+
+def _built_when_called(build: Callable[[], Callable]) -> Callable:
+    """A function that builds the real one at its first call, then calls it."""
+    built: list[Callable] = []
+
+    def call(*args, **kwargs):
+        if not built:
+            built.append(build())
+        return built[0](*args, **kwargs)
+    return call
 
 
 def _graph_argument(cg: EntryCodegen, inp) -> str:
