@@ -569,14 +569,16 @@ class FakeTensorMode(TorchDispatchMode):
             if recipe is not None:
                 return self._from_recipe(recipe)
 
-        flat, spec = pytree.tree_flatten((args, kwargs))
         fakes = []
-        for i, a in enumerate(flat):
+
+        def to_meta(a):
             if isinstance(a, torch.Tensor):
                 if not isinstance(a, FakeTensor):
                     a = self.from_real(a)
                 fakes.append(a)
-                flat[i] = a._meta
+                return a._meta
+            return a
+        metas = map_args(to_meta, args, kwargs)
 
         # Output device.
         device = None
@@ -586,14 +588,12 @@ class FakeTensorMode(TorchDispatchMode):
             device = self._common_device(func, fakes, kind == _KIND_MIXED)
         else:
             device = _CPU
+        args, kwargs = metas
         if "device" in kwargs:
-            (args, kwargs) = pytree.tree_unflatten(flat, spec)
             kwargs = dict(kwargs)
             kwargs["device"] = _META
             if kwargs.get("pin_memory"):
                 kwargs["pin_memory"] = False
-        else:
-            args, kwargs = pytree.tree_unflatten(flat, spec)
 
         prior_hint = getattr(_hint, "device", None)
         _hint.device = device.type
@@ -698,6 +698,35 @@ class _NotPlain(Exception):
 
 _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
           torch.memory_format)
+
+
+class _NotFlat(Exception):
+    pass
+
+
+_SEQUENCES = (list, tuple, torch.Size)
+
+
+def map_args(fn, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``pytree.tree_map(fn, (args, kwargs))`` for an op's arguments, without pytree's
+    generality (a fifth of tracing a graph went to it): ATen arguments are values and
+    lists, tuples or sizes of values. Anything else that holds values (a namedtuple, a
+    dict) goes through pytree. ``fn`` may be called again on a value it has seen."""
+    try:
+        return (tuple(_map_value(fn, a) for a in args),
+                {k: _map_value(fn, v) for k, v in kwargs.items()})
+    except _NotFlat:
+        return pytree.tree_map(fn, (args, kwargs))
+
+
+def _map_value(fn, value):
+    kind = type(value)
+    if kind in _SEQUENCES:      # a size comes back a tuple, as from pytree
+        mapped = [_map_value(fn, v) for v in value]
+        return mapped if kind is list else tuple(mapped)
+    if isinstance(value, (list, tuple, dict)):
+        raise _NotFlat
+    return fn(value)
 
 
 def _describe(value):

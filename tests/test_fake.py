@@ -500,3 +500,25 @@ def test_repeated_ops_answer_from_the_result_cache():
         assert indices2.dtype == torch.int64 and values2.shape == (4,)
         wide = a.to(torch.float64) + 1
         assert wide.dtype == torch.float64
+
+
+def test_map_args_matches_pytree():
+    """The fast argument map gives pytree.tree_map's answer, falling back to it for
+    containers ATen arguments do not use."""
+    import collections
+
+    import torch.utils._pytree as pytree
+
+    from ember.fake import map_args
+    pair = collections.namedtuple("pair", "a b")
+    t = torch.ones(2)
+    cases = [((t, 1, None, [t, t], (2, 3.0)), {"dim": [0], "out": t}),
+             ((torch.Size([2, 3]), [[1, 2], (t,)]), {}),
+             ((pair(t, 1),), {"nested": {"x": t}})]
+
+    def fn(v):
+        return v + 1 if isinstance(v, (int, torch.Tensor)) and not isinstance(v, bool) else v
+    for args, kwargs in cases:
+        got, want = map_args(fn, args, kwargs), pytree.tree_map(fn, (args, kwargs))
+        assert repr(got) == repr(want)
+        assert [type(x) for x in got[0]] == [type(x) for x in want[0]]

@@ -69,7 +69,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ember import logs
-from ember.fake import FakeTensorMode, FakeTensor
+from ember.fake import FakeTensor, FakeTensorMode, map_args
 
 __all__ = ["AtenGraph", "TraceState", "begin_trace", "output_node", "replay_mutations",
            "trace_to_aten"]
@@ -256,7 +256,7 @@ class _AtenTracer(TorchDispatchMode):
         return self.run_op(func, args, kwargs or {})
 
     def run_op(self, func, args, kwargs):
-        args, kwargs = pytree.tree_map(self.to_fake, (args, kwargs))
+        args, kwargs = map_args(self.to_fake, args, kwargs)
         if func is aten.lift_fresh.default:          # torch.tensor(...) constant: already lifted
             return args[0]
         if func is aten.detach.default:              # the same value (autograd detaches saved
@@ -289,7 +289,7 @@ class _AtenTracer(TorchDispatchMode):
 
     def record(self, func, args, kwargs):
         out = func(*args, **kwargs)                  # the fake mode below computes metadata
-        n_args, n_kwargs = pytree.tree_map(self.to_node, (args, kwargs))
+        n_args, n_kwargs = map_args(self.to_node, args, kwargs)
         node = self.graph.call_function(func, tuple(n_args), dict(n_kwargs))
         node.meta["val"] = out
         if isinstance(out, torch.Tensor):
