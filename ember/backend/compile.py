@@ -161,9 +161,12 @@ def _compile_training(gm: torch.fx.GraphModule, example_inputs: list, target: Ta
                                "as captured")
         return gm.forward
     start = time.perf_counter()
+    # channels-last convolutions, as for inference: the weights' gradients come back in the
+    # parameters' own layout through the conversion's backward
+    traced = convert_convolutions(gm) if wants_channels_last(gm, device) else gm
     try:
         compiled = compile_training(
-            gm, example_inputs, decompositions=core_decompositions(),
+            traced, example_inputs, decompositions=core_decompositions(),
             compile_graph=lambda g, inputs: compile_aten(g, inputs, target, device,
                                                          fused_random=not fallback_random))
     except NotImplementedError as e:

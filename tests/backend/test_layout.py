@@ -83,3 +83,28 @@ def test_pooled_value_is_written_once_channels_last(options):
     pooled = [line for line in wrapper.splitlines() if "(2, 16, 8, 8)" in line
               and "empty_strided" in line]
     assert len(pooled) == 1 and "(1024, 1, 128, 16)" in pooled[0], pooled
+
+
+def test_channels_last_training_matches_eager_gradients(ember_log):
+    """Training graphs convert their convolutions too: the loss, every parameter's gradient
+    (values and strides: the conversion's backward returns the parameter's own layout) and
+    batch norm's running statistics match eager's over two steps."""
+    import copy
+    model, inputs = models.build_model("convnet", batch_size=2)[:2]
+    model.train()
+    reference = copy.deepcopy(model)
+    ember.reset()
+    ember.logs.set_logs("perf_hints")
+    with config.patch(layout_optimization="channels_last"):
+        compiled = ember.compile(model)
+        for _ in range(2):
+            expected, actual = reference(*inputs).sum(), compiled(*inputs).sum()
+            expected.backward()
+            actual.backward()
+            assert same(expected, actual, rtol=1e-4, atol=1e-4)
+    assert "convolutions run channels-last" in ember_log.text
+    for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+        assert same(q.grad, p.grad, rtol=1e-4, atol=1e-4), name
+        assert p.grad.stride() == q.grad.stride(), name
+    for b, c in zip(model.buffers(), reference.buffers()):
+        assert same(c, b, rtol=1e-4, atol=1e-4)
