@@ -9,7 +9,7 @@
 #   bench     issue 7's table: kernels and the five models, eager / ember / torch.compile
 #   frontend  frontend tests under the machine's Python 3.12
 #   libs      issue 9's library suites (timm, hf, torchvision) in bfloat16
-#   train     issue 10's AMP training step
+#   train     issue 10's AMP training step (float32 weights, bf16 autocast): ~7 minutes
 #   survey    issue 8's model survey (CPU, Python 3.12): inference and training
 #   launch    per-call and per-launch cost of a one-kernel function (issue 7: <= 5 us)
 #   warm      resnet50's cold and warm start in two processes (issue 7: warm < 1 s)
@@ -37,8 +37,8 @@ for step in $STEPS; do
              --dtype bfloat16 --compilers eager,ember,torch-inductor --repeat 10 --warmup 3 \
              --timeout 150 --torch-compile-budget 90 --no-warm-compile --budget 360 \
              --out "$OUT/libs" > "$OUT/libs.txt" 2>&1 ;;
-    train) timeout 300 python3 -m ember.bench --device cuda --mode train --suite gpu \
-             --dtype bfloat16 --compilers eager,ember,torch-inductor --repeat 10 --warmup 3 \
+    train) timeout 420 python3 -m ember.bench --device cuda --mode train --suite gpu --amp \
+             --compilers eager,ember,torch-inductor --repeat 10 --warmup 3 \
              --no-warm-compile --torch-compile-budget 90 > "$OUT/train.txt" 2>&1 ;;
     survey) (timeout 280 python3 tests/frontend/survey_models.py; timeout 280 python3 \
              tests/frontend/survey_models.py --train) > "$OUT/survey.txt" 2>&1 ;;
