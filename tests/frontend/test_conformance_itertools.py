@@ -118,3 +118,51 @@ def test_lru_cache_is_guarded_by_identity():
         assert cnt.frame_count == 2
     finally:
         _powers = saved
+
+
+_version_calls = []
+
+
+@functools.lru_cache(maxsize=None)
+def _package_version(name, at_least=(2, 0)):
+    # transformers' is_torch_available() kind: a body capture cannot trace (re, importlib)
+    import importlib.metadata
+    import re
+    _version_calls.append(name)
+    found = tuple(int(p) for p in re.findall(r"\d+", importlib.metadata.version(name))[:2])
+    return found >= at_least
+
+
+@functools.lru_cache(maxsize=None)
+def _scaled(x, k):
+    return x * k
+
+
+@functools.lru_cache(maxsize=None)
+def _fresh_list(n):
+    return list(range(n))
+
+
+def ft_lru_cache_literal(x):
+    if _package_version("torch") and _package_version("torch", at_least=(99, 0)) is False:
+        return x + 1
+    return x - 1
+
+
+def test_lru_cache_of_literals_is_called_once_not_traced():
+    """A cached function called with literal arguments is called at capture time and its
+    literal result is a constant: one graph, no break into its untraceable body, and the
+    function runs no more than eager runs it (once per arguments, ever)."""
+    _package_version.cache_clear()
+    _version_calls.clear()
+    cnt = check(ft_lru_cache_literal, (torch.randn(3),), (torch.randn(3),), graphs=1)
+    assert cnt.frame_count == 1
+    assert _version_calls == ["torch", "torch"]    # one call per distinct arguments
+
+
+def test_lru_cache_of_tensors_or_with_mutable_results_is_inlined():
+    """Tensor arguments cannot be cached at capture time, and a list result is mutable (each
+    caller shares it): both calls inline the body, as before."""
+    def fn(x):
+        return _scaled(x, 2) + len(_fresh_list(3))
+    check(fn, (torch.randn(3),), (torch.randn(3),), graphs=1)

@@ -141,6 +141,39 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
 _CONTAINER_METHOD_OWNERS = (list, dict, set, collections.OrderedDict, collections.deque)
 
 
+_LITERALS = (type(None), bool, int, float, complex, str, bytes)
+
+
+def _is_literal(value) -> bool:
+    return isinstance(value, _LITERALS) or (type(value) in (tuple, frozenset) and
+                                            all(_is_literal(v) for v in value))
+
+
+def _cached_call(wrapper, inner: VariableTracker):
+    """A call of a ``functools.lru_cache`` function (transformers' ``is_torch_available``
+    and its kind). With literal arguments and a literal result, the call is made now and its
+    result is a constant: the function runs once, as eager's first call would, and its cache
+    answers every later call with that value. Its body (``importlib.metadata``, regular
+    expressions, version parsing) would otherwise be inlined and break the graph. Other
+    calls inline the body (a cached function is taken to be pure: the cache changes no
+    result)."""
+    def call(tx, args, kwargs):
+        values = [a.as_python_constant() if a.is_python_constant() else _NOT_LITERAL
+                  for a in (*args, *kwargs.values())]
+        if all(_is_literal(v) for v in values):
+            try:
+                result = wrapper(*values[:len(args)], **dict(zip(kwargs, values[len(args):])))
+            except Exception:       # the inlined body raises it again, traced
+                result = _NOT_LITERAL
+            if _is_literal(result):
+                return tx.wrap_constant(result)
+        return inner.call_function(tx, args, kwargs)
+    return call
+
+
+_NOT_LITERAL = object()
+
+
 def _wrap_callable(tx, value, source, add) -> VariableTracker:
     if getattr(type(value), "_ember_wrapper", None) == "function":
         # compiled functions called from compiled code are inlined into the caller's graph
@@ -151,9 +184,9 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
         add(guards.id_match(source, value))
         return GetterVariable(type(value), list(value.__reduce__()[1]), source)
     if isinstance(value, functools._lru_cache_wrapper):
-        # a cached pure function: calls are inlined (the cache changes no result)
         add(guards.id_match(source, value))
-        return wrap(tx, value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
+        inner = wrap(tx, value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
+        return HandlerFunctionVariable(value, _cached_call(value, inner), source)
     reason = registry.python_only_reason(value)
     if reason is not None:
         add(guards.id_match(source, value))
