@@ -77,3 +77,23 @@ def test_method_of_state_object_breaks_with_its_name():
     assert len(explained.break_reasons) == 1
     reason = explained.break_reasons[0]
     assert not reason.frame_ran_eagerly and "is_checkpoint_valid" in reason.reason
+
+
+def test_handlers_of_submodules_not_imported_yet_register_when_they_are():
+    """The frontend does not import torch.onnx itself (a tenth of a second of every first
+    compile) to find ``is_in_onnx_export``; the handler registers once user code has
+    imported it, so the query still compiles into one graph."""
+    import subprocess
+    import sys
+    code = ("import sys, torch, ember.frontend.convert\n"
+            "assert 'torch.onnx' not in sys.modules, 'the frontend imported torch.onnx'\n"
+            "from ember.testing import CompileCounter\n"
+            "import ember\n"
+            "def f(x):\n"
+            "    return x if torch.onnx.is_in_onnx_export() else x - 1\n"
+            "cnt = CompileCounter()\n"
+            "assert torch.equal(ember.compile(f, backend=cnt)(torch.ones(2)), torch.zeros(2))\n"
+            "assert cnt.frame_count == 1, cnt.frame_count\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]

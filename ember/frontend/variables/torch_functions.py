@@ -9,8 +9,11 @@ few with effects outside tensors (seeding, saving, global settings) are unsuppor
 """
 from __future__ import annotations
 
+import importlib.util
 import inspect
+import sys
 import types
+from typing import Callable
 
 import torch
 
@@ -89,19 +92,44 @@ SPECIAL: dict[int, tuple] = {}    # id(fn) -> (fn, handler(tx, fn, args, kwargs)
 def special(*fns):
     def deco(handler):
         for fn in fns:
-            if fn is not None:
+            if isinstance(fn, _NotImported):
+                _DEFERRED[fn.path] = handler
+            elif fn is not None:
                 SPECIAL[id(fn)] = (fn, handler)
         return handler
     return deco
 
 
+class _NotImported:
+    def __init__(self, path: str):
+        self.path = path
+
+
+# handlers of functions in torch submodules not imported yet (importing torch.onnx to find
+# ``is_in_onnx_export`` took a tenth of a second of every process's first compile):
+# registered once user code has imported the module, which it must before calling them
+_DEFERRED: dict[str, Callable] = {}
+
+
 def _maybe(path: str):
+    """The torch function at ``path``; None where this torch has none."""
+    module = path.rpartition(".")[0]
+    if module not in sys.modules and importlib.util.find_spec(module) is not None:
+        return _NotImported(path)
     obj = torch
     for part in path.split(".")[1:]:
         obj = getattr(obj, part, None)
         if obj is None:
             return None
     return obj
+
+
+def _register_imported() -> None:
+    for path in [p for p in _DEFERRED if p.rpartition(".")[0] in sys.modules]:
+        fn = _maybe(path)
+        handler = _DEFERRED.pop(path)
+        if fn is not None:
+            SPECIAL[id(fn)] = (fn, handler)
 
 
 @special(_maybe("torch.compiler.is_compiling"), _maybe("torch.compiler.is_dynamo_compiling"),
@@ -253,6 +281,9 @@ def _unsupported(tx, fn, args, kwargs):
 def special_handler(fn):
     """``handler(tx, args, kwargs)`` for a torch callable answered at capture time, or None."""
     entry = SPECIAL.get(id(fn))
+    if entry is None and _DEFERRED:
+        _register_imported()
+        entry = SPECIAL.get(id(fn))
     if entry is None or entry[0] is not fn:
         return None
     handler = entry[1]
