@@ -6,8 +6,8 @@ check their results, and report speedups, compile times, graphs and memory.
                 [--mode infer|train] [--batch-size N]
                 [--compilers eager,ember,ember-reduce-overhead,ember-max-autotune,
                              torch-inductor,... | all]
-                [--repeat N] [--warmup N] [--out DIR [--resume]] [--compare A.json B.json]
-                [--show RESULTS.json] [--timeout S] [--budget S] [--no-isolate]
+                [--repeat N] [--warmup N] [--out DIR [--resume [--retry-failed]]]
+                [--compare A.json B.json] [--show RESULTS.json] [--timeout S] [--budget S] [--no-isolate]
                 [--no-warm-compile] [--backend NAME]
                 [--no-torch-compile] [--torch-compile-budget S] [--threads N]
                 [--json PATH] [--kernel-bytes B]
@@ -30,8 +30,9 @@ gets one line per finished row. SIGTERM, SIGHUP or SIGINT stop the run cleanly
 (``runner.stop_on_signals``): the current row becomes ``interrupted``, the rest stay ``not
 run`` with the reason, the outputs and the table are written, and the exit status is 128 +
 the signal's number. ``--resume`` continues from ``DIR``: rows that finished (``ok``,
-``error``, ``crashed``, ``timeout``) are kept, the others run again, and rows of ``DIR`` that
-this command does not select stay (so suites can be run one by one into one folder). The
+``error``, ``crashed``, ``timeout``; with ``--retry-failed`` only ``ok``) are kept, the
+others run again, and rows of ``DIR`` that this command does not select stay (so suites can
+be run one by one into one folder). The
 settings that change the numbers (device, mode, dtype, compilers, repeat, warmup, threads,
 backend, batch size, torch version) must match the saved run's, or it is a usage error.
 
@@ -155,6 +156,9 @@ def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
                              "and not run again, the others run; rows of DIR that this "
                              "command does not select are kept too (run suite by suite into "
                              "one folder). The settings that change the numbers must match")
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="with --resume: run again the rows that ended in error, crashed "
+                             "or timeout too (by default they are kept as finished)")
     parser.add_argument("--compare", nargs=2, metavar=("A.json", "B.json"),
                         help="print per-model ratios between two saved runs and exit")
     parser.add_argument("--show", metavar="RESULTS.json",
@@ -441,6 +445,8 @@ def _validate(parser: argparse.ArgumentParser, args, rows_to_run) -> None:
                      "kernel names")
     if args.resume and not args.out:
         parser.error("--resume continues the run saved in --out DIR: give --out")
+    if args.retry_failed and not args.resume:
+        parser.error("--retry-failed re-runs failed rows of a resumed run: give --resume")
 
 
 def amp_dtype(args) -> str | None:
@@ -492,7 +498,8 @@ def run_rows(args, compilers, rows_to_run, settings, saved: list[Row] = ()
     todo: list[tuple[int, runner.Task]] = []
     for task in tasks:
         index = slot.get((task.kind, task.name))
-        if index is not None and rows[index].status in runner.FINISHED:
+        finished = ("ok",) if args.retry_failed else runner.FINISHED
+        if index is not None and rows[index].status in finished:
             continue
         pending = runner.error_row(task, "not run", "not run: the run has not reached this "
                                                     "model (if it stopped, --resume continues "

@@ -68,3 +68,10 @@ def snapshot_out():
     shutil.copy(os.path.join(os.environ["EMBER_TEST_OUT"], "results.json"),
                 os.environ["EMBER_TEST_SNAPSHOT"])
     return tiny()
+
+
+def fails_until_fixed():
+    """Cannot be built until EMBER_TEST_FIXED is set: a row that errors, then succeeds."""
+    if not os.environ.get("EMBER_TEST_FIXED"):
+        raise RuntimeError("not fixed yet")
+    return tiny()

@@ -146,3 +146,26 @@ def test_a_closed_output_pipe_does_not_end_the_run(tmp_path):
     rows = saved_rows(out)
     assert rows["bench_fakes:tiny"]["status"] == rows["mlp"]["status"] == "ok"
     assert "[2/2] mlp: eager" in (out / "run.log").read_text()
+
+
+def test_retry_failed_runs_failed_rows_again(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "run"
+    models = ["--models", "bench_fakes:fails_until_fixed,bench_fakes:tiny"]
+    assert cli.main(["bench", *models, *FAST, "--no-isolate", "--out", str(out)]) == 0
+    assert saved_rows(out)["bench_fakes:fails_until_fixed"]["status"] == "error"
+    tiny = saved_rows(out)["bench_fakes:tiny"]
+    monkeypatch.setenv("EMBER_TEST_FIXED", "1")
+    # plain --resume keeps the error row as finished
+    assert cli.main(["bench", *models, *FAST, "--no-isolate", "--out", str(out),
+                     "--resume"]) == 0
+    assert saved_rows(out)["bench_fakes:fails_until_fixed"]["status"] == "error"
+    assert cli.main(["bench", *models, *FAST, "--no-isolate", "--out", str(out),
+                     "--resume", "--retry-failed"]) == 0
+    rows = saved_rows(out)
+    assert rows["bench_fakes:fails_until_fixed"]["status"] == "ok"
+    assert rows["bench_fakes:tiny"] == tiny            # an ok row is not measured again
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["bench", *models, "--out", str(out), "--retry-failed"])
+    assert exit_info.value.code == 2
+    assert "--retry-failed re-runs failed rows of a resumed run" in capsys.readouterr().err
