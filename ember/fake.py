@@ -405,6 +405,27 @@ def _has_mask_index(args) -> bool:
     return any(isinstance(i, torch.Tensor) and i.dtype in (torch.bool, torch.uint8) for i in idx)
 
 
+class _NonLeaf(torch.autograd.Function):
+    """Identity whose output is a new fake over the same meta tensor: not a leaf, not a view
+    (so in-place ops on it are allowed, as on the real tensor it stands for)."""
+
+    @staticmethod
+    def forward(ctx, leaf):
+        return FakeTensor(leaf.fake_mode, leaf._meta, leaf.fake_device)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad
+
+
+def _as_non_leaf(leaf: FakeTensor) -> FakeTensor:
+    """The fake of a real tensor that requires grad and has a grad_fn (an intermediate
+    passed across a graph break): a leaf fake would refuse in-place writes the real one
+    takes (``y[0] = 0``), breaking the graph again."""
+    with torch.enable_grad():
+        return _NonLeaf.apply(leaf)
+
+
 class FakeTensorMode(TorchDispatchMode):
     """Runs every ATen op on fakes' meta tensors and wraps the results as fakes.
 
@@ -491,6 +512,8 @@ class FakeTensorMode(TorchDispatchMode):
         fake = FakeTensor(self, meta, t.device, requires_grad=t.requires_grad)
         if isinstance(t, torch.nn.Parameter):
             fake._is_param = True                 # isinstance(fake, nn.Parameter) -> True
+        elif t.requires_grad and t.grad_fn is not None:
+            fake = _as_non_leaf(fake)
         self._memo[t] = fake
         return fake
 

@@ -522,3 +522,20 @@ def test_map_args_matches_pytree():
         got, want = map_args(fn, args, kwargs), pytree.tree_map(fn, (args, kwargs))
         assert repr(got) == repr(want)
         assert [type(x) for x in got[0]] == [type(x) for x in want[0]]
+
+
+def test_fake_of_an_intermediate_is_a_non_leaf_that_takes_in_place_writes():
+    mode = FakeTensorMode()
+    leaf = torch.randn(3, requires_grad=True)
+    inner = leaf * 2
+    fake_leaf, fake_inner = mode.from_real(leaf), mode.from_real(inner)
+    assert fake_leaf.is_leaf and fake_leaf.requires_grad
+    assert not fake_inner.is_leaf and fake_inner.requires_grad
+    assert fake_inner._base is None and mode.from_real(inner) is fake_inner
+    with mode:
+        fake_inner[0] = 0          # allowed on the real one, so on its fake
+        with pytest.raises(RuntimeError, match="leaf Variable that requires grad"):
+            fake_leaf[0] = 0
+    with torch.no_grad():
+        plain = mode.from_real(inner.detach())
+    assert plain.is_leaf and not plain.requires_grad

@@ -237,3 +237,20 @@ def test_with_block_handler_is_captured():
     assert not any(r.frame_ran_eagerly for r in explained.break_reasons)
     check(fr_with_not_suppressed, (torch.randn(3), [], [1]), graphs=None, raises=TypeError)
     check(fr_no_grad_exception, (torch.randn(3, requires_grad=True), [1]), graphs=None)
+
+
+def _write_after_break(x):
+    y = x * 2
+    print("a break")
+    y[0] = 0                 # in place on an intermediate that requires grad
+    return (y.sin() * 3).sum()
+
+
+def test_intermediate_written_in_place_after_a_break_needs_no_second_break(capsys):
+    """The resume graph receives ``y`` (requires grad, has a grad_fn) as an input; its fake is
+    a non-leaf as ``y`` is, so the in-place write is captured instead of breaking again;
+    value and gradient match eager's."""
+    x = torch.randn(4, requires_grad=True)
+    explained = ember.explain(_write_after_break)(x)
+    assert explained.graph_break_count == 1, explained.break_reasons
+    check(_write_after_break, (x,), backward=True, graphs=2)
