@@ -323,7 +323,7 @@ class ListIteratorVariable(VariableTracker):
 def hashable_key(vt: VariableTracker, among: dict | None = None) -> Any:
     """The Python key a tracker stands for in a dict or set (``among``: the keys of that
     dict or set, when it is looked up in)."""
-    from ember.frontend.variables.scalars import IdVariable
+    from ember.frontend.variables.scalars import IdVariable, identity_key
     if isinstance(vt, IdVariable):
         if among is not None and any(type(k) is int for k in among):
             # integer keys not made by id() during capture may be real ids: the answer would
@@ -335,13 +335,7 @@ def hashable_key(vt: VariableTracker, among: dict | None = None) -> Any:
         raise Unsupported("an integer looked up among id() keys")
     if vt.is_python_constant():
         return vt.as_python_constant()
-    from ember.frontend.variables.tensor import TensorVariable
-    if isinstance(vt, TensorVariable):
-        return ("__tensor__", id(vt.fake))
-    value = getattr(vt, "value", None)
-    if value is not None:
-        return ("__object__", id(value))
-    return ("__tracker__", id(vt))
+    return identity_key(vt)      # an object that hashes by identity
 
 
 class DictVariable(VariableTracker):

@@ -121,13 +121,13 @@ def identity_key(vt: VariableTracker):
     tracker of an object made during capture."""
     from ember.frontend.variables.tensor import TensorVariable
     if isinstance(vt, ConstantVariable):
-        return ("object", id(vt.value))
+        return ("__object__", id(vt.value))
     if isinstance(vt, TensorVariable):
-        return ("tensor", id(vt.fake))
+        return ("__tensor__", id(vt.fake))
     value = getattr(vt, "value", None)
     if value is not None:
-        return ("object", id(value))
-    return ("tracker", id(vt))
+        return ("__object__", id(value))
+    return ("__tracker__", id(vt))
 
 
 class IdVariable(VariableTracker):
