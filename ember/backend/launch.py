@@ -118,13 +118,11 @@ class TritonLauncher:
         if not recorded or getattr(run, "global_scratch_size", 0) or \
                 getattr(run, "profile_scratch_size", 0):
             return through_wrapper
-        fixed, where = _launch_constants(recorded[0], grid, args + consts, len(args))
+        fixed, where = _launch_constants(recorded[0], grid, args + consts)
         if where == "spread":
             return lambda *a: real(*grid, stream_of(device), *fixed, *a, *consts)
         if where == "tuple":
             return lambda *a: real(*grid, stream_of(device), *fixed, a + consts)
-        if where == "tuple without constexprs":
-            return lambda *a: real(*grid, stream_of(device), *fixed, a)
         return through_wrapper
 
     # -- max_autotune ---------------------------------------------------------------------------
@@ -175,11 +173,11 @@ class TritonLauncher:
         return sorted(times[1:])[len(times[1:]) // 2]
 
 
-def _launch_constants(recorded: tuple, grid: tuple, values: tuple, count: int):
+def _launch_constants(recorded: tuple, grid: tuple, values: tuple):
     """Split the recorded arguments of a C launch into the constants between the stream and
-    the kernel's arguments, and where those arguments went: spread at the end ("spread"),
-    or as a last tuple, with or without the constexprs. (None, None) when the recording is
-    not grid, stream, constants, arguments."""
+    the kernel's arguments ``values``, and where those went: spread at the end ("spread",
+    Triton 3.6) or as a last tuple ("tuple", 3.8). (None, None) when the recording is not
+    grid, stream, constants, arguments."""
     if tuple(recorded[:3]) != grid:
         return None, None
 
@@ -187,12 +185,8 @@ def _launch_constants(recorded: tuple, grid: tuple, values: tuple, count: int):
         return len(got) == len(want) and all(g is w for g, w in zip(got, want))
     if len(recorded) >= 4 + len(values) and same(recorded[len(recorded) - len(values):], values):
         return recorded[4:len(recorded) - len(values)], "spread"
-    last = recorded[-1]
-    if isinstance(last, tuple):
-        if same(last, values):
-            return recorded[4:-1], "tuple"
-        if same(last, values[:count]):
-            return recorded[4:-1], "tuple without constexprs"
+    if isinstance(recorded[-1], tuple) and same(recorded[-1], values):
+        return recorded[4:-1], "tuple"
     return None, None
 
 
