@@ -130,9 +130,9 @@ def compile_task(path: str, name: str, dtypes: list[str], config: dict, arch: in
     from triton.compiler import ASTSource
     from triton.compiler.compiler import make_backend
     module = modules.get(path)
-    if module is None:      # named as the parent names it (targets.load_triton_module)
-        stem = os.path.basename(path)[:-3]
-        spec = importlib.util.spec_from_file_location(f"ember_triton_{stem[:24]}", path)
+    if module is None:      # named as the parent names it: the file is <source hash>.py
+        key = os.path.basename(path)[:-3]
+        spec = importlib.util.spec_from_file_location(triton_module_name(key), path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         modules[path] = module
@@ -167,6 +167,11 @@ def compile_task(path: str, name: str, dtypes: list[str], config: dict, arch: in
     if build_launcher:
         _build_launcher(compiled)
     return compiled.hash
+
+
+def triton_module_name(key: str) -> str:
+    """The module name of generated Triton source whose hash is ``key``."""
+    return f"ember_triton_{key[:24]}"
 
 
 def _build_launcher(compiled) -> None:

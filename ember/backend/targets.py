@@ -124,8 +124,9 @@ def load_triton_module(source: str, interpret: bool):
     if interpret:
         _enter_interpreter()
     from ember.backend.build import atomic_write, cache_dir
+    from ember.backend.compile_workers import triton_module_name
     key = hashlib.sha256(source.encode()).hexdigest()
-    name = f"ember_triton_{key[:24]}"
+    name = triton_module_name(key)
     if name in sys.modules:
         return sys.modules[name], False
     folder = cache_dir() / "triton" / key[:2]
