@@ -603,7 +603,7 @@ class FakeTensorMode(TorchDispatchMode):
                 fakes.append(a)
                 return a._meta
             return a
-        metas = map_args(to_meta, args, kwargs)
+        args, kwargs = map_args(to_meta, args, kwargs)     # a new kwargs dict
 
         # Output device.
         device = None
@@ -613,9 +613,7 @@ class FakeTensorMode(TorchDispatchMode):
             device = self._common_device(func, fakes, kind == _KIND_MIXED)
         else:
             device = _CPU
-        args, kwargs = metas
         if "device" in kwargs:
-            kwargs = dict(kwargs)
             kwargs["device"] = _META
             if kwargs.get("pin_memory"):
                 kwargs["pin_memory"] = False
