@@ -7,8 +7,8 @@ check their results, and report speedups, compile times, graphs and memory.
                 [--compilers eager,ember,ember-reduce-overhead,ember-max-autotune,
                              torch-inductor,... | all]
                 [--repeat N] [--warmup N] [--out DIR [--resume [--retry-failed]]]
-                [--compare A.json B.json] [--show RESULTS.json] [--timeout S] [--budget S] [--no-isolate]
-                [--no-warm-compile] [--backend NAME]
+                [--compare A.json B.json] [--show RESULTS.json] [--timeout S] [--budget S]
+                [--no-isolate] [--no-warm-compile] [--backend NAME]
                 [--no-torch-compile] [--torch-compile-budget S] [--threads N]
                 [--json PATH] [--kernel-bytes B]
 

@@ -18,6 +18,7 @@ the resume functions (``graph_break.py``, ``resume.py``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import time
 import types
@@ -48,10 +49,16 @@ __all__ = ["Unsupported", "convert_frame", "CacheEntry"]
 @dataclasses.dataclass
 class CacheEntry:
     run: Callable                      # the entry function: the frame's signature
-    check: Callable                    # same signature: None, or the first failing guard
+    # -> a function of the same signature answering None or the first failing guard; built
+    # when first asked (a recompile, a log): its source is as long as the entry's
+    build_check: Callable[[], Callable]
     guards: list[Guard]
     graph: torch.fx.GraphModule | None
     source: str                        # generated Python of `run`
+
+    @functools.cached_property
+    def check(self) -> Callable:
+        return self.build_check()
 
     def failed_guards(self, args, kwargs) -> list[str]:
         try:
@@ -426,9 +433,7 @@ def _build_entry(fn, capture: _Capture, settings, miss,
     src, run = cg.build(guard_lines, body, name)
 
     def diagnostic_twin():
-        """Same guards, answers which one failed. Built when first asked (a recompile, a
-        log): its source is as long as the entry's, a tenth of a second to compile for a
-        large model."""
+        """Same guards, answers which one failed."""
         diag = EntryCodegen(fn)
         diag.miss = "a guard expression raised (a value changed type or lost an attribute)"
         diag.consts = dict(cg.consts)
@@ -437,19 +442,7 @@ def _build_entry(fn, capture: _Capture, settings, miss,
         return diag.build(diag_lines, ["return None"], name + "_check")[1]
 
     _log_and_dump(fn, gm, src, guard_list, has_ops)
-    return CacheEntry(run, _built_when_called(diagnostic_twin), guard_list,
-                      gm if has_ops else None, src)
-
-
-def _built_when_called(build: Callable[[], Callable]) -> Callable:
-    """A function that builds the real one at its first call, then calls it."""
-    built: list[Callable] = []
-
-    def call(*args, **kwargs):
-        if not built:
-            built.append(build())
-        return built[0](*args, **kwargs)
-    return call
+    return CacheEntry(run, diagnostic_twin, guard_list, gm if has_ops else None, src)
 
 
 def _graph_argument(cg: EntryCodegen, inp) -> str:
