@@ -739,12 +739,16 @@ def _caused_by_budget(e: BaseException | None) -> bool:
 
 @contextlib.contextmanager
 def _time_limit(seconds: float | None):
-    """Raise _BudgetExceeded in the main thread after ``seconds`` (no limit elsewhere)."""
+    """Raise _BudgetExceeded in the main thread after ``seconds`` (no limit elsewhere). Code
+    that catches every exception (Dynamo falls back to eager when its compile raises) may
+    swallow it: then the block still raises it when it ends."""
     if not seconds or threading.current_thread() is not threading.main_thread():
         yield
         return
+    fired = []
 
     def on_alarm(signum, frame):
+        fired.append(True)
         raise _BudgetExceeded()
 
     previous = signal.signal(signal.SIGALRM, on_alarm)
@@ -754,6 +758,8 @@ def _time_limit(seconds: float | None):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+    if fired:
+        raise _BudgetExceeded()
 
 
 def _one_line(e: BaseException) -> str:
