@@ -21,7 +21,7 @@ export HF_HUB_OFFLINE=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 OUT=${OUT:-/tmp/h200}
 mkdir -p "$OUT"
 STEPS=${STEPS:-"tests bench frontend"}
-COMPILERS=eager,ember,ember-reduce-overhead,torch-inductor,torch-inductor-reduce-overhead
+COMPILERS=${COMPILERS:-eager,ember,ember-reduce-overhead,torch-inductor,torch-inductor-reduce-overhead}
 for step in $STEPS; do
   case $step in
     tests) timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu \
