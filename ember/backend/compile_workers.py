@@ -6,7 +6,8 @@ ember.backend.compile_workers`` (not ``multiprocessing``, whose spawned children
 user's ``__main__`` script when it has no ``if __name__ == "__main__"`` guard). The protocol
 on the worker's stdin/stdout is length-prefixed pickles: a task ``(module path, kernel name,
 argument dtype names, config, compute capability, warp size, build the launcher?)`` in,
-``(error or None, Triton cache key or None)`` out. The worker redirects its own stdout to
+``(error or None, Triton cache key or None, seconds compiling, time.time() when the worker
+was ready)`` out. The worker redirects its own stdout to
 stderr, so nothing Triton prints can corrupt the protocol.
 
 A worker imports Triton only: no torch, no CUDA context (15 workers importing torch and
@@ -27,6 +28,7 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 
 
 class CompileWorkers:
@@ -43,15 +45,20 @@ class CompileWorkers:
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
                       for _ in range(count)]
         self.lock = threading.Lock()     # one batch at a time
+        self.seconds: dict[str, float] = {}
+        self.ready: dict[int, float] = {}
 
     def run(self, tasks: list[tuple]) -> tuple[list[str], dict[str, str]]:
-        """Compile every task: the error messages (empty when all compiled) and the Triton
-        cache key of each compiled kernel, by kernel name."""
+        """Compile every task, in the order given: the error messages (empty when all
+        compiled) and the Triton cache key of each compiled kernel, by kernel name. Each
+        kernel's compile time is in ``self.seconds``, and when each worker was ready (its
+        imports done, by ``time.time()``) in ``self.ready``."""
         pending: queue.SimpleQueue = queue.SimpleQueue()
         for task in tasks:
             pending.put(task)
         errors: list[str] = []
         keys: dict[str, str] = {}
+        self.seconds: dict[str, float] = {}
 
         def serve(proc):
             while True:
@@ -65,7 +72,9 @@ class CompileWorkers:
                 except (OSError, EOFError, struct.error) as e:
                     errors.append(f"worker {proc.pid} died ({type(e).__name__})")
                     return
-                error, key = reply
+                error, key, seconds, ready = reply
+                self.seconds[task[1]] = seconds
+                self.ready[proc.pid] = ready
                 if error is not None:
                     errors.append(error)
                 else:
@@ -208,6 +217,7 @@ def _main() -> None:
     import triton  # noqa: F401        (the slow imports, before the first task arrives)
     import triton.compiler  # noqa: F401
     warm_up_triton()
+    ready = time.time()
     tasks = sys.stdin.buffer
     modules: dict = {}
     while True:
@@ -215,11 +225,13 @@ def _main() -> None:
             task = _receive(tasks)
         except EOFError:
             return
+        start = time.perf_counter()
         try:
-            _send(reply, (None, compile_task(*task, modules)))
+            key, error = compile_task(*task, modules), None
         except Exception as e:
             message = str(e).splitlines()[0] if str(e) else ""
-            _send(reply, (f"{task[1]}: {type(e).__name__}: {message}", None))
+            key, error = None, f"{task[1]}: {type(e).__name__}: {message}"
+        _send(reply, (error, key, time.perf_counter() - start, ready))
 
 
 if __name__ == "__main__":

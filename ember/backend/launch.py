@@ -272,11 +272,13 @@ def _compile_in_workers(items, module_path: str) -> dict[str, str]:
     start_compile_workers()
     if _workers is None:
         return {}
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     device = items[0][2][0].device
     major, minor = torch.cuda.get_device_capability(device)
     tasks, launchers = [], set()
-    for name, launcher, args in items:
+    # the longest sources first (reductions, many inputs): they take longest to compile,
+    # and the batch ends with its slowest kernel
+    for name, launcher, args in sorted(items, key=lambda item: -len(_source_of(item[1]))):
         dtypes = [str(a.dtype).split(".")[-1] for a in args]
         # kernels of one argument signature and constexprs share a C launcher: build it once
         signature = (tuple(dtypes), tuple(sorted(launcher.config.items())))
@@ -287,6 +289,15 @@ def _compile_in_workers(items, module_path: str) -> dict[str, str]:
     if errors:    # this process compiles what the workers could not, and says why
         logs.log("perf_hints", "triton: compile workers failed on %d kernels (first: %s)",
                  len(errors), errors[0])
-    logs.log("perf_hints", "triton: %d kernels compiled by %d workers in %.2f s", len(items),
-             len(_workers.procs), time.perf_counter() - start)
+    seconds = _workers.seconds
+    slowest = max(seconds, key=seconds.get, default=None)
+    waited = max((ready - started_at for ready in _workers.ready.values()), default=0.0)
+    logs.log("perf_hints", "triton: %d kernels compiled by %d workers in %.2f s (%.2f s of "
+             "compiling; slowest %s %.2f s; the last worker ready %.2f s after the batch began)",
+             len(items), len(_workers.procs), time.perf_counter() - start,
+             sum(seconds.values()), slowest, seconds.get(slowest, 0.0), max(waited, 0.0))
     return keys
+
+
+def _source_of(launcher) -> str:
+    return getattr(launcher.fn, "src", "") or ""

@@ -239,6 +239,8 @@ def test_compile_workers_report_what_they_could_not_compile(tmp_path):
                                     (missing, "kernel1", ["float32"], config, 90, 32, False)])
         assert len(errors) == 2 and errors[0].startswith("kernel0: FileNotFoundError")
         assert keys == {}
+        assert set(workers.seconds) == {"kernel0", "kernel1"}      # each task timed
+        assert list(workers.ready) == [workers.procs[0].pid]
     finally:
         workers.close()
     assert all(p.poll() is not None for p in workers.procs)
