@@ -1,8 +1,8 @@
 """Worker processes that compile generated Triton kernels into Triton's on-disk cache.
 
 Triton's compiler holds the GIL for much of its work, so threads compile one kernel at a
-time; separate processes compile in parallel. Each worker is ``python -m
-ember.backend.compile_workers`` (not ``multiprocessing``, whose spawned children re-run the
+time; separate processes compile in parallel. Each worker runs this file as
+a script (not ``multiprocessing``, whose spawned children re-run the
 user's ``__main__`` script when it has no ``if __name__ == "__main__"`` guard). The protocol
 on the worker's stdin/stdout is length-prefixed pickles: a task ``(module path, kernel name,
 argument dtype names, config, compute capability, warp size, build the launcher?)`` in,
@@ -36,13 +36,10 @@ class CompileWorkers:
     parent goes on."""
 
     def __init__(self, count: int):
-        import ember
-        root = os.path.dirname(os.path.dirname(os.path.abspath(ember.__file__)))
         env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in [root, env.get("PYTHONPATH")] if p)
         env.pop("TRITON_INTERPRET", None)     # workers compile for the GPU, never interpret
-        self.procs = [subprocess.Popen([sys.executable, "-m", "ember.backend.compile_workers"],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+        self.procs = [subprocess.Popen(worker_command(), stdin=subprocess.PIPE,
+                                       stdout=subprocess.PIPE, env=env)
                       for _ in range(count)]
         self.lock = threading.Lock()     # one batch at a time
         self.seconds: dict[str, float] = {}
@@ -102,6 +99,13 @@ class CompileWorkers:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+def worker_command() -> list[str]:
+    """This file run as a script, not ``-m ember...``: importing the ember package would
+    import torch (two seconds of each worker's start)."""
+    return [sys.executable, "-c", "import runpy, sys; "
+            "runpy.run_path(sys.argv[1], run_name='__main__')", os.path.abspath(__file__)]
 
 
 def _send(stream, obj) -> None:

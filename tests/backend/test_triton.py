@@ -296,6 +296,21 @@ def test_compile_workers_compile_what_the_parent_would(tmp_path):
     assert worker_key == parent_key
 
 
+def test_a_compile_worker_does_not_import_torch():
+    """Workers start while the parent traces: importing torch in each would cost seconds."""
+    import subprocess
+    import sys
+    from ember.backend.compile_workers import worker_command
+    command = worker_command()
+    command[2] += "; print('triton' in sys.modules, sorted(m for m in sys.modules " \
+                  "if m.split('.')[0] in ('torch', 'ember')))"
+    done = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    # the worker's prints go to stderr (its stdout carries the protocol)
+    assert done.stderr.strip().splitlines()[-1] == "True []"
+
+
 def test_compile_worker_count_is_checked(monkeypatch):
     from ember.backend import launch
     monkeypatch.setenv("EMBER_COMPILE_WORKERS", "many")
