@@ -139,9 +139,6 @@ def compile_task(path: str, name: str, dtypes: list[str], config: dict, arch: in
     import importlib.util
 
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    from triton.compiler.compiler import make_backend
     module = modules.get(path)
     if module is None:      # named as the parent names it: the file is <source hash>.py
         key = os.path.basename(path)[:-3]
@@ -149,7 +146,22 @@ def compile_task(path: str, name: str, dtypes: list[str], config: dict, arch: in
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         modules[path] = module
-    fn = getattr(module, name)
+    src, options, target = compile_request(getattr(module, name), dtypes, config, arch,
+                                           warp_size)
+    compiled = triton.compile(src, target=target, options=options)
+    if build_launcher:
+        _build_launcher(compiled)
+    return compiled.hash
+
+
+def compile_request(fn, dtypes: list[str], config: dict, arch: int, warp_size: int = 32):
+    """What ``triton.compile`` is asked when the JIT function ``fn`` is first called with
+    pointer arguments of ``dtypes`` (torch dtype names) and ``config``: the source, the
+    compile options and the target."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.compiler.compiler import make_backend
     params = list(fn.arg_names)
     pointers = [p for p in params if p not in config]
     if len(pointers) != len(dtypes):
@@ -174,12 +186,7 @@ def compile_task(path: str, name: str, dtypes: list[str], config: dict, arch: in
         kwargs["instrumentation_mode"] = mode
     options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound,
                                                           specialization, None)
-    options = options.__dict__
-    compiled = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
-                              options=options)
-    if build_launcher:
-        _build_launcher(compiled)
-    return compiled.hash
+    return ASTSource(fn, signature, constexprs, attrs), options.__dict__, target
 
 
 def triton_module_name(key: str) -> str:
@@ -202,9 +209,9 @@ _triton_key_lock = threading.Lock()
 
 
 def warm_up_triton() -> None:
-    """Pay Triton's once-per-process cost now, while the parent traces: the hash of its own
-    sources that keys its cache (about a second). A failure here is met again, and
-    reported, by the first real compile. Once per process:
+    """Pay Triton's once-per-process cost of compiling through its JIT now: the hash of its
+    own sources that keys its cache (about half a second). A failure here is met again,
+    and reported, by the first real compile. Once per process:
     threads that ask while another computes it wait (Triton's ``lru_cache`` would let each
     of them compute it again)."""
     try:

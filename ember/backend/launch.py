@@ -22,8 +22,11 @@ compiling (:func:`start_compile_workers`), so its start overlaps tracing and low
 from __future__ import annotations
 
 import concurrent.futures
+import functools
+import hashlib
 import json
 import os
+import pathlib
 import threading
 import time
 
@@ -47,6 +50,7 @@ class TritonLauncher:
         self.grid = grid if isinstance(grid, tuple) else (grid,)   # programs per axis
         self.interpret = interpret
         self.fast = None
+        self.compiled = None       # Triton's compiled kernel, once precompile loaded it
         self._use(config)
         self.candidates = candidates or []
         self.rows = rows           # the grid covers ceil(rows / XBLOCK) programs
@@ -55,6 +59,7 @@ class TritonLauncher:
 
     def _use(self, config) -> None:
         self.config = dict(config)
+        self.compiled = None
         self.constexprs = tuple(v for k, v in config.items() if k != "num_warps")
 
     def __call__(self, *args):
@@ -86,7 +91,7 @@ class TritonLauncher:
         scratch memory per launch, or the recording does not show where the kernel's
         arguments go, later calls keep the wrapper."""
         try:
-            compiled = self.warmup(args)             # a cache hit: compiled by precompile
+            compiled = self.compiled or self.warmup(args)    # loaded or compiled by precompile
             run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
             real = run.launch
         except AttributeError as e:    # another Triton's compiled kernel: the generic path
@@ -129,7 +134,7 @@ class TritonLauncher:
     def _autotune(self, args) -> None:
         candidates, self.candidates = self.candidates, []
         path = _autotune_path(self.key)
-        best = _read_choice(path)
+        best = _read_json(path)
         if best is None:
             saved = [args[i].clone() for i in self.written]
             timings = []
@@ -144,7 +149,7 @@ class TritonLauncher:
             for i, value in zip(self.written, saved):
                 args[i].copy_(value)
             best = min(timings, key=lambda t: t[0])[1]
-            _write_choice(path, best)
+            _write_json(path, best)
             logs.log("perf_hints", "autotune: %s",
                      ", ".join(f"{c} {t * 1e3:.1f} us" for t, c in sorted(timings,
                                                                       key=lambda t: t[0])))
@@ -195,19 +200,6 @@ def _autotune_path(key: str):
     return cache_dir() / "autotune" / f"{key}.json"
 
 
-def _read_choice(path):
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _write_choice(path, config) -> None:
-    from ember.backend.build import atomic_write
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(config))
-
-
 _POOL_MIN_KERNELS = 4          # fewer new kernels compile in this process
 _workers = None                # CompileWorkers, started once per process
 _workers_broken = False
@@ -224,13 +216,11 @@ def _worker_count() -> int:
 
 
 def start_compile_workers() -> None:
-    """Start the worker processes now (each imports torch and Triton: seconds), so they are
+    """Start the worker processes now (each imports Triton: about a second), so they are
     ready by the time the graph's kernels are generated. ``EMBER_COMPILE_WORKERS=0``: none."""
     global _workers, _workers_broken
     if _workers is not None or _workers_broken or _worker_count() == 0:
         return
-    from ember.backend.compile_workers import warm_up_triton
-    threading.Thread(target=warm_up_triton, daemon=True).start()   # ~1 s, off the path
     from ember.backend.compile_workers import CompileWorkers
     try:
         _workers = CompileWorkers(_worker_count())
@@ -239,42 +229,136 @@ def start_compile_workers() -> None:
         logs.log("perf_hints", "triton: no compile workers (%s); compiling in threads", e)
 
 
-def precompile(launchers: dict, example_args: dict, module_path: str | None = None) -> None:
-    """Compile every kernel (name -> launcher) for its example arguments, in parallel:
-    first in the worker processes when the module is new (``module_path`` given), then here,
-    where each compile is a cache hit."""
+def precompile(launchers: dict, example_args: dict, module_path: str,
+               fresh: bool) -> tuple[int, int]:
+    """Compile or load every kernel (name -> launcher) for its example arguments before the
+    first call.
+
+    Kernels of a ``fresh`` module (its source new to this machine) compile in the worker
+    processes, each into Triton's cache; this process then loads them from there directly,
+    by the cache key the worker answered, past Triton's JIT (which would hash Triton's own
+    sources, run ``ptxas --version`` and walk each kernel's AST to compute the same key).
+    The keys are kept beside the module, so a later process loads the same kernels directly
+    too. Whatever is not loaded that way (few kernels, no workers, a key not kept or its
+    cache entry gone) goes through Triton's JIT, in threads: a cache hit where a worker or an
+    earlier process compiled it. Returns how many kernels were loaded directly and how many
+    through the JIT."""
     items = [(name, launcher, example_args[name]) for name, launcher in launchers.items()
              if 0 not in launcher.grid and name in example_args]
     if not items:
-        return
-    keys = {}
-    if module_path is not None and len(items) >= _POOL_MIN_KERNELS:
-        keys = _compile_in_workers(items, module_path)
-    from ember.backend.compile_workers import warm_up_triton
-    warm_up_triton()     # once, before the threads below each look up Triton's cache
+        return 0, 0
     start = time.perf_counter()
-    workers = min(len(items), os.cpu_count() or 1, 16)
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        compiled = [pool.submit(launcher.warmup, args) for _, launcher, args in items]
-        compiled = {name: future.result() for (name, _, _), future in zip(items, compiled)}
-    # a key the worker computed differently means this process compiled the kernel again
-    again = [name for name, key in keys.items() if getattr(compiled[name], "hash", key) != key]
-    if again:
-        logs.log("perf_hints", "triton: %d of %d kernels compiled again here: the workers' "
-                 "cache keys differ from this process's (first: %s)", len(again), len(keys),
-                 again[0])
-    logs.log("perf_hints", "triton: %d kernels loaded in %.2f s", len(items),
-             time.perf_counter() - start)
+    major, minor = torch.cuda.get_device_capability(items[0][2][0].device)
+    arch = major * 10 + minor
+    index_path = module_path[:-3] + ".compiled.json"
+    known = {} if fresh else _read_json(index_path) or {}
+    keys = {}
+    if fresh and len(items) >= _POOL_MIN_KERNELS:
+        keys = _compile_in_workers(items, module_path, arch)
+    requests = {name: _request(launcher, args, arch) for name, launcher, args in items}
+    for name, launcher, args in items:
+        _, index_key = requests[name]
+        key = keys.get(name) or known.get(index_key)
+        if key is not None:
+            launcher.compiled = _load_compiled(requests[name][0], key)
+    direct = sum(launcher.compiled is not None for _, launcher, _ in items)
+    rest = [item for item in items if item[1].compiled is None]
+    if rest:
+        from ember.backend.compile_workers import warm_up_triton
+        warm_up_triton()     # once, before the threads below each look up Triton's cache
+        with concurrent.futures.ThreadPoolExecutor(min(len(rest), os.cpu_count() or 1,
+                                                       16)) as pool:
+            futures = [pool.submit(launcher.warmup, args) for _, launcher, args in rest]
+            for (_, launcher, _), future in zip(rest, futures):
+                launcher.compiled = future.result()
+    now = {requests[name][1]: launcher.compiled.hash for name, launcher, _ in items
+           if getattr(launcher.compiled, "hash", None)}
+    if any(known.get(k) != v for k, v in now.items()):
+        _write_json(index_path, {**known, **now})
+    logs.log("perf_hints", "triton: %d kernels loaded in %.2f s (%d from Triton's cache "
+             "directly, %d through its JIT)", len(items), time.perf_counter() - start,
+             direct, len(rest))
+    return direct, len(rest)
 
 
-def _compile_in_workers(items, module_path: str) -> dict[str, str]:
+def _request(launcher, args, arch: int):
+    """The kernel's compile request (Triton's source object) and the key under which its
+    Triton cache key is kept: everything that decides Triton's key but the kernel's source,
+    which the module's file name is the hash of."""
+    from ember.backend.compile_workers import compile_request
+    dtypes = [str(a.dtype).split(".")[-1] for a in args]
+    src, options, _ = compile_request(launcher.fn, dtypes, launcher.config, arch)
+    parts = [_triton_fingerprint(), _triton_env(), src.name, dtypes, arch,
+             sorted(options.items())]
+    return src, hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
+
+
+def _load_compiled(src, key: str):
+    """Triton's compiled kernel for ``src`` from its cache entry ``key``, or None when the
+    entry is gone or this Triton builds compiled kernels differently (it is then compiled
+    or loaded through the JIT, and the log says why)."""
+    try:
+        from triton.compiler.compiler import CompiledKernel
+        from triton.runtime.cache import get_cache_manager
+        metadata = f"{src.name[:150]}.json"
+        group = get_cache_manager(key).get_group(metadata)
+        if not group or metadata not in group:
+            return None
+        return CompiledKernel(src, group, key)
+    except (ImportError, AttributeError, TypeError, KeyError, ValueError, OSError) as e:
+        logs.log("perf_hints", "triton: %s not loaded from Triton's cache directly (%s: %s)",
+                 src.name, type(e).__name__, e)
+        return None
+
+
+@functools.lru_cache(maxsize=1)
+def _triton_fingerprint() -> str:
+    """Triton's version and the size and time of its native libraries and bundled tools
+    (``ptxas``): a kept Triton cache key is not used across an upgrade or a rebuild."""
+    import triton
+    root = os.path.dirname(triton.__file__)
+    stats = [triton.__version__]
+    for folder in ("_C", os.path.join("backends", "nvidia", "bin")):
+        try:
+            names = sorted(os.listdir(os.path.join(root, folder)))
+        except OSError:
+            continue
+        for name in names:
+            st = os.stat(os.path.join(root, folder, name))
+            stats.append((folder, name, st.st_size, st.st_mtime_ns))
+    return repr(stats)
+
+
+def _triton_env() -> str:
+    """The environment variables that change what Triton compiles (Triton's own list)."""
+    try:
+        from triton.compiler import compiler
+        variables = compiler.get_cache_invalidating_env_vars()
+    except (ImportError, AttributeError):
+        variables = {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}
+    return repr(sorted(variables.items()))
+
+
+def _read_json(path):
+    try:
+        return json.loads(pathlib.Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _write_json(path, value) -> None:
+    from ember.backend.build import atomic_write
+    path = pathlib.Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, json.dumps(value))
+
+
+def _compile_in_workers(items, module_path: str, arch: int) -> dict[str, str]:
     """Compile in the worker processes; returns each compiled kernel's Triton cache key."""
     start_compile_workers()
     if _workers is None:
         return {}
     start, started_at = time.perf_counter(), time.time()
-    device = items[0][2][0].device
-    major, minor = torch.cuda.get_device_capability(device)
     tasks, launchers = [], set()
     # the longest sources first (reductions, many inputs): they take longest to compile,
     # and the batch ends with its slowest kernel
@@ -282,7 +366,7 @@ def _compile_in_workers(items, module_path: str) -> dict[str, str]:
         dtypes = [str(a.dtype).split(".")[-1] for a in args]
         # kernels of one argument signature and constexprs share a C launcher: build it once
         signature = (tuple(dtypes), tuple(sorted(launcher.config.items())))
-        tasks.append((module_path, name, dtypes, launcher.config, major * 10 + minor, 32,
+        tasks.append((module_path, name, dtypes, launcher.config, arch, 32,
                       signature not in launchers))
         launchers.add(signature)
     errors, keys = _workers.run(tasks)

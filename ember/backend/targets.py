@@ -113,7 +113,7 @@ class TritonTarget(Target):
         if not self.interpret:    # compile every kernel now, in parallel
             precompile(launchers, {k.name: [torch.empty(1, dtype=k.dtypes[a], device=self.device)
                                             for a in k.args] for k in kernels},
-                       module.__file__ if fresh else None)
+                       module.__file__, fresh)
         return launchers
 
 

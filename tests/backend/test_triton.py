@@ -268,6 +268,13 @@ spec.loader.exec_module(module)
 args = [torch.empty(4, dtype=d) for d in (torch.bfloat16, torch.float32, torch.bool)]
 compiled = module.kernel0.warmup(*args, grid=(1,), XBLOCK=128, num_warps=2)
 print(keys["kernel0"], compiled.hash)
+# the parent loads what the worker compiled from Triton's cache directly, past the JIT
+from ember.backend import launch
+launcher = launch.TritonLauncher(module.kernel0, 1, {"XBLOCK": 128, "num_warps": 2}, False)
+src, _ = launch._request(launcher, args, 90)
+direct = launch._load_compiled(src, keys["kernel0"])
+assert direct.asm["cubin"] == compiled.asm["cubin"]
+assert direct.metadata == compiled.metadata
 """
 
 
@@ -294,6 +301,63 @@ def test_compile_workers_compile_what_the_parent_would(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     worker_key, parent_key = done.stdout.split()
     assert worker_key == parent_key
+
+
+_PRECOMPILE_CHECK = """
+import importlib.util, shutil, sys, torch
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+from ember.backend import launch
+path = sys.argv[1]
+class StandIn:      # an sm_90 GPU, for the JIT, without one
+    def get_current_device(self): return 0
+    def get_current_stream(self, device): return 0
+    def get_current_target(self): return GPUTarget("cuda", 90, 32)
+driver.set_active(StandIn())
+torch.cuda.get_device_capability = lambda device=None: (9, 0)
+spec = importlib.util.spec_from_file_location("ember_triton_" + path.split("/")[-1][:24], path)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+args = [torch.empty(4, dtype=d) for d in (torch.float16, torch.float32, torch.bool)]
+def run(fresh):
+    launchers = {f"kernel{i}": launch.TritonLauncher(getattr(module, f"kernel{i}"), 1,
+                                                     {"XBLOCK": 128, "num_warps": 2}, False)
+                 for i in range(5)}
+    counts = launch.precompile(launchers, {name: args for name in launchers}, path, fresh)
+    return counts, {name: l.compiled.hash for name, l in launchers.items()}
+first, keys = run(fresh=True)          # compiled by the workers, loaded directly
+again, same_keys = run(fresh=False)    # a later process: the kept keys, loaded directly
+shutil.rmtree(sys.argv[2])             # Triton's cache gone: through the JIT, compiled again
+gone, new_keys = run(fresh=False)
+print(first, again, gone, keys == same_keys == new_keys)
+"""
+
+
+def test_precompile_loads_kernels_past_the_jit_by_their_kept_keys(tmp_path):
+    """A module's kernels, compiled by the workers, load from Triton's cache by the keys the
+    workers answered; the keys are kept, so a later process loads them the same way; with
+    Triton's cache emptied they go through the JIT again, to the same keys. No GPU needed."""
+    import subprocess
+    import sys
+    body = "".join(
+        f"@triton.jit\ndef kernel{i}(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):\n"
+        f"    x = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
+        f"    m = x < 4\n"
+        f"    v = tl.load(in_ptr0 + x, m).to(tl.float32) * {i} + tl.load(in_ptr1 + x, m)\n"
+        f"    tl.store(out_ptr0 + x, v > 0, m)\n\n\n" for i in range(5))
+    kernel = tmp_path / "fedcba9876543210fedcba9876543210.py"
+    kernel.write_text("import triton\nimport triton.language as tl\n\n\n" + body)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
+    env["EMBER_COMPILE_WORKERS"] = "2"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", _PRECOMPILE_CHECK, str(kernel),
+                           env["TRITON_CACHE_DIR"]], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[-2] == "(5, 0) (5, 0) (0, 5) True"
+    assert (tmp_path / "fedcba9876543210fedcba9876543210.compiled.json").exists()
 
 
 def test_a_compile_worker_does_not_import_torch():
