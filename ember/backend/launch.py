@@ -254,7 +254,10 @@ def precompile(launchers: dict, example_args: dict, module_path: str,
     known = {} if fresh else _read_json(index_path) or {}
     keys = {}
     if fresh and len(items) >= _POOL_MIN_KERNELS:
+        driver = threading.Thread(target=_prepare_driver, daemon=True)
+        driver.start()              # while the workers compile
         keys = _compile_in_workers(items, module_path, arch)
+        driver.join()
     requests = {name: _request(launcher, args, arch) for name, launcher, args in items}
     for name, launcher, args in items:
         _, index_key = requests[name]
@@ -275,10 +278,20 @@ def precompile(launchers: dict, example_args: dict, module_path: str,
            if getattr(launcher.compiled, "hash", None)}
     if any(known.get(k) != v for k, v in now.items()):
         _write_json(index_path, {**known, **now})
-    logs.log("perf_hints", "triton: %d kernels loaded in %.2f s (%d from Triton's cache "
-             "directly, %d through its JIT)", len(items), time.perf_counter() - start,
+    logs.log("perf_hints", "triton: %d kernels ready in %.2f s (%d loaded from Triton's "
+             "cache directly, %d through its JIT)", len(items), time.perf_counter() - start,
              direct, len(rest))
     return direct, len(rest)
+
+
+def _prepare_driver() -> None:
+    """Triton's CUDA driver module, which the first launch needs: built with a C compiler
+    the first time on a machine (a third of a second), loaded from Triton's cache after."""
+    try:
+        from triton.runtime import driver
+        driver.active.utils   # noqa: B018
+    except Exception:    # noqa: BLE001 (met again, and reported, by the first launch)
+        pass
 
 
 def _request(launcher, args, arch: int):

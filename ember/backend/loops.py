@@ -62,6 +62,10 @@ def access_indices(kernel, x: list, r: list) -> list:
 def runs_with(expr, outer_var, inner_var, inner_size) -> bool:
     """``expr`` is ``c * (inner_size * outer_var + inner_var) + rest`` with neither var in
     ``rest``: the two vars advance it as one contiguous range."""
+    linear = _linear_coefficients(expr, (outer_var, inner_var))
+    if linear is not None:
+        c_outer, c_inner = linear
+        return c_outer == c_inner * inner_size
     c_inner = sympy.diff(expr, inner_var)
     c_outer = sympy.diff(expr, outer_var)
     if c_inner.free_symbols or c_outer.free_symbols:
@@ -70,6 +74,20 @@ def runs_with(expr, outer_var, inner_var, inner_size) -> bool:
     if outer_var in rest.free_symbols or inner_var in rest.free_symbols:
         return False
     return c_outer == c_inner * inner_size
+
+
+def _linear_coefficients(expr, variables):
+    """The number multiplying each of ``variables`` in the sum ``expr``, when each appears
+    only in terms ``number * var``; None otherwise (the caller asks sympy). Most indices
+    are such sums, and this costs a fraction of ``sympy.diff``."""
+    coefficients = dict.fromkeys(variables, 0)
+    for term in sympy.Add.make_args(expr):
+        number, factor = term.as_coeff_Mul()
+        if factor in coefficients:
+            coefficients[factor] += number
+        elif not factor.free_symbols.isdisjoint(coefficients):
+            return None
+    return [coefficients[v] for v in variables]
 
 
 def merge_dims(kernel, x: list, r: list, sizes: list, loop_vars: list):
