@@ -57,7 +57,8 @@ suppress_errors: bool = _option(
     "an internal compiler error falls back to eager (logged) instead of raising")
 layout_optimization: str = _option(
     "layout_optimization", str, "auto",
-    "channels-last convolutions: 'auto' (CUDA graphs in half precision), 'channels_last' "
+    "channels-last convolutions: 'auto' (CUDA inference graphs in half precision), "
+    "'channels_last' "
     "(always), 'off' (never); see ember/backend/layout.py")
 half_fast_math: bool = _option(
     "half_fast_math", bool, True,

@@ -15,9 +15,10 @@ between versions), the launcher logs why and keeps the generic path.
 :func:`precompile` compiles a graph's kernels before its first call. Kernels new to this
 machine compile in a pool of worker processes (Triton's compiler holds the GIL for much of
 its work, so threads serialise); each compiled kernel lands in Triton's on-disk cache, from
-which this process then loads it. Kernels whose source was compiled before (a warm start)
-load from that cache directly, in threads. The pool starts when the first CUDA graph begins
-compiling (:func:`start_compile_workers`), so its start overlaps tracing and lowering.
+which this process then loads it by the cache key the worker answered, past Triton's JIT.
+The keys are kept beside the module, so a warm start loads its kernels the same way. The
+pool starts when the first CUDA graph begins compiling (:func:`start_compile_workers`), so
+its start overlaps tracing and lowering.
 """
 from __future__ import annotations
 
