@@ -59,7 +59,7 @@ layout_optimization: str = _option(
     "layout_optimization", str, "auto",
     "channels-last convolutions: 'auto' (CUDA inference graphs in half precision), "
     "'channels_last' "
-    "(always), 'off' (never); see ember/backend/layout.py")
+    "(always; depthwise ones stay NCHW), 'off' (never); see ember/backend/layout.py")
 half_fast_math: bool = _option(
     "half_fast_math", bool, True,
     "GPU Triton kernels compute sin, cos and division of float16/bfloat16 values with CUDA's "
