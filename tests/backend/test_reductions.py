@@ -69,7 +69,10 @@ def test_few_long_rows_are_split_over_threads(fn, cpu_backend):
     x[1, 123] = x[1, 40_000] = 50.0        # ties: the first index wins, as in eager
     x[0, 7] = x[0, 49_999] = -50.0
     code = check(fn, x, rtol=1e-4, atol=1e-3)
-    assert MARKS[cpu_backend]["split"] in code
+    # Triton: a row longer than one block loops, or the reduction is split into partial
+    # results and their reduction (two kernels: reductions.SPLIT_MAX_OUTPUTS)
+    assert MARKS[cpu_backend]["split"] in code or \
+        (cpu_backend == "triton" and code.count("@triton.jit") >= 2)
 
 
 def test_split_rows_propagate_nan(cpu_backend):

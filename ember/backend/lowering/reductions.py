@@ -2,12 +2,15 @@
 and log_softmax, written as reductions plus pointwise bodies the scheduler fuses."""
 from __future__ import annotations
 
+import math
+
 import sympy
 import torch
 
 from ember.backend.ir import Layout, Pointwise, Reduction, ReinterpretView, product, sym
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
+from ember.backend.sizevars import is_static
 
 
 def _dims(x, dim) -> list[int]:
@@ -65,12 +68,68 @@ def reduce(ctx, x, dims: list[int], reduction_type: str, compute: torch.dtype,
     buf = memo[key][0] if key in memo else None
     if buf is None:
         inner, ranges, rranges = _reduction_body(x, dims, compute, map_fn)
-        red = Reduction(x.get_device(), out_dtype, inner, ranges, rranges, reduction_type,
-                        compute)
+        red = _split(ctx, x, dims, inner, reduction_type, compute, out_dtype) or \
+            Reduction(x.get_device(), out_dtype, inner, ranges, rranges, reduction_type,
+                      compute)
         buf = ctx.graph.realize(red)
         if key is not None:
             memo[key] = (buf, x)   # keeps x alive so its id is not reused
     return _keepdim_view(buf, x.get_size(), dims) if keepdim else buf
+
+
+# Split reductions (Triton): a reduction to few results (a column sum, batch norm's
+# per-channel sums, a whole-tensor sum) gives a GPU a few programs, each looping over a long
+# range, while most of its SMs idle. Such a reduction runs in two: the first reduces chunks
+# of one reduced dim into partial results, many in parallel; the second reduces those.
+_SPLIT_TYPES = ("sum", "prod", "max", "min", "any", "all")
+SPLIT_MAX_OUTPUTS = 4096        # fewer results than this are split...
+SPLIT_MIN_LENGTH = 2048         # ...when each reduces at least this many elements
+SPLIT_PARTIALS = 32768          # at most this many partial results
+SPLIT_MIN_CHUNK = 256           # each reducing at least this many elements
+
+
+def _split(ctx, x, dims, inner, reduction_type, compute, out_dtype):
+    """The second Reduction of a split reduction over the realized partial results of the
+    first, or None when the reduction stays one (see ``SPLIT_MAX_OUTPUTS``). The first
+    splits the outermost reduced dim that divides into chunks long enough: chunk ``s``
+    covers its positions ``[s * chunk, (s + 1) * chunk)``, so no index falls outside and no
+    load needs a mask."""
+    if getattr(ctx.graph.target, "name", None) != "triton" or \
+            reduction_type not in _SPLIT_TYPES or not dims:
+        return None
+    size = x.get_size()
+    if not all(is_static(v) for v in size):
+        return None
+    size = [int(v) for v in size]
+    kept = [i for i in range(len(size)) if i not in dims]
+    outputs = math.prod(size[i] for i in kept)
+    length = math.prod(size[d] for d in dims)
+    if outputs >= SPLIT_MAX_OUTPUTS or length < SPLIT_MIN_LENGTH:
+        return None
+    for d in dims:
+        n, others = size[d], length // size[d]
+        splits = [s for s in range(2, n + 1) if n % s == 0 and outputs * s <= SPLIT_PARTIALS
+                  and n // s * others >= SPLIT_MIN_CHUNK]
+        if splits:
+            break
+    else:
+        return None
+    parts, chunk = splits[-1], n // splits[-1]
+    rest = [e for e in dims if e != d]
+
+    def first(index, rindex):      # index: the kept dims, then the chunk
+        chunk_index = iter(rindex[1:])
+        return inner(index[:-1], [index[-1] * chunk + rindex[0] if e == d else
+                                  next(chunk_index) for e in dims])
+    partial_dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) \
+        else out_dtype
+    device = x.get_device()
+    partial = ctx.graph.realize(Reduction(
+        device, partial_dtype, first, [size[i] for i in kept] + [parts],
+        [chunk] + [size[e] for e in rest], reduction_type, compute))
+    load = partial.make_loader()
+    return Reduction(device, out_dtype, lambda index, rindex: load(list(index) + [rindex[0]]),
+                     [size[i] for i in kept], [parts], reduction_type, partial_dtype)
 
 
 # Reductions at least this long compute var/std in one pass with Welford's update (mean and
