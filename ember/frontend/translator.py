@@ -303,6 +303,9 @@ class InstructionTranslator:
             obj.cell.set(self, value)     # a resume function's cell (see resume.py)
         elif isinstance(obj, CellVariable) and name == "cell_contents":
             obj.set(self, value)
+        elif isinstance(obj, TensorVariable) and name == "requires_grad":
+            # ``t.requires_grad = b`` is ``t.requires_grad_(b)``, with the same leaf check
+            obj.call_method(self, "requires_grad_", [value], {})
         elif isinstance(obj, NNModuleVariable):
             if isinstance(value, TensorVariable) and name in obj.value._parameters:
                 raise Unsupported(f"assigning to parameter {name!r}")

@@ -92,7 +92,20 @@ def lp_class_statement(x):
     return Pair(x, x * 2).total()
 
 
+def lp_requires_grad_assignment(x, w):
+    y = x[:, None]            # wav2vec2's feature encoder, for gradient checkpointing
+    y.requires_grad = True
+    return (y * w).sum(), y.requires_grad
+
+
+def lp_requires_grad_of_a_non_leaf(x, w):
+    y = x * w
+    y.requires_grad = False    # eager raises: only leaves' flags change
+    return y
+
+
 @pytest.mark.parametrize("fn, inputs", [
+    (lp_requires_grad_assignment, (torch.randn(4, 3), torch.randn(3, requires_grad=True))),
     (lp_log_api_usage, (torch.randn(3),)),
     (lp_lru_cache, (torch.randn(3),)),
     (lp_mode_queries, (torch.randn(3),)),
@@ -105,6 +118,23 @@ def lp_class_statement(x):
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_pattern_compiles_in_one_graph(fn, inputs):
     check(fn, inputs, graphs=1)
+
+
+def test_requires_grad_assignment_gives_eager_gradients_through_the_ember_backend():
+    x, w = torch.randn(4, 3), torch.randn(3)
+    w1, w2 = w.clone().requires_grad_(), w.clone().requires_grad_()
+    ember.reset()
+    out, flag = ember.compile(lp_requires_grad_assignment, backend="ember")(x, w1)
+    expected, eager_flag = lp_requires_grad_assignment(x, w2)
+    out.backward()
+    expected.backward()
+    assert same(expected, out) and flag is eager_flag is True
+    assert same(w2.grad, w1.grad)
+
+
+def test_requires_grad_of_a_non_leaf_raises_as_in_eager():
+    check(lp_requires_grad_of_a_non_leaf, (torch.randn(3), torch.randn(3, requires_grad=True)),
+          graphs=None, raises=RuntimeError)
 
 
 def test_per_device_cache_filled_on_first_use():
