@@ -7,6 +7,8 @@
 #   opinfo    OpInfo on CUDA in float32, float16 and bfloat16, one sample per (op, dtype):
 #             ~650 Triton compiles, a call of its own (STEPS=opinfo)
 #   bench     issue 7's table: kernels and the five models, eager / ember / torch.compile
+#   compile   issue 7's compile times: the five models, cold and warm (a second process),
+#             eager / ember / torch.compile (about 6 minutes)
 #   frontend  frontend tests under the machine's Python 3.12
 #   libs      issue 9's library suites (timm, hf, torchvision) in bfloat16
 #   train     issue 10's AMP training step (float32 weights, bf16 autocast): ~7 minutes
@@ -20,6 +22,9 @@ export HF_HUB_OFFLINE=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 [ -d .gpu/pylib ] && PYTHONPATH=$PYTHONPATH:$PWD/.gpu/pylib
 OUT=${OUT:-/tmp/h200}
 mkdir -p "$OUT"
+# the machine sets PYTHONDONTWRITEBYTECODE=1: give Ember the bytecode an install would have
+# (otherwise every process compiles its modules from source, a fifth of a warm start)
+python3 -m compileall -q ember > /dev/null
 STEPS=${STEPS:-"tests bench frontend"}
 COMPILERS=${COMPILERS:-eager,ember,ember-reduce-overhead,torch-inductor,torch-inductor-reduce-overhead}
 for step in $STEPS; do
@@ -31,6 +36,9 @@ for step in $STEPS; do
     bench) timeout 300 python3 -m ember.bench --device cuda --suite kernels,gpu --dtype bfloat16 \
              --compilers $COMPILERS --repeat 10 --warmup 3 --no-warm-compile --timeout 200 \
              --torch-compile-budget 60 --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1 ;;
+    compile) timeout 420 python3 -m ember.bench --device cuda --suite gpu --dtype bfloat16 \
+             --compilers eager,ember,torch-inductor --repeat 10 --warmup 3 --timeout 200 \
+             --torch-compile-budget 60 --json "$OUT/compile.json" > "$OUT/compile.txt" 2>&1 ;;
     frontend) timeout 100 python3 -m pytest -q -p no:cacheprovider tests/frontend \
              > "$OUT/frontend312.txt" 2>&1 ;;
     libs) timeout 420 python3 -m ember.bench --suite timm,hf,torchvision --device cuda \
