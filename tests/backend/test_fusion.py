@@ -99,6 +99,23 @@ def test_cat_and_pad():
     run(f, torch.randn(4, 5), torch.randn(4, 3))
 
 
+@pytest.mark.parametrize("dim", [0, 1, 2, -1])
+def test_stack_is_a_kernel(dim):
+    """stack fuses with the work on its inputs and after it: one kernel, no fallback (ViT's
+    backward stacks the q, k and v gradients)."""
+    def f(x, y):
+        return (torch.stack([x * 2, y.relu(), x - y], dim=dim) + 1).exp()
+    assert run(f, torch.randn(4, 6), torch.randn(4, 6)) == 1
+    assert not metrics.fallback_ops
+
+
+def test_stack_of_mixed_dtypes_promotes_as_eager():
+    def f(x, y):
+        return torch.stack([x, y], dim=1)
+    run(f, torch.randn(3, 5), torch.randint(0, 9, (3, 5)))
+    assert not metrics.fallback_ops
+
+
 def test_input_mutation_is_applied():
     def f(x, y):
         x.add_(y)

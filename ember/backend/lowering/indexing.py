@@ -1,4 +1,4 @@
-"""Lowerings that choose what to load by index: cat, constant padding, and indirect
+"""Lowerings that choose what to load by index: cat, stack, constant padding, and indirect
 indexing (embedding, index_select, gather, ``x[..., idx]``).
 
 Both branches of a select are evaluated in a generated kernel, so cat and pad clamp every load
@@ -44,6 +44,31 @@ def _cat(ctx, tensors, dim=0):
                 return v if src == dtype else ops.to_dtype(v, dtype)
             v = ops.masked(inside, part, 0)
             value = v if value is None else ops.where(inside, v, value)
+        return value
+    return Pointwise(ctx.device, dtype, inner, out)
+
+
+@register_lowering(aten.stack.default)
+def _stack(ctx, tensors, dim=0):
+    """Element ``k`` along the new dim ``dim`` is ``tensors[k]`` (ViT's q/k/v gradients)."""
+    out = ctx.size
+    dim %= len(out)
+    dtype = ctx.dtype
+    parts = [(t.make_loader(), t.get_dtype()) for t in tensors]
+
+    def inner(index):
+        idx = list(index[:dim]) + list(index[dim + 1:])
+        i = ops.index_expr(index[dim], torch.int64)
+        value = None
+        for k in reversed(range(len(parts))):
+            load, src = parts[k]
+
+            def part(load=load, src=src):
+                v = load(idx)
+                return v if src == dtype else ops.to_dtype(v, dtype)
+            here = ops.eq(i, ops.constant(k, torch.int64))
+            v = ops.masked(here, part, 0)      # each element loads only its own tensor
+            value = v if value is None else ops.where(here, v, value)
         return value
     return Pointwise(ctx.device, dtype, inner, out)
 
