@@ -190,6 +190,20 @@ def test_train_mode_models_train_without_dropout():
         assert dropouts and all(m.p == 0.0 for m in dropouts)
 
 
+def test_training_loss_has_gradients_through_a_final_layer_norm():
+    """A plain sum of a layer norm's outputs is constant (each row sums to zero), so every
+    gradient below it would be rounding noise; the training step's loss weights the outputs
+    and gives the layers below real gradients."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.LayerNorm(16))
+    out = model(torch.randn(4, 8))
+    out.sum().backward(retain_graph=True)
+    assert model[0].weight.grad.abs().max() < 1e-5        # the plain sum: nothing
+    model.zero_grad()
+    harness._loss(out).backward()
+    assert model[0].weight.grad.abs().max() > 1e-2
+
+
 def test_builtin_suite_needs_only_torch_and_the_others_their_package():
     assert models.in_suite("builtin") == ["mlp", "convnet", "transformer_block", "tiny_gpt"]
     assert all(models.MODELS[n].requires is None for n in models.in_suite("builtin"))
