@@ -259,12 +259,17 @@ def precompile(launchers: dict, example_args: dict, module_path: str,
         driver.start()              # while the workers compile
         keys = _compile_in_workers(items, module_path, arch)
         driver.join()
-    requests = {name: _request(launcher, args, arch) for name, launcher, args in items}
+    requests = {}
     for name, launcher, args in items:
-        _, index_key = requests[name]
+        try:
+            requests[name] = src, index_key = _request(launcher, args, arch)
+        except (AttributeError, TypeError, ValueError, KeyError) as e:   # another Triton's JIT
+            logs.log("perf_hints", "triton: %s not loaded from Triton's cache directly (%s: "
+                     "%s)", name, type(e).__name__, e)
+            continue
         key = keys.get(name) or known.get(index_key)
         if key is not None:
-            launcher.compiled = _load_compiled(requests[name][0], key)
+            launcher.compiled = _load_compiled(src, key)
     direct = sum(launcher.compiled is not None for _, launcher, _ in items)
     rest = [item for item in items if item[1].compiled is None]
     if rest:
@@ -276,7 +281,7 @@ def precompile(launchers: dict, example_args: dict, module_path: str,
             for (_, launcher, _), future in zip(rest, futures):
                 launcher.compiled = future.result()
     now = {requests[name][1]: launcher.compiled.hash for name, launcher, _ in items
-           if getattr(launcher.compiled, "hash", None)}
+           if name in requests and getattr(launcher.compiled, "hash", None)}
     if any(known.get(k) != v for k, v in now.items()):
         _write_json(index_path, {**known, **now})
     logs.log("perf_hints", "triton: %d kernels ready in %.2f s (%d loaded from Triton's "
