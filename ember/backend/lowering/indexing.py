@@ -10,7 +10,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ember.backend.ir import ComputedBuffer, Pointwise, Scatter, sym
+from ember.backend.ir import ComputedBuffer, IndexView, Pointwise, Scatter, sym
 from ember.backend.lowering.registry import aten, compute_dtype, register_lowering
 from ember.backend.ops import ops
 
@@ -50,27 +50,15 @@ def _cat(ctx, tensors, dim=0):
 
 @register_lowering(aten.stack.default)
 def _stack(ctx, tensors, dim=0):
-    """Element ``k`` along the new dim ``dim`` is ``tensors[k]`` (ViT's q/k/v gradients)."""
-    out = ctx.size
-    dim %= len(out)
-    dtype = ctx.dtype
-    parts = [(t.make_loader(), t.get_dtype()) for t in tensors]
+    """``cat`` of the tensors, each seen with a size-1 dim at ``dim`` (ViT's backward stacks
+    its q/k/v gradients)."""
+    dim %= len(ctx.size)
 
-    def inner(index):
-        idx = list(index[:dim]) + list(index[dim + 1:])
-        i = ops.index_expr(index[dim], torch.int64)
-        value = None
-        for k in reversed(range(len(parts))):
-            load, src = parts[k]
-
-            def part(load=load, src=src):
-                v = load(idx)
-                return v if src == dtype else ops.to_dtype(v, dtype)
-            here = ops.eq(i, ops.constant(k, torch.int64))
-            v = ops.masked(here, part, 0)      # each element loads only its own tensor
-            value = v if value is None else ops.where(here, v, value)
-        return value
-    return Pointwise(ctx.device, dtype, inner, out)
+    def unsqueezed(t):
+        size = t.get_size()
+        return IndexView(t, size[:dim] + [sympy.Integer(1)] + size[dim:],
+                         lambda index: index[:dim] + index[dim + 1:])
+    return _cat(ctx, [unsqueezed(t) for t in tensors], dim)
 
 
 @register_lowering(aten.constant_pad_nd.default)
