@@ -30,6 +30,9 @@ class Target:
     name = ""
     dtypes: frozenset = _COMMON_DTYPES
     source_suffix = ".txt"
+    # a reduction to few results runs as two (lowering/reductions.py): a GPU's programs
+    # would idle otherwise; C++ kernels split long rows over threads themselves
+    splits_reductions = False
 
     def make_kernel(self, step, name: str, dtypes: dict) -> Kernel:
         raise NotImplementedError
@@ -71,6 +74,7 @@ class CppTarget(Target):
 
 class TritonTarget(Target):
     name = "triton"
+    splits_reductions = True
     source_suffix = ".py"
 
     def __init__(self, interpret: bool, debug: bool = False,

@@ -77,7 +77,7 @@ def reduce(ctx, x, dims: list[int], reduction_type: str, compute: torch.dtype,
     return _keepdim_view(buf, x.get_size(), dims) if keepdim else buf
 
 
-# Split reductions (Triton): a reduction to few results (a column sum, batch norm's
+# Split reductions (targets that ask, ``Target.splits_reductions``: Triton): a reduction to few results (a column sum, batch norm's
 # per-channel sums, a whole-tensor sum) gives a GPU a few programs, each looping over a long
 # range, while most of its SMs idle. Such a reduction runs in two: the first reduces chunks
 # of one reduced dim into partial results, many in parallel; the second reduces those.
@@ -94,8 +94,8 @@ def _split(ctx, x, dims, inner, reduction_type, compute, out_dtype):
     splits the outermost reduced dim that divides into chunks long enough: chunk ``s``
     covers its positions ``[s * chunk, (s + 1) * chunk)``, so no index falls outside and no
     load needs a mask."""
-    if getattr(ctx.graph.target, "name", None) != "triton" or \
-            reduction_type not in _SPLIT_TYPES or not dims:
+    if not ctx.graph.target.splits_reductions or reduction_type not in _SPLIT_TYPES or \
+            not dims:
         return None
     size = x.get_size()
     if not all(is_static(v) for v in size):
