@@ -55,7 +55,7 @@ class CompileWorkers:
             pending.put(task)
         errors: list[str] = []
         keys: dict[str, str] = {}
-        self.seconds: dict[str, float] = {}
+        self.seconds = {}
 
         def serve(proc):
             while True:

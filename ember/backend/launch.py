@@ -260,9 +260,10 @@ def precompile(launchers: dict, example_args: dict, module_path: str,
         keys = _compile_in_workers(items, module_path, arch)
         driver.join()
     requests = {}
+    triton_state = (_triton_fingerprint(), _triton_env())
     for name, launcher, args in items:
         try:
-            requests[name] = src, index_key = _request(launcher, args, arch)
+            requests[name] = src, index_key = _request(launcher, args, arch, triton_state)
         except (AttributeError, TypeError, ValueError, KeyError) as e:   # another Triton's JIT
             logs.log("perf_hints", "triton: %s not loaded from Triton's cache directly (%s: "
                      "%s)", name, type(e).__name__, e)
@@ -300,15 +301,15 @@ def _prepare_driver() -> None:
         pass
 
 
-def _request(launcher, args, arch: int):
+def _request(launcher, args, arch: int, triton_state: tuple):
     """The kernel's compile request (Triton's source object) and the key under which its
-    Triton cache key is kept: everything that decides Triton's key but the kernel's source,
-    which the module's file name is the hash of."""
+    Triton cache key is kept: everything that decides Triton's key (``triton_state``: the
+    installation and its environment variables) but the kernel's source, which the
+    module's file name is the hash of."""
     from ember.backend.compile_workers import compile_request
-    dtypes = [str(a.dtype).split(".")[-1] for a in args]
+    dtypes = _dtype_names(args)
     src, options, _ = compile_request(launcher.fn, dtypes, launcher.config, arch)
-    parts = [_triton_fingerprint(), _triton_env(), src.name, dtypes, arch,
-             sorted(options.items())]
+    parts = [*triton_state, src.name, dtypes, arch, sorted(options.items())]
     return src, hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
 
 
@@ -382,7 +383,7 @@ def _compile_in_workers(items, module_path: str, arch: int) -> dict[str, str]:
     # the longest sources first (reductions, many inputs): they take longest to compile,
     # and the batch ends with its slowest kernel
     for name, launcher, args in sorted(items, key=lambda item: -len(_source_of(item[1]))):
-        dtypes = [str(a.dtype).split(".")[-1] for a in args]
+        dtypes = _dtype_names(args)
         # kernels of one argument signature and constexprs share a C launcher: build it once
         signature = (tuple(dtypes), tuple(sorted(launcher.config.items())))
         tasks.append((module_path, name, dtypes, launcher.config, arch, 32,
@@ -400,6 +401,11 @@ def _compile_in_workers(items, module_path: str, arch: int) -> dict[str, str]:
              len(items), len(_workers.procs), time.perf_counter() - start,
              sum(seconds.values()), slowest, seconds.get(slowest, 0.0), max(waited, 0.0))
     return keys
+
+
+def _dtype_names(args) -> list[str]:
+    """torch's names of the arguments' dtypes ("bfloat16"), as the workers take them."""
+    return [str(a.dtype).split(".")[-1] for a in args]
 
 
 def _source_of(launcher) -> str:

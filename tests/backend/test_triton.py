@@ -271,7 +271,7 @@ print(keys["kernel0"], compiled.hash)
 # the parent loads what the worker compiled from Triton's cache directly, past the JIT
 from ember.backend import launch
 launcher = launch.TritonLauncher(module.kernel0, 1, {"XBLOCK": 128, "num_warps": 2}, False)
-src, _ = launch._request(launcher, args, 90)
+src, _ = launch._request(launcher, args, 90, ())
 direct = launch._load_compiled(src, keys["kernel0"])
 assert direct.asm["cubin"] == compiled.asm["cubin"]
 assert direct.metadata == compiled.metadata
