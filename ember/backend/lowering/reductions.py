@@ -108,13 +108,14 @@ def _split(ctx, x, dims, inner, reduction_type, compute, out_dtype):
         return None
     for d in dims:
         n, others = size[d], length // size[d]
-        splits = [s for s in range(2, n + 1) if n % s == 0 and outputs * s <= SPLIT_PARTIALS
-                  and n // s * others >= SPLIT_MIN_CHUNK]
-        if splits:
+        # the most parts that divide the dim, within the partials' and chunks' limits
+        most = min(n, SPLIT_PARTIALS // outputs, length // SPLIT_MIN_CHUNK)
+        parts = next((p for p in range(most, 1, -1) if n % p == 0), None)
+        if parts is not None:
             break
     else:
         return None
-    parts, chunk = splits[-1], n // splits[-1]
+    chunk = n // parts
     rest = [e for e in dims if e != d]
 
     def first(index, rindex):      # index: the kept dims, then the chunk
