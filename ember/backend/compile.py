@@ -28,6 +28,7 @@ from ember.backend.ir import Buffer, ReinterpretView
 from ember.backend.layout import convert_convolutions, wants_channels_last
 from ember.backend.scheduler import FusedKernel, schedule
 from ember.backend.targets import CppTarget, Target, target_for
+from ember.backend.templates import fuse_matmul_epilogues
 
 
 generated_sources: list[str] = []   # wrapper and kernel sources, for tests and tools
@@ -206,6 +207,8 @@ def generate(gm: torch.fx.GraphModule, example_inputs: list, target: Target,
                     for o in graph.outputs if isinstance(o, (Buffer, ReinterpretView))}
     with metrics.timed("scheduling"):
         steps = schedule(graph.buffers, output_names)
+        if target.fuses_matmul_epilogues:
+            steps = fuse_matmul_epilogues(steps, output_names, target.dtypes)
     layouts = {b.name: b.layout for b in [*graph.inputs, *graph.constant_buffers, *graph.buffers]
                if b.layout is not None}
     dtypes = {name: layout.dtype for name, layout in layouts.items()}

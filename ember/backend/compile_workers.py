@@ -146,8 +146,9 @@ def compile_task(path: str, name: str, dtypes: list[str], config: dict, arch: in
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         modules[path] = module
-    src, options, target = compile_request(getattr(module, name), dtypes, config, arch,
-                                           warp_size)
+    # ``kernel3#1``: kernel3 in another config (a matmul's tiles, launch.MatmulChoice)
+    src, options, target = compile_request(getattr(module, name.split("#")[0]), dtypes,
+                                           config, arch, warp_size)
     compiled = triton.compile(src, target=target, options=options)
     if build_launcher:
         _build_launcher(compiled)

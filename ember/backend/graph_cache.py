@@ -48,13 +48,15 @@ class KernelRecord:
     candidates: list | None = None
     numel_x: int = 0
     uses_indirect: bool = False
+    matmul_spec: dict | None = None     # a matmul with its epilogue (triton_matmul.py)
 
     @classmethod
     def of(cls, kernel) -> "KernelRecord":
         return cls(kernel.name, kernel.source, list(kernel.args), dict(kernel.dtypes),
                    set(getattr(kernel, "stored", ())), getattr(kernel, "grid", None),
                    getattr(kernel, "config", None), getattr(kernel, "candidates", None),
-                   getattr(kernel, "numel_x", 0), getattr(kernel, "uses_indirect", False))
+                   getattr(kernel, "numel_x", 0), getattr(kernel, "uses_indirect", False),
+                   getattr(kernel, "matmul_spec", None))
 
 
 @dataclasses.dataclass

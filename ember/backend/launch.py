@@ -36,6 +36,9 @@ import torch
 from ember import logs
 
 
+LAUNCH_OPTIONS = ("num_warps", "num_stages")     # config entries that are not constexprs
+
+
 class TritonLauncher:
     """``launcher(*buffers)`` runs one generated kernel over a fixed grid and config.
 
@@ -61,7 +64,7 @@ class TritonLauncher:
     def _use(self, config) -> None:
         self.config = dict(config)
         self.compiled = None
-        self.constexprs = tuple(v for k, v in config.items() if k != "num_warps")
+        self.constexprs = tuple(v for k, v in config.items() if k not in LAUNCH_OPTIONS)
 
     def __call__(self, *args):
         if 0 in self.grid:
@@ -152,31 +155,130 @@ class TritonLauncher:
             best = min(timings, key=lambda t: t[0])[1]
             _write_json(path, best)
             logs.log("perf_hints", "autotune: %s",
-                     ", ".join(f"{c} {t * 1e3:.1f} us" for t, c in sorted(timings,
+                     ", ".join(f"{c} {t * 1e6:.1f} us" for t, c in sorted(timings,
                                                                       key=lambda t: t[0])))
         self._use(best)
         self.grid = (-(-self.rows // best["XBLOCK"]),)
 
     def _time(self, config, args, saved) -> float:
         grid = (-(-self.rows // config["XBLOCK"]),)
-        repeat = 1 if self.interpret else 5
-        times = []
-        for _ in range(repeat + 1):     # the first run compiles
-            for i, value in zip(self.written, saved):
-                args[i].copy_(value)
-            if self.interpret:
-                start = time.perf_counter()
-                self.fn[grid](*args, **config)
-                times.append(time.perf_counter() - start)
-            else:
-                begin, end = torch.cuda.Event(enable_timing=True), \
-                    torch.cuda.Event(enable_timing=True)
-                begin.record()
-                self.fn[grid](*args, **config)
-                end.record()
-                end.synchronize()
-                times.append(begin.elapsed_time(end) / 1e3)
-        return sorted(times[1:])[len(times[1:]) // 2]
+        return _median_seconds(lambda: self.fn[grid](*args, **config),
+                               _restorer(args, self.written, saved), self.interpret)
+
+
+def _restorer(args, written: tuple, saved: list):
+    """A function that puts back the buffers a kernel writes (``written`` positions of
+    ``args``) as ``saved``, so each trial runs on the same data."""
+    def restore():
+        for i, value in zip(written, saved):
+            args[i].copy_(value)
+    return restore
+
+
+def _median_seconds(run, restore, interpret: bool) -> float:
+    """Median seconds of ``run()`` (each after ``restore()``), after a first untimed run (it
+    compiles): CUDA events on the GPU, the clock under the interpreter."""
+    repeat = 1 if interpret else 5
+    times = []
+    for _ in range(repeat + 1):
+        restore()
+        if interpret:
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+        else:
+            begin, end = torch.cuda.Event(enable_timing=True), \
+                torch.cuda.Event(enable_timing=True)
+            begin.record()
+            run()
+            end.record()
+            end.synchronize()
+            times.append(begin.elapsed_time(end) / 1e3)
+    return sorted(times[1:])[len(times[1:]) // 2]
+
+
+class MatmulChoice:
+    """``choice(*args)`` runs a matmul with its pointwise epilogue
+    (``codegen/triton_matmul.py``) the fastest way for its shape: the generated kernel in one
+    of its tile configs, or the library's matmul (cuBLAS through ATen) followed by the
+    epilogue alone. The first call times every way on the real arguments (buffers the
+    epilogue writes are restored between trials) and caches the winner on disk by the
+    kernel's source and device, like ``TritonLauncher``'s configs. Under Triton's
+    interpreter timings mean nothing: the generated kernel runs, so tests check it."""
+
+    def __init__(self, templates: list[TritonLauncher], epilogue: TritonLauncher, spec: dict,
+                 args: list[str], key: str, interpret: bool):
+        self.templates = templates
+        self.epilogue = epilogue
+        self.spec = spec
+        self.key = key
+        self.interpret = interpret
+        self.run = None
+        position = {name: i for i, name in enumerate(args)}
+        self.operands = {role: None if op is None else (position[op[0]], *op[1:])
+                         for role, op in spec["operands"].items()}
+        # the epilogue's arguments among ours; -1: the matmul's result
+        self.epilogue_args = [-1 if name == spec["out"] else position[name]
+                              for name in spec["epilogue_args"]]
+        stored = set(spec["epilogue_args"]) - {spec["out"]}
+        self.written = tuple(i for i, name in enumerate(args) if name in stored)
+
+    def parts(self, name: str) -> dict[str, TritonLauncher]:
+        """The kernels to compile ahead, by the names the compile workers take."""
+        out = {f"{name}#{i}": launcher for i, launcher in enumerate(self.templates)}
+        out[self.spec["epilogue"]] = self.epilogue
+        return out
+
+    def __call__(self, *args):
+        if self.run is None:
+            self.run = self._choose(args)
+        return self.run(*args)
+
+    def library(self, *args):
+        from ember.backend.runtime import reinterpret, with_layout
+        views = {role: None if op is None else reinterpret(args[op[0]], *op[1:])
+                 for role, op in self.operands.items()}
+        if self.spec["op"] == "mm":
+            out = torch.mm(views["a"], views["b"])
+        else:
+            out = torch.addmm(views["bias"], views["a"], views["b"], beta=self.spec["beta"],
+                              alpha=self.spec["alpha"])
+        out = with_layout(out, *(tuple(v) for v in self.spec["out_layout"]))
+        self.epilogue(*[out if i < 0 else args[i] for i in self.epilogue_args])
+
+    def _ways(self) -> dict:
+        ways = {f"triton {_config_name(t.config)}": t for t in self.templates}
+        ways["library"] = self.library
+        return ways
+
+    def _choose(self, args):
+        ways = self._ways()
+        if self.interpret:
+            return self.templates[0]
+        path = _autotune_path(self.key)
+        best = (_read_json(path) or {}).get("way")
+        if best not in ways:
+            saved = [args[i].clone() for i in self.written]
+            restore = _restorer(args, self.written, saved)
+            timings = []
+            for name, way in ways.items():
+                try:
+                    timings.append((_median_seconds(lambda: way(*args), restore, False), name))
+                except Exception as e:     # e.g. out of shared memory: not a candidate
+                    logs.log("perf_hints", "autotune: matmul %s skipped (%s)", name,
+                             type(e).__name__)
+            restore()
+            best = min(timings)[1]
+            _write_json(path, {"way": best})
+            logs.log("perf_hints", "autotune: matmul %dx%d with its epilogue: %s",
+                     self.spec["rows"], self.spec["cols"],
+                     ", ".join(f"{n} {t * 1e6:.1f} us" for t, n in sorted(timings)))
+        return ways[best]
+
+
+def _config_name(config: dict) -> str:
+    return "x".join(str(config[k]) for k in ("XBLOCK", "RBLOCK", "KBLOCK")) + \
+        f" w{config['num_warps']} s{config['num_stages']}"
 
 
 def _launch_constants(recorded: tuple, grid: tuple, values: tuple):

@@ -33,6 +33,9 @@ class Target:
     # a reduction to few results runs as two (lowering/reductions.py): a GPU's programs
     # would idle otherwise; C++ kernels split long rows over threads themselves
     splits_reductions = False
+    # under max_autotune, a matmul and the pointwise kernel after it may run as one kernel
+    # (templates.py)
+    fuses_matmul_epilogues = False
 
     def make_kernel(self, step, name: str, dtypes: dict) -> Kernel:
         raise NotImplementedError
@@ -90,8 +93,17 @@ class TritonTarget(Target):
             from ember.backend.launch import start_compile_workers
             start_compile_workers()
 
+    @property
+    def fuses_matmul_epilogues(self) -> bool:
+        return self.autotune
+
     def make_kernel(self, step, name, dtypes):
         from ember.backend.codegen.triton import TritonKernel
+        from ember.backend.templates import MatmulEpilogue
+        if isinstance(step, MatmulEpilogue):
+            from ember.backend.codegen.triton_matmul import TritonMatmulKernel
+            return TritonMatmulKernel(step, name, dtypes, interpret=self.interpret,
+                                      debug=self.debug)
         return TritonKernel(step, name, dtypes, interpret=self.interpret, debug=self.debug)
 
     def full_source(self, kernels):
@@ -105,20 +117,43 @@ class TritonTarget(Target):
         source = self.full_source(kernels)
         module, fresh = load_triton_module(source, self.interpret)
         device_name = "interpreter" if self.interpret else torch.cuda.get_device_name(self.device)
-        launchers = {}
+        launchers, compiled = {}, {}     # compiled: what precompile compiles, by name
         for k in kernels:
             key = hashlib.sha256(f"{device_name}\n{k.source}".encode()).hexdigest()
-            launchers[k.name] = TritonLauncher(
+            if k.matmul_spec:
+                launchers[k.name] = choice = _matmul_choice(module, k, key, self.interpret)
+                compiled.update(choice.parts(k.name))
+                continue
+            compiled[k.name] = launchers[k.name] = TritonLauncher(
                 getattr(module, k.name), k.grid, k.config, self.interpret,
                 # the interpreter's timings mean nothing: a few configs test the machinery
                 candidates=(k.candidates[:3] if self.interpret else k.candidates)
                 if self.autotune and not isinstance(k.grid, tuple) else None, rows=k.numel_x,
                 written=tuple(i for i, a in enumerate(k.args) if a in k.stored), key=key)
         if not self.interpret:    # compile every kernel now, in parallel
-            precompile(launchers, {k.name: [torch.empty(1, dtype=k.dtypes[a], device=self.device)
-                                            for a in k.args] for k in kernels},
-                       module.__file__, fresh)
+            examples = {}
+            for k in kernels:
+                names = {k.name: k.args}
+                if k.matmul_spec:
+                    names = {name: k.args for name in compiled if name.startswith(k.name + "#")}
+                    names[k.matmul_spec["epilogue"]] = k.matmul_spec["epilogue_args"]
+                for name, args in names.items():
+                    examples[name] = [torch.empty(1, dtype=k.dtypes[a], device=self.device)
+                                      for a in args]
+            precompile(compiled, examples, module.__file__, fresh)
         return launchers
+
+
+def _matmul_choice(module, k, key: str, interpret: bool):
+    """The launch.MatmulChoice of a matmul kernel with its epilogue (triton_matmul.py)."""
+    from ember.backend.codegen.triton_matmul import matmul_grid
+    from ember.backend.launch import MatmulChoice, TritonLauncher
+    spec = k.matmul_spec
+    fn = getattr(module, k.name)
+    templates = [TritonLauncher(fn, matmul_grid(spec, c), c, interpret) for c in k.candidates]
+    epilogue = TritonLauncher(getattr(module, spec["epilogue"]), spec["epilogue_grid"],
+                              spec["epilogue_config"], interpret)
+    return MatmulChoice(templates, epilogue, spec, list(k.args), key, interpret)
 
 
 def load_triton_module(source: str, interpret: bool):
