@@ -304,3 +304,16 @@ def test_value_read_by_a_library_call_and_returned_is_one_buffer(cpu_backend):
     torch.testing.assert_close(out, _used_and_returned(x, w))
     wrapper = [s for s in backend_compile.generated_sources if "def call(" in s][-1]
     assert wrapper.count("empty_strided((4, 6)") == 1, wrapper
+
+
+@pytest.mark.parametrize("power", [2, 3, 3.0, 0.5, -0.5, -1, -2.0])
+def test_constant_powers_compute_like_eager_without_pow(power, cpu_backend):
+    """x ** 3 (GPT-2's tanh-GELU) and the other powers ATen special-cases are products,
+    roots and reciprocals, in ATen's order: no general pow (a log and an exp per element)."""
+    from ember.testing import run_and_get_code
+    x = torch.rand(300) * 4 + 0.1
+    x[:3] = torch.tensor([0.0, -0.0, float("inf")])
+    ember.reset()
+    got, sources = run_and_get_code(lambda t: (t - 1) ** power, x)
+    torch.testing.assert_close(got, (x - 1) ** power, equal_nan=True)
+    assert "pow(" not in "\n".join(sources)     # the wrapper and each kernel's source

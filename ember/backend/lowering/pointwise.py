@@ -106,11 +106,23 @@ def _pow(ctx, a, b):
             return NotImplemented
         return make_pointwise(ctx, lambda x: _int_power(x, b, ctx.dtype), [a],
                               compute=ctx.dtype)
-    if not is_ir(b) and b == 2:
-        return make_pointwise(ctx, lambda x: ops.mul(x, x), [a], compute=ctx.dtype)
-    if not is_ir(b) and b == 0.5 and ctx.dtype.is_floating_point:
-        return make_pointwise(ctx, ops.sqrt, [a], compute=ctx.dtype)
+    # constant powers eager computes without pow (ATen's pow_tensor_scalar kernels on CPU
+    # and CUDA, in the same order): same values, and a general pow costs a log and an exp
+    # (GPT-2's tanh-GELU cubes its input)
+    special = None if is_ir(b) or isinstance(b, bool) else _POWER_FORMULAS.get(b)
+    if special is not None:
+        return make_pointwise(ctx, lambda x: special(x, ctx.dtype), [a], compute=ctx.dtype)
     return make_pointwise(ctx, ops.pow, [a, b], compute=ctx.dtype)
+
+
+_POWER_FORMULAS = {
+    2: lambda x, dtype: ops.mul(x, x),
+    3: lambda x, dtype: ops.mul(ops.mul(x, x), x),
+    0.5: lambda x, dtype: ops.sqrt(x),
+    -0.5: lambda x, dtype: ops.rsqrt(x),
+    -1: lambda x, dtype: ops.truediv(ops.constant(1, dtype), x),
+    -2: lambda x, dtype: ops.truediv(ops.constant(1, dtype), ops.mul(x, x)),
+}
 
 
 def _int_power(x, n: int, dtype):
