@@ -15,6 +15,8 @@
 #   survey    issue 8's model survey (CPU, Python 3.12): inference and training
 #   launch    per-call and per-launch cost of a one-kernel function (issue 7: <= 5 us)
 #   warm      resnet50's cold and warm start in two processes (issue 7: warm < 1 s)
+#   trainprof resnet50's AMP training step: wall, host and GPU time, top kernels, host
+#             profile; Ember NCHW and channels-last, torch.compile (issue 10)
 set -u
 export HF_HUB_OFFLINE=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 # the GPU machine lacks expecttest (torch's OpInfo database imports it): copy its package
@@ -52,6 +54,8 @@ for step in $STEPS; do
              tests/frontend/survey_models.py --train) > "$OUT/survey.txt" 2>&1 ;;
     launch) timeout 60 python3 benchmarks/launch_overhead.py > "$OUT/launch.txt" 2>&1 ;;
     warm) timeout 90 python3 benchmarks/warm_start.py resnet50 > "$OUT/warm.txt" 2>&1 ;;
+    trainprof) timeout 300 python3 benchmarks/train_profile.py resnet50 --torch-compile \
+             --layouts auto,channels_last --cprofile > "$OUT/trainprof.txt" 2>&1 ;;
     *) echo "unknown step $step" >&2 ;;
   esac
   echo "== $step: $(tail -n 1 "$OUT"/*"$step"*.txt 2>/dev/null | tail -n 1)"

@@ -1,0 +1,97 @@
+"""Where an AMP training step's time goes, eager against Ember (and torch.compile), on the GPU.
+
+For each variant: wall time per step (synchronised), host time per step (enqueue only, no
+synchronisation: a step whose host time is close to its wall time is CPU-bound), the GPU's
+busy time per step and its top kernels (``torch.profiler``). ``--cprofile`` adds the host's
+Python profile of Ember's step; ``--layouts`` compiles Ember once per
+``config.layout_optimization`` value (auto keeps training graphs NCHW).
+
+    PYTHONPATH=. python3 benchmarks/train_profile.py resnet50 --layouts auto,channels_last
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import time
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import ember
+from ember import config
+from ember.bench import models
+from ember.bench.harness import _loss
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model")
+    parser.add_argument("--layouts", default="auto")
+    parser.add_argument("--torch-compile", action="store_true")
+    parser.add_argument("--cprofile", action="store_true")
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the script")
+    args = parser.parse_args()
+    fn, inputs = models.build_model(args.model, args.device, mode="train", amp=torch.bfloat16)
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    activity = ProfilerActivity.CUDA if args.device == "cuda" else ProfilerActivity.CPU
+    params = [p for p in fn.parameters() if p.requires_grad]
+
+    def step(f):
+        for p in params:
+            p.grad = None
+        _loss(f(*inputs)).backward()
+
+    variants = [("eager", fn)]
+    for layout in args.layouts.split(","):
+        with config.patch(layout_optimization=layout):
+            compiled = ember.compile(fn)
+            step(compiled)       # compiles forward and backward under this layout
+        variants.append((f"ember ({layout})", compiled))
+    if args.torch_compile:
+        variants.append(("torch.compile", torch.compile(fn)))
+    for label, f in variants:
+        for _ in range(3):
+            step(f)
+        sync()
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            step(f)
+        sync()
+        wall = (time.perf_counter() - start) / args.steps * 1e3
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            step(f)
+        host = (time.perf_counter() - start) / args.steps * 1e3
+        sync()
+        with profile(activities=[activity]) as prof:
+            for _ in range(3):
+                step(f)
+            sync()
+        events = prof.key_averages()
+        busy = sum(_self_time(e, args.device) for e in events) / 3 / 1e3
+        print(f"== {label}: wall {wall:.2f} ms/step, host {host:.2f} ms/step, GPU busy "
+              f"{busy:.2f} ms/step", flush=True)
+        top = sorted(events, key=lambda e: -_self_time(e, args.device))[:args.top]
+        for e in top:
+            print(f"   {_self_time(e, args.device) / 3 / 1e3:7.3f} ms  {e.count // 3:4d}x  "
+                  f"{e.key[:100]}")
+        if args.cprofile and label.startswith("ember"):
+            profiler = cProfile.Profile()
+            profiler.enable()
+            for _ in range(args.steps):
+                step(f)
+            sync()
+            profiler.disable()
+            pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
+def _self_time(event, device: str) -> float:
+    """Microseconds ``event`` ran on the device (the host's for CPU runs)."""
+    return event.self_device_time_total if device == "cuda" else event.self_cpu_time_total
+
+
+if __name__ == "__main__":
+    main()
