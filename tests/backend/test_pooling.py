@@ -1,11 +1,13 @@
-"""Pooling lowerings (max_pool2d_with_indices, avg_pool2d, _adaptive_avg_pool2d) become
-generated kernels that match eager: values within float tolerance (NaN where eager has NaN),
-max-pool indices exactly (first maximum in scan order, the last NaN, ties, padding).
+"""Pooling lowerings (max_pool2d_with_indices and its backward, avg_pool2d,
+_adaptive_avg_pool2d) become generated kernels that match eager: values within float
+tolerance (NaN where eager has NaN), max-pool indices exactly (first maximum in scan order,
+the last NaN, ties, padding).
 
 Each test compiles one function that pools with several configurations, so the C++ compiler
 runs a few times for the whole file; several inputs of one shape reuse the compiled code.
 Every test runs on both CPU targets (the ``cpu_backend`` fixture, ``conftest.py``): C++
 kernels, and Triton kernels under Triton's interpreter."""
+import copy
 import itertools
 
 import pytest
@@ -164,3 +166,40 @@ def test_adaptive_avg_pool2d():
     ember.reset()
     # large windows (a reduction), divisible and not; unbatched
     check(lambda x: F.adaptive_avg_pool2d(x, (2, 3)), _inputs((3, 18, 19)))
+
+
+def _pool_backward(x, k, s, p, ceil, dilation=1):
+    y, i = F.max_pool2d(x, k, s, p, dilation, ceil_mode=ceil, return_indices=True)
+    grad = torch.cos(y * 3)         # a different gradient per output (NaN where y is)
+    return torch.ops.aten.max_pool2d_with_indices_backward(
+        grad, x, [k, k], [s, s], [p, p], [dilation, dilation], ceil, i)
+
+
+@pytest.mark.parametrize("kernel,stride", [(2, 2), (3, 1), (3, 2)])
+def test_max_pool2d_backward(kernel, stride):
+    """Each input's gradient sums the outputs that chose it: overlapping windows, padding,
+    ceil_mode, ties, NaNs (the ``_inputs`` cases), channels-last; a dilated pool runs ATen."""
+    def fn(x):
+        return [_pool_backward(x, kernel, stride, p, c) for p in (0, 1) for c in (False, True)]
+    check(fn, _inputs((2, 3, 9, 7)))
+    ember.reset()
+    check(fn, [x.to(memory_format=torch.channels_last) for x in _inputs((2, 4, 7, 8))][:2])
+    ember.reset()
+    check(lambda x: _pool_backward(x, 3, 1, 1, False, dilation=2), _inputs((1, 2, 9, 9))[:1],
+          fallbacks_allowed={"aten.max_pool2d_with_indices_backward.default"})
+
+
+def test_resnet_stem_trains_with_generated_pooling_kernels():
+    """Training through conv, batch norm, relu and max pool: the pool's backward is a
+    generated kernel, and every gradient matches eager's."""
+    torch.manual_seed(0)
+    stem = nn.Sequential(nn.Conv2d(3, 8, 7, 2, 3, bias=False), nn.BatchNorm2d(8),
+                         nn.ReLU(), nn.MaxPool2d(3, 2, 1))
+    twin = copy.deepcopy(stem)
+    x = torch.randn(2, 3, 30, 30)
+    with torch.enable_grad():
+        stem(x).square().sum().backward()
+        ember.compile(twin, backend="ember")(x).square().sum().backward()
+    for a, b in zip(stem.parameters(), twin.parameters()):
+        torch.testing.assert_close(b.grad, a.grad, rtol=1e-4, atol=1e-4)
+    assert "aten.max_pool2d_with_indices_backward.default" not in metrics.fallback_ops

@@ -1,4 +1,4 @@
-"""Lowerings of 2-D pooling: ``max_pool2d_with_indices``, ``avg_pool2d`` and
+"""Lowerings of 2-D pooling: ``max_pool2d_with_indices`` and its backward, ``avg_pool2d`` and
 ``_adaptive_avg_pool2d``.
 
 A pooled value is one Pointwise body that loads the window's elements (unrolled, in eager's
@@ -285,3 +285,59 @@ def _adaptive_avg_pool2d(ctx, x, output_size):
         cw = axes[1].count(index[-1], True)
         return ops.truediv(ops.truediv(total, _as_float(ch, dtype)), _as_float(cw, dtype))
     return _average(ctx, x, axes, divide)
+
+
+@register_lowering(aten.max_pool2d_with_indices_backward.default)
+def _max_pool2d_with_indices_backward(ctx, grad, x, kernel_size, stride, padding, dilation,
+                                      ceil_mode, indices):
+    """The gradient of each input element: the sum of the output gradients whose window
+    chose it (``indices``). An input row ``h`` lies in the windows of outputs
+    ``ceil((h + pad - k + 1) / stride)`` to ``floor((h + pad) / stride)``, at most
+    ``ceil(k / stride)`` of them per axis, each checked and added in eager's order (output
+    rows outer, columns inner); dilated pools run ATen's kernel."""
+    size = [int(s) for s in ctx.out.shape]
+    out_size = grad.get_size()
+    if not _plane_ok(grad, size) or not _static(out_size) or 0 in size:
+        return NotImplemented
+    kernel = _pair(kernel_size)
+    stride = _pair(stride, kernel)
+    padding, dilation = _pair(padding), _pair(dilation)
+    if dilation != (1, 1):
+        return NotImplemented
+    dtype = grad.get_dtype()
+    load_grad, load_index = grad.make_loader(), indices.make_loader()
+    width = size[-1]
+    spans = [_Windows(int(out_size[d - 2]), kernel[d], stride[d], padding[d])
+             for d in range(2)]
+
+    def body(index):
+        h, w = index[-2], index[-1]
+        here = ops.index_expr(h * width + w, torch.int64)
+        acc = ops.constant(0, dtype)
+        for oh, oh_ok in spans[0].candidates(h):
+            for ow, ow_ok in spans[1].candidates(w):
+                at = list(index[:-2]) + [oh, ow]
+                chose = ops.eq(load_index(at), here)
+                ok = ops.logical_and(oh_ok, ow_ok)
+                acc = ops.where(ops.logical_and(ok, chose), ops.add(acc, load_grad(at)), acc)
+        return acc
+    return Pointwise(grad.get_device(), dtype, body, size)
+
+
+class _Windows:
+    """The pooling windows (outputs along one axis) that may hold input position ``i``."""
+
+    def __init__(self, out: int, kernel: int, stride: int, pad: int):
+        self.out, self.kernel, self.stride, self.pad = out, kernel, stride, pad
+
+    def candidates(self, i):
+        """``(o, in_window)`` for each output ``o`` whose window may hold ``i``: ``o`` clamped
+        into range (a safe load), ``in_window`` an ops bool."""
+        k, s, p = self.kernel, self.stride, self.pad
+        first = FloorDiv(sympy.Max(i + p - k + s, 0), s)
+        end = FloorDiv(i + p, s) + 1            # one past the last window holding i
+        for j in range(-(-k // s)):
+            o = first + j
+            ok = ops.lt(ops.index_expr(o, torch.int64),
+                        ops.index_expr(sympy.Min(end, self.out), torch.int64))
+            yield sympy.Min(o, self.out - 1), ok
