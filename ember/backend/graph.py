@@ -32,7 +32,13 @@ LIBRARY_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
                torch.ops.aten._scaled_dot_product_efficient_attention.default,
                torch.ops.aten._scaled_dot_product_flash_attention.default,
                torch.ops.aten._scaled_dot_product_cudnn_attention.default,
-               torch.ops.aten._scaled_dot_product_attention_math.default}
+               torch.ops.aten._scaled_dot_product_attention_math.default,
+               # the backward of the above (training graphs): cuDNN, cuBLAS, flash attention
+               torch.ops.aten.convolution_backward.default,
+               torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+               torch.ops.aten._scaled_dot_product_efficient_attention_backward.default,
+               torch.ops.aten._scaled_dot_product_flash_attention_backward.default,
+               torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default}
 _REALIZE_COST = 12     # body cost (ops) above which a body read twice is computed once
 # ... or more loads than this: a residual sum read by the next layer and by its norm is
 # stored once; inlined, each layer's norm re-read every earlier layer's output (ViT, GPT-2)
