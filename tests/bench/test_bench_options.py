@@ -395,3 +395,29 @@ def test_amp_usage_errors(argv, message, capsys):
         cli.main(["bench", *argv, *TINY])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_cuda_graph_variants_have_no_peak_memory(monkeypatch):
+    """A CUDA-graph replay allocates nothing (its memory is the graph's pool, held since
+    capture): its peak is n/a, not 0.00x eager's. Others get what one call allocated."""
+    allocated = {"now": 100, "peak": 100}
+
+    def call(extra):
+        def run():
+            allocated["peak"] = max(allocated["peak"], allocated["now"] + extra)
+        return run
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: allocated["now"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats",
+                        lambda device=None: allocated.update(peak=allocated["now"]))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device=None: allocated["peak"])
+    row = harness.Row("m", "cuda", "ember", eager_ms=None, ember_ms=None)
+    names = ("eager", "ember", "ember-reduce-overhead", "torch-inductor-reduce-overhead")
+    row.variants = {name: harness.Variant() for name in names}
+    calls = {"eager": call(4e6), "ember": call(3e6), "ember-reduce-overhead": call(0),
+             "torch-inductor-reduce-overhead": call(0)}
+    harness._measure_memory(row, calls, torch.device("cuda"), {})
+    assert row.variants["eager"].peak_mem_mb == pytest.approx(4.0)
+    assert row.memory_vs_eager("ember") == pytest.approx(0.75)
+    assert row.variants["ember-reduce-overhead"].peak_mem_mb is None
+    assert row.memory_vs_eager("torch-inductor-reduce-overhead") is None
