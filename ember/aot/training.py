@@ -147,7 +147,17 @@ class CompiledFunction(torch.autograd.Function):
             else:
                 given.add(k)
             tangents.append(g.contiguous())
-        grads = list(graph.backward(*ctx.saved_tensors, *tangents))
+        args = list(ctx.saved_tensors)
+        args.extend(tangents)
+        tangents = g = grad_outputs = None      # no references but in args
+        boxed = getattr(graph.backward, "call_boxed", None)
+        if boxed is None:
+            grads = list(graph.backward(*args))
+        else:
+            # the saved tensors live in ``args`` alone (unless the graph is retained), which
+            # the backward empties: each is freed after its last use, not at the end
+            ctx.maybe_clear_saved_tensors()
+            grads = list(boxed(args))
         per_input = [None] * graph.joint.num_primals
         for i, g, needs in zip(graph.joint.grad_inputs, grads, graph.tangents_of_grad):
             per_input[i] = g if needs & given else None

@@ -277,6 +277,9 @@ def instantiate(artifact: CompiledArtifact, target: Target) -> Callable:
     generated_sources.extend(k.source for k in artifact.kernels)
     call = namespace["call"]
     compiled = lambda *args: call(list(args))  # noqa: E731
+    # ``call_boxed(inputs)`` empties the list it is given: an input the caller no longer
+    # holds is freed at its last use (the training backward's saved tensors)
+    compiled.call_boxed = call
     compiled.source = src
     compiled.kernel_sources = [k.source for k in artifact.kernels]
     compiled.mutates_inputs = artifact.mutates_inputs

@@ -82,3 +82,43 @@ def test_sizes_parsed_from_wrapper_text():
         "buf4 = empty_strided((2,), (1,), dtype=_c0, device=_c1)",
         "del buf3, buf4"])
     assert _peak_live_elements(wrapper) == 32 + 16
+
+
+_PROBES: list = []      # (weakref to an input,), replaced by whether it was dead when run
+
+
+@torch.library.custom_op("ember_test::probe_freed", mutates_args=())
+def _probe_freed(t: torch.Tensor) -> torch.Tensor:
+    if _PROBES and isinstance(_PROBES[-1], tuple):     # armed by the test
+        _PROBES.append(_PROBES.pop()[0]() is None)
+    return t.clone()
+
+
+@_probe_freed.register_fake
+def _(t):
+    return torch.empty_like(t)
+
+
+def test_inputs_given_boxed_are_freed_at_their_last_use():
+    """``call_boxed(inputs)`` empties the list, so an input nobody else holds is freed after
+    its last use, before the graph ends (the training backward's saved tensors: eager's
+    autograd frees them as it goes, and holding them all was peak memory)."""
+    import weakref
+
+    from ember.backend.compile import compile_graph
+
+    def fn(x):
+        y = x * 2 + 1                                       # x's last use
+        return torch.ops.ember_test.probe_freed(y) + 1      # runs after it
+    gm = torch.fx.symbolic_trace(fn)
+    compiled = compile_graph(gm, [torch.randn(64)])
+    args = [torch.randn(64)]
+    expected = fn(args[0])
+    _PROBES.append((weakref.ref(args[0]),))
+    out = compiled.call_boxed(args)
+    assert args == [] and _PROBES == [True]
+    assert same(out[0], expected)
+    _PROBES.clear()
+    x = torch.randn(64)        # the plain call: the caller keeps its inputs
+    _PROBES.append((weakref.ref(x),))
+    assert same(compiled(x)[0], fn(x)) and _PROBES[0] is False

@@ -128,6 +128,23 @@ def test_gradients_accumulate_like_eager():
     assert_grads_match(model, ref)
 
 
+def test_retained_graph_backs_up_twice_like_eager():
+    """The backward frees its saved tensors as it goes (``call_boxed``) unless the graph is
+    retained: a second backward of a retained graph sums the same gradients again."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 4), nn.Sigmoid())
+    ref = copy.deepcopy(model)
+    compiled = ember.compile(model, backend="ember")
+    x = torch.randn(3, 4)
+    mine, theirs = _loss(compiled(x)), _loss(ref(x))
+    for retain in (True, False):
+        mine.backward(retain_graph=retain)
+        theirs.backward(retain_graph=retain)
+        assert_grads_match(model, ref)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        mine.backward()
+
+
 def test_no_grad_inference_of_a_train_mode_module():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 2))

@@ -68,9 +68,13 @@ class WrapperCodegen:
                "empty_strided = torch.empty_strided", "", "", "def call(args):"]
         body: list[str] = []
         if names:
+            # the list is the caller's to give away (``call_boxed``): emptied, so each input
+            # is freed at its last use below, as eager's autograd frees saved tensors
             body.append(f"{', '.join(names)}, = args")
+            body.append("args.clear()")
         last_use = self._last_uses()
-        output_names = self._output_names()
+        returned = self._returned_names()
+        output_names = returned | set(names)
         poolable = self._poolable(output_names)
         read = {name for step in self.steps for name in (
             self.kernels[id(step)].args if isinstance(step, FusedKernel) else _extern_reads(step))}
@@ -93,7 +97,7 @@ class WrapperCodegen:
             else:
                 body.extend(self._extern(step, step.name in read or step.name in output_names))
             dead = sorted(n for n, last in last_use.items()
-                          if last == i and n not in output_names)
+                          if last == i and n not in returned)
             for name in [n for n in dead if n in poolable]:
                 pool.setdefault(poolable[name], []).append(name)
                 pending[name] = len(body)
@@ -169,14 +173,14 @@ class WrapperCodegen:
                          f"{_tuple(lay.stride)})")
         return lines
 
-    def _output_names(self) -> set[str]:
+    def _returned_names(self) -> set[str]:
         names = set()
         for o in self.graph.outputs:
             if isinstance(o, ReinterpretView):
                 names.add(o.data.name)
             elif isinstance(o, Buffer):
                 names.add(o.name)
-        return names | {b.name for b in self.graph.inputs}
+        return names
 
     def _last_uses(self) -> dict[str, int]:
         last: dict[str, int] = {}
@@ -189,4 +193,7 @@ class WrapperCodegen:
                 last[step.name] = i
                 for name in _extern_reads(step):
                     last[name] = i
-        return {k: v for k, v in last.items() if not k.startswith(("arg", "const"))}
+        inputs = {b.name for b in self.graph.inputs}
+        # constants are the module's globals, never deleted
+        return {k: v for k, v in last.items()
+                if k in inputs or not k.startswith(("arg", "const"))}
