@@ -317,3 +317,15 @@ def test_constant_powers_compute_like_eager_without_pow(power, cpu_backend):
     got, sources = run_and_get_code(lambda t: (t - 1) ** power, x)
     torch.testing.assert_close(got, (x - 1) ** power, equal_nan=True)
     assert "pow(" not in "\n".join(sources)     # the wrapper and each kernel's source
+
+
+def test_select_scatter_is_a_generated_kernel():
+    """``select``'s backward (a ViT's class token): the row or column is replaced, negative
+    indices count from the end, and no ATen call remains."""
+    from ember.backend import metrics
+    x = torch.randn(4, 5, 6)
+    for dim, index in [(0, 2), (1, -1), (-1, 0)]:
+        src = torch.randn(x.select(dim, index).shape)
+        metrics.fallback_ops.clear()
+        _check(lambda a, b: torch.select_scatter(a, b, dim, index) * 2, x, src)
+        assert not metrics.fallback_ops, dict(metrics.fallback_ops)

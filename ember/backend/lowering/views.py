@@ -333,5 +333,24 @@ def _slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
     return Pointwise(ctx.device, dtype, inner, size)
 
 
+@register_lowering(aten.select_scatter.default)
+def _select_scatter(ctx, x, src, dim, index):
+    """``x`` with ``src`` written over ``x.select(dim, index)`` (the backward of ``select``:
+    a ViT's class token)."""
+    size = x.get_size()
+    dim %= len(size)
+    if not size[dim].is_Integer:
+        return NotImplemented
+    index = index + int(size[dim]) if index < 0 else index
+    load_x, load_src = x.make_loader(), src.make_loader()
+    dtype = ctx.dtype
+
+    def inner(at):
+        here = ops.eq(ops.index_expr(at[dim], torch.int64), ops.constant(index, torch.int64))
+        return ops.masked(here, lambda: _cast(load_src(at[:dim] + at[dim + 1:]), src, dtype),
+                          _cast(load_x(at), x, dtype))
+    return Pointwise(ctx.device, dtype, inner, size)
+
+
 def _cast(value, node, dtype):
     return value if node.get_dtype() == dtype else ops.to_dtype(value, dtype)
