@@ -140,39 +140,40 @@ class TritonLauncher:
         path = _autotune_path(self.key)
         best = _read_json(path)
         if best is None:
-            saved = [args[i].clone() for i in self.written]
-            timings = []
-            for config in candidates:
-                try:
-                    elapsed = self._time(config, args, saved)
-                except Exception as e:     # e.g. out of shared memory: not a candidate
-                    logs.log("perf_hints", "autotune: %s skipped (%s)", config,
-                             type(e).__name__)
-                    continue
-                timings.append((elapsed, config))
-            for i, value in zip(self.written, saved):
-                args[i].copy_(value)
-            best = min(timings, key=lambda t: t[0])[1]
+            configs = {str(config): config for config in candidates}
+
+            def way(config):
+                grid = (-(-self.rows // config["XBLOCK"]),)
+                return lambda: self.fn[grid](*args, **config)
+            timings = _time_ways({name: way(c) for name, c in configs.items()}, args,
+                                 self.written, self.interpret)
+            best = configs[timings[0][1]]
             _write_json(path, best)
             logs.log("perf_hints", "autotune: %s",
-                     ", ".join(f"{c} {t * 1e6:.1f} us" for t, c in sorted(timings,
-                                                                      key=lambda t: t[0])))
+                     ", ".join(f"{name} {t * 1e6:.1f} us" for t, name in timings))
         self._use(best)
         self.grid = (-(-self.rows // best["XBLOCK"]),)
 
-    def _time(self, config, args, saved) -> float:
-        grid = (-(-self.rows // config["XBLOCK"]),)
-        return _median_seconds(lambda: self.fn[grid](*args, **config),
-                               _restorer(args, self.written, saved), self.interpret)
 
+def _time_ways(ways: dict, args, written: tuple, interpret: bool) -> list[tuple[float, str]]:
+    """``(median seconds, name)`` of each of ``ways`` (name -> a call that runs it on
+    ``args``), fastest first. The buffers at the ``written`` positions of ``args`` are
+    restored before each trial and after the last, so every way runs on the same data (an
+    in-place update or an atomic accumulation is timed on its real input). A way that
+    raises (out of shared memory) is left out, and the log says so."""
+    saved = [args[i].clone() for i in written]
 
-def _restorer(args, written: tuple, saved: list):
-    """A function that puts back the buffers a kernel writes (``written`` positions of
-    ``args``) as ``saved``, so each trial runs on the same data."""
     def restore():
         for i, value in zip(written, saved):
             args[i].copy_(value)
-    return restore
+    timings = []
+    for name, run in ways.items():
+        try:
+            timings.append((_median_seconds(run, restore, interpret), name))
+        except Exception as e:     # e.g. out of shared memory: not a candidate
+            logs.log("perf_hints", "autotune: %s skipped (%s)", name, type(e).__name__)
+    restore()
+    return sorted(timings)
 
 
 def _median_seconds(run, restore, interpret: bool) -> float:
@@ -223,10 +224,11 @@ class MatmulChoice:
         stored = set(spec["epilogue_args"]) - {spec["out"]}
         self.written = tuple(i for i, name in enumerate(args) if name in stored)
 
-    def parts(self, name: str) -> dict[str, TritonLauncher]:
-        """The kernels to compile ahead, by the names the compile workers take."""
-        out = {f"{name}#{i}": launcher for i, launcher in enumerate(self.templates)}
-        out[self.spec["epilogue"]] = self.epilogue
+    def parts(self, name: str, args: list[str]) -> dict[str, tuple]:
+        """The kernels to compile ahead, by the names the compile workers take, with their
+        argument names (``args``: the fused kernel's)."""
+        out = {f"{name}#{i}": (launcher, args) for i, launcher in enumerate(self.templates)}
+        out[self.spec["epilogue"]] = (self.epilogue, self.spec["epilogue_args"])
         return out
 
     def __call__(self, *args):
@@ -258,21 +260,13 @@ class MatmulChoice:
         path = _autotune_path(self.key)
         best = (_read_json(path) or {}).get("way")
         if best not in ways:
-            saved = [args[i].clone() for i in self.written]
-            restore = _restorer(args, self.written, saved)
-            timings = []
-            for name, way in ways.items():
-                try:
-                    timings.append((_median_seconds(lambda: way(*args), restore, False), name))
-                except Exception as e:     # e.g. out of shared memory: not a candidate
-                    logs.log("perf_hints", "autotune: matmul %s skipped (%s)", name,
-                             type(e).__name__)
-            restore()
-            best = min(timings)[1]
+            timings = _time_ways({name: functools.partial(way, *args)
+                                  for name, way in ways.items()}, args, self.written, False)
+            best = timings[0][1]
             _write_json(path, {"way": best})
             logs.log("perf_hints", "autotune: matmul %dx%d with its epilogue: %s",
                      self.spec["rows"], self.spec["cols"],
-                     ", ".join(f"{n} {t * 1e6:.1f} us" for t, n in sorted(timings)))
+                     ", ".join(f"{n} {t * 1e6:.1f} us" for t, n in timings))
         return ways[best]
 
 

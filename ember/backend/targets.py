@@ -117,30 +117,27 @@ class TritonTarget(Target):
         source = self.full_source(kernels)
         module, fresh = load_triton_module(source, self.interpret)
         device_name = "interpreter" if self.interpret else torch.cuda.get_device_name(self.device)
-        launchers, compiled = {}, {}     # compiled: what precompile compiles, by name
+        launchers = {}
+        compiled = {}       # what precompile compiles, by name: (launcher, argument names)
         for k in kernels:
             key = hashlib.sha256(f"{device_name}\n{k.source}".encode()).hexdigest()
             if k.matmul_spec:
                 launchers[k.name] = choice = _matmul_choice(module, k, key, self.interpret)
-                compiled.update(choice.parts(k.name))
+                compiled.update(choice.parts(k.name, k.args))
                 continue
-            compiled[k.name] = launchers[k.name] = TritonLauncher(
+            launchers[k.name] = TritonLauncher(
                 getattr(module, k.name), k.grid, k.config, self.interpret,
                 # the interpreter's timings mean nothing: a few configs test the machinery
                 candidates=(k.candidates[:3] if self.interpret else k.candidates)
                 if self.autotune and not isinstance(k.grid, tuple) else None, rows=k.numel_x,
                 written=tuple(i for i, a in enumerate(k.args) if a in k.stored), key=key)
+            compiled[k.name] = (launchers[k.name], k.args)
         if not self.interpret:    # compile every kernel now, in parallel
-            examples = {}
-            for k in kernels:
-                names = {k.name: k.args}
-                if k.matmul_spec:
-                    names = {name: k.args for name in compiled if name.startswith(k.name + "#")}
-                    names[k.matmul_spec["epilogue"]] = k.matmul_spec["epilogue_args"]
-                for name, args in names.items():
-                    examples[name] = [torch.empty(1, dtype=k.dtypes[a], device=self.device)
-                                      for a in args]
-            precompile(compiled, examples, module.__file__, fresh)
+            dtypes = {name: dtype for k in kernels for name, dtype in k.dtypes.items()}
+            precompile({name: launcher for name, (launcher, _) in compiled.items()},
+                       {name: [torch.empty(1, dtype=dtypes[a], device=self.device)
+                               for a in args] for name, (_, args) in compiled.items()},
+                       module.__file__, fresh)
         return launchers
 
 

@@ -38,15 +38,18 @@ class MatmulEpilogue(FusedKernel):
 
     @property
     def operands(self) -> dict:
-        """``a`` [M, K], ``b`` [K, N] and, for addmm, ``bias`` (broadcast to [M, N]), with
-        ``alpha`` and ``beta``."""
-        mm = self.matmul
-        if MATMULS[mm.kernel] == "mm":
-            a, b = mm.args[:2]
-            return {"a": a, "b": b, "bias": None, "alpha": 1, "beta": 1}
-        bias, a, b = mm.args[:3]
-        return {"a": a, "b": b, "bias": bias, "alpha": mm.kwargs.get("alpha", 1),
-                "beta": mm.kwargs.get("beta", 1)}
+        return matmul_operands(self.matmul)
+
+
+def matmul_operands(mm: ExternBuffer) -> dict:
+    """``a`` [M, K], ``b`` [K, N] and, for addmm, ``bias`` (broadcast to [M, N]), with
+    ``alpha`` and ``beta``."""
+    if MATMULS[mm.kernel] == "mm":
+        a, b = mm.args[:2]
+        return {"a": a, "b": b, "bias": None, "alpha": 1, "beta": 1}
+    bias, a, b = mm.args[:3]
+    return {"a": a, "b": b, "bias": bias, "alpha": mm.kwargs.get("alpha", 1),
+            "beta": mm.kwargs.get("beta", 1)}
 
 
 def fuse_matmul_epilogues(steps: list, output_names: set[str], dtypes: frozenset) -> list:
@@ -87,7 +90,7 @@ def fuse_matmul_epilogues(steps: list, output_names: set[str], dtypes: frozenset
 def _why_not(mm: ExternBuffer, kernel: FusedKernel, between: list,
              dtypes: frozenset) -> str | None:
     """Why ``mm`` cannot run inside ``kernel``; None when it can."""
-    operands = MatmulEpilogue(kernel.outer, kernel.inner, matmul=mm).operands
+    operands = matmul_operands(mm)
     tensors = [v for v in (operands["a"], operands["b"], operands["bias"]) if v is not None]
     if not all(isinstance(t, (Buffer, ReinterpretView)) for t in tensors):
         return "an operand is not in memory"

@@ -77,10 +77,11 @@ def reduce(ctx, x, dims: list[int], reduction_type: str, compute: torch.dtype,
     return _keepdim_view(buf, x.get_size(), dims) if keepdim else buf
 
 
-# Split reductions (targets that ask, ``Target.splits_reductions``: Triton): a reduction to few results (a column sum, batch norm's
-# per-channel sums, a whole-tensor sum) gives a GPU a few programs, each looping over a long
-# range, while most of its SMs idle. Such a reduction runs in two: the first reduces chunks
-# of one reduced dim into partial results, many in parallel; the second reduces those.
+# Split reductions (targets that ask, ``Target.splits_reductions``: Triton): a reduction to
+# few results (a column sum, batch norm's per-channel sums, a whole-tensor sum) gives a GPU
+# a few programs, each looping over a long range, while most of its SMs idle. Such a
+# reduction runs in two: the first reduces chunks of one reduced dim into partial results,
+# many in parallel; the second reduces those.
 _SPLIT_TYPES = ("sum", "prod", "max", "min", "any", "all")
 SPLIT_MAX_OUTPUTS = 4096        # fewer results than this are split...
 SPLIT_MIN_LENGTH = 2048         # ...when each reduces at least this many elements
@@ -107,7 +108,7 @@ def _split(ctx, x, dims, inner, reduction_type, compute, out_dtype):
     if outputs >= SPLIT_MAX_OUTPUTS or length < SPLIT_MIN_LENGTH:
         return None
     for d in dims:
-        n, others = size[d], length // size[d]
+        n = size[d]
         # the most parts that divide the dim, within the partials' and chunks' limits
         most = min(n, SPLIT_PARTIALS // outputs, length // SPLIT_MIN_CHUNK)
         parts = next((p for p in range(most, 1, -1) if n % p == 0), None)
