@@ -164,8 +164,7 @@ def _compile_training(gm: torch.fx.GraphModule, example_inputs: list, target: Ta
     start = time.perf_counter()
     # channels-last convolutions when asked: the weights' gradients come back in the
     # parameters' own layout through the conversion's backward
-    traced = convert_convolutions(gm) if wants_channels_last(gm, device, training=True) \
-        else gm
+    traced = convert_convolutions(gm) if wants_channels_last(gm, device) else gm
     try:
         compiled = compile_training(
             traced, example_inputs, decompositions=core_decompositions(),

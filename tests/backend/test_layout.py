@@ -47,24 +47,22 @@ def test_auto_keeps_nchw_on_cpu():
     assert "memory_format" not in _last_wrapper() and ", 1, 1024, 16))" not in _last_wrapper()
 
 
-def test_auto_converts_half_cuda_inference_graphs_but_not_training_ones(ember_log):
-    """``auto`` on a CUDA graph of bfloat16 convolutions: channels-last for inference, NCHW
-    (and a log line saying why) when the graph is compiled with its backward. Decided from
-    the captured graph's metadata: no GPU needed."""
+def test_auto_converts_half_cuda_graphs_only():
+    """``auto`` on a graph of bfloat16 convolutions: channels-last on CUDA, NCHW on the CPU
+    unless asked. Decided from the captured graph's metadata: no GPU needed."""
     from ember.backend.layout import wants_channels_last
     gm = torch.fx.symbolic_trace(lambda x, w: torch.relu(torch.conv2d(x, w)))
     x, w = (torch.randn(2, 3, 8, 8, dtype=torch.bfloat16, device="meta"),
             torch.randn(8, 3, 3, 3, dtype=torch.bfloat16, device="meta"))
     for node, value in zip(gm.graph.find_nodes(op="placeholder"), (x, w)):
         node.meta["val"] = value      # what capture records
-    ember.logs.set_logs("perf_hints")
-    cuda = torch.device("cuda")
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert wants_channels_last(gm, cuda) is True
-    assert wants_channels_last(gm, cuda, training=True) is False
-    assert "training graph stay NCHW" in ember_log.text
-    assert wants_channels_last(gm, torch.device("cpu")) is False
+    assert wants_channels_last(gm, cpu) is False
     with config.patch(layout_optimization="channels_last"):
-        assert wants_channels_last(gm, cuda, training=True) is True
+        assert wants_channels_last(gm, cpu) is True
+    with config.patch(layout_optimization="off"):
+        assert wants_channels_last(gm, cuda) is False
 
 
 class _Separable(torch.nn.Module):

@@ -2,6 +2,7 @@
 and log_softmax, written as reductions plus pointwise bodies the scheduler fuses."""
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import sympy
@@ -89,12 +90,53 @@ SPLIT_PARTIALS = 32768          # at most this many partial results
 SPLIT_MIN_CHUNK = 256           # each reducing at least this many elements
 
 
-def _split(ctx, x, dims, inner, reduction_type, compute, out_dtype):
-    """The second Reduction of a split reduction over the realized partial results of the
-    first, or None when the reduction stays one (see ``SPLIT_MAX_OUTPUTS``). The first
-    splits the outermost reduced dim that divides into chunks long enough: chunk ``s``
-    covers its positions ``[s * chunk, (s + 1) * chunk)``, so no index falls outside and no
-    load needs a mask."""
+@dataclasses.dataclass
+class _SplitPlan:
+    """How a reduction of ``x`` over ``dims`` splits: reduced dim ``dim`` is cut into
+    ``parts`` chunks of ``chunk`` positions (chunk ``s`` covers ``[s * chunk, (s + 1) *
+    chunk)``, so no index falls outside and no load needs a mask).
+
+    Where ``x`` is read contiguously along a kept dim (batch norm's sums over channels-last
+    data: ``C`` is innermost), every reduced dim is strided, so the plan takes the one that
+    gives the most chunks, and the partial results are laid out chunk-major (``column``:
+    ``[chunks, *kept]``): both kernels then reduce columns whose tiles read whole rows of
+    contiguous kept values. Otherwise the outermost reduced dim that divides is cut (the
+    innermost stays whole, a contiguous row) and the partials are ``[*kept, chunks]``."""
+    dims: list[int]
+    dim: int
+    parts: int
+    chunk: int
+    kept_sizes: list[int]
+    reduced_sizes: list[int]    # of the first reduction: the chunk, then the other dims
+    column: bool
+
+    def first(self, inner):
+        """The first reduction's body: ``inner`` over one chunk."""
+        d, chunk, dims = self.dim, self.chunk, self.dims
+
+        def body(index, rindex):
+            chunk_index = iter(rindex[1:])
+            part, kept = (index[0], index[1:]) if self.column else (index[-1], index[:-1])
+            return inner(kept, [part * chunk + rindex[0] if e == d else next(chunk_index)
+                                for e in dims])
+        return body
+
+    def partial_size(self) -> list[int]:
+        return [self.parts] + self.kept_sizes if self.column else \
+            self.kept_sizes + [self.parts]
+
+    def second(self, partial):
+        """The second reduction's body: ``partial``'s values of one kept position."""
+        load = partial.make_loader()
+        if self.column:
+            return lambda index, rindex: load([rindex[0]] + list(index))
+        return lambda index, rindex: load(list(index) + [rindex[0]])
+
+
+def _split_plan(ctx, x, dims, reduction_type) -> _SplitPlan | None:
+    """The split of a reduction of ``x`` over ``dims``, or None when it stays one (the
+    target does not split, the reduction has many results or short rows, or no reduced
+    dim divides into chunks long enough)."""
     if not ctx.graph.target.splits_reductions or reduction_type not in _SPLIT_TYPES or \
             not dims:
         return None
@@ -107,31 +149,49 @@ def _split(ctx, x, dims, inner, reduction_type, compute, out_dtype):
     length = math.prod(size[d] for d in dims)
     if outputs >= SPLIT_MAX_OUTPUTS or length < SPLIT_MIN_LENGTH:
         return None
-    for d in dims:
-        n = size[d]
-        # the most parts that divide the dim, within the partials' and chunks' limits
-        most = min(n, SPLIT_PARTIALS // outputs, length // SPLIT_MIN_CHUNK)
-        parts = next((p for p in range(most, 1, -1) if n % p == 0), None)
-        if parts is not None:
-            break
-    else:
-        return None
-    chunk = n // parts
-    rest = [e for e in dims if e != d]
+    column = _contiguous_dim(x) in kept
 
-    def first(index, rindex):      # index: the kept dims, then the chunk
-        chunk_index = iter(rindex[1:])
-        return inner(index[:-1], [index[-1] * chunk + rindex[0] if e == d else
-                                  next(chunk_index) for e in dims])
+    def most_parts(d):     # the most chunks dividing dim d, within the limits
+        n = size[d]
+        most = min(n, SPLIT_PARTIALS // outputs, length // SPLIT_MIN_CHUNK)
+        return next((p for p in range(most, 1, -1) if n % p == 0), None)
+    choices = [(d, p) for d, p in ((d, most_parts(d)) for d in dims) if p is not None]
+    if not choices:
+        return None
+    d, parts = max(choices, key=lambda c: c[1]) if column else choices[0]
+    return _SplitPlan(list(dims), d, parts, size[d] // parts, [size[i] for i in kept],
+                      [size[d] // parts] + [size[e] for e in dims if e != d], column)
+
+
+def _split(ctx, x, dims, inner, reduction_type, compute, out_dtype):
+    """The second Reduction of a split reduction over the realized partial results of the
+    first, or None when the reduction stays one (see ``_split_plan``)."""
+    plan = _split_plan(ctx, x, dims, reduction_type)
+    if plan is None:
+        return None
     partial_dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) \
         else out_dtype
     device = x.get_device()
-    partial = ctx.graph.realize(Reduction(
-        device, partial_dtype, first, [size[i] for i in kept] + [parts],
-        [chunk] + [size[e] for e in rest], reduction_type, compute))
-    load = partial.make_loader()
-    return Reduction(device, out_dtype, lambda index, rindex: load(list(index) + [rindex[0]]),
-                     [size[i] for i in kept], [parts], reduction_type, partial_dtype)
+    partial = ctx.graph.realize(Reduction(device, partial_dtype, plan.first(inner),
+                                          plan.partial_size(), plan.reduced_sizes,
+                                          reduction_type, compute))
+    return Reduction(device, out_dtype, plan.second(partial), plan.kept_sizes, [plan.parts],
+                     reduction_type, partial_dtype)
+
+
+def _contiguous_dim(x) -> int | None:
+    """The dim of ``x`` along which most of its loads move with unit stride (the innermost
+    dim in memory of the buffers it reads), or None."""
+    from ember.backend.scheduler import extract_reads
+    ndim = len(x.get_size())
+    index = [sympy.Symbol(f"d{i}", integer=True, nonnegative=True) for i in range(ndim)]
+    counts = [0] * ndim
+    for _, expr in extract_reads(x.make_loader(), index):
+        for i, var in enumerate(index):
+            if sympy.diff(expr, var) == 1:
+                counts[i] += 1
+    best = max(range(ndim), key=lambda i: counts[i], default=None)
+    return best if best is not None and counts[best] else None
 
 
 # Reductions at least this long compute var/std in one pass with Welford's update (mean and
@@ -139,23 +199,62 @@ def _split(ctx, x, dims, inner, reduction_type, compute, out_dtype):
 # (sum, then squared deviations from the mean): the second pass finds the row in cache, and
 # per element it is cheaper. Measured on a 2-core EPYC, 2 threads, var over the last dim:
 # 16 x 2**18 floats two-pass 1.25x faster; 1 x 2**22 even; 64 x 2**20 Welford 1.6x faster;
-# 1 x 2**26 Welford 1.9x faster.
+# 1 x 2**26 Welford 1.9x faster. A reduction that splits (batch norm's statistics on a GPU)
+# always takes one pass: two kernels that read ``x`` once, where two passes, each split,
+# would be four kernels reading it twice.
 WELFORD_MIN_NUMEL = 1 << 20
 
 
 def welford(ctx, x, dims: list[int], compute: torch.dtype):
     """(mean, M2) of ``x`` over ``dims`` in one pass: two Reductions over the same body,
-    which the code generator computes with one Welford state. A later ``mean`` of the same
-    value reuses the mean."""
+    which the code generator computes with one Welford state (split in two, see
+    ``_split_welford``, where the target splits such a reduction). A later ``mean`` of the
+    same value reuses the mean."""
     key = (id(x), tuple(dims), "welford", compute)
     memo = ctx.graph.reductions
     if key not in memo:
         inner, ranges, rranges = _reduction_body(x, dims, compute)
-        bufs = tuple(ctx.graph.realize(Reduction(x.get_device(), compute, inner, ranges,
-                                                 rranges, kind, compute))
-                     for kind in ("welford_mean", "welford_m2"))
+        plan = _split_plan(ctx, x, dims, "sum")
+        bufs = _split_welford(ctx, x, plan, inner, compute) if plan is not None else \
+            _welford_pair(ctx, x.get_device(), inner, ranges, rranges, compute, compute)
         memo[key] = (bufs, x)
     return memo[key][0]
+
+
+def _welford_pair(ctx, device, inner, ranges, rranges, src, dtype):
+    """The realized (mean, M2) Reductions of ``inner`` (values of dtype ``src``); both take
+    the same body object, which is how the code generator groups them in one state."""
+    return tuple(ctx.graph.realize(Reduction(device, dtype, inner, ranges, rranges, kind, src))
+                 for kind in ("welford_mean", "welford_m2"))
+
+
+def _split_welford(ctx, x, plan: _SplitPlan, inner, compute):
+    """(mean, M2) of a split reduction: the first kernel computes each chunk's mean and M2;
+    the second combines them. Every chunk holds the same ``n`` values, so the mean is the
+    mean of the chunks' means, and (Chan's formula with equal weights)
+    ``M2 = sum(M2_chunk) + n * sum((mean_chunk - mean)^2)``, whose last sum is the M2 of the
+    chunks' means: a Welford reduction and a sum over the same range, one kernel."""
+    device = x.get_device()
+    acc = torch.float32 if compute in (torch.float16, torch.bfloat16) else compute
+    means, m2s = _welford_pair(ctx, device, plan.first(inner), plan.partial_size(),
+                               plan.reduced_sizes, compute, acc)
+    mean, spread = _welford_pair(ctx, device, plan.second(means), plan.kept_sizes,
+                                 [plan.parts], acc, acc)
+    m2_sum = ctx.graph.realize(Reduction(device, acc, plan.second(m2s), plan.kept_sizes,
+                                         [plan.parts], "sum", acc))
+    n = math.prod(plan.reduced_sizes)     # values per chunk
+    load_sum, load_spread = m2_sum.make_loader(), spread.make_loader()
+
+    def m2(index):
+        value = ops.add(load_sum(index), ops.mul(load_spread(index),
+                                                 ops.constant(n, acc)))
+        return value if acc == compute else ops.to_dtype(value, compute)
+    total = ctx.graph.realize(Pointwise(device, compute, m2, plan.kept_sizes))
+    if acc != compute:
+        load_mean = mean.make_loader()
+        mean = ctx.graph.realize(Pointwise(device, compute, lambda i: ops.to_dtype(
+            load_mean(i), compute), plan.kept_sizes))
+    return mean, total
 
 
 def _keep(x, dims, buf):
@@ -218,7 +317,8 @@ def _variance(ctx, x, dim, correction, keepdim):
     dt = ctx.dtype
     n = product([x.get_size()[d] for d in dims])
     denom = n - (1 if correction is None else correction)
-    if n.is_Integer and int(n) >= max(WELFORD_MIN_NUMEL, 1):
+    if n.is_Integer and (int(n) >= max(WELFORD_MIN_NUMEL, 1) or
+                         _split_plan(ctx, x, dims, "sum") is not None):
         m2 = welford(ctx, x, dims, dt)[1]
         sq = _keepdim_view(m2, x.get_size(), dims) if keepdim else m2
         return sq, sq.make_loader(), denom
