@@ -38,17 +38,30 @@ class WrapperCodegen:
         self.kernels = kernels       # id(FusedKernel) -> codegen.common.Kernel
         self.lines: list[str] = []
         self.consts: dict[str, object] = {}
+        # name -> layout of the tensor the name is bound to, where the wrapper made it so
+        # (allocated, or an ATen result through with_layout); not inputs or aliases
+        self.layouts: dict[str, object] = {}
 
-    def ref(self, node) -> str:
-        """Python expression for an IR argument of an ATen call or an output."""
+    def _same_layout(self, name: str, lay) -> bool:
+        """Name ``name`` is bound to a tensor with ``lay``'s size and strides at offset 0: a
+        view of it in that layout is the tensor itself (no ``as_strided`` per graph call)."""
+        old = self.layouts.get(name)
+        return old is not None and int(lay.offset) == 0 and \
+            _tuple(old.size) == _tuple(lay.size) and _tuple(old.stride) == _tuple(lay.stride)
+
+    def ref(self, node, output: bool = False) -> str:
+        """Python expression for an IR argument of an ATen call or (``output``) a returned
+        value; an output view stays a tensor of its own, as eager's would be."""
         if isinstance(node, ReinterpretView):
             lay = node.layout
+            if not output and self._same_layout(node.data.name, lay):
+                return node.data.name
             return (f"reinterpret({node.data.name}, {_tuple(lay.size)}, {_tuple(lay.stride)}, "
                     f"{int(lay.offset)})")
         if isinstance(node, Buffer):
             return node.name
         if isinstance(node, (list, tuple)):
-            inner = ", ".join(self.ref(x) for x in node)
+            inner = ", ".join(self.ref(x, output) for x in node)
             return f"[{inner}]" if isinstance(node, list) else f"({inner}{',' if len(node) == 1 else ''})"
         if isinstance(node, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
             return self.const(node)
@@ -87,6 +100,7 @@ class WrapperCodegen:
                 for node in step.nodes:
                     if node.buf.reuses and node.name not in step.local:
                         aliases.append(f"{node.name} = {node.buf.reuses}")
+                        self.layouts.pop(node.name, None)
                     if node.name in step.local or node.writes != node.name:
                         continue
                     body.append(self._allocate(node.buf, pool, pending, output_names))
@@ -108,7 +122,7 @@ class WrapperCodegen:
         for name, at in pending.items():   # never reused: freed where it died
             body[at] = f"del {name}"
         body = [line for line in body if line]
-        outputs = [self.ref(o) for o in g.outputs]
+        outputs = [self.ref(o, output=True) for o in g.outputs]
         body.append(f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})")
         out += ["    " + line for line in body]
         return "\n".join(out) + "\n"
@@ -119,6 +133,7 @@ class WrapperCodegen:
         there is one (no allocator call), else new memory."""
         lay = buf.layout
         size, stride = _tuple(lay.size), _tuple(lay.stride)
+        self.layouts[buf.name] = lay
         free = pool.get((lay.dtype, int(lay.storage_numel())))
         if free and buf.name not in output_names:
             # the most recently dead: one that died long ago would have been held all that
@@ -126,6 +141,8 @@ class WrapperCodegen:
             # first a 12-layer ViT held 23 activations; the unused ones die where they died)
             old = free.pop()
             del pending[old]
+            if self._same_layout(old, lay):
+                return f"{buf.name} = {old}; del {old}  # reuse"
             return f"{buf.name} = reinterpret({old}, {size}, {stride}, 0); del {old}  # reuse"
         return (f"{buf.name} = empty_strided({size}, {stride}, dtype={self.const(lay.dtype)}, "
                 f"device={self.const(lay.device)})")
@@ -160,6 +177,7 @@ class WrapperCodegen:
             lines = [f"{buf.name} = {buf.parent.name}{path}"]
             if used:
                 lay = buf.layout
+                self.layouts[buf.name] = lay
                 lines.append(f"{buf.name} = with_layout({buf.name}, {_tuple(lay.size)}, "
                              f"{_tuple(lay.stride)})")
             return lines
@@ -169,6 +187,7 @@ class WrapperCodegen:
         lines = [f"{buf.name} = {target}({', '.join(args + kwargs)})  # {buf.kernel}"]
         if buf.layout is not None:
             lay = buf.layout
+            self.layouts[buf.name] = lay
             lines.append(f"{buf.name} = with_layout({buf.name}, {_tuple(lay.size)}, "
                          f"{_tuple(lay.stride)})")
         return lines
