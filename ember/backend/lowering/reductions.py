@@ -133,12 +133,11 @@ class _SplitPlan:
         return lambda index, rindex: load(list(index) + [rindex[0]])
 
 
-def _split_plan(ctx, x, dims, reduction_type) -> _SplitPlan | None:
+def _split_plan(ctx, x, dims) -> _SplitPlan | None:
     """The split of a reduction of ``x`` over ``dims``, or None when it stays one (the
     target does not split, the reduction has many results or short rows, or no reduced
     dim divides into chunks long enough)."""
-    if not ctx.graph.target.splits_reductions or reduction_type not in _SPLIT_TYPES or \
-            not dims:
+    if not ctx.graph.target.splits_reductions or not dims:
         return None
     size = x.get_size()
     if not all(is_static(v) for v in size):
@@ -166,7 +165,7 @@ def _split_plan(ctx, x, dims, reduction_type) -> _SplitPlan | None:
 def _split(ctx, x, dims, inner, reduction_type, compute, out_dtype):
     """The second Reduction of a split reduction over the realized partial results of the
     first, or None when the reduction stays one (see ``_split_plan``)."""
-    plan = _split_plan(ctx, x, dims, reduction_type)
+    plan = _split_plan(ctx, x, dims) if reduction_type in _SPLIT_TYPES else None
     if plan is None:
         return None
     partial_dtype = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) \
@@ -205,16 +204,14 @@ def _contiguous_dim(x) -> int | None:
 WELFORD_MIN_NUMEL = 1 << 20
 
 
-def welford(ctx, x, dims: list[int], compute: torch.dtype):
+def welford(ctx, x, dims: list[int], compute: torch.dtype, plan: _SplitPlan | None):
     """(mean, M2) of ``x`` over ``dims`` in one pass: two Reductions over the same body,
-    which the code generator computes with one Welford state (split in two, see
-    ``_split_welford``, where the target splits such a reduction). A later ``mean`` of the
-    same value reuses the mean."""
+    which the code generator computes with one Welford state (split in two by ``plan``,
+    see ``_split_welford``). A later ``mean`` of the same value reuses the mean."""
     key = (id(x), tuple(dims), "welford", compute)
     memo = ctx.graph.reductions
     if key not in memo:
         inner, ranges, rranges = _reduction_body(x, dims, compute)
-        plan = _split_plan(ctx, x, dims, "sum")
         bufs = _split_welford(ctx, x, plan, inner, compute) if plan is not None else \
             _welford_pair(ctx, x.get_device(), inner, ranges, rranges, compute, compute)
         memo[key] = (bufs, x)
@@ -317,9 +314,9 @@ def _variance(ctx, x, dim, correction, keepdim):
     dt = ctx.dtype
     n = product([x.get_size()[d] for d in dims])
     denom = n - (1 if correction is None else correction)
-    if n.is_Integer and (int(n) >= max(WELFORD_MIN_NUMEL, 1) or
-                         _split_plan(ctx, x, dims, "sum") is not None):
-        m2 = welford(ctx, x, dims, dt)[1]
+    plan = _split_plan(ctx, x, dims) if n.is_Integer else None
+    if n.is_Integer and (int(n) >= max(WELFORD_MIN_NUMEL, 1) or plan is not None):
+        m2 = welford(ctx, x, dims, dt, plan)[1]
         sq = _keepdim_view(m2, x.get_size(), dims) if keepdim else m2
         return sq, sq.make_loader(), denom
     total = reduce(ctx, x, dims, "sum", dt, dt, True)
