@@ -16,7 +16,9 @@ nodes, each split into ``in -> out`` with its bytes as capacity:
 * the source feeds every primal (an input: only the forward has it) and every node that must
   not be recomputed: matmuls, convolutions, reductions, random ops (recomputing a draw would
   draw other numbers), anything not known to be cheap; they are saved when the backward
-  needs them;
+  needs them. A random op the backward reads is first split in two (``rng.py``): the
+  forward's draw, which also yields its generator's state, and a replay from that state,
+  which is cheap: the cut saves the state (16 bytes on CUDA) rather than a dropout's mask;
 * data edges have infinite capacity, and every forward node a backward node reads feeds the
   sink;
 * cheap ops (pointwise, views, casts, factories, gathers: ``recomputable``) carry only their
@@ -38,6 +40,7 @@ import torch
 import torch.fx
 
 from ember.aot.joint import JointGraph
+from ember.aot.rng import ReplayRandom, draws, replay_random_ops, twin
 
 __all__ = ["Partition", "ancestors", "partition", "recomputable"]
 
@@ -55,10 +58,11 @@ _CHEAP = {aten._to_copy.default, aten.clone.default, aten.full.default, aten.zer
 
 
 def recomputable(node: torch.fx.Node) -> bool:
-    """Cheap to compute again in the backward: pointwise, views, casts, factories, gathers.
-    Never a random op, a mutation, a reduction, a matmul or a convolution."""
+    """Cheap to compute again in the backward: pointwise, views, casts, factories, gathers,
+    a random op's replay from a saved state. Never a random op itself, a mutation, a
+    reduction, a matmul or a convolution."""
     target = node.target
-    if target is operator.getitem:
+    if target is operator.getitem or isinstance(target, ReplayRandom):
         return True
     if not isinstance(target, torch._ops.OpOverload):
         return False
@@ -77,6 +81,7 @@ class Partition:
     saved: list[str]                   # names of the saved values, in order
     saved_bytes: int                   # bytes of the saved values that are not inputs
     recomputed: int                    # forward nodes the backward computes again
+    replayed: int = 0                  # random draws the backward makes again from a state
 
 
 def _nbytes(val) -> int | None:
@@ -219,21 +224,28 @@ def _copy_graph(nodes, inputs: list[tuple[str, torch.fx.Node]], outputs, root) -
     return torch.fx.GraphModule(root, graph)
 
 
-def partition(joint: JointGraph) -> Partition:
-    gm = joint.gm
-    nodes = list(gm.graph.nodes)
+def _regions(joint: JointGraph):
+    """The joint graph's nodes, primals, tangents, forward outputs, grads, the nodes that
+    depend on a tangent, and the forward's input mutations."""
+    nodes = list(joint.gm.graph.nodes)
     placeholders = [n for n in nodes if n.op == "placeholder"]
     primals, tangents = placeholders[:joint.num_primals], placeholders[joint.num_primals:]
-    output = nodes[-1]
-    outs = list(output.args[0])
+    outs = list(nodes[-1].args[0])
     fw_outs, grads = outs[:joint.num_fw_outputs], outs[joint.num_fw_outputs:]
-
     backward: set[torch.fx.Node] = set(tangents)          # nodes that depend on a tangent
     for n in nodes:
         if n.op == "call_function" and any(a in backward for a in n.all_input_nodes):
             backward.add(n)
     effects = [n for n in nodes if n.op == "call_function" and n not in backward
                and n.target is aten.copy_.default]          # input mutations
+    return nodes, primals, tangents, fw_outs, grads, backward, effects
+
+
+def partition(joint: JointGraph) -> Partition:
+    gm = joint.gm
+    nodes, primals, tangents, fw_outs, grads, backward, effects = _regions(joint)
+    if replay_random_ops(gm, backward, ancestors([*fw_outs, *effects])):
+        nodes, primals, tangents, fw_outs, grads, backward, effects = _regions(joint)
     needed_by_backward = ancestors(grads)
     saved = _choose_saved(nodes, backward, set(primals), needed_by_backward,
                           {g for g in grads if isinstance(g, torch.fx.Node) and g not in backward})
@@ -249,7 +261,11 @@ def partition(joint: JointGraph) -> Partition:
             raise NotImplementedError("ember.aot: the backward reads an input that the "
                                       "forward writes")
 
-    forward_nodes = ancestors([*fw_outs, *effects, *saved])
+    # a replay's saved output is handed over from the forward's own draw (``twin``); every
+    # draw runs in the forward, so the generator advances as in eager
+    handed = [twin(s) for s in saved]
+    forward_nodes = ancestors([*fw_outs, *effects, *handed,
+                               *[n for n in nodes if n not in backward and draws(n)]])
     saved_set = set(saved)
     backward_nodes = ancestors(grads, stop=saved_set | set(tangents))
     stray = [n for n in backward_nodes if n.op == "placeholder" and n not in saved_set
@@ -259,11 +275,12 @@ def partition(joint: JointGraph) -> Partition:
                            "without saving them")
     names = [f"saved_{i}_{s.name}" for i, s in enumerate(saved)]
     fw = _copy_graph([n for n in nodes if n in forward_nodes and n.op != "output"],
-                     [(p.name, p) for p in primals], [*fw_outs, *saved], gm)
+                     [(p.name, p) for p in primals], [*fw_outs, *handed], gm)
     bw = _copy_graph([n for n in nodes if n in backward_nodes and n.op != "output"],
                      [*zip(names, saved), *[(t.name, t) for t in tangents]], grads, gm)
     recomputed = sum(1 for n in backward_nodes if n not in backward and n not in saved_set
                      and n.op == "call_function")
     saved_bytes = sum(_nbytes(s.meta.get("val")) or 0 for s in saved
                       if s.op not in ("placeholder", "get_attr"))
-    return Partition(fw, bw, names, saved_bytes, recomputed)
+    replayed = sum(1 for n in backward_nodes if isinstance(n.target, ReplayRandom))
+    return Partition(fw, bw, names, saved_bytes, recomputed, replayed)

@@ -67,8 +67,9 @@ def log_partition(joint: JointGraph, parts: Partition) -> None:
             f"{name} {tuple(v.shape)} {v.dtype}" for name, v in zip(
                 parts.saved, _saved_vals(parts))) or "nothing")
     logs.log("aot", "partition: %d values saved, %s of activations (eager's autograd saves "
-             "%s), %d forward nodes recomputed in the backward", len(parts.saved),
-             _mib(parts.saved_bytes), _mib(joint.saved_bytes_eager), parts.recomputed)
+             "%s), %d forward nodes recomputed in the backward, %d random draws replayed",
+             len(parts.saved), _mib(parts.saved_bytes), _mib(joint.saved_bytes_eager),
+             parts.recomputed, parts.replayed)
     folder = logs.debug_frame_dir("aot")
     if folder is not None:
         logs.dump(folder, "joint.py", joint.gm.code)
