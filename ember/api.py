@@ -306,6 +306,19 @@ def reset() -> None:
     backend_metrics.reset()
 
 
+def _drop_entries(option: str) -> None:
+    """``config.<option>`` changed and compiled code depends on it: compile again."""
+    dropped = [fn for fn in list(_live_functions) if fn._entries or fn._eager_reason]
+    for fn in dropped:
+        fn._reset()
+    if dropped:
+        logs.log("recompiles", "config.%s changed: %d compiled functions compile again on "
+                 "their next call", option, len(dropped))
+
+
+config.on_recompile_option.append(_drop_entries)
+
+
 def disable(fn: Callable | None = None):
     """Never compile ``fn``: calls to it run eagerly, also from inside compiled code."""
     if fn is None:

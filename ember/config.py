@@ -4,6 +4,11 @@ Every option is a module attribute with a type and a default. ``EMBER_<NAME>`` i
 environment overrides the default when Ember is imported; ``config.patch(name=value)`` changes
 options for a block or a function (tests use it). Unknown names raise, so a typo never turns
 into a silently ignored setting.
+
+Assigning an option (``ember.config.layout_optimization = "off"``) checks its type. A change
+of an option that compiled code depends on (``RECOMPILES``) drops every compiled entry, as
+``ember.reset()`` does: the next call compiles under the new value instead of running code
+compiled under the old one.
 """
 from __future__ import annotations
 
@@ -11,8 +16,9 @@ import contextlib
 import functools
 import os
 import sys
+import types
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 
 @dataclass(frozen=True)
@@ -105,3 +111,27 @@ class patch(contextlib.ContextDecorator):
         for k, v in self.saved.pop().items():
             setattr(module, k, v)
         return False
+
+
+# options the compiled code depends on; the others (limits, error policy, debug output) act
+# when they are read
+RECOMPILES = ("layout_optimization", "half_fast_math", "inline_depth_limit")
+on_recompile_option: list[Callable[[str], None]] = []    # ember.api's reset of entries
+
+
+class _ConfigModule(types.ModuleType):
+    """This module, with assignments to options checked and code-shaping changes seen."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in _OPTIONS:
+            super().__setattr__(name, value)
+            return
+        _check(name, value)
+        changed = getattr(self, name) != value
+        super().__setattr__(name, value)
+        if changed and name in RECOMPILES:
+            for hook in on_recompile_option:
+                hook(name)
+
+
+sys.modules[__name__].__class__ = _ConfigModule

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import ember
-from ember import config
+from ember import config, logs
 from ember.frontend.exc import Unsupported
 from ember.testing import CompileCounter, same
 
@@ -273,6 +273,48 @@ def test_config_patch_rejects_unknown_and_mistyped():
         config.patch(cache_limit=3)
     with pytest.raises(TypeError):
         config.patch(cache_size_limit="3")
+
+
+def test_config_assignment_is_checked_and_code_shaping_changes_recompile(ember_log):
+    logs.set_logs("recompiles")
+    cnt = CompileCounter()
+    f = ember.compile(add_one, backend=cnt)
+    x = torch.randn(4)
+    with pytest.raises(TypeError, match="inline_depth_limit"):
+        config.inline_depth_limit = "3"
+    was = config.inline_depth_limit
+    f(x)
+    config.cache_size_limit = config.cache_size_limit      # no change: nothing dropped
+    f(x)
+    assert cnt.frame_count == 1
+    try:
+        config.inline_depth_limit = was + 1                 # compiled code depends on it
+        assert same(f(x), add_one(x))
+        assert cnt.frame_count == 2
+        assert "config.inline_depth_limit changed" in ember_log.text
+        other = "off" if config.layout_optimization != "off" else "auto"
+        with config.patch(layout_optimization=other):
+            assert same(f(x), add_one(x))
+        assert cnt.frame_count == 3
+    finally:
+        config.inline_depth_limit = was
+
+
+def test_layout_option_change_takes_effect_on_the_next_call():
+    """A convolution compiled NCHW, then under channels_last: the next call's generated
+    wrapper converts to channels-last (before, the old entry ran on)."""
+    from ember.backend import compile as backend_compile
+    conv = torch.nn.Conv2d(3, 4, 3)
+    x = torch.randn(2, 3, 8, 8)
+    with torch.no_grad(), config.patch(layout_optimization="off"):
+        f = ember.compile(conv, backend="ember")
+        f(x)
+        with config.patch(layout_optimization="channels_last"):
+            backend_compile.generated_sources.clear()
+            assert same(f(x), conv(x), atol=1e-4, rtol=1e-4)
+            assert backend_compile.generated_sources, "the option change did not recompile"
+            # the input converted to channels-last strides before the convolution
+            assert "(192, 1, 24, 3)" in backend_compile.generated_sources[0]
 
 
 # -- side effects --------------------------------------------------------------------------
