@@ -195,10 +195,15 @@ class GuardSet:
         self._keys: set = set()
 
     def add(self, guard: Guard) -> None:
-        if guard.key and guard.key in self._keys:
-            return
-        if guard.key:
-            self._keys.add(guard.key)
+        key = guard.key
+        if key:
+            try:
+                hash(key)
+            except TypeError:     # an unhashable constant (a slice before 3.12): by text
+                key = repr(key)
+            if key in self._keys:
+                return
+            self._keys.add(key)
         self.guards.append(guard)
 
     def __iter__(self):

@@ -4,10 +4,12 @@ computes what eager computes (outputs, Python state, grad mode, exceptions, prin
 Each program is compared with eager by ``conformance_util.check`` (two input sets) and the
 number of graphs that reached the backend is asserted.
 """
+import array
 import functools
 import logging
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -72,6 +74,42 @@ def gb_unknown_c_function(x):
 
 def test_unknown_c_function():
     check(gb_unknown_c_function, (torch.randn(3),), graphs=2)
+
+
+def gb_c_method_called(x, get):
+    y = x * 2
+    return y + len(get())
+
+
+def test_c_method_of_an_object_passed_in_breaks_at_its_call():
+    """A bound C method of an object capture cannot model (an ``array.array``'s ``tolist``;
+    transformers' ``np.random.rand(1).item`` across a break) is passed on as it is: its call
+    breaks the graph; the frame used to run eagerly (a break at the LOAD_FAST of it)."""
+    check(gb_c_method_called, (torch.randn(3), array.array("d", [1.0, 2.0]).tolist), graphs=2)
+    explained = ember.explain(gb_c_method_called)(torch.randn(3),
+                                                  array.array("d", [3.0]).tolist)
+    assert not any(r.frame_ran_eagerly for r in explained.break_reasons)
+
+
+def gb_ndarray_slice(x, arr):
+    return x * 2, arr[:, :2]
+
+
+def test_slicing_an_ndarray_keeps_the_frame_compiled():
+    """An extension type's ``__getitem__`` is not run at capture time behind an equality
+    guard (an array's ``==`` answers an array): the frame used to run eagerly on 3.12 and
+    raise an internal TypeError (an unhashable slice in the guard's key) on 3.11."""
+    check(gb_ndarray_slice, (torch.randn(2), np.arange(6.0).reshape(2, 3)), graphs=1)
+
+
+def test_guards_with_unhashable_constants_are_deduplicated_by_text():
+    from ember.frontend import guards
+    from ember.frontend.source import LocalSource
+    guard_set = guards.GuardSet()
+    for _ in range(2):
+        guard_set.add(guards.call_result_match(LocalSource("x"), list.__getitem__,
+                                               (slice(0, 2),), [1, 2]))
+    assert len(list(guard_set)) == 1
 
 
 def gb_raise(x, n):

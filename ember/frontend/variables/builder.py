@@ -253,8 +253,14 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
                                   f"capture cannot track")
             return tx.getattr(obj, value.__name__)
         if owner is not None and not isinstance(owner, types.ModuleType):
-            raise Unsupported(f"builtin method {value.__qualname__} of a "
-                              f"{type(owner).__name__} object")
+            # a C method of an object capture cannot model (``np.random.rand(1).item``
+            # held across a graph break): passed on as it is, calling it breaks the graph
+            if source is None:
+                raise Unsupported(f"builtin method {value.__qualname__} of a "
+                                  f"{type(owner).__name__} object")
+            add(guards.type_match(source, type(value)))
+            return HandlerFunctionVariable(value, _unsupported_call(
+                value, f"a method of a {type(owner).__name__} object"), source)
         # held as a value (it may cross a graph break); calling it breaks the graph
         add(guards.id_match(source, value))
         return HandlerFunctionVariable(value, _unsupported_call(

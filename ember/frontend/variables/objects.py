@@ -821,11 +821,16 @@ class RealMethodVariable(VariableTracker):
         return tx.wrap(result, None)
 
 
+# the builtin classes whose read-only methods answer plain values (an extension type's may
+# answer an array, which a guard's ``==`` cannot compare)
+_PLAIN_BUILTINS = (dict, list, tuple, str, bytes, set, frozenset, int, float, bool, object)
+
+
 def builtin_method(cls: type, name: str, attr, obj: VariableTracker):
     """A read-only builtin method bound to a real object, or None."""
     if name in _READ_ONLY_METHODS and type(attr).__name__ in (
             "method_descriptor", "wrapper_descriptor") and getattr(obj, "value", None) \
-            is not None:
+            is not None and getattr(attr, "__objclass__", None) in _PLAIN_BUILTINS:
         return RealMethodVariable(attr, obj)
     return None
 
