@@ -26,7 +26,7 @@ from ember.backend.graph import GraphLowering
 from ember.backend.graph_cache import CompiledArtifact, KernelRecord
 from ember.backend.ir import Buffer, ReinterpretView
 from ember.backend.layout import convert_convolutions, wants_channels_last
-from ember.backend.scheduler import FusedKernel, schedule
+from ember.backend.scheduler import FusedKernel, reuse_dying_inputs, schedule
 from ember.backend.targets import CppTarget, Target, target_for
 from ember.backend.templates import fuse_matmul_epilogues
 
@@ -96,7 +96,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     stages_before = dict(metrics.compile_seconds)
     try:
         with metrics.timed("aot trace"):
-            traced = convert_convolutions(gm) if wants_channels_last(gm, device) else gm
+            traced = convert_convolutions(gm, device) if wants_channels_last(gm, device) else gm
             aten_graph = trace_to_aten(traced, example_inputs,
                                        decompositions=core_decompositions())
     except NotImplementedError as e:
@@ -164,7 +164,8 @@ def _compile_training(gm: torch.fx.GraphModule, example_inputs: list, target: Ta
     start = time.perf_counter()
     # channels-last convolutions when asked: the weights' gradients come back in the
     # parameters' own layout through the conversion's backward
-    traced = convert_convolutions(gm) if wants_channels_last(gm, device) else gm
+    traced = convert_convolutions(gm, device) \
+        if wants_channels_last(gm, device, training=True) else gm
     try:
         compiled = compile_training(
             traced, example_inputs, decompositions=core_decompositions(),
@@ -208,6 +209,7 @@ def generate(gm: torch.fx.GraphModule, example_inputs: list, target: Target,
         steps = schedule(graph.buffers, output_names)
         if target.fuses_matmul_epilogues:
             steps = fuse_matmul_epilogues(steps, output_names, target.dtypes)
+        reuse_dying_inputs(steps, output_names)
     layouts = {b.name: b.layout for b in [*graph.inputs, *graph.constant_buffers, *graph.buffers]
                if b.layout is not None}
     dtypes = {name: layout.dtype for name, layout in layouts.items()}

@@ -125,3 +125,47 @@ def test_inputs_given_boxed_are_freed_at_their_last_use():
     x = torch.randn(64)        # the plain call: the caller keeps its inputs
     _PROBES.append((weakref.ref(x),))
     assert same(compiled(x)[0], fn(x)) and _PROBES[0] is False
+
+
+def _wrapper(sources):
+    return next(s for s in sources if "def call(" in s)
+
+
+def test_a_kernel_writes_over_a_library_result_that_dies_in_it(cpu_backend):
+    """``relu(mm(a, b) * 2)`` feeding another matmul overwrites the first matmul's result in
+    place (no new buffer); kept when the result is returned or read at other elements."""
+    a, b, c = torch.randn(16, 16), torch.randn(16, 16), torch.randn(16, 8)
+
+    def chain(a, b, c):
+        return torch.mm(torch.relu(torch.mm(a, b) * 2), c)
+
+    def returned(a, b, c):
+        m = torch.mm(a, b)
+        return torch.mm(torch.relu(m * 2), c), m
+
+    def transposed(a, b, c):
+        m = torch.mm(a, b)
+        return torch.mm(m.t() + m, c)
+
+    out, sources = run_and_get_code(ember.compile(chain), a, b, c)
+    assert same(chain(a, b, c), out, rtol=1e-4, atol=1e-4)
+    wrapper = _wrapper(sources)
+    assert "empty_strided((" not in wrapper, wrapper
+    assert re.search(r"^\s*buf\d+ = buf\d+$", wrapper, re.M), wrapper
+    for fn in (returned, transposed):
+        out, sources = run_and_get_code(ember.compile(fn), a, b, c)
+        assert same(fn(a, b, c), out, rtol=1e-4, atol=1e-4), fn.__name__
+        assert "empty_strided((" in _wrapper(sources), fn.__name__
+
+
+def test_channels_last_pointwise_kernels_walk_memory_in_order():
+    """A C++ kernel over a channels-last value loops along its stride-1 dim (here: one
+    flat loop), not along the logical last dim with a stride of the channel count."""
+    x = torch.randn(2, 8, 6, 5).to(memory_format=torch.channels_last)
+
+    def fn(x):
+        return (x * 2).relu() + 1
+    out, sources = run_and_get_code(ember.compile(fn), x)
+    assert same(fn(x), out) and out.stride() == x.stride()
+    kernel = next(s for s in sources if "extern \"C\"" in s)
+    assert "r0 < 480" in kernel and "p_arg0[r0]" in kernel, kernel

@@ -25,7 +25,7 @@ import torch
 from ember.backend.codegen.common import (IndexPrinter, Kernel, Value, group_kind,
                                           loop_steps, reduction_groups)
 from ember.backend.ir import index_vars, product
-from ember.backend.loops import access_indices, runs_with
+from ember.backend.loops import access_indices, runs_with, store_order
 from ember.backend.ops import use_handler
 from ember.backend.scheduler import FusedKernel, SchedulerNode, node_reads
 from ember.backend.sizevars import is_static, size_hint
@@ -393,6 +393,7 @@ class CppKernel(Kernel):
     def generate(self) -> str:
         x = index_vars("x", len(self.kernel.outer))
         r = index_vars("r", len(self.kernel.inner))
+        self.kernel = _in_store_order(self.kernel, x, r)
         self.kernel, x = _merge_contiguous_dims(self.kernel, x, r)
         k = self.kernel
         segs = self.kernel.segments
@@ -961,6 +962,30 @@ def _coarse_type(kind: str, dtype: torch.dtype) -> str:
     """C++ type of a sum's coarse (folded) accumulators: double for float32, whose long
     chains of adds would otherwise lose digits that eager's cascade sum keeps."""
     return "double" if kind == "sum" and dtype == torch.float32 else CPP_TYPES[dtype]
+
+
+def _in_store_order(kernel: FusedKernel, x: list, r: list) -> FusedKernel:
+    """A pointwise kernel whose first store walks memory in another order than its loops (a
+    channels-last value over logical ``[n, c, h, w]``) iterates in that store's order: its
+    inner loop runs along stride 1 (contiguous SIMD loads and stores), not along ``w`` with
+    a stride of ``c``. Returns a copy whose nodes take their dims through ``perm``, or the
+    kernel itself."""
+    if (len(kernel.inner) != 1 or not kernel.outer
+            or any(n.role != "inner" or n.perm is not None for n in kernel.nodes)
+            or not all(s.is_Integer for s in kernel.outer + kernel.inner)):
+        return kernel
+    sizes, kernel_vars = list(kernel.outer) + list(kernel.inner), list(x) + list(r)
+    order = [kernel_vars.index(v) for v in store_order(kernel, x, r, sizes, kernel_vars)[1]]
+    if order == sorted(order):
+        return kernel
+    at = {dim: i for i, dim in enumerate(order)}
+    perm = tuple(at[dim] for dim in range(len(sizes)))
+    copies = {id(n): dataclasses.replace(n, perm=perm, read_cache={}) for n in kernel.nodes}
+    sizes = [sizes[dim] for dim in order]
+    return dataclasses.replace(
+        kernel, outer=sizes[:-1], inner=sizes[-1:],
+        nodes=[copies[id(n)] for n in kernel.nodes],
+        segments=[(kind, [copies[id(n)] for n in nodes]) for kind, nodes in kernel.segments])
 
 
 def _merge_contiguous_dims(kernel: FusedKernel, x: list, r: list):
