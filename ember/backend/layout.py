@@ -11,7 +11,7 @@ the strides eager would give them, see ``preferred_layout``). Only the graph's f
 and the weights are converted; outputs keep eager's strides. The captured graph itself is
 left as it is (it is what runs when compilation fails): the converted graph is a copy.
 
-Depthwise convolutions (one filter per channel) read NCHW input and weight instead: cuDNN's
+On CUDA, depthwise convolutions (one filter per channel) read NCHW input and weight: cuDNN's
 channels-last depthwise kernels cost seconds on their first call in a process (H200,
 mobilenetv3_large_100 bf16 batch 64, eager's first call: 0.9 s NCHW, 5.9 s channels-last),
 and NCHW ones run as fast there (Ember, same model: 2.8 s cold and 0.6 s warm first call,
@@ -24,9 +24,18 @@ backward's per-channel reductions (batch norm's statistics and gradients) split 
 laid out channel-innermost, so they read channels-last data in contiguous rows
 (``lowering/reductions.py``). H200, resnet50 AMP training step, GPU busy time per step:
 NCHW 20.7 ms (3.3 ms of it cuDNN's own NCHW<->NHWC transposes), channels-last 16.6 ms
-(37.5 ms before those reductions were laid out so). On the 2-core CPU machine
-channels-last made the builtin convnet slower (eager, 2 threads: 3.8 ms NCHW, 7.3 ms NHWC),
-so CPU graphs are converted only when asked (``channels_last``).
+(37.5 ms before those reductions were laid out so).
+
+On the CPU (oneDNN), depthwise convolutions go channels-last too, and ``auto`` converts
+inference graphs whose weights that need converting are small next to the activations the
+convolutions read: an NCHW convolution reorders its input and output on every call, a
+channels-last graph instead copies every weight that is not already NHWC-contiguous (a
+k x k filter over several input channels; 1x1 and depthwise filters are) on every call.
+2-core machine, medians, NCHW / channels-last / torch.compile: builtin convnet (batch 16)
+2.49 / 1.99 / 2.13 ms, torchvision mobilenet_v2 (batch 1) 14.6 / 9.0 / 8.6 ms,
+efficientnet_b0 20.3 / 17.7 / 13.4 ms; timm resnet18 at batch 1, whose 3x3 weights are
+20 times its activations, 8.9 / 22.9 / 12.6 ms: it stays NCHW. Training graphs on the CPU
+stay NCHW.
 """
 from __future__ import annotations
 
@@ -62,7 +71,20 @@ def _runs_in_half(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> bool:
                for n in gm.graph.nodes)
 
 
-def wants_channels_last(gm: torch.fx.GraphModule, device: torch.device) -> bool:
+def _cpu_prefers_channels_last(convs: list[torch.fx.Node]) -> bool:
+    """The weights a channels-last graph converts on every call are at most a quarter of
+    the elements its convolutions read."""
+    converted = read = 0
+    for node in convs:
+        x, w = (a.meta["val"] for a in node.args[:2])
+        read += x.numel()
+        if not w.is_contiguous(memory_format=torch.channels_last):
+            converted += w.numel()
+    return converted * 4 <= read
+
+
+def wants_channels_last(gm: torch.fx.GraphModule, device: torch.device,
+                        training: bool = False) -> bool:
     """Whether the captured graph ``gm`` should run its convolutions channels-last."""
     choice = config.layout_optimization
     if choice not in ("auto", "channels_last", "off"):
@@ -73,7 +95,9 @@ def wants_channels_last(gm: torch.fx.GraphModule, device: torch.device) -> bool:
         return False
     if choice == "channels_last":
         return True
-    return device.type == "cuda" and _runs_in_half(gm, convs)
+    if device.type == "cuda":
+        return _runs_in_half(gm, convs)
+    return device.type == "cpu" and not training and _cpu_prefers_channels_last(convs)
 
 
 def _is_depthwise(node: torch.fx.Node) -> bool:
@@ -84,13 +108,15 @@ def _is_depthwise(node: torch.fx.Node) -> bool:
         node.args[1].meta["val"].shape[1] == 1
 
 
-def convert_convolutions(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
-    """A copy of ``gm`` whose 2-D convolutions read channels-last input and weight."""
+def convert_convolutions(gm: torch.fx.GraphModule,
+                         device: torch.device = torch.device("cuda")) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose 2-D convolutions read channels-last input and weight
+    (depthwise ones NCHW on CUDA)."""
     graph = torch.fx.Graph()
     copies: dict[torch.fx.Node, torch.fx.Node] = {}
     graph.output(graph.graph_copy(gm.graph, copies))
     originals = _convolutions(gm)
-    depthwise = [_is_depthwise(n) for n in originals]
+    depthwise = [device.type == "cuda" and _is_depthwise(n) for n in originals]
     for node, nchw in zip((copies[n] for n in originals), depthwise):
         layout = torch.contiguous_format if nchw else torch.channels_last
         for i in (0, 1):

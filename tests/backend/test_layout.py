@@ -38,24 +38,40 @@ def test_channels_last_convnet_matches_eager(options):
     assert not metrics.fallback_ops
 
 
-def test_auto_keeps_nchw_on_cpu():
+def test_auto_on_cpu_converts_inference_graphs_whose_weights_are_small():
+    """CPU ``auto``: the convnet's weights are small next to its activations, so its
+    inference graph runs channels-last (and matches eager); a layer whose 3x3 weights
+    dwarf its input stays NCHW, and so do training graphs."""
+    from ember.backend.layout import wants_channels_last
     model, inputs = models.build_model("convnet", batch_size=2)[:2]
     model.eval()
     ember.reset()
     with torch.no_grad():
         assert same(model(*inputs), ember.compile(model)(*inputs), rtol=1e-4, atol=1e-4)
-    assert "memory_format" not in _last_wrapper() and ", 1, 1024, 16))" not in _last_wrapper()
+    assert ", 1, 1024, 16))" in _last_wrapper()
+    cpu = torch.device("cpu")
+    small = _conv_graph((2, 16, 32, 32), (16, 16, 3, 3))
+    assert wants_channels_last(small, cpu) is True
+    assert wants_channels_last(small, cpu, training=True) is False
+    assert wants_channels_last(_conv_graph((1, 64, 8, 8), (64, 64, 3, 3)), cpu) is False
+
+
+def _conv_graph(x_shape, w_shape, dtype=torch.float32, groups=1):
+    """A captured ``relu(conv2d(x, w))`` with the metadata capture records (meta tensors)."""
+    gm = torch.fx.symbolic_trace(lambda x, w: torch.relu(torch.conv2d(x, w, groups=groups)))
+    values = (torch.randn(x_shape, dtype=dtype, device="meta"),
+              torch.randn(w_shape, dtype=dtype, device="meta"))
+    for node, value in zip(gm.graph.find_nodes(op="placeholder"), values):
+        node.meta["val"] = value
+    return gm
 
 
 def test_auto_converts_half_cuda_graphs_only():
-    """``auto`` on a graph of bfloat16 convolutions: channels-last on CUDA, NCHW on the CPU
-    unless asked. Decided from the captured graph's metadata: no GPU needed."""
+    """``auto`` on a graph of bfloat16 convolutions: channels-last on CUDA; on the CPU its
+    weights outweigh its input, so NCHW unless asked. Decided from the captured graph's
+    metadata: no GPU needed."""
     from ember.backend.layout import wants_channels_last
-    gm = torch.fx.symbolic_trace(lambda x, w: torch.relu(torch.conv2d(x, w)))
-    x, w = (torch.randn(2, 3, 8, 8, dtype=torch.bfloat16, device="meta"),
-            torch.randn(8, 3, 3, 3, dtype=torch.bfloat16, device="meta"))
-    for node, value in zip(gm.graph.find_nodes(op="placeholder"), (x, w)):
-        node.meta["val"] = value      # what capture records
+    gm = _conv_graph((2, 3, 8, 8), (8, 3, 3, 3), torch.bfloat16)
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert wants_channels_last(gm, cuda) is True
     assert wants_channels_last(gm, cpu) is False
@@ -78,16 +94,23 @@ class _Separable(torch.nn.Module):
         return self.pointwise(torch.relu(self.depthwise(torch.relu(self.stem(x)))))
 
 
-def test_depthwise_convolutions_stay_nchw(ember_log):
-    """Channels-last graphs run depthwise convolutions NCHW (cuDNN's channels-last ones are
-    slow to start); results match eager's."""
+def test_depthwise_convolutions_stay_nchw_on_cuda_only(ember_log):
+    """CUDA channels-last graphs run depthwise convolutions NCHW (cuDNN's channels-last ones
+    are slow to start); on the CPU they go channels-last with the rest. Results match."""
+    from ember.backend.layout import convert_convolutions
     model = _Separable().eval()
     x = torch.randn(2, 3, 10, 10)
     ember.reset()
     ember.logs.set_logs("perf_hints")
     with torch.no_grad(), config.patch(layout_optimization="channels_last"):
         assert same(model(x), ember.compile(model)(x), rtol=1e-4, atol=1e-4)
-    assert "2 convolutions run channels-last, 1 depthwise ones NCHW" in ember_log.text
+    assert "3 convolutions run channels-last, 0 depthwise ones NCHW" in ember_log.text
+    depthwise = _conv_graph((2, 8, 10, 10), (8, 1, 3, 3), groups=8)
+    for device, layout in (("cuda", torch.contiguous_format), ("cpu", torch.channels_last)):
+        converted = convert_convolutions(depthwise, torch.device(device))
+        formats = [n.kwargs["memory_format"] for n in converted.graph.nodes
+                   if n.op == "call_method"]
+        assert formats == [layout, layout], device
 
 
 def test_unknown_layout_choice_raises():
