@@ -169,3 +169,18 @@ def test_channels_last_pointwise_kernels_walk_memory_in_order():
     assert same(fn(x), out) and out.stride() == x.stride()
     kernel = next(s for s in sources if "extern \"C\"" in s)
     assert "r0 < 480" in kernel and "p_arg0[r0]" in kernel, kernel
+
+
+def test_loop_invariant_index_parts_are_computed_before_the_simd_loop():
+    """A max-pool over channels-last data clamps each window's corner with ``max(0, ..)``
+    of the outer loop variables: computed once before the inner loop, so its addresses are
+    affine there (g++ did not vectorise the loop otherwise: 1.8 ms against 0.16 ms)."""
+    x = torch.randn(1, 8, 10, 10).to(memory_format=torch.channels_last)
+
+    def fn(x):
+        return torch.nn.functional.max_pool2d(x.relu(), 3, 2, 1)
+    out, sources = run_and_get_code(ember.compile(fn), x)
+    assert torch.equal(fn(x), out)
+    kernel = next(s for s in sources if "extern \"C\"" in s)
+    before, simd_loop = kernel.split("#pragma omp simd", 1)
+    assert "std::max<int64_t>" in before and "std::max<int64_t>" not in simd_loop, kernel

@@ -377,7 +377,7 @@ class CppKernel(Kernel):
         if name in self.kernel.local:
             raise AssertionError(f"{name} is kept local but read where it is not available")
         self.loaded.add(name)
-        return self.cse(f"p_{name}[{cpp_index(index)}]", self.dtypes[name])
+        return self.cse(f"p_{name}[{cpp_index(self._hoisted(index))}]", self.dtypes[name])
 
     def store(self, node: SchedulerNode, index, value: CppValue) -> None:
         dtype = node.buf.get_dtype()
@@ -387,7 +387,29 @@ class CppKernel(Kernel):
         if node.name in self.kernel.local:
             return
         self.stored.add(node.writes)
-        self.line(f"p_{node.writes}[{cpp_index(index)}] = {value};")
+        self.line(f"p_{node.writes}[{cpp_index(self._hoisted(index))}] = {value};")
+
+    def _hoisted(self, index):
+        """``index`` with its loop-invariant parts that are not sums or products (a pooling
+        window's clamped corner, ``max(0, 2*h - 1)``) read from values computed before the
+        inner loop: g++ vectorises no loop whose addresses contain a ``std::max``, even an
+        invariant one (a max-pool over channels-last data: 1.8 ms scalar, 0.2 vectorised)."""
+        if self.hoist is None or not isinstance(index, sympy.Basic):
+            return index
+        found: dict = {}
+
+        def visit(e):
+            if e.is_Atom:
+                return
+            if e.func not in (sympy.Add, sympy.Mul):
+                text = cpp_index(e)
+                if self._invariant(text):
+                    found[e] = sympy.Symbol(self.cse(text, torch.int64).name, integer=True)
+                    return
+            for arg in e.args:
+                visit(arg)
+        visit(index)
+        return index.xreplace(found) if found else index
 
     # -- structure ---------------------------------------------------------------------------
     def generate(self) -> str:
