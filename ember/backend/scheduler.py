@@ -288,16 +288,20 @@ def reuse_dying_inputs(steps: list, output_names: set[str]) -> int:
             continue
         made = {n.name for n in step.nodes}
         x, r = index_vars("x", len(step.outer)), index_vars("r", len(step.inner))
-        for node in step.nodes:
+        for i, node in enumerate(step.nodes):
             # (a value some target keeps in registers, ``kernel_local``, needs no memory)
             if node.role != "inner" or node.writes != node.name or node.name in output_names \
                     or node.name in step.local or node.name in step.kernel_local:
                 continue
             here = node.where(x, r)
-            for name, _ in node_reads(node, x, r):
+            # the donor may be read by nodes computed before this one in the kernel (batch
+            # norm's value, kept local, then SiLU of it stored), never after it
+            so_far = step.nodes[:i + 1]
+            names = dict.fromkeys(nm for other in so_far for nm, _ in node_reads(other, x, r))
+            for name in names:
                 if (donors.get(name) != node.buf.layout or name in made
                         or name in output_names or name in taken or name in read_by_fallback
-                        or last_reader.get(name) is not node):
+                        or not any(last_reader.get(name) is n for n in so_far)):
                     continue
                 if any(nm == name and sympy.simplify(ix - here) != 0
                        for other in step.nodes for nm, ix in node_reads(other, x, r)):

@@ -3,6 +3,8 @@ counts it should (a pointwise chain is one kernel, softmax and layer_norm one ea
 
 Every test runs on both CPU targets (the ``cpu_backend`` fixture, ``conftest.py``): C++
 kernels, and Triton kernels under Triton's interpreter; the counts are the same on both."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -228,7 +230,10 @@ def test_dead_buffers_give_their_memory_to_later_ones():
     compiled = ember.compile(fn, backend="ember")
     result, sources = run_and_get_code(compiled, x, y)
     assert same(fn(x, y), result, rtol=1e-4, atol=1e-4)
-    assert "# reuse" in sources[0]
+    # four values and the output in two allocations: memory taken over from a dead buffer
+    # ("# reuse") or written in place over one that dies in the kernel (an alias)
+    assert sources[0].count("empty_strided((") == 2, sources[0]
+    assert "# reuse" in sources[0] or re.search(r"^\s*buf\d+ = buf\d+$", sources[0], re.M)
     assert same(fn(x * 2, y), compiled(x * 2, y), rtol=1e-4, atol=1e-4)
 
 

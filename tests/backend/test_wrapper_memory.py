@@ -184,3 +184,17 @@ def test_loop_invariant_index_parts_are_computed_before_the_simd_loop():
     kernel = next(s for s in sources if "extern \"C\"" in s)
     before, simd_loop = kernel.split("#pragma omp simd", 1)
     assert "std::max<int64_t>" in before and "std::max<int64_t>" not in simd_loop, kernel
+
+
+def test_a_kernel_writes_over_a_buffer_read_by_a_value_it_computed_first():
+    """BN + SiLU: the normalised value (read twice, kept in the kernel) reads the matmul's
+    result, then SiLU of it is stored over that result, which nothing reads after."""
+    a, b, w = torch.randn(32, 16), torch.randn(16, 24), torch.randn(24, 8)
+    scale, shift = torch.rand(24) + 0.5, torch.randn(24)
+
+    def fn(a, b, w, scale, shift):
+        h = torch.mm(a, b) * scale + shift
+        return torch.mm(h * torch.sigmoid(h), w)
+    out, sources = run_and_get_code(fn, a, b, w, scale, shift)
+    assert same(fn(a, b, w, scale, shift), out, rtol=1e-4, atol=1e-4)
+    assert "empty_strided((" not in _wrapper(sources), _wrapper(sources)
