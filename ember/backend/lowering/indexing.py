@@ -140,20 +140,32 @@ def _gather(ctx, x, dim, index, *, sparse_grad=False):
     return Pointwise(ctx.device, ctx.dtype, inner, ctx.size)
 
 
-@register_lowering(aten.index.Tensor)
+@register_lowering(aten.index.Tensor, aten._unsafe_index.Tensor)
 def _index(ctx, x, indices):
-    """``x[..., idx, ...]`` with one integer index tensor (after leading ``None`` s)."""
+    """``x[..., i, j, ...]``: integer index tensors on adjacent dims (after leading
+    ``None`` s), broadcast together; their broadcast shape takes those dims' place (a
+    bilinear upsample's ``x[:, :, rows, cols]`` with ``rows`` ``[H, 1]`` and ``cols``
+    ``[W]``). Index tensors apart from each other (NumPy then moves the broadcast dims to
+    the front) and boolean masks run ATen's kernel."""
     given = [(d, t) for d, t in enumerate(indices) if t is not None]
-    if len(given) != 1 or given[0][1].get_dtype() not in (torch.int64, torch.int32):
+    dims = [d for d, _ in given]
+    if not given or dims != list(range(dims[0], dims[0] + len(dims))) or any(
+            t.get_dtype() not in (torch.int64, torch.int32) for _, t in given):
         return NotImplemented
-    dim, index = given[0]
-    load_x, load_i = x.make_loader(), index.make_loader()
-    size = x.get_size()[dim]
-    k = len(index.get_size())
+    first = dims[0]
+    shapes = [list(t.get_size()) for _, t in given]
+    rank = max(len(sh) for sh in shapes)
+    loads = [(t.make_loader(), sh, x.get_size()[d]) for (d, t), sh in zip(given, shapes)]
+    load_x = x.make_loader()
 
     def inner(idx):
-        i = ops.indirect_indexing(load_i(idx[dim:dim + k]), size, True)
-        return load_x(list(idx[:dim]) + [i] + list(idx[dim + k:]))
+        b = list(idx[first:first + rank])       # a position in the broadcast shape
+        picked = []
+        for load, shape, size in loads:
+            at = [sympy.Integer(0) if s == 1 else v
+                  for v, s in zip(b[rank - len(shape):], shape)]
+            picked.append(ops.indirect_indexing(load(at), size, True))
+        return load_x(list(idx[:first]) + picked + list(idx[first + rank:]))
     return Pointwise(ctx.device, ctx.dtype, inner, ctx.size)
 
 
