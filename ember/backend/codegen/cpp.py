@@ -22,6 +22,7 @@ from typing import Any
 import sympy
 import torch
 
+from ember.backend.build import sleef_pointers
 from ember.backend.codegen.common import (IndexPrinter, Kernel, Value, group_kind,
                                           loop_steps, reduction_groups)
 from ember.backend.ir import index_vars, product
@@ -54,10 +55,13 @@ PRELUDE = "#define EMBER_CASCADE %d\n" % CASCADE + r"""
 #include <cstdint>
 #include <algorithm>
 #include <limits>
+@EMBER_EXPF@
 template <typename T> static inline T ember_max(T a, T b) { return (a > b || a != a) ? a : b; }
 template <typename T> static inline T ember_min(T a, T b) { return (a < b || a != a) ? a : b; }
 template <typename T> static inline T ember_relu(T a) { return (a != a) ? a : (a > T(0) ? a : T(0)); }
-template <typename T> static inline T ember_sigmoid(T a) { return T(1) / (T(1) + std::exp(-a)); }
+template <typename T> static inline T ember_exp(T a) { return std::exp(a); }
+static inline float ember_exp(float a) { return ember_expf(a); }
+template <typename T> static inline T ember_sigmoid(T a) { return T(1) / (T(1) + ember_exp(-a)); }
 template <typename T> static inline T ember_sign(T a) {
   if (a != a) return a; return static_cast<T>((T(0) < a) - (a < T(0))); }
 template <typename T> static inline T ember_floordiv(T a, T b) {
@@ -115,9 +119,44 @@ template <typename T> static inline T ember_highest() {
                                               : std::numeric_limits<T>::max(); }
 """
 
+# float exp through SLEEF (torch's CPU library: the code of eager's vectorised exp). A loop
+# that g++ vectorises calls the vector-ABI variant of ``ember_expf`` for its ISA (b: SSE,
+# c: AVX, d: AVX2, e: AVX-512), which calls SLEEF through a pointer ``build._load`` sets;
+# the scalar remainder calls ``ember_expf`` itself, a symbol set to a plain ``std::exp`` so
+# that g++ cannot see through it (it would then skip the variants)
+_SLEEF_EXPF = r"""#include <immintrin.h>
+extern "C" {
+typedef __m256 (*ember_v8f)(__m256);
+typedef __m512 (*ember_v16f)(__m512);
+static ember_v8f ember_sleef_expf8_avx, ember_sleef_expf8_avx2;
+static ember_v16f ember_sleef_expf16_avx512;
+__attribute__((visibility("default"))) void ember_set_sleef(void* avx, void* avx2,
+                                                            void* avx512) {
+  ember_sleef_expf8_avx = (ember_v8f)avx; ember_sleef_expf8_avx2 = (ember_v8f)avx2;
+  ember_sleef_expf16_avx512 = (ember_v16f)avx512; }
+#pragma omp declare simd notinbranch
+__attribute__((const)) float ember_expf(float x);
+__attribute__((visibility("hidden"), used)) float ember_expf_scalar(float x) {
+  return std::exp(x); }
+__asm__(".globl ember_expf\n.hidden ember_expf\n.set ember_expf, ember_expf_scalar");
+__attribute__((visibility("hidden"))) __m128 _ZGVbN4v_ember_expf(__m128 x) {
+  alignas(16) float v[4]; _mm_store_ps(v, x);
+  for (int i = 0; i < 4; i++) v[i] = std::exp(v[i]);
+  return _mm_load_ps(v); }
+__attribute__((visibility("hidden"), target("avx"))) __m256 _ZGVcN8v_ember_expf(__m256 x) {
+  return ember_sleef_expf8_avx(x); }
+__attribute__((visibility("hidden"), target("avx2"))) __m256 _ZGVdN8v_ember_expf(__m256 x) {
+  return ember_sleef_expf8_avx2(x); }
+__attribute__((visibility("hidden"), target("avx512f"))) __m512 _ZGVeN16v_ember_expf(
+    __m512 x) { return ember_sleef_expf16_avx512(x); }
+}"""
+_LIBM_EXPF = "static inline float ember_expf(float x) { return std::exp(x); }"
+PRELUDE = PRELUDE.replace("@EMBER_EXPF@",
+                          _SLEEF_EXPF if sleef_pointers() is not None else _LIBM_EXPF)
+
 _REDUCTION_CLAUSE = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}
 _UNARY_CPP = {
-    "neg": "-{0}", "abs": "std::abs({0})", "exp": "std::exp({0})", "exp2": "std::exp2({0})",
+    "neg": "-{0}", "abs": "std::abs({0})", "exp": "ember_exp({0})", "exp2": "std::exp2({0})",
     "expm1": "std::expm1({0})", "log": "std::log({0})", "log2": "std::log2({0})",
     "log10": "std::log10({0})", "log1p": "std::log1p({0})", "sqrt": "std::sqrt({0})",
     "rsqrt": "{1}(1) / std::sqrt({0})", "sin": "std::sin({0})", "cos": "std::cos({0})",
