@@ -17,6 +17,8 @@
 #   warm      resnet50's cold and warm start in two processes (issue 7: warm < 1 s)
 #   trainprof resnet50's AMP training step: wall, host and GPU time, top kernels, host
 #             profile; Ember NCHW and channels-last, torch.compile (issue 10)
+#   dropout   BERT-base and GPT-2 AMP training with dropout 0.1: gradients against eager under
+#             one seed (masks replayed from the saved generator state), time, memory
 set -u
 export HF_HUB_OFFLINE=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH}
 # the GPU machine lacks expecttest (torch's OpInfo database imports it): copy its package
@@ -56,6 +58,7 @@ for step in $STEPS; do
     warm) timeout 90 python3 benchmarks/warm_start.py resnet50 > "$OUT/warm.txt" 2>&1 ;;
     trainprof) timeout 300 python3 benchmarks/train_profile.py resnet50 --torch-compile \
              --layouts auto,channels_last --cprofile > "$OUT/trainprof.txt" 2>&1 ;;
+    dropout) timeout 200 python3 benchmarks/dropout_train.py > "$OUT/dropout.txt" 2>&1 ;;
     *) echo "unknown step $step" >&2 ;;
   esac
   echo "== $step: $(tail -n 1 "$OUT"/*"$step"*.txt 2>/dev/null | tail -n 1)"
