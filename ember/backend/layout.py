@@ -108,8 +108,8 @@ def _is_depthwise(node: torch.fx.Node) -> bool:
         node.args[1].meta["val"].shape[1] == 1
 
 
-def convert_convolutions(gm: torch.fx.GraphModule,
-                         device: torch.device = torch.device("cuda")) -> torch.fx.GraphModule:
+def convert_convolutions(gm: torch.fx.GraphModule, device: torch.device
+                         ) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose 2-D convolutions read channels-last input and weight
     (depthwise ones NCHW on CUDA)."""
     graph = torch.fx.Graph()

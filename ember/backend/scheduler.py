@@ -250,6 +250,20 @@ def schedule(buffers: Sequence[Buffer], output_names: set[str]) -> list:
     return steps
 
 
+def _last_readers(steps: list) -> dict[str, object]:
+    """Buffer name -> the scheduler node or extern call that reads it last."""
+    last: dict[str, object] = {}
+    for step in steps:
+        if isinstance(step, FusedKernel):
+            for node in step.nodes:
+                for name, _ in node.reads:
+                    last[name] = node
+        else:
+            for name in _extern_reads(step):
+                last[name] = step
+    return last
+
+
 def reuse_dying_inputs(steps: list, output_names: set[str]) -> int:
     """Write a kernel's result over a buffer an earlier step made that dies in this kernel.
 
@@ -262,24 +276,17 @@ def reuse_dying_inputs(steps: list, output_names: set[str]) -> int:
     kernel is at the index the node writes. Runs after matmul epilogues are fused (their
     template computes the matmul in place of its buffer). Returns how many were reused.
     """
-    last_reader: dict[str, object] = {}
+    last_reader = _last_readers(steps)
     read_by_fallback: set[str] = set()
     donors: dict[str, object] = {}            # name -> layout of buffers memory may come from
     for step in steps:
         if isinstance(step, FusedKernel):
-            for node in step.nodes:
-                for name, _ in node.reads:
-                    last_reader[name] = node
-                if node.name not in step.local and node.writes == node.name:
-                    donors[node.name] = node.buf.layout
-        else:
-            reads = _extern_reads(step)
-            for name in reads:
-                last_reader[name] = step
-            if not step.is_library:
-                read_by_fallback.update(reads)
-            elif step.parent is None and step.layout is not None:
-                donors[step.name] = step.layout
+            donors.update((node.name, node.buf.layout) for node in step.nodes
+                          if node.name not in step.local and node.writes == node.name)
+        elif not step.is_library:
+            read_by_fallback.update(_extern_reads(step))
+        elif step.parent is None and step.layout is not None:
+            donors[step.name] = step.layout
     taken = {node.buf.reuses for step in steps if isinstance(step, FusedKernel)
              for node in step.nodes if node.buf.reuses}
     count = 0
@@ -430,15 +437,7 @@ def _reuse_dead_buffers(steps: list, output_names: set[str]) -> None:
     ``out = e / sum`` reads each element once, at the index it writes; ``out`` can overwrite
     ``e`` in place, saving a buffer and a pass over memory (what eager's kernel does).
     """
-    last_reader: dict[str, object] = {}
-    for step in steps:
-        if isinstance(step, FusedKernel):
-            for node in step.nodes:
-                for name, _ in node.reads:
-                    last_reader[name] = node
-        else:
-            for name in _extern_reads(step):
-                last_reader[name] = step
+    last_reader = _last_readers(steps)
     for step in steps:
         if not isinstance(step, FusedKernel):
             continue
