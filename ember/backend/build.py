@@ -139,29 +139,6 @@ def _link_flags() -> list[str]:
     return ["-lmvec"] if platform.machine() == "x86_64" else []
 
 
-# SLEEF's float exp, as torch's CPU library exports it (the code of eager's vectorised exp).
-# Kernels reach it through function pointers set when they are loaded (``_load``): linking
-# each kernel against libtorch_cpu.so cost 0.15 s more per kernel
-SLEEF_EXPF = ("Sleef_expf8_u10avx", "Sleef_expf8_u10avx2", "Sleef_expf16_u10avx512f")
-
-
-@functools.lru_cache(maxsize=1)
-def sleef_pointers() -> tuple[int, ...] | None:
-    """The addresses of ``SLEEF_EXPF`` in torch's CPU library, or None (another
-    architecture, another build): kernels then call libmvec's ``expf``, 4x slower here
-    (262k elements, one thread: 0.43 ms, 1.4 ms when half are -inf as under a causal mask;
-    SLEEF 0.12 ms either way)."""
-    if platform.machine() != "x86_64":
-        return None
-    try:
-        torch_cpu = ctypes.CDLL(str(pathlib.Path(torch.__file__).parent / "lib" /
-                                    "libtorch_cpu.so"))
-        return tuple(ctypes.cast(getattr(torch_cpu, name), ctypes.c_void_p).value
-                     for name in SLEEF_EXPF)
-    except (OSError, AttributeError):
-        return None
-
-
 @functools.lru_cache(maxsize=None)
 def _compiler_version(compiler: str) -> str:
     try:
@@ -185,6 +162,11 @@ def _host_fingerprint() -> str:
     except OSError:
         parts.append(platform.processor())
     return "|".join(parts)
+
+
+def has_avx512() -> bool:
+    """The host runs AVX-512 (``-march=native`` gives kernels its 16-float vectors)."""
+    return "avx512f" in _host_fingerprint().split()
 
 
 def _key(source: str, flags: Sequence[str], compiler: str) -> str:
@@ -278,10 +260,6 @@ def _load(so: pathlib.Path) -> ctypes.CDLL:
         lib = _loaded.get(so)
         if lib is None:
             lib = _loaded[so] = ctypes.CDLL(str(so))
-            setter = getattr(lib, "ember_set_sleef", None)
-            if setter is not None:      # the prelude's SLEEF variants (codegen/cpp.py)
-                setter.argtypes, setter.restype = [ctypes.c_void_p] * len(SLEEF_EXPF), None
-                setter(*sleef_pointers())
     return lib
 
 

@@ -57,14 +57,13 @@ class CppTarget(Target):
         return CppKernel(step, name, dtypes)
 
     def full_source(self, kernels):
-        from ember.backend.codegen.cpp import prelude
-        body = "\n".join(k.source for k in kernels)
-        return prelude(body) + "\n" + body
+        from ember.backend.codegen.cpp import PRELUDE
+        return PRELUDE + "\n" + "\n".join(k.source for k in kernels)
 
     def build(self, kernels):
         from ember.backend import build
-        from ember.backend.codegen.cpp import prelude
-        libs = build.compile_many([prelude(k.source) + "\n" + k.source for k in kernels]) \
+        from ember.backend.codegen.cpp import PRELUDE
+        libs = build.compile_many([PRELUDE + "\n" + k.source for k in kernels]) \
             if kernels else []
         namespace = {}
         for kernel, lib in zip(kernels, libs):
