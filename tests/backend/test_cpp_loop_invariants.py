@@ -60,6 +60,35 @@ def test_masked_loads_stay_inside_their_guard():
     assert "if (" in code
 
 
+def test_per_channel_costly_values_of_channels_last_data_are_computed_once():
+    # inference batch norm + SiLU over channels-last data: the channel is the inner loop, so
+    # 1 / sqrt(var + eps) would be computed per element; it is computed per channel before
+    # the outer loops, by the same code (the same bits as without the precompute)
+    def fn(x, mean, var, w, b):
+        return F.silu(F.batch_norm(x, mean, var, w, b, training=False))
+
+    c = 144
+    x = torch.randn(2, c, 12, 12).contiguous(memory_format=torch.channels_last)
+    mean, w, b = torch.randn(c), torch.rand(c) + 0.5, torch.randn(c)
+    var = torch.rand(c) + 0.5
+    code = check(fn, x, mean, var, w, b)
+    assert re.search(r"float h_tmp\d+\[144\];", code)
+    for body in simd_loop_bodies(code):
+        if "h_tmp" in body and "x0" in body:        # the per-element loop
+            assert "std::sqrt" not in body and " / " not in body.split("ember_sigmoid")[0]
+
+
+def test_values_under_a_mask_are_not_precomputed():
+    # the padded channels' loads are guarded by the mask: computing them for every channel
+    # ahead of the loop would read past the end of ``w``
+    def fn(x, w):
+        return x / torch.sqrt(F.pad(w, (0, 44), value=1.0))
+
+    x, w = torch.randn(300, 144), torch.rand(100) + 0.5
+    code = check(fn, x, w)
+    assert "h_tmp" not in code and "if (" in code
+
+
 @pytest.mark.parametrize("shape,dims", [
     ((16, 8, 64, 64), (0, 2, 3)),      # batch norm statistics: chunks inside one row
     ((3, 5, 4999), (0, 2)),            # chunks that cross rows of odd length

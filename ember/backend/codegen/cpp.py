@@ -44,6 +44,7 @@ COLUMN_MIN = 16                  # ... whose last outer dim has at least this ma
 MERGE_BELOW = 1024               # pointwise inner loops shorter than this absorb outer dims
 CASCADE = 128                    # steps a fine sum/Welford accumulator takes before folding
 ROW_SUM_MIN = 16                 # a multi-dim sum's last dim summed per row from this length
+PRECOMPUTE_MAX = 4096            # inner loops up to this long get per-index values precomputed
 _FOLDED = ("sum", "welford")     # reductions accumulated in two levels (see _lane_range)
 
 PRELUDE = "#define EMBER_CASCADE %d\n" % CASCADE + r"""
@@ -390,6 +391,7 @@ class CppKernel(Kernel):
         # outside the inner loops (see _invariant)
         self.invariant: set[str] = set()
         self.row_accumulators: dict[str, str] = {}     # see _row_sums
+        self.var_dtypes: dict[str, torch.dtype] = {}   # temporaries' dtypes (see _precompute)
 
     def declare(self, var: str, text: str) -> str:
         return f"auto {var} = {text};"
@@ -406,11 +408,13 @@ class CppKernel(Kernel):
         hoist = self.hoist
         if hoist is None or not self._invariant(text):
             var = super().cse(text, dtype)
+            self.var_dtypes[var.name] = dtype
             if hoist is None and not self.block:
                 self.invariant.add(var.name)     # declared outside any inner loop
             return var
         if text not in hoist.values:
             var = CppValue(self.new_var(), dtype)
+            self.var_dtypes[var.name] = dtype
             self.lines.insert(hoist.at, " " * (self.indent_unit * hoist.indent)
                               + self.declare(var.name, text))
             hoist.at += 1
@@ -420,14 +424,7 @@ class CppKernel(Kernel):
 
     def _invariant(self, text: str) -> bool:
         """Every name ``text`` reads (not functions, types, literals) is invariant."""
-        for m in _NAME.finditer(text):
-            name, after = m.group(0), text[m.end():m.end() + 2]
-            if (name in _CPP_WORDS or after.startswith(("(", "<", "::"))
-                    or text[max(0, m.start() - 2):m.start()] == "::"):
-                continue
-            if name not in self.invariant:
-                return False
-        return True
+        return self._reads_only(text, self.invariant)
 
     @contextlib.contextmanager
     def _hoisting(self, reductions=()):
@@ -694,9 +691,12 @@ class CppKernel(Kernel):
         reductions = [n for n in nodes if n.role == "reduction"]
         groups = reduction_groups(reductions)
         size = product(self.kernel.inner)
+        first = len(self.lines)
         with self._hoisting(reductions):
             if not groups:
                 self._range(nodes, groups, x, r, None, None, parallel=parallel)
+                if not parallel:
+                    self._precompute(first, r)
                 return
             if parallel:
                 self._chunked(nodes, groups, x, r, size)
@@ -707,6 +707,83 @@ class CppKernel(Kernel):
         for acc, members in groups.items():
             for node in members:
                 self.store(node, node.store_index(x), self._result(acc, members, node))
+
+    def _precompute(self, first: int, r) -> None:
+        """Per-element values of the pointwise loop generated from line ``first`` on that do
+        not depend on the outer loops, only on the inner index and memory the kernel never
+        writes (batch norm's ``1 / sqrt(var + eps)`` per channel of channels-last data), and
+        that cost a division or a call: computed once per kernel call into an array before
+        the outer loops, instead of once per element (the same code, so the same bits).
+        efficientnet_b0's BN + SiLU over 56 x 56 x 144: 0.17 -> 0.11 ms."""
+        k = self.kernel
+        size = product(k.inner)
+        if len(r) != 1 or self.block or not k.outer or not is_static(size) or \
+                size_hint(size) > PRECOMPUTE_MAX or size_hint(product(k.outer)) < 2:
+            return
+        loop = next((i for i in range(first, len(self.lines))
+                     if self.lines[i].lstrip().startswith(f"for (int64_t {r[0].name} = ")), None)
+        if loop is None:
+            return
+        body_indent = _indent(self.lines[loop]) + self.indent_unit
+        free = {r[0].name} | {n for n in self.invariant if n.startswith("p_")}
+        defs: dict[str, tuple[int, str]] = {}     # outer-free temporary -> (line, text)
+        for i in range(first, len(self.lines)):
+            m = _DEF.match(self.lines[i])
+            # not inside a masked load's `if`: its loads may be out of bounds elsewhere
+            if m and _indent(self.lines[i]) <= body_indent and \
+                    self._reads_only(m.group(2), free):
+                free.add(m.group(1))
+                defs[m.group(1)] = (i, m.group(2))
+
+        def inputs(v: str) -> set[str]:               # v and the outer-free values it reads
+            seen, stack = set(), [v]
+            while stack:
+                u = stack.pop()
+                if u not in seen:
+                    seen.add(u)
+                    stack += [n for n in _NAME.findall(defs[u][1]) if n in defs]
+            return seen
+        # the outer-free values the rest of the loop reads, where computing them costs
+        def_lines = {i for i, _ in defs.values()}
+        read = {n for i in range(loop, len(self.lines)) if i not in def_lines
+                for n in _NAME.findall(self.lines[i]) if n in defs}
+        costly = [v for v in defs if v in read and defs[v][0] > loop and
+                  self.var_dtypes.get(v) in CPP_TYPES and
+                  any(_COSTLY.search(defs[u][1]) for u in inputs(v))]
+        if not costly:
+            return
+        needed = set().union(*map(inputs, costly))
+        n, var = cpp_index(size), r[0].name
+        pad = " " * self.indent_unit
+        prologue = [f"{pad}{CPP_TYPES[self.var_dtypes[v]]} h_{v}[{n}];" for v in costly]
+        prologue += [f"{pad}#pragma omp simd",
+                     f"{pad}for (int64_t {var} = 0; {var} < {n}; {var}++) {{"]
+        prologue += [f"{pad * 2}auto {v} = {text};" for v, (_, text) in defs.items()
+                     if v in needed]
+        prologue += [f"{pad * 2}h_{v}[{var}] = {v};" for v in costly] + [f"{pad}}}"]
+        for v in costly:
+            i = defs[v][0]
+            self.lines[i] = f"{' ' * _indent(self.lines[i])}auto {v} = h_{v}[{var}];"
+        # the loop's declarations of their inputs that nothing reads any more
+        dead: set[int] = set()
+        for v in sorted(needed - set(costly), key=lambda u: -defs[u][0]):
+            i = defs[v][0]
+            if i > loop and not any(v in _NAME.findall(self.lines[j])
+                                    for j in range(loop, len(self.lines))
+                                    if j != i and j not in dead):
+                dead.add(i)
+        self.lines[:] = prologue + [line for j, line in enumerate(self.lines) if j not in dead]
+
+    def _reads_only(self, text: str, names: set[str]) -> bool:
+        """Every name ``text`` reads (not functions, types, literals) is in ``names``."""
+        for m in _NAME.finditer(text):
+            name, after = m.group(0), text[m.end():m.end() + 2]
+            if (name in _CPP_WORDS or after.startswith(("(", "<", "::"))
+                    or text[max(0, m.start() - 2):m.start()] == "::"):
+                continue
+            if name not in names:
+                return False
+        return True
 
     def _declare(self, groups, count: int | None = None) -> None:
         """The accumulators of each reduction group (arrays of ``count`` when given)."""
@@ -1062,7 +1139,13 @@ class _Hoist:
 
 
 _NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+_DEF = re.compile(r"\s*auto (tmp\d+) = (.*);$")        # a temporary's declaration
+_COSTLY = re.compile(r"/|std::|ember_")                  # a division or a call
 _CPP_WORDS = set(CPP_TYPES.values()) | {"true", "false", "auto", "const"}
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
 
 
 def _coarse_type(kind: str, dtype: torch.dtype) -> str:
