@@ -70,6 +70,11 @@ static inline float ember_select(bool take, float a, float b) {
   int32_t keep = -static_cast<int32_t>(take);
   return __builtin_bit_cast(float, (__builtin_bit_cast(int32_t, a) & keep) |
                                    (__builtin_bit_cast(int32_t, b) & ~keep)); }
+// c0 + c1 x + c2 x^2 + ..., by Horner's rule (straight-line code: a loop over an array of
+// coefficients left the calling loop scalar)
+static inline float ember_horner(float, float c) { return c; }
+template <typename... C> static inline float ember_horner(float x, float c, C... rest) {
+  return EMBER_FMA(ember_horner(x, rest...), x, c); }
 // exp(x) = 2^k exp(r): k = rint(x / ln 2) by the 1.5 * 2^23 rounding trick, r = x - k ln 2 with
 // ln 2 in two parts (Cody & Waite: k * hi is exact), exp(r) by Taylor to r^7 (|r| <= ln 2 / 2,
 // truncation 5e-9); 2^k as two normal factors, so subnormal results round once. < 1 ulp.
@@ -83,10 +88,8 @@ static inline float ember_expf(float x) {
   uint32_t k = __builtin_bit_cast(uint32_t, j) - __builtin_bit_cast(uint32_t, 12582912.0f);
   float kf = j - 12582912.0f;
   float r = EMBER_FMA(-kf, 1.428606765330187e-06f, EMBER_FMA(-kf, 0.693145751953125f, xc));
-  float p = 0.0001984126984126984f;
-  p = EMBER_FMA(p, r, 0.001388888888888889f); p = EMBER_FMA(p, r, 0.008333333333333333f);
-  p = EMBER_FMA(p, r, 0.041666666666666664f); p = EMBER_FMA(p, r, 0.16666666666666666f);
-  p = EMBER_FMA(p, r, 0.5f); p = EMBER_FMA(p, r, 1.0f); p = EMBER_FMA(p, r, 1.0f);
+  float p = ember_horner(r, 1.0f, 1.0f, 0.5f, 0.16666666666666666f, 0.041666666666666664f,
+                         0.008333333333333333f, 0.001388888888888889f, 0.0001984126984126984f);
   uint32_t k1 = static_cast<uint32_t>(static_cast<int32_t>(k) >> 1), k2 = k - k1;
   return ember_select(zero, 0.0f, p * __builtin_bit_cast(float, (k1 + 127u) << 23) *
                                   __builtin_bit_cast(float, (k2 + 127u) << 23)); }
@@ -95,25 +98,20 @@ static inline float ember_expf(float x) {
 // is within 1 ulp
 static inline float ember_erff(float a) {
   float s = a * a;
-  float q = -0.000563145149f;
-  q = EMBER_FMA(q, s, 0.00491755968f); q = EMBER_FMA(q, s, -0.0267113186f);
-  q = EMBER_FMA(q, s, 0.112801805f); q = EMBER_FMA(q, s, -0.37612325f);
-  q = EMBER_FMA(q, s, 1.12837911f);
   float t = 1.0f / EMBER_FMA(0.3275911f, std::abs(a), 1.0f);
-  float r = EMBER_FMA(EMBER_FMA(EMBER_FMA(EMBER_FMA(1.061405429f, t, -1.453152027f), t,
-                                          1.421413741f), t, -0.284496736f), t, 0.254829592f);
+  float r = ember_horner(t, 0.254829592f, -0.284496736f, 1.421413741f, -1.453152027f,
+                         1.061405429f);
   float tail = std::copysign(1.0f - r * t * ember_expf(-s), a);
-  return ember_select(std::abs(a) < 1.0f, a * q, tail); }
+  float series = a * ember_horner(s, 1.12837911f, -0.37612325f, 0.112801805f, -0.0267113186f,
+                                  0.00491755968f, -0.000563145149f);
+  return ember_select(std::abs(a) < 1.0f, series, tail); }
 // tanh: below 0.625 a polynomial (a minimax fit of tanh(x) / x in x^2, 0.1 ulp), above it
 // 1 - 2 / (exp(2|x|) + 1); 1.4 ulp at most
 static inline float ember_tanhf(float a) {
-  float s = a * a;
-  float q = -0.00566001935f;
-  q = EMBER_FMA(q, s, 0.0205910206f); q = EMBER_FMA(q, s, -0.0537210815f);
-  q = EMBER_FMA(q, s, 0.133311272f); q = EMBER_FMA(q, s, -0.333332598f);
-  q = EMBER_FMA(q, s, 1.0f);
   float tail = std::copysign(1.0f - 2.0f / (ember_expf(2.0f * std::abs(a)) + 1.0f), a);
-  return ember_select(std::abs(a) < 0.625f, a * q, tail); }
+  float series = a * ember_horner(a * a, 1.0f, -0.333332598f, 0.133311272f, -0.0537210815f,
+                                  0.0205910206f, -0.00566001935f);
+  return ember_select(std::abs(a) < 0.625f, series, tail); }
 template <typename T> static inline T ember_max(T a, T b) { return (a > b || a != a) ? a : b; }
 template <typename T> static inline T ember_min(T a, T b) { return (a < b || a != a) ? a : b; }
 template <typename T> static inline T ember_relu(T a) { return (a != a) ? a : (a > T(0) ? a : T(0)); }
