@@ -134,8 +134,9 @@ def cxx_flags() -> list[str]:
 
 
 def _link_flags() -> list[str]:
-    """glibc's vector math library: kernels call its SIMD exp/log/sin/erf/tanh variants
-    (declared by the kernel prelude), so transcendental loops vectorise like eager's."""
+    """glibc's vector math library: kernels call its SIMD log/sin/cos/... variants (declared
+    by the kernel prelude; float exp, erf and tanh are the prelude's own inline code), so
+    loops of those functions vectorise too."""
     return ["-lmvec"] if platform.machine() == "x86_64" else []
 
 
@@ -164,6 +165,7 @@ def _host_fingerprint() -> str:
     return "|".join(parts)
 
 
+@functools.lru_cache(maxsize=1)
 def has_avx512() -> bool:
     """The host runs AVX-512 (``-march=native`` gives kernels its 16-float vectors)."""
     return "avx512f" in _host_fingerprint().split()
