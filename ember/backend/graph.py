@@ -51,6 +51,7 @@ class _CostCounter:
     def __init__(self):
         self.ops = 0
         self.loads = 0
+        self.masked_regions = 0
 
     def load(self, name, index):
         self.loads += 1
@@ -60,6 +61,7 @@ class _CostCounter:
         return sympy.Symbol("indirect", integer=True)
 
     def masked(self, mask, body, other):
+        self.masked_regions += 1
         return body()
 
     def __getattr__(self, name):
@@ -69,11 +71,12 @@ class _CostCounter:
         return op
 
 
-def body_cost(node: IRNode) -> tuple[int, int]:
+def body_cost(node: IRNode) -> _CostCounter:
+    """What one element of ``node`` costs: ops, loads, masked regions."""
     counter = _CostCounter()
     with use_handler(counter):
         node.make_loader()(index_vars("c", len(node.get_size())))
-    return counter.ops, counter.loads
+    return counter
 
 
 class GraphLowering:
@@ -246,11 +249,22 @@ class GraphLowering:
 
     def _share(self, result, node: torch.fx.Node):
         """A body read by several consumers is computed once when recomputing it costs."""
-        if isinstance(result, (Pointwise, IndexView)) and len(node.users) > 1:
-            ops_count, loads = body_cost(result)
-            if ops_count > _REALIZE_COST or loads > _REALIZE_READS:
-                return self.realize(result)
-        return result
+        return self.computed_once(result, len(node.users))
+
+    def computed_once(self, value, reads: float, taps: int = 1):
+        """``value`` realized when each of its elements is read ``reads`` times (several
+        consumers, or one pooling window that overlaps the next) and recomputing it costs
+        more than a load and a few ops, or when a consumer reads ``taps`` > 1 elements of
+        it and its body has masked regions (a concatenation, a pad): g++ threads the
+        repeated masks' branches together and leaves the loop scalar (googlenet's 2x2 max
+        pool of four concatenated batch norms + ReLUs, 1.1 ms against 0.07 realized)."""
+        if not isinstance(value, (Pointwise, IndexView)) or (reads <= 1 and taps <= 1):
+            return value
+        cost = body_cost(value)
+        if reads > 1 and (cost.ops > _REALIZE_COST or cost.loads > _REALIZE_READS) or \
+                taps > 1 and cost.masked_regions:
+            return self.realize(value)
+        return value
 
     def _supported(self, node: torch.fx.Node) -> bool:
         vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]

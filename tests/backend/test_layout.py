@@ -71,7 +71,7 @@ def test_auto_converts_half_cuda_graphs_only():
     weights outweigh its input, so NCHW unless asked. Decided from the captured graph's
     metadata: no GPU needed."""
     from ember.backend.layout import wants_channels_last
-    gm = _conv_graph((2, 3, 8, 8), (8, 3, 3, 3), torch.bfloat16)
+    gm = _conv_graph((2, 3, 8, 8), (64, 3, 3, 3), torch.bfloat16)
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
     assert wants_channels_last(gm, cuda) is True
     assert wants_channels_last(gm, cpu) is False

@@ -120,6 +120,32 @@ def test_resnet_stem_max_pool_is_a_generated_kernel(cpu_backend):
         assert not [line for line in text.splitlines() if "tl.store" in line and "int64" in line]
 
 
+@pytest.mark.parametrize("pool,body,kernels", [
+    ((3, 1, 1), "affine", 2),     # overlapping windows of a costly body: computed once first
+    ((2, 2, 0), "affine", 1),     # each element read once: the body stays inline
+    ((2, 2, 0), "cat", 2),        # a concatenation's masked loads: computed once first
+    ((3, 1, 1), "relu", 1)])      # a load and an op: recomputed per tap
+def test_pool_input_is_computed_once_when_recomputing_it_costs(pool, body, kernels):
+    """A pooling window that would recompute its input's body for every tap, or repeat a
+    concatenation's masked regions per tap (g++ left those loops scalar), reads a realized
+    buffer instead; results match eager's either way."""
+    def fn(x, y, w, b):
+        if body == "affine":
+            v = x * w + b
+        elif body == "cat":
+            v = torch.cat([torch.relu(x * w + b), torch.relu(y)], 1)
+        else:
+            v = torch.relu(x)
+        return F.max_pool2d(v, *pool)
+    x, y = torch.randn(2, 4, 8, 8), torch.randn(2, 3, 8, 8)
+    w, b = torch.randn(4, 1, 1), torch.randn(4, 1, 1)
+    metrics.reset()
+    out, _ = run_and_get_code(fn, x, y, w, b)
+    torch.testing.assert_close(out, fn(x, y, w, b))
+    assert not metrics.fallback_ops
+    assert metrics.generated_kernel_count == kernels
+
+
 def test_max_pool2d_output_read_twice_and_indices_used():
     def fn(x):
         y, i = F.max_pool2d(x, 3, 2, 1, return_indices=True)

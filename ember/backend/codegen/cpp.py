@@ -64,12 +64,16 @@ PRELUDE = "#define EMBER_CASCADE %d\n" % CASCADE + r"""
 #else
 #define EMBER_FMA(a, b, c) ((a) * (b) + (c))
 #endif
+// a select of bits: with `?:` g++ may branch around the costlier side (or sink a load into
+// the branch: a padded pooling window's), and a loop with a branch stays scalar
 static inline float ember_select(bool take, float a, float b) {
-  // a select of bits: with `?:` g++ may branch around the costlier side, and a loop with a
-  // branch stays scalar
   int32_t keep = -static_cast<int32_t>(take);
   return __builtin_bit_cast(float, (__builtin_bit_cast(int32_t, a) & keep) |
                                    (__builtin_bit_cast(int32_t, b) & ~keep)); }
+static inline double ember_select(bool take, double a, double b) {
+  int64_t keep = -static_cast<int64_t>(take);
+  return __builtin_bit_cast(double, (__builtin_bit_cast(int64_t, a) & keep) |
+                                    (__builtin_bit_cast(int64_t, b) & ~keep)); }
 // c0 + c1 x + c2 x^2 + ..., by Horner's rule (straight-line code: a loop over an array of
 // coefficients left the calling loop scalar)
 static inline float ember_horner(float, float c) { return c; }
@@ -284,6 +288,8 @@ class CppOpsHandler:
         return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({x})", dtype)
 
     def where(self, c: CppValue, a: CppValue, b: CppValue) -> CppValue:
+        if a.dtype in (torch.float32, torch.float64) and b.dtype == a.dtype:
+            return self._emit(f"ember_select({c}, {a}, {b})", a.dtype)
         return self._emit(f"{c} ? {a} : {b}", a.dtype)
 
     def logical_not(self, a):

@@ -1,0 +1,65 @@
+"""Generated C++ loops vectorise: g++ reports each hot loop as vectorised, and selects keep
+eager's exact bits. A loop left scalar still computes the right values, so only the
+compiler's own report catches the slowdown (a padded pooling window's `?:` let g++ sink its
+loads into branches: 0.78 ms for a 14x14x512 max pool against 0.05 vectorised)."""
+import pathlib
+import subprocess
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+from ember import config
+from ember.backend import build
+from ember.backend.codegen.cpp import PRELUDE
+from ember.testing import run_and_get_code
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    ember.reset()
+    with config.patch(suppress_errors=False), torch.no_grad():
+        yield
+
+
+def _vectorised_lines(kernel_source: str, tmp_path: pathlib.Path) -> set[int]:
+    """The source lines of loops g++ reports as vectorised, counted from the kernel's first
+    line."""
+    cpp = tmp_path / "k.cpp"
+    cpp.write_text(PRELUDE + "\n" + kernel_source)
+    report = tmp_path / "vec.txt"
+    subprocess.run([build.cxx(), *build.cxx_flags(), str(cpp), "-o", str(tmp_path / "k.so"),
+                    f"-fopt-info-vec-optimized={report}"], check=True)
+    offset = PRELUDE.count("\n") + 1
+    return {int(line.split(":")[1]) - offset for line in report.read_text().splitlines()
+            if "loop vectorized" in line}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_padded_max_pool_channel_loop_vectorises(dtype, tmp_path):
+    x = torch.randn(1, 64, 8, 8, dtype=dtype).to(memory_format=torch.channels_last)
+    fn = lambda x: F.max_pool2d(x, 3, 1, 1)   # noqa: E731
+    out, sources = run_and_get_code(fn, x)
+    torch.testing.assert_close(out, fn(x))
+    kernel = next(s for s in sources if 'extern "C"' in s)
+    inner = next(i for i, line in enumerate(kernel.splitlines(), 1)
+                 if "for (int64_t r0" in line)
+    # g++ names the loop by its header or its first statement
+    assert _vectorised_lines(kernel, tmp_path) & {inner, inner + 1}, kernel
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_where_keeps_the_chosen_values_bits(dtype):
+    """``where`` is a select of bits: NaN payloads, signed zeros and infinities come through
+    as eager's."""
+    special = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"), 1e-40,
+                            -3.5], dtype=dtype)
+    a = special.repeat(37)
+    b = special.flip(0).repeat(37)
+    cond = torch.arange(a.numel()) % 3 == 0
+    fn = lambda c, a, b: torch.where(c, a * 1, b + 0.0)   # noqa: E731
+    out, sources = run_and_get_code(fn, cond, a, b)
+    bits = torch.int32 if dtype is torch.float32 else torch.int64
+    assert torch.equal(out.view(bits), fn(cond, a, b).view(bits))
+    assert "ember_select(" in "\n".join(sources)
