@@ -290,6 +290,12 @@ class GraphLowering:
         self.buffers.append(parent)
         return self._extern_children(parent, val, ())
 
+    def library_call(self, target, args: list, val: torch.Tensor) -> ExternBuffer:
+        """``target(*args)`` by its library (ATen) kernel from the wrapper, with a result
+        like ``val`` (a lowering that runs a different library op than its own)."""
+        metrics.extern_calls[str(target)] += 1
+        return self._extern(val, target, [self._to_memory(a) for a in args], {}, True)
+
     def _extern(self, val, target, args, kwargs, is_library):
         buf = ExternBuffer(self.new_name(), _base_layout(val), target, args, kwargs,
                            is_library)

@@ -38,3 +38,23 @@ def test_with_layout_copies_only_on_a_mismatch():
     assert with_layout(narrow, (2, 1, 4), (12, 99, 1)) is narrow    # size-1 dims: any stride
     other = with_layout(t, (2, 3, 4), (1, 2, 6))
     assert other.stride() == (1, 2, 6) and torch.equal(other, t)
+
+
+def test_wrapper_calls_no_python_function_on_its_common_path():
+    """Views and layout checks of ATen results are C calls in the wrapper's own frame: a
+    Python callee may start a fresh frame-stack chunk, mapped and unmapped on every call."""
+    from ember.backend import compile as backend_compile
+
+    def fn(x, w, y):
+        h = torch.mm(x, w)
+        return (h.view(2, 4, 8) + y).relu(), torch.mm(h.t(), x)
+
+    x, w, y = torch.randn(8, 8), torch.randn(8, 8), torch.randn(4, 8)
+    backend_compile.generated_sources.clear()
+    with torch.no_grad():
+        assert same(fn(x, w, y), ember.compile(fn)(x, w, y), rtol=1e-5, atol=1e-5)
+    wrapper = next(s for s in backend_compile.generated_sources if "def call(" in s)
+    body = wrapper[wrapper.index("def call("):].splitlines()[1:]
+    assert "reinterpret(" not in wrapper
+    layouts = [line.strip() for line in body if "with_layout(" in line]
+    assert layouts and all(line.startswith("if ") for line in layouts), layouts

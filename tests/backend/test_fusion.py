@@ -266,3 +266,14 @@ def test_short_contiguous_planes_run_as_one_inner_loop(cpu_backend):
     result, sources = run_and_get_code(compiled, x, y)
     assert same(torch.relu(bn(x)) + y, result)
     assert apart in sources[1]
+
+
+@pytest.mark.parametrize("shape,kernels", [
+    ((2, 3, 4), 1), ((1, 6, 1, 4), 1), ((3, 2, 2, 2), 1),   # dims split: one kernel
+    ((24,), 2), ((4, 6), 2)])                               # dims merged: the body is stored
+def test_view_that_splits_dims_of_a_body_keeps_it_fused(shape, kernels):
+    """A view that splits dims (a linear's [B*T, C] result viewed as [B, T, C]) indexes the
+    body with sums of products; one that merges dims would need div/mod per load, so the
+    body is computed into memory first."""
+    x = torch.randn(6, 4)
+    assert run(lambda x: (x.sin() + 1).view(shape).cos(), x) == kernels

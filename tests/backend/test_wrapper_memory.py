@@ -21,13 +21,13 @@ def _peak_live_elements(wrapper: str) -> int:
     for line in wrapper.splitlines():
         s = line.strip()
         m = re.match(r"(\w+) = empty_strided\(\(([^)]*)\), \(([^)]*)\)", s) or \
-            re.match(r"(?:\w+ = )?with_layout\((\w+), \(([^)]*)\), \(([^)]*)\)", s)
+            re.search(r"with_layout\((\w+), \(([^)]*)\), \(([^)]*)\)", s)
         if m and m.group(1) not in names:
             size, stride = _ints(m.group(2)), _ints(m.group(3))
             names[m.group(1)] = obj = len(sizes)
             sizes[obj] = 1 + sum((n - 1) * st for n, st in zip(size, stride))
             live += sizes[obj]
-        m = re.match(r"(\w+) = reinterpret\((\w+),", s) or re.match(r"(\w+) = (\w+)(\[\d+\])?(;|$)", s)
+        m = re.match(r"(\w+) = as_strided\((\w+),", s) or re.match(r"(\w+) = (\w+)(\[\d+\])?(;|$)", s)
         if m and m.group(2) in names:
             names[m.group(1)] = names[m.group(2)]
         for group in re.findall(r"del ([\w, ]+)", s):
@@ -78,9 +78,10 @@ def test_sizes_parsed_from_wrapper_text():
     wrapper = "\n".join([
         "buf1 = empty_strided((4, 8), (8, 1), dtype=_c0, device=_c1)",
         "buf2 = _c2(buf1)  # aten.mm.default",
+        "if buf2.stride() != (4, 1) or buf2.shape != (4, 4): "
         "buf2 = with_layout(buf2, (4, 4), (4, 1))",
         "del buf1",
-        "buf3 = reinterpret(buf2, (4, 4), (4, 1), 0); del buf2  # reuse",
+        "buf3 = as_strided(buf2, (4, 4), (4, 1), buf2.storage_offset()); del buf2  # reuse",
         "buf4 = empty_strided((2,), (1,), dtype=_c0, device=_c1)",
         "buf5 = buf4; del buf4  # reuse",
         "del buf3, buf5"])

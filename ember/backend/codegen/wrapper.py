@@ -31,6 +31,25 @@ def _tuple(values) -> str:
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
 
 
+# ``call`` makes no Python-level call on its common path, only calls of C functions and
+# methods: a Python callee's frame may not fit the interpreter's current frame-stack chunk
+# (``call`` has hundreds of locals), and then every such call maps a fresh 16 KB chunk and
+# unmaps it on return (convnext_tiny: 150 mmap/munmap pairs and their page faults per call,
+# 5 ms of 50, depending on where the frame happened to start)
+def _as_strided(name: str, size, stride, offset: int) -> str:
+    """A view of ``name``'s memory, ``offset`` elements from its data pointer."""
+    start = f"{name}.storage_offset()" + (f" + {offset}" if offset else "")
+    return f"as_strided({name}, {_tuple(size)}, {_tuple(stride)}, {start})"
+
+
+def _with_layout(name: str, lay) -> str:
+    """``name`` (an ATen result) rebound to a copy in ``lay`` when ATen chose another layout
+    (``runtime.with_layout``), checked inline."""
+    size, stride = _tuple(lay.size), _tuple(lay.stride)
+    return (f"if {name}.stride() != {stride} or {name}.shape != {size}: "
+            f"{name} = with_layout({name}, {size}, {stride})")
+
+
 class WrapperCodegen:
     def __init__(self, graph, steps, kernels: dict[int, "object"]):
         self.graph = graph
@@ -56,8 +75,7 @@ class WrapperCodegen:
             lay = node.layout
             if not output and self._same_layout(node.data.name, lay):
                 return node.data.name
-            return (f"reinterpret({node.data.name}, {_tuple(lay.size)}, {_tuple(lay.stride)}, "
-                    f"{int(lay.offset)})")
+            return _as_strided(node.data.name, lay.size, lay.stride, int(lay.offset))
         if isinstance(node, Buffer):
             return node.name
         if isinstance(node, (list, tuple)):
@@ -77,8 +95,9 @@ class WrapperCodegen:
     def generate(self) -> str:
         g = self.graph
         names = [b.name for b in g.inputs]
-        out = ["import torch", "from ember.backend.runtime import reinterpret, with_layout",
-               "empty_strided = torch.empty_strided", "", "", "def call(args):"]
+        out = ["import torch", "from ember.backend.runtime import with_layout",
+               "empty_strided = torch.empty_strided", "as_strided = torch.as_strided", "", "",
+               "def call(args):"]
         body: list[str] = []
         if names:
             # the list is the caller's to give away (``call_boxed``): emptied, so each input
@@ -143,7 +162,7 @@ class WrapperCodegen:
             del pending[old]
             if self._same_layout(old, lay):
                 return f"{buf.name} = {old}; del {old}  # reuse"
-            return f"{buf.name} = reinterpret({old}, {size}, {stride}, 0); del {old}  # reuse"
+            return f"{buf.name} = {_as_strided(old, lay.size, lay.stride, 0)}; del {old}  # reuse"
         return (f"{buf.name} = empty_strided({size}, {stride}, dtype={self.const(lay.dtype)}, "
                 f"device={self.const(lay.device)})")
 
@@ -178,8 +197,7 @@ class WrapperCodegen:
             if used:
                 lay = buf.layout
                 self.layouts[buf.name] = lay
-                lines.append(f"{buf.name} = with_layout({buf.name}, {_tuple(lay.size)}, "
-                             f"{_tuple(lay.stride)})")
+                lines.append(_with_layout(buf.name, lay))
             return lines
         args = [self.ref(a) for a in buf.args]
         kwargs = [f"{k}={self.ref(v)}" for k, v in buf.kwargs.items()]
@@ -188,8 +206,7 @@ class WrapperCodegen:
         if buf.layout is not None:
             lay = buf.layout
             self.layouts[buf.name] = lay
-            lines.append(f"{buf.name} = with_layout({buf.name}, {_tuple(lay.size)}, "
-                         f"{_tuple(lay.stride)})")
+            lines.append(_with_layout(buf.name, lay))
         return lines
 
     def _returned_names(self) -> set[str]:

@@ -107,10 +107,43 @@ def _reshape_by_ones(ctx, x, *args):
     return IndexView(x, out, reindex)
 
 
+def _split_dims(ctx, x):
+    """A view that splits dims into several (a linear's [M*N, C] result viewed as
+    [M, N, C]): each input index is a sum of output indices times constants, no division.
+    Merging dims would need div/mod in every load: such views realize the body instead."""
+    in_size, out = x.get_size(), ctx.size
+    if not all(isinstance(s, (int, sympy.Integer)) and s > 0 for s in [*in_size, *out]):
+        return None
+    ins, outs = [int(s) for s in in_size], [int(s) for s in out]
+    groups, j = [], 0
+    for size in ins:
+        start, prod = j, 1
+        while prod < size and j < len(outs):
+            prod *= outs[j]
+            j += 1
+        if prod != size:
+            return None
+        groups.append((start, j))
+    if any(s != 1 for s in outs[j:]):
+        return None
+
+    def reindex(idx):
+        full = []
+        for start, end in groups:
+            acc, scale = sympy.Integer(0), 1
+            for d in range(end - 1, start - 1, -1):
+                acc += idx[d] * scale
+                scale *= outs[d]
+            full.append(acc)
+        return full
+    return IndexView(x, out, reindex)
+
+
 def _view(ctx, x, *args):
-    same = _reshape_by_ones(ctx, x)
-    if same is not None:
-        return same
+    for cheap in (_reshape_by_ones, _split_dims):
+        view = cheap(ctx, x)
+        if view is not None:
+            return view
     buf = ctx.graph.realize(x)   # contiguous body -> memory, then a free view of it
     return ReinterpretView(buf, _meta_view(buf.layout, ctx.node.target, args, {}))
 
