@@ -36,6 +36,9 @@ class Target:
     # under max_autotune, a matmul and the pointwise kernel after it may run as one kernel
     # (templates.py)
     fuses_matmul_epilogues = False
+    # masked regions (a concatenation's inputs) are branches, not predicated loads: a body
+    # that repeats them (once per pooling tap) may leave the compiler's loop scalar
+    masks_branch = False
 
     def make_kernel(self, step, name: str, dtypes: dict) -> Kernel:
         raise NotImplementedError
@@ -51,6 +54,7 @@ class Target:
 class CppTarget(Target):
     name = "cpp"
     source_suffix = ".cpp"
+    masks_branch = True
 
     def make_kernel(self, step, name, dtypes):
         from ember.backend.codegen.cpp import CppKernel
