@@ -52,12 +52,14 @@ class _CostCounter:
         self.ops = 0
         self.loads = 0
         self.masked_regions = 0
+        self.indirect = 0          # loads at indices read from memory (gathers)
 
     def load(self, name, index):
         self.loads += 1
         return 0
 
     def indirect_indexing(self, value, size, wrap_negative=False):
+        self.indirect += 1
         return sympy.Symbol("indirect", integer=True)
 
     def masked(self, mask, body, other):
@@ -72,7 +74,7 @@ class _CostCounter:
 
 
 def body_cost(node: IRNode) -> _CostCounter:
-    """What one element of ``node`` costs: ops, loads, masked regions."""
+    """What one element of ``node`` costs: ops, loads, masked regions, gathers."""
     counter = _CostCounter()
     with use_handler(counter):
         node.make_loader()(index_vars("c", len(node.get_size())))

@@ -51,15 +51,21 @@ def test_padded_max_pool_channel_loop_vectorises(dtype, tmp_path):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_where_keeps_the_chosen_values_bits(dtype):
-    """``where`` is a select of bits: NaN payloads, signed zeros and infinities come through
-    as eager's."""
+    """``where`` on a condition fixed in the inner loop is a select of bits, on a
+    per-element one a ``?:`` (one blend); NaN payloads, signed zeros and infinities come
+    through either as eager's."""
     special = torch.tensor([float("nan"), -0.0, 0.0, float("inf"), -float("inf"), 1e-40,
                             -3.5], dtype=dtype)
-    a = special.repeat(37)
-    b = special.flip(0).repeat(37)
-    cond = torch.arange(a.numel()) % 3 == 0
-    fn = lambda c, a, b: torch.where(c, a * 1, b + 0.0)   # noqa: E731
-    out, sources = run_and_get_code(fn, cond, a, b)
+    a = special.repeat(37, 1)
+    b = special.flip(0).repeat(37, 1)
+    per_row = (torch.arange(37) % 3 == 0).view(37, 1)
+    per_element = torch.arange(37 * 7).view(37, 7) % 3 == 0
+
+    def fn(r, e, a, b):
+        return torch.where(r, a * 1, b + 0.0), torch.where(e, a * 1, b + 0.0)
+    out, sources = run_and_get_code(fn, per_row, per_element, a, b)
     bits = torch.int32 if dtype is torch.float32 else torch.int64
-    assert torch.equal(out.view(bits), fn(cond, a, b).view(bits))
-    assert "ember_select(" in "\n".join(sources)
+    for got, want in zip(out, fn(per_row, per_element, a, b)):
+        assert torch.equal(got.view(bits), want.view(bits))
+    text = "\n".join(sources)
+    assert "ember_select(" in text and " ? " in text, text

@@ -277,3 +277,13 @@ def test_view_that_splits_dims_of_a_body_keeps_it_fused(shape, kernels):
     body is computed into memory first."""
     x = torch.randn(6, 4)
     assert run(lambda x: (x.sin() + 1).view(shape).cos(), x) == kernels
+
+
+def test_view_of_a_gather_is_stored_before_a_broadcasting_reader():
+    """Swin's relative-position bias: a gather viewed [7, 7, heads], permuted and added to
+    every window's scores. Kept unstored behind the view, the gather would rerun for each
+    window; it is computed once into memory (2 kernels, not 1)."""
+    table, idx = torch.randn(169, 3), torch.randint(0, 169, (49,))
+    scores = torch.randn(16, 3, 7, 7)
+    assert run(lambda t, i, s: s + t[i].view(7, 7, 3).permute(2, 0, 1), table, idx,
+               scores) == 2

@@ -288,7 +288,12 @@ class CppOpsHandler:
         return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({x})", dtype)
 
     def where(self, c: CppValue, a: CppValue, b: CppValue) -> CppValue:
-        if a.dtype in (torch.float32, torch.float64) and b.dtype == a.dtype:
+        # a condition that does not change in the inner loop (a padded pooling window's
+        # edge) selects bits: with ?: g++ sinks the other operand's load into a branch on
+        # it and leaves the loop scalar. A per-element condition keeps ?:, one blend
+        # (densenet's 32-way concatenation: 0.43 ms, 0.68 with bit selects)
+        if a.dtype in (torch.float32, torch.float64) and b.dtype == a.dtype and \
+                getattr(c, "name", None) in self.k.invariant:
             return self._emit(f"ember_select({c}, {a}, {b})", a.dtype)
         return self._emit(f"{c} ? {a} : {b}", a.dtype)
 

@@ -107,12 +107,22 @@ def _reshape_by_ones(ctx, x, *args):
     return IndexView(x, out, reindex)
 
 
+_SPLIT_MAX_LOADS, _SPLIT_MAX_OPS = 2, 4    # a matmul's product and its bias, added
+
+
 def _split_dims(ctx, x):
     """A view that splits dims into several (a linear's [M*N, C] result viewed as
     [M, N, C]): each input index is a sum of output indices times constants, no division.
-    Merging dims would need div/mod in every load: such views realize the body instead."""
+    Merging dims would need div/mod in every load: such views realize the body instead, and
+    so do views of a body that costs more than reading it back (readers after a view often
+    broadcast it: swin's relative-position bias, a gather viewed [49, 49, heads] and added
+    to every window's scores, took 8 ms a call recomputed per window, scalar)."""
+    from ember.backend.graph import body_cost
     in_size, out = x.get_size(), ctx.size
     if not all(isinstance(s, (int, sympy.Integer)) and s > 0 for s in [*in_size, *out]):
+        return None
+    cost = body_cost(x)
+    if cost.indirect or cost.loads > _SPLIT_MAX_LOADS or cost.ops > _SPLIT_MAX_OPS:
         return None
     ins, outs = [int(s) for s in in_size], [int(s) for s in out]
     groups, j = [], 0
