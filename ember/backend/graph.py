@@ -39,7 +39,14 @@ LIBRARY_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
                torch.ops.aten._scaled_dot_product_efficient_attention_backward.default,
                torch.ops.aten._scaled_dot_product_flash_attention_backward.default,
                torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default}
-_REALIZE_COST = 12     # body cost (ops) above which a body read twice is computed once
+_REALIZE_COST = 12     # recomputation cost (ops x extra reads) above which a body read
+#                        more than once is computed once
+# a call of a transcendental function costs about this many simple ops (polynomials)
+_TRANSCENDENTAL_OPS = 8
+_TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin",
+                             "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh",
+                             "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "pow",
+                             "sigmoid"})
 # ... or more loads than this: a residual sum read by the next layer and by its norm is
 # stored once; inlined, each layer's norm re-read every earlier layer's output (ViT, GPT-2)
 _REALIZE_READS = 1
@@ -67,8 +74,10 @@ class _CostCounter:
         return body()
 
     def __getattr__(self, name):
+        weight = _TRANSCENDENTAL_OPS if name in _TRANSCENDENTAL else 1
+
         def op(*args, **kwargs):
-            self.ops += 1
+            self.ops += weight
             return 0
         return op
 
@@ -255,15 +264,18 @@ class GraphLowering:
 
     def computed_once(self, value, reads: float, taps: int = 1):
         """``value`` realized when each of its elements is read ``reads`` times (several
-        consumers, or one pooling window that overlaps the next) and recomputing it costs
-        more than a load and a few ops, or when a consumer reads ``taps`` > 1 elements of
+        consumers, or one pooling window that overlaps the next) and recomputing it for the
+        extra reads costs more than a store and a load, or when it loads more than one
+        value (Llama's rotary cos and sin, read by every layer, were recomputed in each,
+        libm calls included), or when a consumer reads ``taps`` > 1 elements of
         it, its body has masked regions (a concatenation, a pad) and the target's masks are
         branches: g++ threads the repeated masks' branches together and leaves the loop
         scalar (googlenet's 2x2 max pool of four concatenated batch norms + ReLUs: 1.1 ms)."""
         if not isinstance(value, (Pointwise, IndexView)) or (reads <= 1 and taps <= 1):
             return value
         cost = body_cost(value)
-        if reads > 1 and (cost.ops > _REALIZE_COST or cost.loads > _REALIZE_READS) or \
+        if reads > 1 and (cost.ops * (reads - 1) > _REALIZE_COST or
+                          cost.loads > _REALIZE_READS) or \
                 taps > 1 and cost.masked_regions and self.target.masks_branch:
             return self.realize(value)
         return value
