@@ -355,3 +355,20 @@ def test_index_tensors_on_adjacent_dims_are_one_gather_kernel(cpu_backend):
     assert not metrics.fallback_ops, dict(metrics.fallback_ops)
     # index tensors apart from each other (NumPy moves their dims to the front): ATen
     _check(lambda t: t[torch.tensor([0, 1]), :, torch.tensor([2, 5])] * 3, x)
+
+
+def test_weight_norm_is_a_fused_norm_and_product_not_an_aten_call():
+    """``weight_norm`` (Wav2Vec2's positional convolution): ``_weight_norm_interface`` is
+    decomposed into a norm reduction and a pointwise op (ATen's CPU kernel took 5.6 ms of an
+    80 ms call); results match eager."""
+    from ember.backend import metrics
+    torch.manual_seed(0)
+    conv = torch.nn.utils.parametrizations.weight_norm(
+        torch.nn.Conv1d(8, 8, 5, padding=2, groups=2), name="weight", dim=2)
+    x = torch.randn(2, 8, 16)
+    ember.reset()
+    metrics.reset()
+    with torch.no_grad():
+        torch.testing.assert_close(ember.compile(conv)(x), conv(x), rtol=1e-5, atol=1e-5)
+    assert not any("weight_norm" in op for op in metrics.fallback_ops), metrics.fallback_ops
+    assert metrics.generated_kernel_count >= 1
