@@ -588,7 +588,7 @@ class FakeTensorMode(TorchDispatchMode):
 
         # (a fixup is a function of the arguments' geometry and the device: cached with them)
         cache_key = self._result_key(func, args, kwargs) if kind == _KIND_PLAIN and \
-            not writes and not _returns_alias(func) else None
+            not writes and not returns_alias(func) else None
         if cache_key is not None:
             recipe = self._results.get(cache_key)
             if recipe is not None:
@@ -770,7 +770,7 @@ def _describe(value):
 
 
 @functools.lru_cache(maxsize=None)
-def _returns_alias(func) -> bool:
+def returns_alias(func) -> bool:
     """The schema says an output is a view of an input (``Tensor(a)``)."""
     return any(r.alias_info is not None for r in func._schema.returns)
 

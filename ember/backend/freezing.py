@@ -96,6 +96,7 @@ import torch.fx
 
 from ember import logs
 from ember.backend.ir import Layout
+from ember.fake import returns_alias
 
 __all__ = ["freeze", "FrozenGraph", "FrozenCallable", "is_parameter_or_buffer"]
 
@@ -141,11 +142,7 @@ def _is_pure(node: torch.fx.Node) -> bool:
 
 
 def _is_view(node: torch.fx.Node) -> bool:
-    t = node.target
-    if t is operator.getitem:
-        return False
-    return isinstance(t, torch._ops.OpOverload) and any(
-        r.alias_info is not None for r in t._schema.returns)
+    return isinstance(node.target, torch._ops.OpOverload) and returns_alias(node.target)
 
 
 def _val(x):

@@ -15,24 +15,20 @@ import torch
 import torch.fx
 
 from ember.backend.ir import Pointwise
+from ember.fake import returns_alias
 from ember.backend.lowering.registry import (LOWERINGS, aten, broadcast_loader, is_ir,
                                              register_lowering)
 from ember.backend.ops import ops
 
-_VIEWS = {aten.view.default, aten._unsafe_view.default, aten.reshape.default,
-          aten.permute.default, aten.t.default, aten.transpose.int, aten.unsqueeze.default,
-          aten.squeeze.dim}
-
-
 def _read_by_generated_code_only(node: torch.fx.Node) -> bool:
-    """``node``'s value (through views) has one reader, an op with a lowering that is not a
-    library call."""
+    """``node``'s value (through views: ops whose schema returns an alias) has one reader,
+    an op with a lowering that is not a library call."""
     from ember.backend.graph import LIBRARY_OPS
     while len(node.users) == 1:
         (user,) = node.users
         if user.op != "call_function":
             return False
-        if user.target not in _VIEWS:
+        if not (isinstance(user.target, torch._ops.OpOverload) and returns_alias(user.target)):
             return user.target in LOWERINGS and user.target not in LIBRARY_OPS
         node = user
     return False
