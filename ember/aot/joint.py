@@ -38,7 +38,8 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
-from ember.aot.trace import _is_impure, begin_trace, output_node, replay_mutations
+from ember.aot.trace import (_is_impure, begin_trace, output_node, replay_mutations,
+                              run_program)
 
 __all__ = ["JointGraph", "trace_joint"]
 
@@ -84,7 +85,7 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
 
     with torch.enable_grad(), state.fake_mode, tracer, \
             torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = gm.forward(*state.fakes)
+        out = run_program(gm, state.fakes)
     flat_out, spec = pytree.tree_flatten(out)
     mutations, copy_of = replay_mutations(state)
     for i in mutations:

@@ -479,6 +479,22 @@ def _explain_math_attention(args, kwargs) -> None:
              "; ".join(reasons) or "no reason given")
 
 
+class ProgramError(RuntimeError):
+    """The program being traced raised on its fake inputs (an op rejected a shape or a
+    stride: ``view`` of data it cannot view, say). The original error is the cause."""
+
+
+def run_program(gm: torch.fx.GraphModule, fakes: list):
+    """``gm.forward(*fakes)``, its errors other than ``NotImplementedError`` (a tracer limit)
+    raised as ``ProgramError``."""
+    try:
+        return gm.forward(*fakes)
+    except NotImplementedError:
+        raise
+    except (RuntimeError, ValueError, TypeError, IndexError) as e:
+        raise ProgramError(f"{type(e).__name__}: {e}") from e
+
+
 @dataclass
 class TraceState:
     """What ``begin_trace`` sets up: a graph with one placeholder per input, and the tracer
@@ -558,7 +574,7 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,
                                   "ember.aot.joint.trace_joint")
     state = begin_trace(gm, example_inputs, decompositions)
     with torch.no_grad(), state.fake_mode, state.tracer:
-        out = gm.forward(*state.fakes)
+        out = run_program(gm, state.fakes)
     mutations, copy_of = replay_mutations(state)
     state.graph.output(pytree.tree_map(lambda x: output_node(state, copy_of, x), out))
     state.graph.eliminate_dead_code(is_impure_node=_is_impure)

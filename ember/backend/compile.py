@@ -25,7 +25,7 @@ from ember.backend.codegen.wrapper import WrapperCodegen
 from ember.backend.graph import GraphLowering
 from ember.backend.graph_cache import CompiledArtifact, KernelRecord
 from ember.backend.ir import Buffer, ReinterpretView
-from ember.backend.layout import convert_convolutions, wants_channels_last
+from ember.backend.layout import changed_output, in_best_layout
 from ember.backend.scheduler import FusedKernel, reuse_dying_inputs, schedule
 from ember.backend.targets import CppTarget, Target, target_for
 from ember.backend.templates import fuse_matmul_epilogues
@@ -96,9 +96,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     stages_before = dict(metrics.compile_seconds)
     try:
         with metrics.timed("aot trace"):
-            traced = convert_convolutions(gm, device) if wants_channels_last(gm, device) else gm
-            aten_graph = trace_to_aten(traced, example_inputs,
-                                       decompositions=core_decompositions())
+            aten_graph = in_best_layout(
+                gm, device, False,
+                lambda g: trace_to_aten(g, example_inputs, decompositions=core_decompositions()),
+                check=lambda traced: changed_output(gm, traced.gm))
     except NotImplementedError as e:
         logs.log("perf_hints", "ember backend: ATen tracing declined (%s); graph runs as "
                                "captured", e)
@@ -164,13 +165,11 @@ def _compile_training(gm: torch.fx.GraphModule, example_inputs: list, target: Ta
     start = time.perf_counter()
     # channels-last convolutions when asked: the weights' gradients come back in the
     # parameters' own layout through the conversion's backward
-    traced = convert_convolutions(gm, device) \
-        if wants_channels_last(gm, device, training=True) else gm
     try:
-        compiled = compile_training(
+        compiled = in_best_layout(gm, device, True, lambda traced: compile_training(
             traced, example_inputs, decompositions=core_decompositions(),
             compile_graph=lambda g, inputs: compile_aten(g, inputs, target, device,
-                                                         fused_random=not fallback_random))
+                                                         fused_random=not fallback_random)))
     except NotImplementedError as e:
         logs.log("perf_hints", "ember backend: training graph runs as captured (%s)", e)
         return gm.forward

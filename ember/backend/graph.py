@@ -22,6 +22,7 @@ from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, IndexView, I
                               contiguous_strides, index_vars, sym)
 from ember.backend.lowering import LOWERINGS
 from ember.backend.lowering.registry import LoweringContext
+from ember.backend.lowering.views import storage_owner, strided_view
 from ember.backend.ops import use_handler
 
 # Ops a library does best: called from the wrapper on purpose, not counted as fallbacks.
@@ -190,7 +191,8 @@ class GraphLowering:
                 flat = self._flat(node.args[0])
                 # outputs are computed before the inputs are overwritten: a lazy output
                 # (``x + 1`` of an ``x`` mutated later) reads the old values, as in eager
-                self.outputs = [self.finish_output(self._arg(n), n) for n in flat]
+                outputs = {n for n in flat if isinstance(n, torch.fx.Node)}
+                self.outputs = [self.finish_output(self._arg(n), n, outputs) for n in flat]
                 self.apply_input_copies()
             else:
                 raise NotImplementedError(f"node kind {node.op}")
@@ -369,11 +371,16 @@ class GraphLowering:
             self.buffers.append(ComputedBuffer(self.new_name(), dst.layout, data,
                                                mutates=dst.name))
 
-    def finish_output(self, value, fx_node):
-        """Outputs keep eager's strides; views of memory are returned as views."""
+    def finish_output(self, value, fx_node, outputs: set = frozenset()):
+        """Outputs keep eager's strides; views of memory are returned as views, and so is a
+        view of another output (of the ``outputs`` nodes): eager's results share memory."""
         if not isinstance(value, IRNode):
             return value
         val = fx_node.meta.get("val") if isinstance(fx_node, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor) and storage_owner(fx_node) in outputs - {fx_node}:
+            view = strided_view(self, fx_node, val.shape, val.stride(), val.storage_offset())
+            if view is not NotImplemented:
+                return view
         want = _base_layout(val) if isinstance(val, torch.Tensor) else None
         if isinstance(value, (Buffer, ReinterpretView)):
             layout = value.layout if value.layout is not None else want

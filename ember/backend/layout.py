@@ -39,13 +39,25 @@ squeezenet1_1 7.9 / 4.7 (0.32), googlenet 25.3 / 18.2 (0.71), convnext_tiny 52.0
 (0.55), deeplabv3_mobilenet_v3_large 24.9 / 22.9 (1.14); alexnet 12.1 / 12.9 (7.3) and
 timm resnet18 at batch 1 6.9 / 18.0 (15): they stay NCHW. Training graphs on the CPU stay
 NCHW.
+
+Outputs keep eager's strides: each output the conversion may have changed is copied back to
+its eager layout (a permute, ``contiguous`` and the inverse permute; no copy where the layout
+already matches). A graph stays in its captured layout when the converted copy cannot run
+(``view`` of a channels-last value that eager could view: ``x.view(n, -1)`` after a
+convolution), when an output still has other strides (one that is not dense), or when two
+outputs alias each other (copying one back would part them).
 """
 from __future__ import annotations
 
+from typing import Callable, TypeVar
+
 import torch
 import torch.fx
+from torch.utils import _pytree as pytree
 
 from ember import config, logs
+
+T = TypeVar("T")
 
 
 
@@ -97,10 +109,82 @@ def wants_channels_last(gm: torch.fx.GraphModule, device: torch.device,
     if choice == "off" or not convs:
         return False
     if choice == "channels_last":
-        return True
-    if device.type == "cuda":
-        return _runs_in_half(gm, convs)
-    return device.type == "cpu" and not training and _cpu_prefers_channels_last(convs)
+        wanted = True
+    elif device.type == "cuda":
+        wanted = _runs_in_half(gm, convs)
+    else:
+        wanted = device.type == "cpu" and not training and _cpu_prefers_channels_last(convs)
+    if wanted and _outputs_alias(gm):
+        logs.log("perf_hints", "layout: the graph stays NCHW: two of its outputs alias each "
+                 "other")
+        return False
+    return wanted
+
+
+def _outputs(gm: torch.fx.GraphModule) -> list:
+    return pytree.tree_leaves(gm.graph.output_node().args[0])
+
+
+def _outputs_alias(gm: torch.fx.GraphModule) -> bool:
+    storages = set()
+    for node in dict.fromkeys(o for o in _outputs(gm) if isinstance(o, torch.fx.Node)):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            storage = getattr(val, "_meta", val).untyped_storage()._cdata
+            if storage in storages:
+                return True
+            storages.add(storage)
+    return False
+
+
+def _dense_order(val: torch.Tensor) -> list[int] | None:
+    """The dims of ``val`` outermost first when it is dense (``val.permute(order)`` is
+    contiguous; size-1 dims, whose strides indexing never reads, first), else None."""
+    sizes, strides = val.shape, val.stride()
+    ones = [d for d in range(val.dim()) if sizes[d] == 1 or val.numel() == 0]
+    rest = sorted((d for d in range(val.dim()) if d not in ones), key=lambda d: -strides[d])
+    expected = 1
+    for d in reversed(rest):
+        if strides[d] != expected:
+            return None
+        expected *= sizes[d]
+    return ones + rest
+
+
+def _same_strides(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.shape == b.shape and all(
+        x == y for n, x, y in zip(a.shape, a.stride(), b.stride()) if n > 1)
+
+
+def changed_output(gm: torch.fx.GraphModule, traced: torch.fx.GraphModule) -> str | None:
+    """Which output of ``traced`` (an ATen trace of ``gm``'s converted copy) has other
+    strides than ``gm``'s, in words, or None."""
+    for i, (old, new) in enumerate(zip(_outputs(gm), _outputs(traced))):
+        vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in (old, new)]
+        if all(isinstance(v, torch.Tensor) for v in vals) and not _same_strides(*vals):
+            return (f"output {i} would have strides {vals[1].stride()} where eager's are "
+                    f"{vals[0].stride()}")
+    return None
+
+
+def in_best_layout(gm: torch.fx.GraphModule, device: torch.device, training: bool,
+                   build: Callable[[torch.fx.GraphModule], T],
+                   check: Callable[[T], str | None] = lambda built: None) -> T:
+    """``build(graph)`` of ``gm``'s channels-last copy where ``wants_channels_last`` and the
+    copy traces (``ProgramError``: an op rejects the new strides) and passes ``check``
+    (a reason to refuse it, or None); else ``build(gm)``."""
+    from ember.aot.trace import ProgramError
+    if not wants_channels_last(gm, device, training):
+        return build(gm)
+    try:
+        built = build(convert_convolutions(gm, device))
+        reason = check(built)
+    except ProgramError as e:
+        reason = f"its channels-last copy fails to trace ({e})"
+    if reason is None:
+        return built
+    logs.log("perf_hints", "layout: the graph stays NCHW: %s", reason)
+    return build(gm)
 
 
 def _is_depthwise(node: torch.fx.Node) -> bool:
@@ -127,7 +211,30 @@ def convert_convolutions(gm: torch.fx.GraphModule, device: torch.device
                 converted = graph.call_method("contiguous", (node.args[i],),
                                               {"memory_format": layout})
             node.update_arg(i, converted)
+    _restore_output_layouts(gm, graph, copies)
     graph.lint()
     logs.log("perf_hints", "layout: %d convolutions run channels-last, %d depthwise ones "
              "NCHW", len(originals) - sum(depthwise), sum(depthwise))
     return torch.fx.GraphModule(gm, graph)
+
+
+def _restore_output_layouts(gm: torch.fx.GraphModule, graph: torch.fx.Graph,
+                            copies: dict[torch.fx.Node, torch.fx.Node]) -> None:
+    """Copy each dense tensor output of the converted ``graph`` back to eager's strides."""
+    output = graph.output_node()
+    restored: dict[torch.fx.Node, torch.fx.Node] = {}
+    for node in dict.fromkeys(o for o in _outputs(gm) if isinstance(o, torch.fx.Node)):
+        val = node.meta.get("val")
+        order = _dense_order(val) if isinstance(val, torch.Tensor) else None
+        if order is None or node.op == "placeholder":
+            continue
+        with graph.inserting_before(output):
+            value = copies[node]
+            if order != sorted(order):
+                value = graph.call_method("permute", (value, *order))
+            value = graph.call_method("contiguous", (value,))
+            if order != sorted(order):
+                inverse = sorted(range(len(order)), key=order.__getitem__)
+                value = graph.call_method("permute", (value, *inverse))
+        restored[copies[node]] = value
+    output.args = pytree.tree_map(lambda a: restored.get(a, a), output.args)

@@ -174,3 +174,94 @@ def test_channels_last_training_matches_eager_gradients(ember_log):
         assert p.grad.stride() == q.grad.stride(), name
     for b, c in zip(model.buffers(), reference.buffers()):
         assert same(c, b, rtol=1e-4, atol=1e-4)
+
+
+class _ConvHeads(torch.nn.Module):
+    """Outputs whose eager strides a channels-last graph would change: a convolution's
+    result, an upsampling of it, and a permuted view (NHWC in eager, over NCHW memory)."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        up = torch.nn.functional.interpolate(y, scale_factor=2, mode="bilinear")
+        return y.sum(1), up, torch.sigmoid(y).permute(0, 2, 3, 1)
+
+
+@pytest.mark.parametrize("options", CPU_TARGETS, ids=["cpp", "triton-interp"])
+def test_channels_last_graph_returns_eager_strides(options, ember_log):
+    model = _ConvHeads().eval()
+    x = torch.randn(2, 8, 12, 12)
+    ember.reset()
+    ember.logs.set_logs("perf_hints")
+    with torch.no_grad(), config.patch(layout_optimization="channels_last"):
+        expected, actual = model(x), ember.compile(model, options=options)(x)
+    assert "convolutions run channels-last" in ember_log.text
+    assert "stays NCHW" not in ember_log.text
+    for e, a in zip(expected, actual):
+        assert same(e, a, rtol=1e-4, atol=1e-4)
+        assert a.stride() == e.stride()
+
+
+class _LeNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.conv2 = torch.nn.Conv2d(1, 6, 5), torch.nn.Conv2d(6, 16, 5)
+        self.fc = torch.nn.Linear(16 * 5 * 5, 10)
+
+    def forward(self, x):
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc(x.view(-1, 16 * 5 * 5))
+
+
+def test_view_that_channels_last_cannot_take_keeps_the_graph_nchw(ember_log):
+    """``x.view(n, -1)`` after a convolution is legal in eager (NCHW) and not on
+    channels-last data: the graph compiles in its captured layout, says so, and matches."""
+    model = _LeNet().eval()
+    x = torch.randn(4, 1, 32, 32)
+    ember.reset()
+    ember.logs.set_logs("perf_hints")
+    with torch.no_grad(), config.patch(layout_optimization="channels_last"):
+        assert same(model(x), ember.compile(model)(x), rtol=1e-4, atol=1e-4)
+    assert "stays NCHW: its channels-last copy fails to trace (ValueError: Cannot view" \
+        in ember_log.text
+    assert "(4, 16, 5, 5), (400, 1, 80, 16)" not in _last_wrapper()
+
+
+def test_outputs_aliasing_each_other_keep_the_graph_nchw(ember_log):
+    conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+
+    def f(x):
+        y = conv(x)
+        return y, y[:, :, ::2]
+
+    x = torch.randn(2, 4, 8, 8)
+    ember.reset()
+    ember.logs.set_logs("perf_hints")
+    with torch.no_grad(), config.patch(layout_optimization="channels_last"):
+        expected, actual = f(x), ember.compile(f)(x)
+    assert "stays NCHW: two of its outputs alias each other" in ember_log.text
+    for e, a in zip(expected, actual):
+        assert same(e, a, rtol=1e-4, atol=1e-4) and a.stride() == e.stride()
+    assert actual[1].untyped_storage().data_ptr() == actual[0].untyped_storage().data_ptr()
+
+
+def test_outputs_aliasing_as_dense_views_keep_the_graph_nchw(ember_log):
+    """A transposed output is dense: copying it back to eager's strides would work, but
+    would part it from the output it is a view of."""
+    conv = torch.nn.Conv2d(4, 4, 3, padding=1)
+
+    def f(x):
+        y = conv(x)
+        return y, y.transpose(2, 3)
+
+    x = torch.randn(2, 4, 8, 8)
+    ember.reset()
+    ember.logs.set_logs("perf_hints")
+    with torch.no_grad(), config.patch(layout_optimization="channels_last"):
+        actual = ember.compile(f)(x)
+    assert "stays NCHW: two of its outputs alias each other" in ember_log.text
+    assert actual[1].untyped_storage().data_ptr() == actual[0].untyped_storage().data_ptr()

@@ -198,7 +198,7 @@ def _slice(ctx, x, dim=0, start=None, end=None, step=1):
 register_lowering(aten.slice.Tensor)(_view_lowering(_slice))
 
 
-def _storage_owner(node):
+def storage_owner(node):
     """The FX node whose eager result owns ``node``'s storage: up the chain of view ops (each
     node's first argument, while it shares the storage)."""
     def key(n):
@@ -216,18 +216,24 @@ def _storage_owner(node):
 @register_lowering(aten.as_strided.default)
 def _as_strided(ctx, x, size, stride, storage_offset=None):
     """``storage_offset`` counts from the start of the *eager* storage and the strides walk
-    that storage, so the view is made over the memory of the node that owns the storage in
-    eager (up the chain of views): a graph input or constant is that very memory (its layout
-    here counts from its data pointer, so the offset is shifted by its own storage offset);
-    any other owner is used (or realized) with eager's layout, when eager's storage is exactly
-    that dense tensor. Else ATen runs it."""
+    that storage (``strided_view``)."""
     arg = ctx.node.args[0]
     fake = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
     if not isinstance(fake, torch.Tensor):
         return NotImplemented
-    owner = _storage_owner(arg)
+    offset = fake.storage_offset() if storage_offset is None else storage_offset
+    return strided_view(ctx.graph, arg, ctx.out.shape, ctx.out.stride(), offset)
+
+
+def strided_view(graph, node: torch.fx.Node, size, stride, offset: int):
+    """A view (``size``, ``stride``, ``offset`` in eager's storage) of the memory of the node
+    that owns ``node``'s storage in eager (up the chain of views): a graph input or constant
+    is that very memory (its layout here counts from its data pointer, so the offset is
+    shifted by its own storage offset); any other owner is used (or realized) with eager's
+    layout, when eager's storage is exactly that dense tensor. Else ``NotImplemented``."""
+    owner = storage_owner(node)
     owner_fake = owner.meta["val"]
-    owner_ir = ctx.graph.env.get(owner)
+    owner_ir = graph.env.get(owner)
     if owner_ir is None:
         return NotImplemented
     mem = _memory_view(owner_ir)
@@ -247,13 +253,11 @@ def _as_strided(ctx, x, size, stride, storage_offset=None):
             buf = mem[0]
         else:
             want.device = owner_ir.get_device()
-            buf = ctx.graph.realize(owner_ir, want)
+            buf = graph.realize(owner_ir, want)
         base = 0
-    offset = fake.storage_offset() if storage_offset is None else storage_offset
-    out = ctx.out
     return ReinterpretView(buf, Layout(buf.get_device(), buf.get_dtype(),
-                                       [sym(s) for s in out.shape],
-                                       [sym(s) for s in out.stride()], sym(offset - base)))
+                                       [sym(s) for s in size], [sym(s) for s in stride],
+                                       sym(offset - base)))
 
 
 def _piece(x, dim: int, start: int, end: int):
