@@ -16,6 +16,9 @@ Decisions:
   rms(reference)`` (the denominator at least 1e-6). Positions where both hold the same
   non-finite value (inf, or NaN in both) count as equal. Integer and bool outputs must be
   equal, and every output must have eager's shape; a structural difference is an error of inf.
+- Every output must also have eager's strides (over dims longer than 1, whose strides
+  indexing reads): ``x.view(...)`` of a result, or its data handed to other code, depends on
+  them.
 """
 from __future__ import annotations
 
@@ -79,6 +82,18 @@ def relative_errors(actual: Any, reference: Any) -> list[float]:
 class Verdict:
     correct: bool
     rel_err: float        # the largest relative error over the output tensors
+    strides: str | None = None   # the first output whose strides differ from eager's, said
+
+
+def stride_difference(actual: Any, eager: Any) -> str | None:
+    """The first tensor of ``actual`` whose strides (over dims longer than 1) differ from
+    ``eager``'s, in words, or None."""
+    for i, (a, e) in enumerate(zip(tensors(actual), tensors(eager))):
+        if a is None or e is None or a.shape != e.shape:
+            continue
+        if any(x != y for n, x, y in zip(a.shape, a.stride(), e.stride()) if n > 1):
+            return f"output {i} has strides {a.stride()}, eager's {e.stride()}"
+    return None
 
 
 def check(actual: Any, eager: Any, reference: Any, dtype: torch.dtype) -> Verdict:
@@ -90,7 +105,8 @@ def check(actual: Any, eager: Any, reference: Any, dtype: torch.dtype) -> Verdic
         return Verdict(False, math.inf)
     floor = TOLERANCE.get(dtype, TOLERANCE[torch.float32])
     correct = all(err <= MULTIPLIER * base + floor for err, base in zip(errors, eager_errors))
-    return Verdict(correct, max(errors, default=0.0))
+    strides = stride_difference(actual, eager)
+    return Verdict(correct and strides is None, max(errors, default=0.0), strides)
 
 
 def cast_floating(value: Any, dtype: torch.dtype) -> Any:

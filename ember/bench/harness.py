@@ -527,7 +527,9 @@ def _first_call(row: Row, name: str, fn, inputs, expected, reference, run_dtype,
         verdict = accuracy.check(out, expected, expected if reference is None else reference,
                                  run_dtype)
         result.correct, result.rel_err = verdict.correct, verdict.rel_err
-        if not verdict.correct:
+        if verdict.strides is not None:
+            row.notes.append(f"{name}: wrong strides ({verdict.strides})")
+        elif not verdict.correct:
             row.notes.append(f"{name}: wrong result (relative error {verdict.rel_err:.1e}, "
                              f"eager's {row.variants['eager'].rel_err or 0:.1e})")
         del out

@@ -139,6 +139,18 @@ def test_accuracy_allows_eagers_own_error_and_a_dtype_floor():
     assert not accuracy.check((ints,), (ints, ints), (ints, ints), torch.float32).correct
 
 
+def test_accuracy_requires_eagers_strides_where_indexing_reads_them():
+    nchw = torch.randn(2, 3, 4, 5)
+    nhwc = nchw.contiguous(memory_format=torch.channels_last)
+    verdict = accuracy.check(nhwc, nchw, nchw.double(), torch.float32)
+    assert not verdict.correct and verdict.rel_err == 0.0
+    assert verdict.strides == "output 0 has strides (60, 1, 15, 3), eager's (60, 20, 5, 1)"
+    # a size-1 dim's stride is never read: (2, 3, 1, 1) tensors match in either layout
+    pooled = nchw[:, :, :1, :1].contiguous()
+    assert accuracy.check(pooled.contiguous(memory_format=torch.channels_last), pooled,
+                          pooled.double(), torch.float32).correct
+
+
 def test_unknown_model_is_a_clear_error():
     with pytest.raises(models.UnknownModelError, match=r"no_such_model.*known models: mlp"):
         harness.benchmark_model("no_such_model", with_torch_compile=False)
