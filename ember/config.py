@@ -70,6 +70,10 @@ half_fast_math: bool = _option(
     "half_fast_math", bool, True,
     "GPU Triton kernels compute sin, cos and division of float16/bfloat16 values with CUDA's "
     "approximate intrinsics (errors ~1e-6, far below half precision's); False: precise")
+kept_buffers_mb: int = _option(
+    "kept_buffers_mb", int, 512,
+    "a CPU graph keeps up to this many MB of its intermediate buffers between calls instead "
+    "of allocating them (and page-faulting their memory in) on every call; 0 keeps none")
 fallback_on_lowering_error: bool = _option(
     "fallback_on_lowering_error", bool, True,
     "a lowering that raises anything but NotImplementedError (a bug in the lowering) logs a "
@@ -115,7 +119,8 @@ class patch(contextlib.ContextDecorator):
 
 # options the compiled code depends on; the others (limits, error policy, debug output) act
 # when they are read
-RECOMPILES = ("layout_optimization", "half_fast_math", "inline_depth_limit")
+RECOMPILES = ("layout_optimization", "half_fast_math", "inline_depth_limit",
+              "kept_buffers_mb")
 on_recompile_option: list[Callable[[str], None]] = []    # ember.api's reset of entries
 
 

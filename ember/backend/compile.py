@@ -25,6 +25,7 @@ from ember.backend.codegen.wrapper import WrapperCodegen
 from ember.backend.graph import GraphLowering
 from ember.backend.graph_cache import CompiledArtifact, KernelRecord
 from ember.backend.ir import Buffer, ReinterpretView
+from ember.backend.conv_taps import drop_dead_taps
 from ember.backend.layout import changed_output, in_best_layout
 from ember.backend.scheduler import FusedKernel, reuse_dying_inputs, schedule
 from ember.backend.targets import CppTarget, Target, target_for
@@ -97,7 +98,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     try:
         with metrics.timed("aot trace"):
             aten_graph = in_best_layout(
-                gm, device, False,
+                drop_dead_taps(gm), device, False,
                 lambda g: trace_to_aten(g, example_inputs, decompositions=core_decompositions()),
                 check=lambda traced: changed_output(gm, traced.gm))
     except NotImplementedError as e:
@@ -165,11 +166,13 @@ def _compile_training(gm: torch.fx.GraphModule, example_inputs: list, target: Ta
     start = time.perf_counter()
     # channels-last convolutions when asked: the weights' gradients come back in the
     # parameters' own layout through the conversion's backward
-    try:
-        compiled = in_best_layout(gm, device, True, lambda traced: compile_training(
+    def build(traced: torch.fx.GraphModule) -> Callable:
+        return compile_training(
             traced, example_inputs, decompositions=core_decompositions(),
             compile_graph=lambda g, inputs: compile_aten(g, inputs, target, device,
-                                                         fused_random=not fallback_random)))
+                                                         fused_random=not fallback_random))
+    try:
+        compiled = in_best_layout(drop_dead_taps(gm), device, True, build)
     except NotImplementedError as e:
         logs.log("perf_hints", "ember backend: training graph runs as captured (%s)", e)
         return gm.forward

@@ -31,7 +31,8 @@ from ember import config, logs
 
 # the packages whose code decides what a graph compiles to
 _COMPILER_PACKAGES = ("aot", "backend", "decomp")
-_CACHED_CONFIG = ("layout_optimization", "fallback_on_lowering_error", "half_fast_math")
+_CACHED_CONFIG = ("layout_optimization", "fallback_on_lowering_error", "half_fast_math",
+                  "kept_buffers_mb")
 _VERSION = 1
 
 

@@ -12,6 +12,7 @@ import math
 
 import torch
 
+from ember import logs
 from ember.backend.ir import Buffer, ComputedBuffer, ExternBuffer, InputBuffer, ReinterpretView
 from ember.backend.scheduler import FusedKernel, _extern_reads
 
@@ -50,6 +51,11 @@ def _with_layout(name: str, lay) -> str:
             f"{name} = with_layout({name}, {size}, {stride})")
 
 
+# ``call`` with kept buffers: the kept ones when no other call holds them, else its own
+_KEPT_ENTRY = ["_slots = _kept if _lock.acquire(False) else _new_slots()", "try:"]
+_KEPT_EXIT = ["finally:", "    if _slots is _kept:", "        _lock.release()"]
+
+
 class WrapperCodegen:
     def __init__(self, graph, steps, kernels: dict[int, "object"]):
         self.graph = graph
@@ -60,6 +66,9 @@ class WrapperCodegen:
         # name -> layout of the tensor the name is bound to, where the wrapper made it so
         # (allocated, or an ATen result through with_layout); not inputs or aliases
         self.layouts: dict[str, object] = {}
+        # allocations of the buffers kept between calls (``_kept_slot``), in slot order
+        self.slots: list[str] = []
+        self.kept_bytes = 0
 
     def _same_layout(self, name: str, lay) -> bool:
         """Name ``name`` is bound to a tensor with ``lay``'s size and strides at offset 0: a
@@ -122,7 +131,8 @@ class WrapperCodegen:
                         self.layouts.pop(node.name, None)
                     if node.name in step.local or node.writes != node.name:
                         continue
-                    body.append(self._allocate(node.buf, pool, pending, output_names))
+                    body.append(self._allocate(node.buf, pool, pending, output_names,
+                                               poolable))
                 # a value stored in place of a dead buffer is named before the launch: the
                 # kernel may read it back under its own name
                 body.extend(aliases)
@@ -143,13 +153,46 @@ class WrapperCodegen:
         body = [line for line in body if line]
         outputs = [self.ref(o, output=True) for o in g.outputs]
         body.append(f"return ({', '.join(outputs)}{',' if len(outputs) == 1 else ''})")
+        if self.slots:
+            logs.log("output_code", "wrapper keeps %d buffers (%.1f MB) between calls",
+                     len(self.slots), self.kept_bytes / 2 ** 20)
+            out[-1:] = self._kept_slots_header()
+            body = ["    " + line for line in ["if not _slots:", "    _slots += _new_slots()",
+                                               *body]]
+            body = [*_KEPT_ENTRY, *body, *_KEPT_EXIT]
         out += ["    " + line for line in body]
         return "\n".join(out) + "\n"
 
+    def _kept_slots_header(self) -> list[str]:
+        """Module lines that hold the kept buffers, and ``call``'s first line."""
+        return ["import threading", "", "_kept = []    # filled by the first call",
+                "_lock = threading.Lock()", "", "",
+                "def _new_slots():", "    return [",
+                *(f"        {alloc}," for alloc in self.slots), "    ]", "", "",
+                "def call(args):"]
+
+    def _kept_slot(self, buf: ComputedBuffer, poolable: dict) -> str | None:
+        """``_slots[i]`` for a buffer kept between calls, or None. Kept: CPU buffers of
+        static size that ``_poolable`` says never reach an output, while the kept bytes stay
+        within ``config.kept_buffers_mb``. A call that finds the kept buffers in use (the
+        same graph running in another thread, or re-entered) allocates its own."""
+        from ember import config
+        lay = buf.layout
+        if buf.name not in poolable or torch.device(lay.device).type != "cpu":
+            return None
+        nbytes = int(lay.storage_numel()) * lay.dtype.itemsize
+        if self.kept_bytes + nbytes > config.kept_buffers_mb * 2 ** 20:
+            return None
+        self.kept_bytes += nbytes
+        self.slots.append(f"empty_strided({_tuple(lay.size)}, {_tuple(lay.stride)}, "
+                          f"dtype={self.const(lay.dtype)}, device={self.const(lay.device)})")
+        return f"_slots[{len(self.slots) - 1}]"
+
     def _allocate(self, buf: ComputedBuffer, pool: dict, pending: dict,
-                  output_names: set[str]) -> str:
+                  output_names: set[str], poolable: dict) -> str:
         """The line that gives ``buf`` memory: a dead buffer of the same dtype and size when
-        there is one (no allocator call), else new memory."""
+        there is one (no allocator call), else a buffer kept between calls, else new
+        memory."""
         lay = buf.layout
         size, stride = _tuple(lay.size), _tuple(lay.stride)
         self.layouts[buf.name] = lay
@@ -163,6 +206,9 @@ class WrapperCodegen:
             if self._same_layout(old, lay):
                 return f"{buf.name} = {old}; del {old}  # reuse"
             return f"{buf.name} = {_as_strided(old, lay.size, lay.stride, 0)}; del {old}  # reuse"
+        slot = self._kept_slot(buf, poolable)
+        if slot is not None:
+            return f"{buf.name} = {slot}  # kept"
         return (f"{buf.name} = empty_strided({size}, {stride}, dtype={self.const(lay.dtype)}, "
                 f"device={self.const(lay.device)})")
 
