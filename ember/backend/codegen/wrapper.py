@@ -27,6 +27,12 @@ DIRECT_BINDINGS = {torch.ops.aten.convolution.default: torch.convolution,
                    torch.ops.aten.baddbmm.default: torch.baddbmm}
 
 
+# library calls whose ``out=`` form writes its result where it is told (convolution's
+# ``out=`` copies a result it allocated)
+WRITES_OUT = (torch.ops.aten.addmm.default, torch.ops.aten.mm.default,
+              torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default)
+
+
 def _tuple(values) -> str:
     parts = [str(int(v)) for v in values]
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
@@ -117,6 +123,8 @@ class WrapperCodegen:
         returned = self._returned_names()
         output_names = returned | set(names)
         poolable = self._poolable(output_names)
+        self.keepable = self._keepable(output_names)
+        self.kept_names: set[str] = set()     # names bound to kept memory
         read = {name for step in self.steps for name in (
             self.kernels[id(step)].args if isinstance(step, FusedKernel) else _extern_reads(step))}
         pool: dict[tuple, list[str]] = {}      # (dtype, elements) -> dead buffers, by age
@@ -129,16 +137,18 @@ class WrapperCodegen:
                     if node.buf.reuses and node.name not in step.local:
                         aliases.append(f"{node.name} = {node.buf.reuses}")
                         self.layouts.pop(node.name, None)
+                        if node.buf.reuses in self.kept_names:
+                            self.kept_names.add(node.name)
                     if node.name in step.local or node.writes != node.name:
                         continue
-                    body.append(self._allocate(node.buf, pool, pending, output_names,
-                                               poolable))
+                    body.append(self._allocate(node.buf, pool, pending, output_names))
                 # a value stored in place of a dead buffer is named before the launch: the
                 # kernel may read it back under its own name
                 body.extend(aliases)
                 body.extend(kernel.call_lines({a: a for a in kernel.args}))
             else:
-                body.extend(self._extern(step, step.name in read or step.name in output_names))
+                body.extend(self._extern(step, step.name in read or step.name in output_names,
+                                         (pool, pending, output_names)))
             dead = sorted(n for n, last in last_use.items()
                           if last == i and n not in returned)
             for name in [n for n in dead if n in poolable]:
@@ -171,51 +181,97 @@ class WrapperCodegen:
                 *(f"        {alloc}," for alloc in self.slots), "    ]", "", "",
                 "def call(args):"]
 
-    def _kept_slot(self, buf: ComputedBuffer, poolable: dict) -> str | None:
-        """``_slots[i]`` for a buffer kept between calls, or None. Kept: CPU buffers of
-        static size that ``_poolable`` says never reach an output, while the kept bytes stay
-        within ``config.kept_buffers_mb``. A call that finds the kept buffers in use (the
-        same graph running in another thread, or re-entered) allocates its own."""
+    def _keepable(self, output_names: set[str]) -> set[str]:
+        """Buffers whose memory may be kept between calls: CPU buffers of static size,
+        written by a generated kernel or a library call, whose memory never reaches a
+        result or a fallback ATen call (whose result may be a view of it), under their own
+        name or a later one that takes the memory over in place (``reuses``)."""
+        read_by_fallback = {name for step in self.steps
+                            if isinstance(step, ExternBuffer) and not step.is_library
+                            for name in _extern_reads(step)}
+        taken_by = {node.buf.reuses: node.name for step in self.steps
+                    if isinstance(step, FusedKernel) for node in step.nodes if node.buf.reuses}
+        candidates = []
+        for step in self.steps:
+            if isinstance(step, FusedKernel):
+                candidates += [node.buf for node in step.nodes
+                               if node.name not in step.local and node.writes == node.name]
+            elif step.is_library and step.parent is None and step.layout is not None:
+                candidates.append(step)
+        keep = set()
+        for buf in candidates:
+            if not buf.layout.storage_numel().is_Integer or \
+                    torch.device(buf.layout.device).type != "cpu":
+                continue
+            name, chain = buf.name, set()
+            while name is not None and name not in chain:
+                chain.add(name)
+                name = taken_by.get(name)
+            if not chain & (output_names | read_by_fallback):
+                keep.add(buf.name)
+        return keep
+
+    def _kept_slot(self, buf: Buffer) -> str | None:
+        """``_slots[i]`` for a buffer kept between calls (``_keepable``), or None, while the
+        kept bytes stay within ``config.kept_buffers_mb``. A call that finds the kept
+        buffers in use (the same graph running in another thread, or re-entered) allocates
+        its own."""
         from ember import config
         lay = buf.layout
-        if buf.name not in poolable or torch.device(lay.device).type != "cpu":
+        if buf.name not in self.keepable:
             return None
         nbytes = int(lay.storage_numel()) * lay.dtype.itemsize
         if self.kept_bytes + nbytes > config.kept_buffers_mb * 2 ** 20:
             return None
         self.kept_bytes += nbytes
+        self.kept_names.add(buf.name)
         self.slots.append(f"empty_strided({_tuple(lay.size)}, {_tuple(lay.stride)}, "
                           f"dtype={self.const(lay.dtype)}, device={self.const(lay.device)})")
         return f"_slots[{len(self.slots) - 1}]"
 
     def _allocate(self, buf: ComputedBuffer, pool: dict, pending: dict,
-                  output_names: set[str], poolable: dict) -> str:
-        """The line that gives ``buf`` memory: a dead buffer of the same dtype and size when
-        there is one (no allocator call), else a buffer kept between calls, else new
-        memory."""
+                  output_names: set[str]) -> str:
+        """The line that gives ``buf`` memory: ``_memory_for``'s, else new memory."""
         lay = buf.layout
-        size, stride = _tuple(lay.size), _tuple(lay.stride)
         self.layouts[buf.name] = lay
-        free = pool.get((lay.dtype, int(lay.storage_numel())))
-        if free and buf.name not in output_names:
+        got = self._memory_for(buf, pool, pending, output_names)
+        if got is None:
+            return (f"{buf.name} = empty_strided({_tuple(lay.size)}, {_tuple(lay.stride)}, "
+                    f"dtype={self.const(lay.dtype)}, device={self.const(lay.device)})")
+        memory, dead = got
+        return f"{buf.name} = {memory}; del {dead}  # reuse" if dead else \
+            f"{buf.name} = {memory}  # kept"
+
+    def _memory_for(self, buf: Buffer, pool: dict, pending: dict, output_names: set[str]
+                    ) -> tuple[str, str | None] | None:
+        """Memory for ``buf`` that costs no allocator call: (a dead buffer of the same dtype
+        and size, in ``buf``'s layout, and that buffer's name), else (a buffer kept between
+        calls, None), else None."""
+        lay = buf.layout
+        free = pool.get((lay.dtype, int(lay.storage_numel())), [])
+        # kept memory goes only to buffers whose memory may be kept too
+        usable = [] if buf.name in output_names else free if buf.name in self.keepable \
+            else [name for name in free if name not in self.kept_names]
+        if usable:
             # the most recently dead: one that died long ago would have been held all that
             # time (ATen's outputs die into the pool and never leave it, so with the oldest
             # first a 12-layer ViT held 23 activations; the unused ones die where they died)
-            old = free.pop()
+            old = usable[-1]
+            free.remove(old)
             del pending[old]
+            if old in self.kept_names:
+                self.kept_names.add(buf.name)
             if self._same_layout(old, lay):
-                return f"{buf.name} = {old}; del {old}  # reuse"
-            return f"{buf.name} = {_as_strided(old, lay.size, lay.stride, 0)}; del {old}  # reuse"
-        slot = self._kept_slot(buf, poolable)
-        if slot is not None:
-            return f"{buf.name} = {slot}  # kept"
-        return (f"{buf.name} = empty_strided({size}, {stride}, dtype={self.const(lay.dtype)}, "
-                f"device={self.const(lay.device)})")
+                return old, old
+            return _as_strided(old, lay.size, lay.stride, 0), old
+        slot = self._kept_slot(buf)
+        return None if slot is None else (slot, None)
 
     def _poolable(self, output_names: set[str]) -> dict[str, tuple]:
         """Buffers whose memory a later buffer may take once they are dead: not returned,
-        written by a generated kernel or a library call (mm, convolution, ...), and never
-        read by a fallback ATen call (whose result may alias its arguments)."""
+        written by a generated kernel (into their own memory, or into memory they took
+        over in place) or a library call (mm, convolution, ...), and never read by a
+        fallback ATen call (whose result may alias its arguments)."""
         read_by_fallback = {name for step in self.steps
                             if isinstance(step, ExternBuffer) and not step.is_library
                             for name in _extern_reads(step)}
@@ -225,8 +281,8 @@ class WrapperCodegen:
         candidates = []
         for step in self.steps:
             if isinstance(step, FusedKernel):
-                candidates += [node.buf for node in step.nodes
-                               if node.name not in step.local and node.writes == node.name]
+                candidates += [node.buf for node in step.nodes if node.name not in step.local
+                               and (node.writes == node.name or node.buf.reuses)]
             elif step.is_library and step.parent is None and step.layout is not None:
                 candidates.append(step)
         return {buf.name: (buf.layout.dtype, int(buf.layout.storage_numel()))
@@ -234,9 +290,11 @@ class WrapperCodegen:
                 if buf.name not in output_names and buf.name not in read_by_fallback
                 and buf.name not in taken and buf.layout.storage_numel().is_Integer}
 
-    def _extern(self, buf: ExternBuffer, used: bool = True) -> list[str]:
+    def _extern(self, buf: ExternBuffer, used: bool = True, memory: tuple = ()) -> list[str]:
         """The ATen call (or the pick of one output of a multi-output call); a result that
-        is read is given the layout the kernels were generated for (``runtime.with_layout``)."""
+        is read is given the layout the kernels were generated for (``runtime.with_layout``).
+        A matrix product writes (``out=``) into memory ``_memory_for(buf, *memory)`` finds
+        for it."""
         if buf.parent is not None:
             path = "".join(f"[{i}]" for i in buf.result_index)
             lines = [f"{buf.name} = {buf.parent.name}{path}"]
@@ -247,8 +305,17 @@ class WrapperCodegen:
             return lines
         args = [self.ref(a) for a in buf.args]
         kwargs = [f"{k}={self.ref(v)}" for k, v in buf.kwargs.items()]
+        dead = None
+        if memory and buf.kernel in WRITES_OUT and buf.layout is not None and not buf.kwargs \
+                and buf.layout.storage_numel().is_Integer:
+            got = self._memory_for(buf, *memory)
+            if got is not None:
+                kwargs.append(f"out={got[0]}")
+                dead = got[1]
         target = self.const(DIRECT_BINDINGS.get(buf.kernel, buf.kernel))
         lines = [f"{buf.name} = {target}({', '.join(args + kwargs)})  # {buf.kernel}"]
+        if dead:
+            lines.append(f"del {dead}  # reuse")
         if buf.layout is not None:
             lay = buf.layout
             self.layouts[buf.name] = lay
