@@ -19,7 +19,7 @@ from ember import logs
 from ember.backend import metrics
 from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, IndexView, InputBuffer,
                               IRNode, Layout, Loops, Pointwise, Reduction, ReinterpretView,
-                              contiguous_strides, index_vars, sym)
+                              contiguous_strides, index_vars, same_strides, sym)
 from ember.backend.lowering import LOWERINGS
 from ember.backend.lowering.registry import LoweringContext
 from ember.backend.lowering.views import storage_owner, strided_view
@@ -384,7 +384,7 @@ class GraphLowering:
         want = _base_layout(val) if isinstance(val, torch.Tensor) else None
         if isinstance(value, (Buffer, ReinterpretView)):
             layout = value.layout if value.layout is not None else want
-            if want is None or _same_strides(layout, want):
+            if want is None or same_strides(layout.size, layout.stride, want.size, want.stride):
                 return value
         if want is not None and not _dense(want):
             want = None
@@ -438,11 +438,6 @@ def _cast_loader(src, dtype):
     if src.get_dtype() == dtype:
         return load
     return lambda index: ops.to_dtype(load(index), dtype)
-
-
-def _same_strides(a: Layout, b: Layout) -> bool:
-    return list(a.size) == list(b.size) and all(
-        x == y for s, x, y in zip(a.size, a.stride, b.stride) if s != 1)
 
 
 def _dense(layout: Layout) -> bool:

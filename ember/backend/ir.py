@@ -68,6 +68,13 @@ def product(values) -> Expr:
     return out
 
 
+def same_strides(size_a, stride_a, size_b, stride_b) -> bool:
+    """Equal sizes, and equal strides over the dims whose size is not 1 (the strides
+    indexing reads)."""
+    return list(size_a) == list(size_b) and all(
+        x == y for n, x, y in zip(size_a, stride_a, stride_b) if n != 1)
+
+
 def contiguous_strides(size: Sequence[Expr]) -> list[Expr]:
     strides, acc = [], sympy.Integer(1)
     for s in reversed(size):

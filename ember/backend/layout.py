@@ -56,6 +56,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from ember import config, logs
+from ember.backend.ir import same_strides
 
 T = TypeVar("T")
 
@@ -151,17 +152,13 @@ def _dense_order(val: torch.Tensor) -> list[int] | None:
     return ones + rest
 
 
-def _same_strides(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.shape == b.shape and all(
-        x == y for n, x, y in zip(a.shape, a.stride(), b.stride()) if n > 1)
-
-
 def changed_output(gm: torch.fx.GraphModule, traced: torch.fx.GraphModule) -> str | None:
     """Which output of ``traced`` (an ATen trace of ``gm``'s converted copy) has other
     strides than ``gm``'s, in words, or None."""
     for i, (old, new) in enumerate(zip(_outputs(gm), _outputs(traced))):
         vals = [n.meta.get("val") if isinstance(n, torch.fx.Node) else None for n in (old, new)]
-        if all(isinstance(v, torch.Tensor) for v in vals) and not _same_strides(*vals):
+        if all(isinstance(v, torch.Tensor) for v in vals) and not same_strides(
+                vals[0].shape, vals[0].stride(), vals[1].shape, vals[1].stride()):
             return (f"output {i} would have strides {vals[1].stride()} where eager's are "
                     f"{vals[0].stride()}")
     return None
