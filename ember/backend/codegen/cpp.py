@@ -219,6 +219,20 @@ _DOUBLE_LIBM = re.compile(r"double.*ember_(exp|erf|tanh|sigmoid)\(")    # on one
 _SIMD_PRAGMA = re.compile(r"(#pragma omp (?:parallel for )?simd)")
 
 
+_OMP_LOOP = re.compile(r"^(\s*#pragma omp (?:parallel for|simd).*)$")
+
+
+def _flag_bad_indices(lines: list[str]) -> list[str]:
+    """A kernel with indirect indices ORs each one's range check into ``ember_oob_r``: a
+    reduction of every OpenMP loop (one private copy per thread and per SIMD lane), stored
+    to the library's flag once, at the end. A per-index ``if`` that stores the flag (the
+    old form) kept g++ from vectorising the loop: deeplabv3's bilinear upsampling, 4 gathers
+    an element, took 2.8x as long."""
+    body = [_OMP_LOOP.sub(r"\1 reduction(|:ember_oob_r)", line) for line in lines]
+    return ["  int ember_oob_r = 0;", *body,
+            "  if (ember_oob_r) __atomic_store_n(&ember_oob, 1, __ATOMIC_RELAXED);"]
+
+
 def _widen_vectors(text: str) -> str:
     """On an AVX-512 host, loops of 16 floats rather than g++'s default 8, in kernels whose
     math is all inline (float exp, erf, tanh and sigmoid are: exp is 1.3x faster so, at
@@ -367,9 +381,11 @@ class CppOpsHandler:
         n = cpp_index(size)
         k.line(f"int64_t {var} = static_cast<int64_t>({value});")
         if wrap_negative:
-            k.line(f"if ({var} < 0) {var} += {n};")
-        k.line(f"if ({var} < 0 || {var} >= {n}) {{ __atomic_store_n(&ember_oob, 1, "
-               f"__ATOMIC_RELAXED); {var} = 0; }}")
+            k.line(f"{var} += {var} < 0 ? {n} : 0;")
+        # branch-free, so the loop stays vectorised: the flag is a reduction of every loop
+        # (``_flag_bad_indices``)
+        k.line(f"{{ bool bad = static_cast<uint64_t>({var}) >= static_cast<uint64_t>({n}); "
+               f"ember_oob_r |= bad; {var} = bad ? 0 : {var}; }}")
         k.uses_indirect = True
         return sympy.Symbol(var, integer=True)
 
@@ -548,9 +564,10 @@ class CppKernel(Kernel):
                     self.pop()
                     self.indent -= 1
                     self.line("}")
-        text = _widen_vectors(self._signature() + " {\n" + "\n".join(self.lines) + "\n}\n")
+        lines = _flag_bad_indices(self.lines) if self.uses_indirect else self.lines
+        text = _widen_vectors(self._signature() + " {\n" + "\n".join(lines) + "\n}\n")
         if self.uses_indirect:
-            # one flag per kernel library: set by any thread that met a bad index
+            # one flag per kernel library: set by any call that met a bad index
             text = ("static int ember_oob = 0;\n" + text +
                     f'extern "C" int {self.name}_oob() {{ int v = ember_oob; ember_oob = 0; '
                     f"return v; }}\n")
