@@ -95,3 +95,17 @@ def test_the_budget_bounds_what_is_kept(budget, kept):
     wrapper = _last_wrapper()
     assert ("# kept" in wrapper) == kept
     assert "empty_strided((1024, 1024)" in wrapper.split("def call(")[-1]
+
+
+def test_kept_buffers_made_in_inference_mode_serve_later_calls():
+    """The first call runs under ``torch.inference_mode()``; the kept buffers it makes are
+    normal tensors, which a matmul may write (``out=``) outside inference mode too."""
+    ember.reset()
+    compiled = ember.compile(_mlp)
+    inputs = _inputs(0)
+    with torch.inference_mode():
+        assert same(_mlp(*inputs), compiled(*inputs), rtol=1e-4, atol=1e-4)
+    assert "out=_slots[" in _last_wrapper()
+    with torch.no_grad():
+        assert same(_mlp(*inputs), compiled(*inputs), rtol=1e-4, atol=1e-4)
+    assert same(_mlp(*inputs), compiled(*inputs), rtol=1e-4, atol=1e-4)

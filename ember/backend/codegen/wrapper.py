@@ -177,8 +177,10 @@ class WrapperCodegen:
         """Module lines that hold the kept buffers, and ``call``'s first line."""
         return ["import threading", "", "_kept = []    # filled by the first call",
                 "_lock = threading.Lock()", "", "",
-                "def _new_slots():", "    return [",
-                *(f"        {alloc}," for alloc in self.slots), "    ]", "", "",
+                "def _new_slots():",
+                "    with torch.inference_mode(False):   # normal tensors: writable in any mode",
+                "        return [", *(f"            {alloc}," for alloc in self.slots),
+                "        ]", "", "",
                 "def call(args):"]
 
     def _keepable(self, output_names: set[str]) -> set[str]:
