@@ -50,14 +50,43 @@ def test_per_channel_values_move_out_of_the_inner_loop():
 
 
 def test_masked_loads_stay_inside_their_guard():
-    # pad reads the per-channel value only inside the padded region's guard
+    # pad (of a dim of the outer loops) reads the per-channel value only inside the padded
+    # region's guard
     def fn(x, w):
-        return F.pad(x * w, (2, 3)) + 1
+        return F.pad(x * w, (0, 0, 2, 3)) + 1
 
     x = torch.randn(3, 8, 40)
     w = torch.randn(1, 8, 1)
     code = check(fn, x, w)
     assert "if (" in code
+
+
+@pytest.mark.parametrize("pad", [(2, 3), (0, 5), (4, 0)])
+def test_inner_loop_splits_where_padding_and_data_meet(pad):
+    """Padding along the inner loop's dim: one loop per region, the data's with a plain
+    load and the padding's with none, and no guard at all."""
+    def fn(x, w):
+        return F.pad(x * w, pad, value=-1.5) + 1
+
+    x = torch.randn(3, 8, 40)
+    w = torch.randn(1, 8, 1)
+    code = check(fn, x, w)
+    bodies = simd_loop_bodies(code)
+    assert "if (" not in code and len(bodies) == 1 + sum(p > 0 for p in pad), code
+    assert sum("p_arg0[" in body for body in bodies) == 1, code
+
+
+def test_channels_last_concatenation_loads_one_part_per_loop():
+    def fn(a, b, c):
+        return torch.cat([a.relu(), b * 2, torch.sigmoid(c)], 1)
+
+    a, b, c = (torch.randn(2, ch, 5, 5).contiguous(memory_format=torch.channels_last)
+               for ch in (16, 24, 8))
+    code = check(fn, a, b, c)
+    bodies = simd_loop_bodies(code)
+    assert "if (" not in code and len(bodies) == 3, code
+    for body, arg in zip(bodies, ("p_arg0[", "p_arg1[", "p_arg2[")):
+        assert body.count("p_arg") == 1 and arg in body, body
 
 
 def test_per_channel_costly_values_of_channels_last_data_are_computed_once():
@@ -86,7 +115,12 @@ def test_values_under_a_mask_are_not_precomputed():
 
     x, w = torch.randn(300, 144), torch.rand(100) + 0.5
     code = check(fn, x, w)
-    assert "h_tmp" not in code and "if (" in code
+    assert "h_tmp" not in code
+    # the loop splits where w ends: only the first piece reads it, and needs no guard
+    first, padded = simd_loop_bodies(code)
+    assert "for (int64_t r0 = 0; r0 < 100; r0++)" in code and \
+        "for (int64_t r0 = 100; r0 < 144; r0++)" in code, code
+    assert "p_arg1[" in first and "p_arg1[" not in padded, code
 
 
 @pytest.mark.parametrize("shape,dims", [

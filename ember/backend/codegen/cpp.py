@@ -222,6 +222,58 @@ _SIMD_PRAGMA = re.compile(r"(#pragma omp (?:parallel for )?simd)")
 _OMP_LOOP = re.compile(r"^(\s*#pragma omp (?:parallel for|simd).*)$")
 
 
+MAX_PIECES = 64     # a loop splits into at most this many + 1 pieces (see _cuts)
+
+
+class _RangeProbe:
+    """An ops handler that records where ``var + c`` is compared with an integer constant:
+    the cuts of the var's range at which such a condition can change."""
+
+    def __init__(self, var: sympy.Symbol):
+        self.var = var
+        self.cuts: set[int] = set()
+        self._opaque = object()
+
+    def index_expr(self, expr, dtype):
+        shift = sympy.expand(expr - self.var)
+        return ("at", int(shift)) if shift.is_Integer else self._opaque
+
+    def constant(self, value, dtype):
+        if isinstance(value, (bool, int)) or (isinstance(value, sympy.Expr) and
+                                              value.is_Integer):
+            return ("const", int(value))
+        return self._opaque
+
+    def to_dtype(self, value, dtype):
+        return value if isinstance(value, tuple) and not dtype.is_floating_point \
+            else self._opaque
+
+    _FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+
+    def _compare(self, name, a, b):
+        if isinstance(a, tuple) and isinstance(b, tuple) and {a[0], b[0]} == {"at", "const"}:
+            if a[0] == "const":
+                a, b, name = b, a, self._FLIPPED[name]
+            at = b[1] - a[1]       # var + shift against value: var against value - shift
+            # where the condition can change: var == at starts the true (ge, lt: false)
+            # side, var == at + 1 the one after it (gt, le); eq and ne both
+            self.cuts.update({"ge": {at}, "lt": {at}, "gt": {at + 1}, "le": {at + 1}}.get(
+                name, {at, at + 1}))
+        return self._opaque
+
+    def masked(self, mask, body, other):
+        body()
+        return self._opaque
+
+    def indirect_indexing(self, value, size, wrap_negative=False):
+        return sympy.Symbol("probe_ix", integer=True)
+
+    def __getattr__(self, name):
+        if name in _COMPARE_CPP:
+            return lambda a, b: self._compare(name, a, b)
+        return lambda *args, **kwargs: self._opaque
+
+
 def _flag_bad_indices(lines: list[str]) -> list[str]:
     """A kernel with indirect indices ORs each one's range check into ``ember_oob_r``: a
     reduction of every OpenMP loop (one private copy per thread and per SIMD lane), stored
@@ -289,10 +341,40 @@ class CppOpsHandler:
         return self.k.load(name, index)
 
     def constant(self, value, dtype) -> CppValue:
-        return self._emit(cpp_constant(value, dtype), dtype)
+        out = self._emit(cpp_constant(value, dtype), dtype)
+        if not dtype.is_floating_point and (isinstance(value, (bool, int)) or (
+                isinstance(value, sympy.Expr) and value.is_Integer)):
+            self.k.bounds[out.name] = (int(value), int(value))
+        return out
 
     def index_expr(self, expr, dtype) -> CppValue:
-        return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({cpp_index(expr)})", dtype)
+        out = self._emit(f"static_cast<{CPP_TYPES[dtype]}>({cpp_index(expr)})", dtype)
+        piece = self.k.piece
+        if piece is not None and not dtype.is_floating_point:
+            var, start, end = piece
+            shift = sympy.expand(expr - var)
+            if shift.is_Integer:        # var + c over the piece
+                self.k.bounds[out.name] = (start + int(shift), end - 1 + int(shift))
+        return out
+
+    def _known(self, value) -> bool | None:
+        """A condition's value where the piece's bounds decide it, else None."""
+        b = self.k.bounds.get(getattr(value, "name", None))
+        return None if b is None or b[0] != b[1] else bool(b[0])
+
+    def _fold(self, sign: str, a, b):
+        """``a sign b`` as a constant when the bounds of both decide it (a concatenation's
+        ``index >= start`` inside one piece of a split loop), else None."""
+        ba, bb = (self.k.bounds.get(getattr(v, "name", None)) for v in (a, b))
+        if ba is None or bb is None:
+            return None
+        (alo, ahi), (blo, bhi) = ba, bb
+        always, never = {"<": (ahi < blo, alo >= bhi), "<=": (ahi <= blo, alo > bhi),
+                         ">": (alo > bhi, ahi <= blo), ">=": (alo >= bhi, ahi < blo),
+                         "==": (alo == ahi == blo == bhi, ahi < blo or alo > bhi),
+                         "!=": (ahi < blo or alo > bhi, alo == ahi == blo == bhi)}[sign]
+        return self.constant(True, torch.bool) if always else \
+            self.constant(False, torch.bool) if never else None
 
     def to_dtype(self, x: CppValue, dtype) -> CppValue:
         if x.dtype == dtype:
@@ -302,6 +384,9 @@ class CppOpsHandler:
         return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({x})", dtype)
 
     def where(self, c: CppValue, a: CppValue, b: CppValue) -> CppValue:
+        known = self._known(c)
+        if known is not None and a.dtype == b.dtype:
+            return a if known else b
         # a condition that does not change in the inner loop (a padded pooling window's
         # edge) selects bits: with ?: g++ sinks the other operand's load into a branch on
         # it and leaves the loop scalar. A per-element condition keeps ?:, one blend
@@ -315,9 +400,19 @@ class CppOpsHandler:
         return self._emit(f"!static_cast<bool>({a})", torch.bool)
 
     def logical_and(self, a, b):
+        ka, kb = self._known(a), self._known(b)
+        if ka is False or kb is False or (ka and kb):
+            return self.constant(bool(ka and kb), torch.bool)
+        if ka or kb:
+            return b if ka else a
         return self._emit(f"static_cast<bool>({a}) && static_cast<bool>({b})", torch.bool)
 
     def logical_or(self, a, b):
+        ka, kb = self._known(a), self._known(b)
+        if ka or kb or (ka is False and kb is False):
+            return self.constant(bool(ka or kb), torch.bool)
+        if ka is False or kb is False:
+            return b if ka is False else a
         return self._emit(f"static_cast<bool>({a}) || static_cast<bool>({b})", torch.bool)
 
     def logical_xor(self, a, b):
@@ -349,8 +444,12 @@ class CppOpsHandler:
 
     def masked(self, mask, body, other):
         """``body()`` computed (its loads made) only where ``mask`` holds; ``other``
-        elsewhere. The body's lines go inside an ``if``; its result is declared before."""
+        elsewhere. The body's lines go inside an ``if``; its result is declared before. A
+        mask the piece of a split loop decides is no ``if`` at all."""
         k = self.k
+        known = self._known(mask)
+        if known:
+            return body()
         start = len(k.lines)
         k.indent += 1
         k.push()
@@ -361,6 +460,8 @@ class CppOpsHandler:
         k.indent -= 1
         inner = k.lines[start:]
         del k.lines[start:]
+        if known is False:
+            return other if isinstance(other, CppValue) else self.constant(other, value.dtype)
         var = k.new_var()
         ctype = CPP_TYPES[value.dtype]
         fill = other if isinstance(other, CppValue) else cpp_constant(other, value.dtype)
@@ -398,7 +499,8 @@ class CppOpsHandler:
             return lambda a, b: self._typed(template.format(a, b), a.dtype)
         if name in _COMPARE_CPP:
             sign = _COMPARE_CPP[name]
-            return lambda a, b: self._emit(f"{a} {sign} {b}", torch.bool)
+            return lambda a, b: self._fold(sign, a, b) or \
+                self._emit(f"{a} {sign} {b}", torch.bool)
         raise AttributeError(f"no C++ for ops.{name}")
 
 
@@ -417,6 +519,10 @@ class CppKernel(Kernel):
         self.invariant: set[str] = set()
         self.row_accumulators: dict[str, str] = {}     # see _row_sums
         self.var_dtypes: dict[str, torch.dtype] = {}   # temporaries' dtypes (see _precompute)
+        # inside one piece of a split inner loop (``_pieces``): its var and [start, end),
+        # and the integer bounds of values that follow from it (see CppOpsHandler._fold)
+        self.piece: tuple[sympy.Symbol, int, int] | None = None
+        self.bounds: dict[str, tuple[int, int]] = {}
 
     def declare(self, var: str, text: str) -> str:
         return f"auto {var} = {text};"
@@ -720,6 +826,10 @@ class CppKernel(Kernel):
         first = len(self.lines)
         with self._hoisting(reductions):
             if not groups:
+                cuts = [] if parallel else self._cuts(nodes, x, r)
+                if cuts:
+                    self._pieces(nodes, x, r, cuts)
+                    return
                 self._range(nodes, groups, x, r, None, None, parallel=parallel)
                 if not parallel:
                     self._precompute(first, r)
@@ -733,6 +843,34 @@ class CppKernel(Kernel):
         for acc, members in groups.items():
             for node in members:
                 self.store(node, node.store_index(x), self._result(acc, members, node))
+
+    def _cuts(self, nodes, x, r) -> list[int]:
+        """Where a pointwise loop over one inner dim splits so that each piece decides its
+        range conditions: the starts of a concatenation's parts along that dim (a
+        channels-last ``cat`` of channels), found by evaluating the bodies under
+        ``_RangeProbe``. Empty when there are none, or too many."""
+        if len(r) != 1 or self.block or not is_static(self.kernel.inner[0]):
+            return []
+        probe = _RangeProbe(r[0])
+        with use_handler(probe):
+            for node in nodes:
+                node.value(x, r)
+        n = size_hint(self.kernel.inner[0])
+        cuts = sorted(c for c in probe.cuts if 0 < c < n)
+        return cuts if len(cuts) <= MAX_PIECES else []
+
+    def _pieces(self, nodes, x, r, cuts: list[int]) -> None:
+        """The loop as one loop per range between ``cuts``: within each, the range
+        conditions fold to constants (``CppOpsHandler._fold``), so a concatenation's piece
+        loads one part, with no branch (deeplabv3's 5-way ASPP concatenation of 14x14x1280:
+        0.84 ms with a masked load per part in one loop)."""
+        bounds = [0, *cuts, size_hint(self.kernel.inner[0])]
+        for start, end in zip(bounds, bounds[1:]):
+            self.piece = (r[0], start, end)
+            try:
+                self._range(nodes, {}, x, r, str(start), str(end))
+            finally:
+                self.piece = None
 
     def _precompute(self, first: int, r) -> None:
         """Per-element values of the pointwise loop generated from line ``first`` on that do
