@@ -24,6 +24,15 @@ def _last_wrapper() -> str:
     return [s for s in backend_compile.generated_sources if "def call(" in s][-1]
 
 
+def _channels_last_run(fn, *inputs, options=None):
+    """Eager's and Ember's results of ``fn`` with every graph's convolutions channels-last,
+    Ember's perf hints logged."""
+    ember.reset()
+    ember.logs.set_logs("perf_hints")
+    with torch.no_grad(), config.patch(layout_optimization="channels_last"):
+        return fn(*inputs), ember.compile(fn, options=options or {})(*inputs)
+
+
 @pytest.mark.parametrize("options", CPU_TARGETS, ids=["cpp", "triton-interp"])
 def test_channels_last_convnet_matches_eager(options):
     model, inputs = models.build_model("convnet", batch_size=2)[:2]
@@ -98,12 +107,8 @@ def test_depthwise_convolutions_stay_nchw_on_cuda_only(ember_log):
     """CUDA channels-last graphs run depthwise convolutions NCHW (cuDNN's channels-last ones
     are slow to start); on the CPU they go channels-last with the rest. Results match."""
     from ember.backend.layout import convert_convolutions
-    model = _Separable().eval()
-    x = torch.randn(2, 3, 10, 10)
-    ember.reset()
-    ember.logs.set_logs("perf_hints")
-    with torch.no_grad(), config.patch(layout_optimization="channels_last"):
-        assert same(model(x), ember.compile(model)(x), rtol=1e-4, atol=1e-4)
+    assert same(*_channels_last_run(_Separable().eval(), torch.randn(2, 3, 10, 10)),
+                rtol=1e-4, atol=1e-4)
     assert "3 convolutions run channels-last, 0 depthwise ones NCHW" in ember_log.text
     depthwise = _conv_graph((2, 8, 10, 10), (8, 1, 3, 3), groups=8)
     for device, layout in (("cuda", torch.contiguous_format), ("cpu", torch.channels_last)):
@@ -192,12 +197,8 @@ class _ConvHeads(torch.nn.Module):
 
 @pytest.mark.parametrize("options", CPU_TARGETS, ids=["cpp", "triton-interp"])
 def test_channels_last_graph_returns_eager_strides(options, ember_log):
-    model = _ConvHeads().eval()
-    x = torch.randn(2, 8, 12, 12)
-    ember.reset()
-    ember.logs.set_logs("perf_hints")
-    with torch.no_grad(), config.patch(layout_optimization="channels_last"):
-        expected, actual = model(x), ember.compile(model, options=options)(x)
+    expected, actual = _channels_last_run(_ConvHeads().eval(), torch.randn(2, 8, 12, 12),
+                                          options=options)
     assert "convolutions run channels-last" in ember_log.text
     assert "stays NCHW" not in ember_log.text
     for e, a in zip(expected, actual):
@@ -220,12 +221,8 @@ class _LeNet(torch.nn.Module):
 def test_view_that_channels_last_cannot_take_keeps_the_graph_nchw(ember_log):
     """``x.view(n, -1)`` after a convolution is legal in eager (NCHW) and not on
     channels-last data: the graph compiles in its captured layout, says so, and matches."""
-    model = _LeNet().eval()
-    x = torch.randn(4, 1, 32, 32)
-    ember.reset()
-    ember.logs.set_logs("perf_hints")
-    with torch.no_grad(), config.patch(layout_optimization="channels_last"):
-        assert same(model(x), ember.compile(model)(x), rtol=1e-4, atol=1e-4)
+    assert same(*_channels_last_run(_LeNet().eval(), torch.randn(4, 1, 32, 32)),
+                rtol=1e-4, atol=1e-4)
     assert "stays NCHW: its channels-last copy fails to trace (ValueError: Cannot view" \
         in ember_log.text
     assert "(4, 16, 5, 5), (400, 1, 80, 16)" not in _last_wrapper()
@@ -238,11 +235,7 @@ def test_outputs_aliasing_each_other_keep_the_graph_nchw(ember_log):
         y = conv(x)
         return y, y[:, :, ::2]
 
-    x = torch.randn(2, 4, 8, 8)
-    ember.reset()
-    ember.logs.set_logs("perf_hints")
-    with torch.no_grad(), config.patch(layout_optimization="channels_last"):
-        expected, actual = f(x), ember.compile(f)(x)
+    expected, actual = _channels_last_run(f, torch.randn(2, 4, 8, 8))
     assert "stays NCHW: two of its outputs alias each other" in ember_log.text
     for e, a in zip(expected, actual):
         assert same(e, a, rtol=1e-4, atol=1e-4) and a.stride() == e.stride()
@@ -258,10 +251,6 @@ def test_outputs_aliasing_as_dense_views_keep_the_graph_nchw(ember_log):
         y = conv(x)
         return y, y.transpose(2, 3)
 
-    x = torch.randn(2, 4, 8, 8)
-    ember.reset()
-    ember.logs.set_logs("perf_hints")
-    with torch.no_grad(), config.patch(layout_optimization="channels_last"):
-        actual = ember.compile(f)(x)
+    actual = _channels_last_run(f, torch.randn(2, 4, 8, 8))[1]
     assert "stays NCHW: two of its outputs alias each other" in ember_log.text
     assert actual[1].untyped_storage().data_ptr() == actual[0].untyped_storage().data_ptr()

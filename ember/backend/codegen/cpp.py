@@ -852,9 +852,12 @@ class CppKernel(Kernel):
         if len(r) != 1 or self.block or not is_static(self.kernel.inner[0]):
             return []
         probe = _RangeProbe(r[0])
-        with use_handler(probe):
-            for node in nodes:
-                node.value(x, r)
+        try:
+            with use_handler(probe):
+                for node in nodes:
+                    node.value(x, r)
+        except (AttributeError, TypeError):   # a body that inspects its values: no cuts
+            return []
         n = size_hint(self.kernel.inner[0])
         cuts = sorted(c for c in probe.cuts if 0 < c < n)
         return cuts if len(cuts) <= MAX_PIECES else []
