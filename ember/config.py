@@ -71,9 +71,10 @@ half_fast_math: bool = _option(
     "GPU Triton kernels compute sin, cos and division of float16/bfloat16 values with CUDA's "
     "approximate intrinsics (errors ~1e-6, far below half precision's); False: precise")
 kept_buffers_mb: int = _option(
-    "kept_buffers_mb", int, 512,
+    "kept_buffers_mb", int, 64,
     "a CPU graph keeps up to this many MB of its intermediate buffers between calls instead "
-    "of allocating them (and page-faulting their memory in) on every call; 0 keeps none")
+    "of allocating them (and page-faulting their memory in) on every call; 0 keeps none. "
+    "Kept memory stays held between calls (a training step's forward holds its backward's)")
 fallback_on_lowering_error: bool = _option(
     "fallback_on_lowering_error", bool, True,
     "a lowering that raises anything but NotImplementedError (a bug in the lowering) logs a "

@@ -109,3 +109,9 @@ def test_kept_buffers_made_in_inference_mode_serve_later_calls():
     with torch.no_grad():
         assert same(_mlp(*inputs), compiled(*inputs), rtol=1e-4, atol=1e-4)
     assert same(_mlp(*inputs), compiled(*inputs), rtol=1e-4, atol=1e-4)
+
+
+def test_a_negative_budget_is_an_error_that_names_it():
+    ember.reset()
+    with config.patch(kept_buffers_mb=-1), pytest.raises(ValueError, match="kept_buffers_mb=-1"):
+        ember.compile(_mlp)(*_inputs(0))

@@ -219,6 +219,9 @@ class WrapperCodegen:
         buffers in use (the same graph running in another thread, or re-entered) allocates
         its own."""
         from ember import config
+        if config.kept_buffers_mb < 0:
+            raise ValueError(f"config.kept_buffers_mb={config.kept_buffers_mb}: expected a "
+                             f"number of MB, 0 or more")
         lay = buf.layout
         if buf.name not in self.keepable:
             return None
