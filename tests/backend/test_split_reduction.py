@@ -1,6 +1,7 @@
-"""Split reductions (ember/backend/lowering/reductions.py, Triton target): a reduction to few
-results runs as two kernels, partial results then their reduction, and still computes
-eager's values; the C++ target keeps one kernel (its threads split rows themselves)."""
+"""Split reductions (ember/backend/lowering/reductions.py): a reduction to few results runs
+as two kernels, partial results then their reduction, and still computes eager's values.
+The Triton target splits them all; the C++ target splits column reductions only (a row
+reduction's threads split its rows themselves)."""
 import os
 
 import pytest
@@ -62,13 +63,31 @@ def test_a_reduction_whose_dims_do_not_divide_stays_one_kernel():
     assert _kernels() == 1
 
 
-def test_the_cpp_target_does_not_split():
-    x = torch.randn(4096, 96)
+COLUMNS = ["column-sum", "column-amax", "column-amin", "column-any", "column-all"]
+
+
+@pytest.mark.parametrize("name", COLUMNS + ["batch-norm-mean", "batch-norm-var",
+                                            "sum-of-a-product"])
+def test_the_cpp_target_splits_column_reductions_only(name):
+    fn, shape, kernels = CASES[name]
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
     ember.reset()
     with torch.no_grad():
-        out = ember.compile(lambda x: x.sum(0))(x)
-    assert same(x.sum(0), out, rtol=1e-4, atol=1e-4)
-    assert _kernels() == 1
+        out, expected = ember.compile(fn)(x), fn(x)
+    assert same(expected, out, rtol=1e-4, atol=1e-4)
+    # NCHW batch norm statistics and a sum along rows read along a reduced dim: one kernel
+    assert _kernels() == (kernels if name in COLUMNS else 1)
+
+
+def test_a_weight_norm_splits_its_column_norm_on_the_cpu():
+    """Wav2Vec2's positional convolution weight, normalised over all but its last dim."""
+    w, g = torch.randn(96, 48, 128), torch.randn(1, 1, 128)
+    ember.reset()
+    with torch.no_grad():
+        out = ember.compile(lambda w, g: torch._weight_norm(w, g, 2))(w, g)
+    assert same(torch._weight_norm(w, g, 2), out, rtol=1e-5, atol=1e-6)
+    assert _kernels() >= 2
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

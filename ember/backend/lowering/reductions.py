@@ -78,11 +78,11 @@ def reduce(ctx, x, dims: list[int], reduction_type: str, compute: torch.dtype,
     return _keepdim_view(buf, x.get_size(), dims) if keepdim else buf
 
 
-# Split reductions (targets that ask, ``Target.splits_reductions``: Triton): a reduction to
-# few results (a column sum, batch norm's per-channel sums, a whole-tensor sum) gives a GPU
-# a few programs, each looping over a long range, while most of its SMs idle. Such a
-# reduction runs in two: the first reduces chunks of one reduced dim into partial results,
-# many in parallel; the second reduces those.
+# Split reductions (targets that ask, ``Target.splits``: Triton, and C++ for column sums): a
+# reduction to few results (a column sum, batch norm's per-channel sums, a whole-tensor sum)
+# gives a GPU a few programs, each looping over a long range, while most of its SMs idle.
+# Such a reduction runs in two: the first reduces chunks of one reduced dim into partial
+# results, many in parallel; the second reduces those.
 _SPLIT_TYPES = ("sum", "prod", "max", "min", "any", "all")
 SPLIT_MAX_OUTPUTS = 4096        # fewer results than this are split...
 SPLIT_MIN_LENGTH = 2048         # ...when each reduces at least this many elements
@@ -137,7 +137,7 @@ def _split_plan(ctx, x, dims) -> _SplitPlan | None:
     """The split of a reduction of ``x`` over ``dims``, or None when it stays one (the
     target does not split, the reduction has many results or short rows, or no reduced
     dim divides into chunks long enough)."""
-    if not ctx.graph.target.splits_reductions or not dims:
+    if not dims:
         return None
     size = x.get_size()
     if not all(is_static(v) for v in size):
@@ -149,6 +149,8 @@ def _split_plan(ctx, x, dims) -> _SplitPlan | None:
     if outputs >= SPLIT_MAX_OUTPUTS or length < SPLIT_MIN_LENGTH:
         return None
     column = _contiguous_dim(x) in kept
+    if not ctx.graph.target.splits(column):
+        return None
 
     def most_parts(d):     # the most chunks dividing dim d, within the limits
         n = size[d]
