@@ -311,8 +311,10 @@ class WrapperCodegen:
         args = [self.ref(a) for a in buf.args]
         kwargs = [f"{k}={self.ref(v)}" for k, v in buf.kwargs.items()]
         dead = None
+        # (CPU only: CUDA's caching allocator makes a result's memory cheap)
         if memory and buf.kernel in WRITES_OUT and buf.layout is not None and not buf.kwargs \
-                and buf.layout.storage_numel().is_Integer:
+                and buf.layout.storage_numel().is_Integer and \
+                torch.device(buf.layout.device).type == "cpu":
             got = self._memory_for(buf, *memory)
             if got is not None:
                 kwargs.append(f"out={got[0]}")
