@@ -15,6 +15,8 @@ Choice of decomposed ops (forward ops; the backward ops are listed in ``DECOMPOS
   ``_weight_norm_interface``); Ember's own
   ``var_mean`` -> ``var`` + ``mean`` (torch's reference version emits ``prims`` ops, and the
   table aims at ATen ops only).
+* ``_native_multi_head_attention`` (``nn.MultiheadAttention``'s inference fast path), self
+  attention without mask or weights: its projections and ``scaled_dot_product_attention``.
 
 Kept as they are (the backend lowers them directly, or they are views): ``gelu``,
 ``_softmax``/``_log_softmax`` (one fused reduction kernel each), ``addmm``/``mm``/``bmm``,
@@ -191,3 +193,24 @@ def _cudnn_batch_norm(x, weight, bias, running_mean, running_var, training, mome
     out = _normalize_eval(x, weight, bias, running_mean, running_var, eps)
     return out, _empty_stat(x), _empty_stat(x), aten.new_zeros.default(x, [0],
                                                                        dtype=torch.uint8)
+
+
+@register_decomposition(aten._native_multi_head_attention.default)
+def _native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
+                                 proj_weight, proj_bias, mask=None, need_weights=True,
+                                 average_attn_weights=True, mask_type=None):
+    """``nn.MultiheadAttention``'s inference fast path (torchvision's ViT) as its parts:
+    the qkv projection, ``scaled_dot_product_attention`` and the output projection, so the
+    bias adds and head shuffles fuse into Ember's kernels around the library calls. ATen's
+    kernel took 5.2 ms a layer of vit_b_16 at 2 threads, 1 ms over its own matmuls. Self
+    attention without a mask and without weights only; anything else stays ATen's."""
+    if need_weights or mask is not None or not (query is key is value) or query.dim() != 3:
+        return NotImplemented
+    batch, length, _ = query.shape
+    head_dim = embed_dim // num_head
+    qkv = aten.linear.default(query, qkv_weight, qkv_bias)
+    q, k, v = aten.permute.default(
+        aten.view.default(qkv, [batch, length, 3, num_head, head_dim]), [2, 0, 3, 1, 4])
+    attn = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    merged = aten.reshape.default(aten.transpose.int(attn, 1, 2), [batch, length, embed_dim])
+    return aten.linear.default(merged, proj_weight, proj_bias), None

@@ -372,3 +372,31 @@ def test_weight_norm_is_a_fused_norm_and_product_not_an_aten_call():
         torch.testing.assert_close(ember.compile(conv)(x), conv(x), rtol=1e-5, atol=1e-5)
     assert not any("weight_norm" in op for op in metrics.fallback_ops), metrics.fallback_ops
     assert metrics.generated_kernel_count >= 1
+
+
+@pytest.mark.parametrize("variant", ["fast-path", "masked", "with-weights"])
+def test_multi_head_attention_fast_path_runs_as_its_parts(variant):
+    """``nn.MultiheadAttention``'s inference fast path (torchvision's ViT) is decomposed into
+    its projections and ``scaled_dot_product_attention``; a masked call or one that returns
+    the attention weights keeps ATen's kernel (or the module's slow path). All match eager,
+    the masked call's undefined weights (None, where the meta kernel gives a tensor)
+    included."""
+    from ember.backend import metrics
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(64, 4, batch_first=True).eval()
+    mask = torch.rand(10, 10) > 0.8
+
+    def fn(x):
+        if variant == "masked":
+            return mha(x, x, x, attn_mask=mask, need_weights=False)
+        return mha(x, x, x, need_weights=variant == "with-weights")
+    x = torch.randn(2, 10, 64)
+    ember.reset()
+    metrics.reset()
+    with torch.no_grad():
+        expected, actual = fn(x), ember.compile(fn)(x)
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    if variant == "masked":
+        assert "aten._native_multi_head_attention.default" in metrics.fallback_ops
+    if variant == "fast-path":
+        assert not any("multi_head" in op for op in metrics.fallback_ops), metrics.fallback_ops

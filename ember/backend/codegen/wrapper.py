@@ -49,12 +49,16 @@ def _as_strided(name: str, size, stride, offset: int) -> str:
     return f"as_strided({name}, {_tuple(size)}, {_tuple(stride)}, {start})"
 
 
-def _with_layout(name: str, lay) -> str:
+def _with_layout(name: str, lay, maybe_none: bool = False) -> str:
     """``name`` (an ATen result) rebound to a copy in ``lay`` when ATen chose another layout
-    (``runtime.with_layout``), checked inline."""
+    (``runtime.with_layout``), checked inline. ``maybe_none``: an output of a multi-output
+    call, which ATen's kernel may leave undefined (None) where its meta kernel gives a
+    tensor (``_native_multi_head_attention``'s weights when not asked for)."""
     size, stride = _tuple(lay.size), _tuple(lay.stride)
-    return (f"if {name}.stride() != {stride} or {name}.shape != {size}: "
-            f"{name} = with_layout({name}, {size}, {stride})")
+    check = f"{name}.stride() != {stride} or {name}.shape != {size}"
+    if maybe_none:
+        check = f"{name} is not None and ({check})"
+    return f"if {check}: {name} = with_layout({name}, {size}, {stride})"
 
 
 # ``call`` with kept buffers: the kept ones when no other call holds them, else its own
@@ -306,7 +310,7 @@ class WrapperCodegen:
             if used:
                 lay = buf.layout
                 self.layouts[buf.name] = lay
-                lines.append(_with_layout(buf.name, lay))
+                lines.append(_with_layout(buf.name, lay, maybe_none=True))
             return lines
         args = [self.ref(a) for a in buf.args]
         kwargs = [f"{k}={self.ref(v)}" for k, v in buf.kwargs.items()]
