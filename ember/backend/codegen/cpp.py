@@ -97,15 +97,27 @@ static inline float ember_expf(float x) {
   uint32_t k1 = static_cast<uint32_t>(static_cast<int32_t>(k) >> 1), k2 = k - k1;
   return ember_select(zero, 0.0f, p * __builtin_bit_cast(float, (k1 + 127u) << 23) *
                                   __builtin_bit_cast(float, (k2 + 127u) << 23)); }
+// exp(-s) for s >= 0 (NaN passes), as ember_expf but clamped at exp(-87), still a normal
+// float: no zeroed lanes and one scaling factor (erf's tail, where so small a term is lost)
+static inline float ember_expf_neg(float s) {
+  float xc = -std::min(s, 87.0f);
+  float j = EMBER_FMA(xc, 1.44269504088896341f, 12582912.0f);
+  uint32_t k = __builtin_bit_cast(uint32_t, j) - __builtin_bit_cast(uint32_t, 12582912.0f);
+  float kf = j - 12582912.0f;
+  float r = EMBER_FMA(-kf, 1.428606765330187e-06f, EMBER_FMA(-kf, 0.693145751953125f, xc));
+  float p = ember_horner(r, 1.0f, 1.0f, 0.5f, 0.16666666666666666f, 0.041666666666666664f,
+                         0.008333333333333333f, 0.001388888888888889f, 0.0001984126984126984f);
+  return p * __builtin_bit_cast(float, (k + 127u) << 23); }
 // erf: below 1 a polynomial (a minimax fit of erf(x) / x in x^2, 0.5 ulp), above it Abramowitz
 // & Stegun 7.1.26, as eager's GELU (|error| <= 1.5e-7: 3.1 ulp at most, near 1); eager's erf
-// is within 1 ulp
+// is within 1 ulp. GELU of 1M floats, 2 threads: 0.33 ms (0.375 with ember_expf's zeroing
+// and two-factor scaling; eager 0.21)
 static inline float ember_erff(float a) {
   float s = a * a;
   float t = 1.0f / EMBER_FMA(0.3275911f, std::abs(a), 1.0f);
   float r = ember_horner(t, 0.254829592f, -0.284496736f, 1.421413741f, -1.453152027f,
                          1.061405429f);
-  float tail = std::copysign(1.0f - r * t * ember_expf(-s), a);
+  float tail = std::copysign(1.0f - r * t * ember_expf_neg(s), a);
   float series = a * ember_horner(s, 1.12837911f, -0.37612325f, 0.112801805f, -0.0267113186f,
                                   0.00491755968f, -0.000563145149f);
   return ember_select(std::abs(a) < 1.0f, series, tail); }
