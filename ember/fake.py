@@ -769,6 +769,12 @@ def _describe(value):
     raise _NotPlain
 
 
+def storage_key(t: torch.Tensor) -> int:
+    """An id of ``t``'s storage, the same for every view of it (a fake tensor's meta
+    storage)."""
+    return getattr(t, "_meta", t).untyped_storage()._cdata
+
+
 @functools.lru_cache(maxsize=None)
 def returns_alias(func) -> bool:
     """The schema says an output is a view of an input (``Tensor(a)``)."""

@@ -130,11 +130,11 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
 def _distinct_storages(tensors, inputs):
     """One tensor per storage (views of one saved tensor cost its memory once), inputs'
     storages left out (they are alive anyway)."""
-    from ember.aot.trace import _storage_key
-    input_keys = {_storage_key(t) for t in inputs}
+    from ember.fake import storage_key
+    input_keys = {storage_key(t) for t in inputs}
     seen = {}
     for t in tensors:
-        key = _storage_key(t)
+        key = storage_key(t)
         if key in input_keys:
             continue
         if key not in seen or _nbytes(t) > _nbytes(seen[key]):

@@ -69,7 +69,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ember import logs
-from ember.fake import FakeTensor, FakeTensorMode, map_args
+from ember.fake import FakeTensor, FakeTensorMode, map_args, storage_key
 
 __all__ = ["AtenGraph", "TraceState", "begin_trace", "output_node", "replay_mutations",
            "trace_to_aten"]
@@ -81,11 +81,6 @@ aten = torch.ops.aten
 class AtenGraph:
     gm: torch.fx.GraphModule          # ATen-level; gm(*real_inputs) == original outputs
     input_mutations: list[int] = field(default_factory=list)   # indices of mutated inputs
-
-
-def _storage_key(t: torch.Tensor) -> int:
-    meta = t._meta if isinstance(t, FakeTensor) else t
-    return meta.untyped_storage()._cdata
 
 
 def _covers_densely(t: torch.Tensor) -> bool:
@@ -205,7 +200,7 @@ class _AtenTracer(TorchDispatchMode):
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def track(self, t: torch.Tensor, node: torch.fx.Node) -> None:
-        key = _storage_key(t)
+        key = storage_key(t)
         self.node_of[id(t)] = node
         self.keep.append(t)
         self.storage_users.setdefault(key, set()).add(id(t))
@@ -236,7 +231,7 @@ class _AtenTracer(TorchDispatchMode):
             except KeyError:
                 raise RuntimeError(f"ember.aot: a tensor {x!r} reached an op without being "
                                    "produced by the traced graph") from None
-            key = _storage_key(x)
+            key = storage_key(x)
             version = self.storage_version.get(key, 0)
             if self.node_version[id(x)] != version:
                 # another alias wrote this storage since ``node`` was made: read the view
@@ -343,7 +338,7 @@ class _AtenTracer(TorchDispatchMode):
         ``adaptive_avg_pool2d`` restrides its ``mean``): from here on ``t`` is the view
         ``as_strided(t, size, stride)`` of the same storage."""
         target = args[0]
-        key = _storage_key(target)
+        key = storage_key(target)
         if id(target) in self.input_index or self.storage_version.get(key) or \
                 self.storage_users.get(key, set()) - {id(target)}:
             raise NotImplementedError("ember.aot: as_strided_ on a graph input, a view or a "
@@ -362,7 +357,7 @@ class _AtenTracer(TorchDispatchMode):
                               {"dtype": target.dtype, "device": target.device})
         if id(new) not in self.node_of:              # a decomposition returned a fresh alias
             raise RuntimeError(f"ember.aot: functional result of {func} is untracked")
-        key = _storage_key(target)
+        key = storage_key(target)
         owner = self.storage_owner[key]
         if owner is not target:      # a write through a view: the owner gets the new values
             scattered = self.run_op(aten.as_strided_scatter.default, (
@@ -377,7 +372,7 @@ class _AtenTracer(TorchDispatchMode):
             self.mutated_inputs[idx] = owner
 
     def _check_writable(self, func, t: torch.Tensor) -> None:
-        key = _storage_key(t)
+        key = storage_key(t)
         if id(t) in self.frozen_inputs:
             raise NotImplementedError(f"ember.aot: in-place op {func} on an input that "
                                       "cannot be written here (it requires grad, or it is a "

@@ -57,6 +57,7 @@ from torch.utils import _pytree as pytree
 
 from ember import config, logs
 from ember.backend.ir import same_strides
+from ember.fake import storage_key
 
 T = TypeVar("T")
 
@@ -131,7 +132,7 @@ def _outputs_alias(gm: torch.fx.GraphModule) -> bool:
     for node in dict.fromkeys(o for o in _outputs(gm) if isinstance(o, torch.fx.Node)):
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
-            storage = getattr(val, "_meta", val).untyped_storage()._cdata
+            storage = storage_key(val)
             if storage in storages:
                 return True
             storages.add(storage)

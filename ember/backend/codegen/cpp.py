@@ -85,28 +85,26 @@ template <typename... C> static inline float ember_horner(float x, float c, C...
 // Lanes whose exp rounds to 0 (-inf under a causal mask) compute exp(0) and are zeroed after:
 // a subnormal product costs a microcode assist, 10x the whole exp; the clamp at 89 keeps k
 // at most 128 (inf) and lets NaN through
-static inline float ember_expf(float x) {
-  bool zero = x < -103.972077f;
-  float xc = std::min(ember_select(zero, 0.0f, x), 89.0f);
+// exp(xc) as p * 2^k: k = round(xc / ln 2), p = exp(xc - k ln 2) (shared by the two exps)
+static inline float ember_exp_parts(float xc, uint32_t& k) {
   float j = EMBER_FMA(xc, 1.44269504088896341f, 12582912.0f);
-  uint32_t k = __builtin_bit_cast(uint32_t, j) - __builtin_bit_cast(uint32_t, 12582912.0f);
+  k = __builtin_bit_cast(uint32_t, j) - __builtin_bit_cast(uint32_t, 12582912.0f);
   float kf = j - 12582912.0f;
   float r = EMBER_FMA(-kf, 1.428606765330187e-06f, EMBER_FMA(-kf, 0.693145751953125f, xc));
-  float p = ember_horner(r, 1.0f, 1.0f, 0.5f, 0.16666666666666666f, 0.041666666666666664f,
-                         0.008333333333333333f, 0.001388888888888889f, 0.0001984126984126984f);
+  return ember_horner(r, 1.0f, 1.0f, 0.5f, 0.16666666666666666f, 0.041666666666666664f,
+                      0.008333333333333333f, 0.001388888888888889f, 0.0001984126984126984f); }
+static inline float ember_expf(float x) {
+  bool zero = x < -103.972077f;
+  uint32_t k;
+  float p = ember_exp_parts(std::min(ember_select(zero, 0.0f, x), 89.0f), k);
   uint32_t k1 = static_cast<uint32_t>(static_cast<int32_t>(k) >> 1), k2 = k - k1;
   return ember_select(zero, 0.0f, p * __builtin_bit_cast(float, (k1 + 127u) << 23) *
                                   __builtin_bit_cast(float, (k2 + 127u) << 23)); }
 // exp(-s) for s >= 0 (NaN passes), as ember_expf but clamped at exp(-87), still a normal
 // float: no zeroed lanes and one scaling factor (erf's tail, where so small a term is lost)
 static inline float ember_expf_neg(float s) {
-  float xc = -std::min(s, 87.0f);
-  float j = EMBER_FMA(xc, 1.44269504088896341f, 12582912.0f);
-  uint32_t k = __builtin_bit_cast(uint32_t, j) - __builtin_bit_cast(uint32_t, 12582912.0f);
-  float kf = j - 12582912.0f;
-  float r = EMBER_FMA(-kf, 1.428606765330187e-06f, EMBER_FMA(-kf, 0.693145751953125f, xc));
-  float p = ember_horner(r, 1.0f, 1.0f, 0.5f, 0.16666666666666666f, 0.041666666666666664f,
-                         0.008333333333333333f, 0.001388888888888889f, 0.0001984126984126984f);
+  uint32_t k;
+  float p = ember_exp_parts(-std::min(s, 87.0f), k);
   return p * __builtin_bit_cast(float, (k + 127u) << 23); }
 // erf: below 1 a polynomial (a minimax fit of erf(x) / x in x^2, 0.5 ulp), above it Abramowitz
 // & Stegun 7.1.26, as eager's GELU (|error| <= 1.5e-7: 3.1 ulp at most, near 1); eager's erf

@@ -126,6 +126,9 @@ class WrapperCodegen:
         last_use = self._last_uses()
         returned = self._returned_names()
         output_names = returned | set(names)
+        self.read_by_fallback = {name for step in self.steps
+                                 if isinstance(step, ExternBuffer) and not step.is_library
+                                 for name in _extern_reads(step)}
         poolable = self._poolable(output_names)
         self.keepable = self._keepable(output_names)
         self.kept_names: set[str] = set()     # names bound to kept memory
@@ -192,20 +195,10 @@ class WrapperCodegen:
         written by a generated kernel or a library call, whose memory never reaches a
         result or a fallback ATen call (whose result may be a view of it), under their own
         name or a later one that takes the memory over in place (``reuses``)."""
-        read_by_fallback = {name for step in self.steps
-                            if isinstance(step, ExternBuffer) and not step.is_library
-                            for name in _extern_reads(step)}
         taken_by = {node.buf.reuses: node.name for step in self.steps
                     if isinstance(step, FusedKernel) for node in step.nodes if node.buf.reuses}
-        candidates = []
-        for step in self.steps:
-            if isinstance(step, FusedKernel):
-                candidates += [node.buf for node in step.nodes
-                               if node.name not in step.local and node.writes == node.name]
-            elif step.is_library and step.parent is None and step.layout is not None:
-                candidates.append(step)
         keep = set()
-        for buf in candidates:
+        for buf in self._given_memory(takers=False):
             if not buf.layout.storage_numel().is_Integer or \
                     torch.device(buf.layout.device).type != "cpu":
                 continue
@@ -213,9 +206,22 @@ class WrapperCodegen:
             while name is not None and name not in chain:
                 chain.add(name)
                 name = taken_by.get(name)
-            if not chain & (output_names | read_by_fallback):
+            if not chain & (output_names | self.read_by_fallback):
                 keep.add(buf.name)
         return keep
+
+    def _given_memory(self, takers: bool) -> list[Buffer]:
+        """The buffers the wrapper gives memory: written by a generated kernel into their
+        own memory (``takers``: or into memory they took over in place) or by a library call
+        (mm, convolution, ...)."""
+        buffers = []
+        for step in self.steps:
+            if isinstance(step, FusedKernel):
+                buffers += [node.buf for node in step.nodes if node.name not in step.local and (
+                    node.writes == node.name or takers and node.buf.reuses)]
+            elif step.is_library and step.parent is None and step.layout is not None:
+                buffers.append(step)
+        return buffers
 
     def _kept_slot(self, buf: Buffer) -> str | None:
         """``_slots[i]`` for a buffer kept between calls (``_keepable``), or None, while the
@@ -281,22 +287,12 @@ class WrapperCodegen:
         written by a generated kernel (into their own memory, or into memory they took
         over in place) or a library call (mm, convolution, ...), and never read by a
         fallback ATen call (whose result may alias its arguments)."""
-        read_by_fallback = {name for step in self.steps
-                            if isinstance(step, ExternBuffer) and not step.is_library
-                            for name in _extern_reads(step)}
         # memory a later buffer of the same kernel took over (``reuses``) lives on in it
         taken = {node.buf.reuses for step in self.steps if isinstance(step, FusedKernel)
                  for node in step.nodes}
-        candidates = []
-        for step in self.steps:
-            if isinstance(step, FusedKernel):
-                candidates += [node.buf for node in step.nodes if node.name not in step.local
-                               and (node.writes == node.name or node.buf.reuses)]
-            elif step.is_library and step.parent is None and step.layout is not None:
-                candidates.append(step)
         return {buf.name: (buf.layout.dtype, int(buf.layout.storage_numel()))
-                for buf in candidates
-                if buf.name not in output_names and buf.name not in read_by_fallback
+                for buf in self._given_memory(takers=True)
+                if buf.name not in output_names and buf.name not in self.read_by_fallback
                 and buf.name not in taken and buf.layout.storage_numel().is_Integer}
 
     def _extern(self, buf: ExternBuffer, used: bool = True, memory: tuple = ()) -> list[str]:

@@ -15,10 +15,11 @@ import torch
 import torch.fx
 
 from ember.backend.ir import Pointwise
-from ember.fake import returns_alias
 from ember.backend.lowering.registry import (LOWERINGS, aten, broadcast_loader, is_ir,
                                              register_lowering)
 from ember.backend.ops import ops
+from ember.fake import returns_alias
+
 
 def _read_by_generated_code_only(node: torch.fx.Node) -> bool:
     """``node``'s value (through views: ops whose schema returns an alias) has one reader,

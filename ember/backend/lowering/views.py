@@ -12,6 +12,7 @@ from ember.backend.ir import (Buffer, FloorDiv, IndexView, InputBuffer, Layout, 
                               Pointwise, ReinterpretView, contiguous_strides, sym)
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
+from ember.fake import storage_key
 
 
 def _memory_view(x):
@@ -205,7 +206,7 @@ def storage_owner(node):
         v = n.meta.get("val") if isinstance(n, torch.fx.Node) else None
         if not isinstance(v, torch.Tensor):
             return None
-        return getattr(v, "_meta", v).untyped_storage()._cdata
+        return storage_key(v)
     own = key(node)
     while node.op == "call_function" and node.args and own is not None \
             and key(node.args[0]) == own:
