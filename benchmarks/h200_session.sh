@@ -33,7 +33,7 @@ STEPS=${STEPS:-"tests bench frontend"}
 COMPILERS=${COMPILERS:-eager,ember,ember-reduce-overhead,torch-inductor,torch-inductor-reduce-overhead}
 for step in $STEPS; do
   case $step in
-    tests) timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu \
+    tests) timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu \
              --ignore=tests/backend/test_opinfo_cuda.py > "$OUT/gpu_tests.txt" 2>&1 ;;
     opinfo) EMBER_OPINFO_K=1 EMBER_OPINFO_REPORT=$OUT/opinfo_cuda.json timeout 540 python3 -m pytest -q \
              -p no:cacheprovider -m gpu tests/backend/test_opinfo_cuda.py > "$OUT/opinfo.txt" 2>&1 ;;

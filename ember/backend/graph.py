@@ -59,7 +59,6 @@ class _CostCounter:
     def __init__(self):
         self.ops = 0
         self.loads = 0
-        self.masked_regions = 0
         self.indirect = 0          # loads at indices read from memory (gathers)
 
     def load(self, name, index):
@@ -71,7 +70,6 @@ class _CostCounter:
         return sympy.Symbol("indirect", integer=True)
 
     def masked(self, mask, body, other):
-        self.masked_regions += 1
         return body()
 
     def __getattr__(self, name):
@@ -264,21 +262,16 @@ class GraphLowering:
         """A body read by several consumers is computed once when recomputing it costs."""
         return self.computed_once(result, len(node.users))
 
-    def computed_once(self, value, reads: float, taps: int = 1):
+    def computed_once(self, value, reads: float):
         """``value`` realized when each of its elements is read ``reads`` times (several
         consumers, or one pooling window that overlaps the next) and recomputing it for the
         extra reads costs more than a store and a load, or when it loads more than one
         value (Llama's rotary cos and sin, read by every layer, were recomputed in each,
-        libm calls included), or when a consumer reads ``taps`` > 1 elements of
-        it, its body has masked regions (a concatenation, a pad) and the target's masks are
-        branches: g++ threads the repeated masks' branches together and leaves the loop
-        scalar (googlenet's 2x2 max pool of four concatenated batch norms + ReLUs: 1.1 ms)."""
-        if not isinstance(value, (Pointwise, IndexView)) or (reads <= 1 and taps <= 1):
+        libm calls included)."""
+        if not isinstance(value, (Pointwise, IndexView)) or reads <= 1:
             return value
         cost = body_cost(value)
-        if reads > 1 and (cost.ops * (reads - 1) > _REALIZE_COST or
-                          cost.loads > _REALIZE_READS) or \
-                taps > 1 and cost.masked_regions and self.target.masks_branch:
+        if cost.ops * (reads - 1) > _REALIZE_COST or cost.loads > _REALIZE_READS:
             return self.realize(value)
         return value
 

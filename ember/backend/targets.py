@@ -42,9 +42,6 @@ class Target:
     # under max_autotune, a matmul and the pointwise kernel after it may run as one kernel
     # (templates.py)
     fuses_matmul_epilogues = False
-    # masked regions (a concatenation's inputs) are branches, not predicated loads: a body
-    # that repeats them (once per pooling tap) may leave the compiler's loop scalar
-    masks_branch = False
 
     def make_kernel(self, step, name: str, dtypes: dict) -> Kernel:
         raise NotImplementedError
@@ -60,7 +57,6 @@ class Target:
 class CppTarget(Target):
     name = "cpp"
     source_suffix = ".cpp"
-    masks_branch = True
 
     def splits(self, column: bool) -> bool:
         """Column reductions: a column kernel parallelises over blocks of columns, few

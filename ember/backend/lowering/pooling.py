@@ -149,12 +149,11 @@ class _Axis:
 def _window(ctx, x, axes, fill):
     """``values(index, kh, kw)``: the window element (``fill`` where it is padding). ``x``
     is computed once first when the windows overlap and it costs (googlenet's 3x3 max pool
-    of a concatenation of batch norms + ReLUs recomputed them for every tap: 2.6 ms), or
-    when it has masked regions (``GraphLowering.computed_once``)."""
+    of a concatenation of batch norms + ReLUs recomputed them for every tap: 2.6 ms)."""
     reads = 1.0
     for a in axes:
         reads *= a.kernel / a.stride
-    load = ctx.graph.computed_once(x, reads, axes[0].kernel * axes[1].kernel).make_loader()
+    load = ctx.graph.computed_once(x, reads).make_loader()
     dtype = x.get_dtype()
     ah, aw = axes
 
