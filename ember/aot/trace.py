@@ -547,16 +547,27 @@ def replay_mutations(state: TraceState) -> tuple[list[int], dict[int, torch.fx.N
                                          (placeholders[i], tracer.to_node(target)))
         node.meta["val"] = state.fakes[i]
         copy_of[id(target)] = node
+        copy_of[("storage", storage_key(target))] = node
     return mutations, copy_of
 
 
 def output_node(state: TraceState, copy_of: dict, x):
-    """The node an output reads: a mutated input returned is its ``copy_`` node."""
+    """The node an output reads: a mutated input returned is its ``copy_`` node, i.e. the
+    input itself; a view of a mutated input (``x.add_(1); return x[1]``) is that view of
+    the input, as in eager, not a copy of its new value (a write through the output must
+    reach the input)."""
     if not isinstance(x, torch.Tensor):
         return x
     if id(x) in copy_of:
         return copy_of[id(x)]
-    return state.tracer.to_node(state.tracer.to_fake(x))
+    x = state.tracer.to_fake(x)
+    written = copy_of.get(("storage", storage_key(x)))
+    if written is not None:
+        node = state.graph.call_function(aten.as_strided.default, (
+            written, list(x.shape), list(x.stride()), x.storage_offset()))
+        node.meta["val"] = x
+        return node
+    return state.tracer.to_node(x)
 
 
 def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,

@@ -1,5 +1,6 @@
-"""Outputs that are views of other outputs share their memory, as eager's do: a write
-through one is seen through the other, and the view has eager's strides and offset."""
+"""Outputs that are views of other outputs, or of an input the graph writes, share their
+memory, as eager's do: a write through one is seen through the other, and the view has
+eager's strides and offset."""
 import os
 
 import pytest
@@ -48,3 +49,43 @@ def test_output_view_of_another_output_shares_its_memory(fn, options):
     expected[base].add_(1)
     actual[base].add_(1)
     assert same(expected[1 - base], actual[1 - base], rtol=1e-5, atol=1e-6)
+
+
+def _row_after_add(x):
+    x.add_(1)
+    return x[1]
+
+
+def _diagonal_written(x):
+    return x.diagonal().mul_(2), x
+
+
+def _transposed_after_write(x):
+    x[:, 1:3].sub_(1)
+    return x.t()
+
+
+def _strided_slice_written(x):
+    return x[:, ::2].mul_(3)
+
+
+@pytest.mark.parametrize("options", CPU_TARGETS, ids=["cpp", "triton-interp"])
+@pytest.mark.parametrize("fn", [_row_after_add, _diagonal_written, _transposed_after_write,
+                                _strided_slice_written])
+def test_output_view_of_a_written_input_is_a_view_of_the_input(fn, options):
+    """Ember returned a copy of the view's new values: right values, but a later write
+    through the output did not reach the input (and a strided slice came back dense)."""
+    x = torch.randn(6, 8)
+    y = x.clone()
+    ember.reset()
+    expected, actual = fn(x), ember.compile(fn, options=options)(y)
+    assert same(x, y, rtol=1e-5, atol=1e-6)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    actual = actual if isinstance(actual, tuple) else (actual,)
+    for e, a in zip(expected, actual):
+        assert same(e, a, rtol=1e-5, atol=1e-6)
+        assert (a.stride(), a.storage_offset()) == (e.stride(), e.storage_offset())
+        assert a.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    expected[0].fill_(5.0)
+    actual[0].fill_(5.0)
+    assert same(x, y)
