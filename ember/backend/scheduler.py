@@ -446,7 +446,9 @@ def _reuse_dead_buffers(steps: list, output_names: set[str]) -> None:
         r = index_vars("r", len(step.inner))
         taken: set[str] = set()
         for node in step.nodes:
-            if node.role != "inner" or node.writes != node.name:
+            # a value kept local needs no memory (and is read by its own name)
+            if node.role != "inner" or node.writes != node.name or node.name in step.local \
+                    or node.name in step.kernel_local:
                 continue
             for name, index in node_reads(node, x, r):
                 donor = made.get(name)

@@ -136,6 +136,17 @@ def test_softmax_over_dim0_is_one_kernel(cpu_backend):
     assert metrics.generated_kernel_count == 1
 
 
+@pytest.mark.parametrize("fn", [lambda t: F.silu(torch.abs(torch.softmax(t, 1))),
+                                lambda t: torch.where(t.softmax(1) > 0.1, t, -t)],
+                         ids=["silu_of_abs", "where"])
+def test_softmax_read_again_in_its_kernel(fn, cpu_backend):
+    """Softmax's quotient, kept local because only its own kernel reads it, had been given
+    the exponentials' memory as well; its reader then found no value (code generation
+    failed, and the whole graph ran as captured)."""
+    check(fn, torch.randn(5, 7))
+    assert metrics.generated_kernel_count == 1
+
+
 @pytest.mark.parametrize("shape,dim", [((8, 1_000_000), 1), ((500_000, 16), 0)],
                          ids=["long_rows", "long_columns"])
 def test_long_sums_are_as_accurate_as_eager(shape, dim, cpu_backend):
