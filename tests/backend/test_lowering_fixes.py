@@ -400,3 +400,22 @@ def test_multi_head_attention_fast_path_runs_as_its_parts(variant):
         assert "aten._native_multi_head_attention.default" in metrics.fallback_ops
     if variant == "fast-path":
         assert not any("multi_head" in op for op in metrics.fallback_ops), metrics.fallback_ops
+
+
+@pytest.mark.parametrize("fn", [lambda a, b: a // 0.3, lambda a, b: a // b,
+                                lambda a, b: torch.div(a, b, rounding_mode="floor")],
+                         ids=["scalar", "tensor", "div_floor"])
+def test_float_floor_division_is_pythons(fn):
+    """Floor division of floats is Python's (from the exact remainder), as eager's:
+    ``floor(a / b)`` gave -7 for -2.1000001 // 0.3, where the quotient -7.0000002 rounds to
+    -7 (found by a random-program fuzz); also the sign of a zero quotient, and b = 0 or inf."""
+    torch.manual_seed(0)
+    a = torch.cat([torch.tensor([-2.1000001430511475, 0.1, -0.1, 0.0, -0.0, 1.0, -1.0, 0.0,
+                                 -5.0, 5.0, 7.5, float("inf")]), torch.randn(4000) * 10])
+    b = torch.cat([torch.tensor([0.3, 3.0, 3.0, -3.0, 3.0, 0.0, 0.0, 0.0, float("inf"),
+                                 float("-inf"), -2.5, 2.0]), torch.randn(4000)])
+    want = fn(a, b)
+    ember.reset()
+    got = ember.compile(fn, backend="ember")(a, b)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(got.signbit(), want.signbit())

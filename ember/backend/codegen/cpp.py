@@ -138,8 +138,17 @@ static inline float ember_tanh(float a) { return ember_tanhf(a); }
 template <typename T> static inline T ember_sigmoid(T a) { return T(1) / (T(1) + ember_exp(-a)); }
 template <typename T> static inline T ember_sign(T a) {
   if (a != a) return a; return static_cast<T>((T(0) < a) - (a < T(0))); }
+// float floor division as Python's (and eager's): from the exact remainder, since floor(a / b)
+// is off by one where the quotient rounds up to an integer (-2.1000001f // 0.3f: -7, not -8)
 template <typename T> static inline T ember_floordiv(T a, T b) {
-  if constexpr (std::is_floating_point<T>::value) { return std::floor(a / b); }
+  if constexpr (std::is_floating_point<T>::value) {
+    if (b == 0) return a / b;
+    T m = std::fmod(a, b);
+    T d = (a - m) / b;
+    if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
+    if (d == 0) return std::copysign(T(0), a / b);
+    T f = std::floor(d);
+    return d - f > T(0.5) ? f + 1 : f; }
   else { T q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1; return q; } }
 template <typename T> static inline T ember_remainder(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) {

@@ -98,6 +98,19 @@ def ember_floordiv_int(a, b):
 
 
 @triton.jit
+def ember_floordiv_float(a, b):
+    # Python's floor division, from the exact remainder (``%`` on floats is C's fmod):
+    # floor(a / b) is off by one where the quotient rounds up to an integer
+    m = a % b
+    d = (a - m) / b
+    d = tl.where((m != 0) & ((b < 0) != (m < 0)), d - 1.0, d)
+    f = tl.floor(d)
+    f = tl.where(d - f > 0.5, f + 1.0, f)
+    q = a / b
+    return tl.where(b == 0, q, tl.where(d == 0, q * 0.0, f))
+
+
+@triton.jit
 def ember_remainder(a, b):
     m = a % b
     return tl.where((m != 0) & ((m < 0) != (b < 0)), m + b, m)
@@ -409,7 +422,7 @@ class TritonOpsHandler:
 
     def floordiv(self, a, b):
         if a.dtype.is_floating_point:
-            return self._emit(f"tl.floor({a} / {b})", a.dtype, a, b)
+            return self._emit(f"ember_floordiv_float({a}, {b})", a.dtype, a, b)
         return self._emit(f"ember_floordiv_int({a}, {b})", a.dtype, a, b)
 
     def truncdiv(self, a, b):
