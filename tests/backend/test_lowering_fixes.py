@@ -419,3 +419,25 @@ def test_float_floor_division_is_pythons(fn):
     got = ember.compile(fn, backend="ember")(a, b)
     torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
     assert torch.equal(got.signbit(), want.signbit())
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.bool, torch.float32])
+def test_any_all_keep_eagers_result_dtype(dtype):
+    """``any``/``all`` of uint8 values give uint8 in eager (bool otherwise); Ember gave bool."""
+    x = torch.randint(0, 3, (6, 3000)).to(dtype)
+    x[2] = 1
+    for fn in (lambda t: t.any(1), lambda t: t.all(0), lambda t: t.any(),
+               lambda t: t.all(1, keepdim=True)):
+        _check(fn, x)
+        ember.reset()
+        assert ember.compile(fn, backend="ember")(x).dtype == fn(x).dtype
+
+
+def test_uint8_constants_wrap_and_invert():
+    """A constant outside uint8's range wraps as eager's cast does (``clamp(-3, 7)`` clamps
+    from 253), and ``~`` of uint8 values is all ones xor them; the Triton target printed
+    -3 and -1 as uint8 constants, which the interpreter rejected."""
+    x = torch.tensor([0, 5, 200, 253, 255] * 40, dtype=torch.uint8)
+    _check(lambda t: t.clamp(-3, 7), x)
+    _check(lambda t: ~t, x)
+    _check(lambda t: (~t.to(torch.int8)) + 1, x)

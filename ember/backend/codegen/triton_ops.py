@@ -325,7 +325,13 @@ def triton_constant(value, dtype: torch.dtype) -> str:
         value = float(value)
         text = repr(value) if math.isfinite(value) else f'float("{value}")'
     else:
-        text = str(int(value))
+        # wrapped into the dtype's range, as a cast in eager wraps it (uint8's clamp(-3, 7)
+        # clamps from 253)
+        bits = torch.iinfo(dtype).bits
+        value = int(value) % (1 << bits)
+        if torch.iinfo(dtype).min < 0 and value >= 1 << (bits - 1):
+            value -= 1 << bits
+        text = str(value)
     return f"tl.full([], {text}, {compute_type(dtype)})"
 
 
@@ -412,7 +418,8 @@ class TritonOpsHandler:
     def bitwise_not(self, a):
         if a.dtype is torch.bool:
             return self._emit(f"({a} == 0)", torch.bool, a)
-        return self._emit(f"~{a}", a.dtype, a)
+        # all ones of the dtype (the interpreter's ``~`` of an unsigned value overflows)
+        return self._emit(f"{a} ^ {triton_constant(-1, a.dtype)}", a.dtype, a)
 
     def isnan(self, a):
         return self._emit(f"({a} != {a})", torch.bool, a)

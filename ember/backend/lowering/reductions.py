@@ -293,7 +293,8 @@ def _argmax(ctx, x, dim=None, keepdim=False):
                    aten.all.default, aten.all.dims)
 def _any_all(ctx, x, dim=None, keepdim=False):
     kind = "any" if ctx.node.target.__name__.startswith("any") else "all"
-    return reduce(ctx, x, _dims(x, dim), kind, torch.bool, torch.bool, keepdim)
+    # of uint8 values the result is uint8 (0 or 1), as eager's
+    return reduce(ctx, x, _dims(x, dim), kind, torch.bool, ctx.dtype, keepdim)
 
 
 @register_lowering(aten.mean.dim, aten.mean.default)
