@@ -447,8 +447,7 @@ def _reuse_dead_buffers(steps: list, output_names: set[str]) -> None:
         taken: set[str] = set()
         for node in step.nodes:
             # a value kept local needs no memory (and is read by its own name)
-            if node.role != "inner" or node.writes != node.name or node.name in step.local \
-                    or node.name in step.kernel_local:
+            if node.role != "inner" or node.writes != node.name or node.name in step.local:
                 continue
             for name, index in node_reads(node, x, r):
                 donor = made.get(name)
