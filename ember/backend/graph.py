@@ -379,7 +379,9 @@ class GraphLowering:
             layout = value.layout if value.layout is not None else want
             if want is None or same_strides(layout.size, layout.stride, want.size, want.stride):
                 return value
-        if want is not None and not _dense(want):
+        # a slice of an intermediate keeps eager's strides (gaps left unwritten: what
+        # torch.compile returns too); an expanded one is realized contiguous
+        if want is not None and not want.is_non_overlapping():
             want = None
         return self.realize(value, want)
 
@@ -431,7 +433,3 @@ def _cast_loader(src, dtype):
     if src.get_dtype() == dtype:
         return load
     return lambda index: ops.to_dtype(load(index), dtype)
-
-
-def _dense(layout: Layout) -> bool:
-    return layout.is_dense() and int(layout.offset) == 0

@@ -117,6 +117,16 @@ class Layout:
             expected *= sz
         return True
 
+    def is_non_overlapping(self) -> bool:
+        """No two elements share memory (a slice's gaps allowed; no expanded dims)."""
+        dims = sorted((int(st), int(sz)) for sz, st in zip(self.size, self.stride) if sz != 1)
+        extent = 1
+        for st, sz in dims:
+            if st < extent:
+                return False
+            extent = st * (sz - 1) + extent
+        return True
+
     def storage_numel(self) -> Expr:
         """Elements of storage the layout spans (for allocation)."""
         if any(s == 0 for s in self.size):
