@@ -1,8 +1,11 @@
 """AMP training steps of BERT-base and GPT-2 with dropout 0.1 on the GPU (issue 10: the
 backward draws dropout's masks again from the saved generator state, ``ember/aot/rng.py``):
-Ember against eager under the same seed. Per model: the largest relative gradient error
-against eager, the gradient elements zero in one and not the other, the same error of eager
-against itself under another seed (what a wrong mask would cost), step time and peak memory.
+Ember against eager under the same seed. Per model: the median over parameters of the
+relative gradient error against eager, and the same error of eager against itself under
+another seed (what wrong masks would cost); then the largest of each (random-weight BERT's
+key biases have gradients that are rounding noise, zero in exact arithmetic: their relative
+error is about 1 however the masks are drawn, so the median is the verdict), the gradient
+elements zero in one and not the other, step time and peak memory.
 
     PYTHONPATH=. python3 benchmarks/dropout_train.py [bert_base gpt2]
 """
@@ -38,11 +41,13 @@ for name in sys.argv[1:] or ["bert_base", "gpt2"]:
     for seed in (1, 2):
         want = step(fn, inputs, params, seed)
         got = step(compiled, inputs, params, seed)
-        rel = max(((g - w).norm() / max(w.norm(), 1e-12)).item() for g, w in zip(got, want))
+        rel = [((g - w).norm() / max(w.norm(), 1e-12)).item() for g, w in zip(got, want)]
         zeros = sum(int(((g == 0) != (w == 0)).sum()) for g, w in zip(got, want))
         other = step(fn, inputs, params, seed + 100)    # what other masks would give
-        other_rel = max(((o - w).norm() / max(w.norm(), 1e-12)).item() for o, w in zip(other, want))
-        errs.append((round(rel, 5), zeros, round(other_rel, 3)))
+        other_rel = [((o - w).norm() / max(w.norm(), 1e-12)).item() for o, w in zip(other, want)]
+        errs.append(f"median {statistics.median(rel):.4f} (other seed "
+                    f"{statistics.median(other_rel):.3f}), max {max(rel):.3f} (other seed "
+                    f"{max(other_rel):.3f}), zero mismatches {zeros}")
     res = {}
     for label, f in (("eager", fn), ("ember", compiled)):
         for _ in range(3):
@@ -57,7 +62,7 @@ for name in sys.argv[1:] or ["bert_base", "gpt2"]:
             torch.cuda.synchronize()
             ts.append(time.perf_counter() - t)
         res[label] = (statistics.median(ts) * 1e3, (torch.cuda.max_memory_allocated() - base) / 2**20)
-    print(f"{name}: {n} dropouts p=0.1, compile {cold:.1f}s, grad rel err/zero mismatches {errs}; "
+    print(f"{name}: {n} dropouts p=0.1, compile {cold:.1f}s, grad rel err {'; '.join(errs)}; "
           f"eager {res['eager'][0]:.2f} ms {res['eager'][1]:.0f} MiB; ember {res['ember'][0]:.2f} ms "
           f"{res['ember'][1]:.0f} MiB; speedup {res['eager'][0]/res['ember'][0]:.2f}x", flush=True)
     ember.reset()
