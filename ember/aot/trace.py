@@ -532,22 +532,21 @@ def begin_trace(gm: torch.fx.GraphModule, example_inputs: list,
     return TraceState(graph, root, fake_mode, tracer, fakes, placeholders)
 
 
-def replay_mutations(state: TraceState) -> tuple[list[int], dict[int, torch.fx.Node]]:
+def replay_mutations(state: TraceState) -> tuple[list[int], dict[int, tuple]]:
     """Append ``copy_(input, new value)`` for each input the trace mutated. Returns the
-    mutated input positions and id(input fake) -> its ``copy_`` node."""
+    mutated input positions and storage key -> (the input's fake, its ``copy_`` node)."""
     tracer, placeholders = state.tracer, state.placeholders
     # an input whose final value is itself (eval-mode batch norm "updates" its running
     # statistics with a same-dtype copy of themselves) is not mutated
     mutations = [i for i in sorted(tracer.mutated_inputs) if not _unchanged(
         tracer.to_node(tracer.mutated_inputs[i]), placeholders[i])]
-    copy_of: dict[int, torch.fx.Node] = {}
+    copy_of: dict[int, tuple] = {}
     for i in mutations:
         target = tracer.mutated_inputs[i]
         node = state.graph.call_function(aten.copy_.default,
                                          (placeholders[i], tracer.to_node(target)))
         node.meta["val"] = state.fakes[i]
-        copy_of[id(target)] = node
-        copy_of[("storage", storage_key(target))] = node
+        copy_of[storage_key(target)] = (target, node)
     return mutations, copy_of
 
 
@@ -558,16 +557,17 @@ def output_node(state: TraceState, copy_of: dict, x):
     reach the input)."""
     if not isinstance(x, torch.Tensor):
         return x
-    if id(x) in copy_of:
-        return copy_of[id(x)]
     x = state.tracer.to_fake(x)
-    written = copy_of.get(("storage", storage_key(x)))
-    if written is not None:
-        node = state.graph.call_function(aten.as_strided.default, (
-            written, list(x.shape), list(x.stride()), x.storage_offset()))
-        node.meta["val"] = x
+    written = copy_of.get(storage_key(x))
+    if written is None:
+        return state.tracer.to_node(x)
+    target, node = written
+    if x is target:
         return node
-    return state.tracer.to_node(x)
+    view = state.graph.call_function(aten.as_strided.default, (
+        node, list(x.shape), list(x.stride()), x.storage_offset()))
+    view.meta["val"] = x
+    return view
 
 
 def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,

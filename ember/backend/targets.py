@@ -30,14 +30,11 @@ class Target:
     name = ""
     dtypes: frozenset = _COMMON_DTYPES
     source_suffix = ".txt"
-    # a reduction to few results runs as two (lowering/reductions.py): a GPU's programs
-    # would idle otherwise; C++ kernels split long rows over threads themselves (see
-    # ``splits``)
-    splits_reductions = False
     def splits(self, column: bool) -> bool:
-        """Whether a reduction to few results runs as two; ``column``: its input is read
-        contiguously along a kept dim (a sum over rows of columns)."""
-        return self.splits_reductions
+        """Whether a reduction to few results runs as two (lowering/reductions.py);
+        ``column``: its input is read contiguously along a kept dim (a sum over rows of
+        columns)."""
+        return False
 
     # under max_autotune, a matmul and the pointwise kernel after it may run as one kernel
     # (templates.py)
@@ -92,7 +89,6 @@ class CppTarget(Target):
 
 class TritonTarget(Target):
     name = "triton"
-    splits_reductions = True
     source_suffix = ".py"
 
     def __init__(self, interpret: bool, debug: bool = False,
@@ -111,6 +107,10 @@ class TritonTarget(Target):
     @property
     def fuses_matmul_epilogues(self) -> bool:
         return self.autotune
+
+    def splits(self, column: bool) -> bool:
+        """Every reduction to few results: a GPU's programs would idle otherwise."""
+        return True
 
     def make_kernel(self, step, name, dtypes):
         from ember.backend.codegen.triton import TritonKernel
