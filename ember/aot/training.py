@@ -15,9 +15,16 @@ The runtime (``TrainingGraph``) calls ``CompiledFunction.apply``, an ``autograd.
   call time, so optimizer steps in between are seen), keeps the saved values with
   ``save_for_backward`` and returns the outputs; outputs that do not get a gradient are
   marked non-differentiable;
-* its backward makes the incoming gradients contiguous (zeros for outputs that got none),
-  runs the backward graph and returns one gradient per input (None for those that do not
-  require grad, and for those that only outputs without a gradient reach); autograd accumulates them into ``.grad`` as it does for eager's;
+* its backward makes the incoming gradients contiguous, runs the backward graph and returns
+  one gradient per input (None for those that do not require grad, and for those that only
+  outputs without a gradient reach); autograd accumulates them into ``.grad`` as it does for
+  eager's;
+* outputs that got no gradient (``loss`` of ``(loss, logits)`` backpropagated alone) get no
+  zeros: the call runs a variant of the backward graph (``backward_without``, compiled on the
+  first call that leaves out those outputs) in which every node that only those outputs'
+  tangents reach is gone, as eager's autograd never runs them. Zeros would not do: a
+  backward formula can turn a zero into NaN (``0 / 0`` in ``a / b``'s backward where ``b``
+  is 0), and the NaN would reach the gradients of the outputs that got one;
 * a double backward (``create_graph=True`` through a compiled graph) raises a RuntimeError
   saying so.
 
@@ -36,6 +43,8 @@ from ember import logs
 from ember.aot.joint import JointGraph, trace_joint
 from ember.aot.partition import Partition, ancestors, partition
 from ember.aot.reductions import merge_reduced_dims
+
+aten = torch.ops.aten
 
 __all__ = ["compile_training", "TrainingGraph", "CompiledFunction", "stats"]
 
@@ -85,16 +94,60 @@ def _saved_vals(parts: Partition) -> list:
     return [n.meta.get("val") for n in placeholders[:len(parts.saved)]]
 
 
+def backward_without(backward: torch.fx.GraphModule, num_saved: int,
+                     absent: frozenset[int]) -> torch.fx.GraphModule | None:
+    """A copy of ``backward`` for calls in which the tangents numbered ``absent`` got no
+    gradient. A backward graph is linear in its tangents, so a node that only absent tangents
+    reach is zero; eager never computes it. Where such a node meets the rest (a sum of
+    gradient contributions), zeros of its shape take its place; the absent tangents are left
+    unread. None when a node to replace is not a tensor."""
+    graph = torch.fx.Graph()
+    env: dict[torch.fx.Node, torch.fx.Node] = {}
+    graph.output(graph.graph_copy(backward.graph, env))
+    placeholders = [env[n] for n in backward.graph.nodes if n.op == "placeholder"]
+    reach: dict[torch.fx.Node, frozenset[int]] = {
+        p: frozenset([k]) for k, p in enumerate(placeholders[num_saved:])}
+    for n in graph.nodes:
+        if n.op == "call_function":
+            reach[n] = frozenset().union(*(reach.get(a, frozenset())
+                                           for a in n.all_input_nodes))
+    zero = {n for n, ks in reach.items() if ks and ks <= absent}
+    for n in [n for n in graph.nodes if n in zero]:
+        outside = [u for u in n.users if u not in zero]
+        if not outside:
+            continue
+        val = n.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            return None
+        with graph.inserting_before(min(outside, key=_position(graph))):
+            zeros = graph.call_function(aten.full.default, ([*val.shape], 0),
+                                        {"dtype": val.dtype, "device": val.device,
+                                         "pin_memory": False})
+        zeros.meta["val"] = torch.zeros_like(val, memory_format=torch.contiguous_format)
+        for u in outside:
+            u.replace_input_with(n, zeros)
+    graph.eliminate_dead_code()
+    graph.lint()
+    return torch.fx.GraphModule(backward, graph)
+
+
+def _position(graph: torch.fx.Graph):
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    return order.__getitem__
+
+
 class TrainingGraph:
     """The callable a backend returns for a training graph."""
 
     def __init__(self, joint: JointGraph, parts: Partition, forward: Callable,
-                 backward: Callable, captured: Callable):
+                 backward: Callable, captured: Callable, compile_graph: Callable | None = None):
         self.joint = joint
         self.partition = parts
         self.forward = forward
         self.backward = backward
         self.captured = captured
+        self.compile_graph = compile_graph
+        self.backward_variants: dict[frozenset[int], Callable | None] = {}
         self.num_outputs = joint.num_fw_outputs
         grad_set = set(joint.grad_inputs)
         self.requires_grad = [i in grad_set for i in range(joint.num_primals)]
@@ -108,6 +161,27 @@ class TrainingGraph:
         self.tangents_of_grad = [
             {tangent_index[a] for a in ancestors([g]) if a in tangent_index}
             for g in grad_nodes]
+
+    def backward_for(self, absent: frozenset[int]) -> Callable | None:
+        """The backward compiled for calls whose tangents ``absent`` got no gradient (None:
+        the full backward, fed zeros for them)."""
+        if not absent or self.compile_graph is None:
+            return None
+        if absent not in self.backward_variants:
+            pruned = backward_without(self.partition.backward, len(self.partition.saved),
+                                      absent)
+            if pruned is None:
+                logs.log("aot", "outputs %s got no gradient: the backward runs on zeros for "
+                         "them (a node to leave out is not a tensor)", sorted(absent))
+                self.backward_variants[absent] = None
+            else:
+                before = sum(n.op == "call_function" for n in self.partition.backward.graph.nodes)
+                after = sum(n.op == "call_function" for n in pruned.graph.nodes)
+                logs.log("aot", "outputs %s got no gradient: compiling a backward without "
+                         "their part (%d of %d nodes left)", sorted(absent), after, before)
+                self.backward_variants[absent] = self.compile_graph(
+                    pruned, _placeholder_values(pruned))
+        return self.backward_variants[absent]
 
     def __call__(self, *args):
         if not torch.is_grad_enabled():
@@ -140,20 +214,27 @@ class CompiledFunction(torch.autograd.Function):
                                "training graph is not supported; compile without Ember, or "
                                "take the higher-order gradient outside the compiled region")
         graph: TrainingGraph = ctx.graph
+        diff = graph.joint.diff_outputs
+        absent = frozenset(k for k, j in enumerate(diff) if grad_outputs[j] is None)
+        backward = graph.backward_for(absent) or graph.backward
         tangents, given = [], set()
-        for k, (j, val) in enumerate(zip(graph.joint.diff_outputs, graph.tangent_vals)):
+        for k, (j, val) in enumerate(zip(diff, graph.tangent_vals)):
             g = grad_outputs[j]
             if g is None:
-                g = torch.zeros(val.shape, dtype=val.dtype, device=val.device)
+                # a variant leaves it unread: a broadcast zero costs nothing
+                g = torch.zeros((), dtype=val.dtype, device=val.device).expand(val.shape)
+                if backward is graph.backward:
+                    g = g.contiguous()
             else:
                 given.add(k)
-            tangents.append(g.contiguous())
+                g = g.contiguous()
+            tangents.append(g)
         args = list(ctx.saved_tensors)
         args.extend(tangents)
         tangents = g = grad_outputs = None      # no references but in args
-        boxed = getattr(graph.backward, "call_boxed", None)
+        boxed = getattr(backward, "call_boxed", None)
         if boxed is None:
-            grads = list(graph.backward(*args))
+            grads = list(backward(*args))
         else:
             # the saved tensors live in ``args`` alone (unless the graph is retained), which
             # the backward empties: each is freed after its last use, not at the end
@@ -178,4 +259,4 @@ def compile_training(gm: torch.fx.GraphModule, example_inputs: list, *,
     forward = compile_graph(parts.forward, list(example_inputs))
     backward = compile_graph(parts.backward, _placeholder_values(parts.backward))
     stats["compiled"] += 1
-    return TrainingGraph(joint, parts, forward, backward, gm.forward)
+    return TrainingGraph(joint, parts, forward, backward, gm.forward, compile_graph)
