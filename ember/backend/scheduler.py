@@ -251,13 +251,16 @@ def schedule(buffers: Sequence[Buffer], output_names: set[str]) -> list:
 
 
 def _last_readers(steps: list) -> dict[str, object]:
-    """Buffer name -> the scheduler node or extern call that reads it last."""
+    """Buffer name -> the scheduler node or extern call that reads it (or writes into it, a
+    scatter) last."""
     last: dict[str, object] = {}
     for step in steps:
         if isinstance(step, FusedKernel):
             for node in step.nodes:
                 for name, _ in node.reads:
                     last[name] = node
+                if node.writes != node.name:
+                    last[node.writes] = node
         else:
             for name in _extern_reads(step):
                 last[name] = step
@@ -400,6 +403,8 @@ def _mark_local_buffers(steps: list, output_names: set[str]) -> None:
             for node in step.nodes:
                 for name, _ in node.reads:
                     readers.setdefault(name, []).append(step)
+                if node.writes != node.name:   # a kernel writing into it needs the memory
+                    readers.setdefault(node.writes, []).append(step)
         else:
             for name in _extern_reads(step):
                 readers.setdefault(name, []).append(step)

@@ -441,3 +441,14 @@ def test_uint8_constants_wrap_and_invert():
     _check(lambda t: t.clamp(-3, 7), x)
     _check(lambda t: ~t, x)
     _check(lambda t: (~t.to(torch.int8)) + 1, x)
+
+
+def test_scatter_into_memory_no_one_reads_after():
+    # fuzz: a scatter whose result only zeros_like "reads" (its shape): the zeros it writes
+    # into were kept local to their kernel, so the scatter wrote into an unallocated buffer
+    def f(t, idx):
+        s = torch.zeros(3, 7).scatter(1, idx, t)
+        z = torch.zeros_like(s)
+        return torch.zeros(3, 9).scatter(1, idx, z + t) * 2
+    gen = torch.Generator().manual_seed(0)
+    _check(f, torch.randn(3, 7, generator=gen), torch.randint(0, 7, (3, 7), generator=gen))
