@@ -1,0 +1,182 @@
+"""Random programs over 4-D tensors, compiled and compared with eager, forward and backward:
+a fuzz of reductions over any dims, permutes, broadcasting, indexing, scans and graph breaks,
+and of the training graphs built from them.
+
+Each seed gives one program: a list of steps, each applied to an earlier value (the two
+inputs first). ``train`` also compares the gradients of both inputs for a weighted sum of
+the returned values. The tests run fixed seeds (``test_fuzz_nd_programs.py``); for a longer
+search:
+
+    python tests/backend/fuzz_nd_programs.py FIRST_SEED COUNT [infer|train] [cpp|triton]
+
+(``triton`` needs ``TRITON_INTERPRET=1`` on a machine without a GPU). It prints each seed
+whose values, dtype, shape, strides or gradients differ from eager's, or whose compilation
+raises. Where eager's values overflow (a product of huge values), the summation order may
+turn a finite gradient into NaN or back: such a difference is float reassociation, not a bug.
+"""
+from __future__ import annotations
+
+import random
+import sys
+
+import torch
+import torch.nn.functional as F
+
+SHAPE = (3, 5, 4, 7)
+
+UNARY = [torch.sin, torch.sigmoid, lambda t: t.abs().add(1).log(), torch.erf, torch.round,
+         lambda t: t.clamp(min=0) ** 1.5, torch.tanh,
+         lambda t: torch.nan_to_num(t / (t - 0.5).round()),      # divides by zero
+         F.softplus, F.hardswish]
+# (value, dim, other dim) -> value
+REDUCE = [lambda t, d, e: t.sum(d, keepdim=True),
+          lambda t, d, e: t.amax((d, e), keepdim=True) if d != e else t.amin(d, keepdim=True),
+          lambda t, d, e: t.mean(d, keepdim=True), lambda t, d, e: t.var(d, keepdim=True),
+          lambda t, d, e: t.norm(dim=d, keepdim=True),
+          lambda t, d, e: t.logsumexp(d, keepdim=True),
+          lambda t, d, e: t.argmax(d, keepdim=True).float(),
+          lambda t, d, e: t.prod(d, keepdim=True).clamp(-10, 10),
+          lambda t, d, e: t.softmax(d),
+          lambda t, d, e: t + t.sum(d, keepdim=True).amax(e, keepdim=True) * 0.1]
+BINARY = [torch.add, torch.mul, torch.sub, torch.maximum,
+          lambda p, q: torch.where(p > q, p, q), torch.atan2,
+          lambda p, q: p / (q.abs() + 0.5), lambda p, q: torch.remainder(p, q.abs() + 0.5),
+          lambda p, q: p ** 2 - q]
+INDEX = [lambda t, d, e: t.flip(d),
+         lambda t, d, e: t.narrow(d, 1, t.shape[d] - 1) if t.shape[d] > 1 else t,
+         lambda t, d, e: t.roll(2, d),
+         lambda t, d, e: t.select(d, 0).unsqueeze(d).expand_as(t) * 1.0,
+         lambda t, d, e: torch.cat([t, t * 2], d),
+         lambda t, d, e: torch.where((t > 0.2) & (t < 0.9), t, torch.zeros_like(t))
+         + (t < 0).float()]
+SCAN = [lambda t, d: t.cumsum(d), lambda t, d: t.cummax(d)[0],
+        lambda t, d: (t * 0.1).cumprod(d), lambda t, d: t.sort(d)[0],
+        lambda t, d: t.topk(1, d)[0]]
+KINDS = ["unary", "reduce", "permute", "binary", "index", "scan", "break"]
+
+
+def _graph_break(t):
+    """A data-dependent branch: the frame breaks, and values flow from one graph to the
+    next."""
+    return t * 2 if t.sum().item() > 0 else t * 3
+
+
+def make_program(seed: int):
+    """``(fn, description)``: ``fn(x, y)`` returns a tuple of tensors."""
+    rng = random.Random(seed)
+    steps = []
+    for i in range(rng.randint(3, 10)):
+        kind = rng.choices(KINDS, [4, 4, 2, 3, 3, 1.5, 1])[0]
+        table = {"unary": UNARY, "reduce": REDUCE, "binary": BINARY, "index": INDEX,
+                 "scan": SCAN}.get(kind, [None])
+        perm = list(range(len(SHAPE)))
+        rng.shuffle(perm)
+        steps.append((kind, rng.randrange(len(table)), rng.randrange(2 + i),
+                      rng.randrange(2 + i), rng.randrange(4), rng.randrange(4), perm))
+    count = rng.randint(1, 3)
+    backpropagated = rng.randint(1, count)   # the loss may leave the last outputs out
+
+    def fn(x, y):
+        values = [x, y]
+        for kind, op, a, b, d, e, perm in steps:
+            t, u = values[a], values[b]
+            d, e = d % t.dim(), e % t.dim()
+            if kind == "unary":
+                v = UNARY[op](t)
+            elif kind == "reduce":
+                v = REDUCE[op](t, d, e)
+            elif kind == "permute":
+                v = t.permute(perm[:t.dim()] if t.dim() == len(perm) else
+                              list(reversed(range(t.dim())))) * 1.25
+            elif kind == "binary":
+                if t.dim() != u.dim() or any(m != n and 1 not in (m, n)
+                                             for m, n in zip(t.shape, u.shape)):
+                    u = u.sum()              # shapes that do not broadcast: a scalar
+                v = BINARY[op](t, u)
+            elif kind == "index":
+                v = INDEX[op](t, d, e)
+            elif kind == "scan":
+                v = SCAN[op](t, d)
+            else:
+                v = _graph_break(t)
+            values.append(v)
+        return tuple(values[-1 - i] for i in range(count))
+
+    fn.backpropagated = backpropagated
+    text = "; ".join(f"v{i + 2} = {kind}[{op}](v{a}{f', v{b}' if kind == 'binary' else ''}"
+                     f"{f', {d}, {e}' if kind in ('reduce', 'index', 'scan') else ''})"
+                     for i, (kind, op, a, b, d, e, _) in enumerate(steps))
+    return fn, f"{text}; return the last {count}, loss of the first {backpropagated}"
+
+
+def _inputs(seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(*SHAPE, generator=gen), torch.randn(*SHAPE, generator=gen)
+
+
+def _run(fn, x, y, train: bool, backpropagated: int):
+    """Outputs, and with ``train`` the gradients of x and y for a weighted sum of the first
+    ``backpropagated`` of them."""
+    if not train:
+        return fn(x, y), ()
+    x, y = x.clone().requires_grad_(), y.clone().requires_grad_()
+    outs = fn(x, y)
+    loss = sum((o * torch.linspace(-1, 1, o.numel()).view(o.shape)).sum()
+               for o in outs[:backpropagated] if o.requires_grad)
+    grads = torch.autograd.grad(loss, (x, y), allow_unused=True) \
+        if isinstance(loss, torch.Tensor) else (None, None)
+    return tuple(o.detach() for o in outs), grads
+
+
+def _differs(e, a, rtol: float, atol: float) -> bool:
+    return not torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
+
+
+def difference(seed: int, train: bool = False, options=None) -> str | None:
+    """Compile seed's program and run it once: None when every output (and gradient) matches
+    eager's, else what differs."""
+    import ember
+    fn, text = make_program(seed)
+    x, y = _inputs(seed)
+    expected, expected_grads = _run(fn, x, y, train, fn.backpropagated)
+    ember.reset()
+    try:
+        actual, grads = _run(ember.compile(fn, backend="ember", options=options), x, y, train,
+                             fn.backpropagated)
+    except Exception as err:                 # noqa: BLE001 -- reported as the difference
+        return f"{text}: {type(err).__name__}: {err}"
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        if a.dtype != e.dtype or a.shape != e.shape:
+            return f"{text}: output {i} is {a.dtype}{list(a.shape)}, eager's " \
+                   f"{e.dtype}{list(e.shape)}"
+        if _differs(e, a, 1e-4, 1e-4):
+            return f"{text}: output {i} differs by {(a - e).abs().max().item():.3g}"
+        if any(st != se for n, st, se in zip(a.shape, a.stride(), e.stride()) if n > 1):
+            return f"{text}: output {i} has strides {a.stride()}, eager's {e.stride()}"
+    for name, e, a in zip("xy", expected_grads, grads):
+        if (e is None) != (a is None):
+            return f"{text}: gradient of {name} is {a is not None and 'a tensor'}, " \
+                   f"eager's {e is not None and 'a tensor'}"
+        if e is not None and _differs(e, a, 1e-3, 1e-3):
+            return f"{text}: gradient of {name} differs by {(a - e).abs().max().item():.3g}"
+    return None
+
+
+def main(argv: list[str]) -> int:
+    from ember import config
+    first, count = int(argv[0]), int(argv[1])
+    train = len(argv) > 2 and argv[2] == "train"
+    options = {"cpu_backend": argv[3]} if len(argv) > 3 else None
+    found = 0
+    with config.patch(suppress_errors=False, fallback_on_lowering_error=False):
+        for seed in range(first, first + count):
+            diff = difference(seed, train, options)
+            if diff is not None:
+                found += 1
+                print(f"seed {seed}: {diff}", flush=True)
+    print(f"{found} of {count} programs differ from eager")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
