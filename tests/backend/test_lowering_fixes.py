@@ -452,3 +452,12 @@ def test_scatter_into_memory_no_one_reads_after():
         return torch.zeros(3, 9).scatter(1, idx, z + t) * 2
     gen = torch.Generator().manual_seed(0)
     _check(f, torch.randn(3, 7, generator=gen), torch.randint(0, 7, (3, 7), generator=gen))
+
+
+def test_round_keeps_the_sign_of_zero():
+    # fuzz: the interpreter's round half to even gave +0.0 for -0.2, so 1 / round(-0.2) was
+    # +inf where eager gives -inf
+    x = torch.tensor([0.0, -0.0, 0.3, -0.2, -0.5, 0.5, 1.5, 2.5, -2.5, -1.5, -0.7, 1e30, -3.49,
+                      float("inf"), -float("inf"), float("nan")])
+    got, _ = _check(lambda t: (torch.round(t), 1 / torch.round(t)), x)
+    assert torch.equal(got[0].signbit(), torch.round(x).signbit())

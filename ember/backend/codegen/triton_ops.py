@@ -263,7 +263,8 @@ def ember_nearbyint(x):
     f = tl.floor(x)
     diff = x - f
     odd = (f - 2.0 * tl.floor(f * 0.5)) != 0
-    return tl.where(diff > 0.5, f + 1.0, tl.where(diff < 0.5, f, tl.where(odd, f + 1.0, f)))
+    r = tl.where(diff > 0.5, f + 1.0, tl.where(diff < 0.5, f, tl.where(odd, f + 1.0, f)))
+    return tl.where(r == 0, x * 0.0, r)     # -0.2 rounds to -0.0, as rint does
 
 
 @triton.jit
