@@ -1,11 +1,12 @@
 """Where a compiled model's GPU time goes: eager vs Ember, and Ember's top CUDA kernels.
 
     python benchmarks/profile_models.py resnet50,bert_base [--layout auto|channels_last|off]
-        [--mode reduce-overhead] [--rows 10]
+        [--mode reduce-overhead] [--rows 10] [--eager]
 
 Models come from the bench zoo (``ember/bench/models.py``) in their default dtype and batch.
 Times are CUDA-event medians of 10 calls; the table is torch.profiler's, sorted by CUDA time
-over 3 calls. ``EMBER_LOGS=perf_hints`` adds the compiler's decisions (CUDA graph capture,
+over 3 calls (``--eager``: eager's table too, to set a model Ember loses on beside it).
+``EMBER_LOGS=perf_hints`` adds the compiler's decisions (CUDA graph capture,
 layout, autotuning).
 """
 from __future__ import annotations
@@ -42,6 +43,7 @@ def main() -> None:
     parser.add_argument("--layout", default="auto", choices=["auto", "channels_last", "off"])
     parser.add_argument("--mode", default=None)
     parser.add_argument("--rows", type=int, default=10)
+    parser.add_argument("--eager", action="store_true", help="profile eager's calls too")
     args = parser.parse_args()
     from torch.profiler import ProfilerActivity, profile
     for name in args.models.split(","):
@@ -55,12 +57,14 @@ def main() -> None:
                   f"{median_ms(compiled, *inputs):.2f} ms; kernels "
                   f"{metrics.generated_kernel_count}, library {dict(metrics.extern_calls)}, "
                   f"fallbacks {dict(metrics.fallback_ops)}")
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(3):
-                    compiled(*inputs)
-                torch.cuda.synchronize()
-            print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=args.rows,
-                                            max_name_column_width=60))
+            for label, fn in [("ember", compiled)] + [("eager", model)] * args.eager:
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    for _ in range(3):
+                        fn(*inputs)
+                    torch.cuda.synchronize()
+                print(f"{name}, {label}, 3 calls:")
+                print(prof.key_averages().table(sort_by="cuda_time_total",
+                                                row_limit=args.rows, max_name_column_width=60))
 
 
 if __name__ == "__main__":
