@@ -39,7 +39,7 @@ from typing import Callable
 import torch
 from torch.utils import _pytree as pytree
 
-from ember import logs
+from ember import config, logs
 from ember.aot.joint import JointGraph, trace_joint
 from ember.aot.partition import Partition, ancestors, partition
 from ember.aot.reductions import merge_reduced_dims
@@ -179,8 +179,16 @@ class TrainingGraph:
                 after = sum(n.op == "call_function" for n in pruned.graph.nodes)
                 logs.log("aot", "outputs %s got no gradient: compiling a backward without "
                          "their part (%d of %d nodes left)", sorted(absent), after, before)
-                self.backward_variants[absent] = self.compile_graph(
-                    pruned, _placeholder_values(pruned))
+                try:
+                    compiled = self.compile_graph(pruned, _placeholder_values(pruned))
+                except Exception as e:
+                    if not config.suppress_errors:
+                        raise
+                    # inside loss.backward(): run the variant's ATen ops rather than fail
+                    logs.warn("ember: compiling the backward without outputs %s failed (%s: "
+                              "%s); it runs uncompiled", sorted(absent), type(e).__name__, e)
+                    compiled = pruned.forward
+                self.backward_variants[absent] = compiled
         return self.backward_variants[absent]
 
     def __call__(self, *args):

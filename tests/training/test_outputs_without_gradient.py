@@ -86,3 +86,21 @@ def test_backward_without_drops_the_nodes_only_absent_tangents_reach(monkeypatch
     torch.testing.assert_close(x.grad, x.detach().cos())
     targets = [str(n.target) for n in pruned[0].graph.nodes if n.op == "call_function"]
     assert targets and not any("exp" in t or "div" in t for t in targets), targets
+
+
+def test_a_backward_variant_that_fails_to_compile_runs_uncompiled(monkeypatch, ember_log):
+    from ember import config
+    compiled = ember.compile(_division_by_zero, backend="ember")
+    y = torch.randn(6, 8)
+    _grads(compiled, [y], [0, 1])          # compiled, with the full backward
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("code generation bug")
+    from ember.backend import compile as backend
+    monkeypatch.setattr(backend, "compile_aten", broken)   # what the variant compiles with
+    with config.patch(suppress_errors=False), pytest.raises(RuntimeError, match="code gen"):
+        _grads(compiled, [y], [0])
+    with config.patch(suppress_errors=True):
+        actual = _grads(compiled, [y], [0])
+    torch.testing.assert_close(actual, _grads(_division_by_zero, [y], [0]))
+    assert "runs uncompiled" in ember_log.text
