@@ -23,6 +23,8 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from fuzz_programs import output_difference, search
+
 SHAPE = (3, 5, 4, 7)
 
 UNARY = [torch.sin, torch.sigmoid, lambda t: t.abs().add(1).log(), torch.erf, torch.round,
@@ -131,10 +133,6 @@ def _run(fn, x, y, train: bool, backpropagated: int):
     return tuple(o.detach() for o in outs), grads
 
 
-def _differs(e, a, rtol: float, atol: float) -> bool:
-    return not torch.allclose(a, e, rtol=rtol, atol=atol, equal_nan=True)
-
-
 def difference(seed: int, train: bool = False, options=None) -> str | None:
     """Compile seed's program and run it once: None when every output (and gradient) matches
     eager's, else what differs."""
@@ -148,37 +146,23 @@ def difference(seed: int, train: bool = False, options=None) -> str | None:
                              fn.backpropagated)
     except Exception as err:                 # noqa: BLE001 -- reported as the difference
         return f"{text}: {type(err).__name__}: {err}"
-    for i, (e, a) in enumerate(zip(expected, actual)):
-        if a.dtype != e.dtype or a.shape != e.shape:
-            return f"{text}: output {i} is {a.dtype}{list(a.shape)}, eager's " \
-                   f"{e.dtype}{list(e.shape)}"
-        if _differs(e, a, 1e-4, 1e-4):
-            return f"{text}: output {i} differs by {(a - e).abs().max().item():.3g}"
-        if any(st != se for n, st, se in zip(a.shape, a.stride(), e.stride()) if n > 1):
-            return f"{text}: output {i} has strides {a.stride()}, eager's {e.stride()}"
+    outputs = output_difference(text, expected, actual)
+    if outputs is not None:
+        return outputs
     for name, e, a in zip("xy", expected_grads, grads):
         if (e is None) != (a is None):
             return f"{text}: gradient of {name} is {a is not None and 'a tensor'}, " \
                    f"eager's {e is not None and 'a tensor'}"
-        if e is not None and _differs(e, a, 1e-3, 1e-3):
+        if e is not None and not torch.allclose(a, e, rtol=1e-3, atol=1e-3, equal_nan=True):
             return f"{text}: gradient of {name} differs by {(a - e).abs().max().item():.3g}"
     return None
 
 
 def main(argv: list[str]) -> int:
-    from ember import config
     first, count = int(argv[0]), int(argv[1])
     train = len(argv) > 2 and argv[2] == "train"
     options = {"cpu_backend": argv[3]} if len(argv) > 3 else None
-    found = 0
-    with config.patch(suppress_errors=False, fallback_on_lowering_error=False):
-        for seed in range(first, first + count):
-            diff = difference(seed, train, options)
-            if diff is not None:
-                found += 1
-                print(f"seed {seed}: {diff}", flush=True)
-    print(f"{found} of {count} programs differ from eager")
-    return 1 if found else 0
+    return search(lambda seed: difference(seed, train, options), first, count)
 
 
 if __name__ == "__main__":

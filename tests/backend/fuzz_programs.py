@@ -95,6 +95,12 @@ def difference(seed: int, rows: int = 12, cols: int = 40, options=None) -> str |
         actual = ember.compile(fn, backend="ember", options=options)(x, y)
     except Exception as e:                   # noqa: BLE001 -- reported as the difference
         return f"{text}: {type(e).__name__}: {e}"
+    return output_difference(text, expected, actual)
+
+
+def output_difference(text: str, expected, actual) -> str | None:
+    """What differs between eager's outputs and Ember's (values within float32 rounding,
+    dtype, shape, strides over dims longer than 1), or None."""
     for i, (e, a) in enumerate(zip(expected, actual)):
         if a.dtype != e.dtype or a.shape != e.shape:
             return f"{text}: output {i} is {a.dtype}{list(a.shape)}, eager's " \
@@ -107,17 +113,23 @@ def difference(seed: int, rows: int = 12, cols: int = 40, options=None) -> str |
 
 
 def main(argv: list[str]) -> int:
-    from ember import config
     first, count = int(argv[0]), int(argv[1])
     options = {"cpu_backend": argv[2]} if len(argv) > 2 else None
     rows, cols = map(int, argv[3].split("x")) if len(argv) > 3 else (12, 40)
+    return search(lambda seed: difference(seed, rows, cols, options), first, count)
+
+
+def search(difference_of, first: int, count: int) -> int:
+    """Print each seed in ``first .. first + count - 1`` whose program differs from eager
+    (``difference_of(seed)`` says how, or None), compiling strictly; 1 if any did."""
+    from ember import config
     found = 0
     with config.patch(suppress_errors=False, fallback_on_lowering_error=False):
         for seed in range(first, first + count):
-            diff = difference(seed, rows, cols, options)
+            diff = difference_of(seed)
             if diff is not None:
                 found += 1
-                print(f"seed {seed}: {diff}")
+                print(f"seed {seed}: {diff}", flush=True)
     print(f"{found} of {count} programs differ from eager")
     return 1 if found else 0
 
