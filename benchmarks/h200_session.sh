@@ -10,7 +10,9 @@
 #   compile   issue 7's compile times: the five models, cold and warm (a second process),
 #             eager / ember / torch.compile (about 6 minutes)
 #   frontend  frontend tests under the machine's Python 3.12
-#   libs      issue 9's library suites (timm, hf, torchvision) in bfloat16
+#   libs      issue 9's library suites (timm, hf, torchvision) in bfloat16: 38 models take
+#             about 14 minutes with torch.compile's column, more than one call's 10, so
+#   libs-timm, libs-hf, libs-torchvision   run one suite each (a call apiece)
 #   train     issue 10's AMP training step (float32 weights, bf16 autocast): ~7 minutes
 #   survey    issue 8's model survey (CPU, Python 3.12): inference and training
 #   launch    per-call and per-launch cost of a one-kernel function (issue 7: <= 5 us)
@@ -47,10 +49,12 @@ for step in $STEPS; do
              --torch-compile-budget 60 --json "$OUT/compile.json" > "$OUT/compile.txt" 2>&1 ;;
     frontend) timeout 100 python3 -m pytest -q -p no:cacheprovider tests/frontend \
              > "$OUT/frontend312.txt" 2>&1 ;;
-    libs) timeout 420 python3 -m ember.bench --suite timm,hf,torchvision --device cuda \
+    libs|libs-timm|libs-hf|libs-torchvision)
+          suites=${step#libs-}; [ "$step" = libs ] && suites=timm,hf,torchvision
+          timeout 540 python3 -m ember.bench --suite $suites --device cuda \
              --dtype bfloat16 --compilers eager,ember,torch-inductor --repeat 10 --warmup 3 \
-             --timeout 150 --torch-compile-budget 90 --no-warm-compile --budget 360 \
-             --out "$OUT/libs" > "$OUT/libs.txt" 2>&1 ;;
+             --timeout 150 --torch-compile-budget 90 --no-warm-compile --budget 500 \
+             --out "$OUT/$step" > "$OUT/$step.txt" 2>&1 ;;
     train) timeout 420 python3 -m ember.bench --device cuda --mode train --suite gpu --amp \
              --compilers eager,ember,torch-inductor --repeat 10 --warmup 3 \
              --no-warm-compile --torch-compile-budget 90 > "$OUT/train.txt" 2>&1 ;;
