@@ -168,17 +168,18 @@ class TrainingGraph:
         if not absent or self.compile_graph is None:
             return None
         if absent not in self.backward_variants:
+            outputs = [self.joint.diff_outputs[k] for k in sorted(absent)]   # for the logs
             pruned = backward_without(self.partition.backward, len(self.partition.saved),
                                       absent)
             if pruned is None:
                 logs.log("aot", "outputs %s got no gradient: the backward runs on zeros for "
-                         "them (a node to leave out is not a tensor)", sorted(absent))
+                         "them (a node to leave out is not a tensor)", outputs)
                 self.backward_variants[absent] = None
             else:
                 before = sum(n.op == "call_function" for n in self.partition.backward.graph.nodes)
                 after = sum(n.op == "call_function" for n in pruned.graph.nodes)
                 logs.log("aot", "outputs %s got no gradient: compiling a backward without "
-                         "their part (%d of %d nodes left)", sorted(absent), after, before)
+                         "their part (%d of %d nodes left)", outputs, after, before)
                 try:
                     compiled = self.compile_graph(pruned, _placeholder_values(pruned))
                 except Exception as e:
@@ -186,7 +187,7 @@ class TrainingGraph:
                         raise
                     # inside loss.backward(): run the variant's ATen ops rather than fail
                     logs.warn("ember: compiling the backward without outputs %s failed (%s: "
-                              "%s); it runs uncompiled", sorted(absent), type(e).__name__, e)
+                              "%s); it runs uncompiled", outputs, type(e).__name__, e)
                     compiled = pruned.forward
                 self.backward_variants[absent] = compiled
         return self.backward_variants[absent]
