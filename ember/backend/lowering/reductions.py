@@ -386,7 +386,7 @@ def _softmax(ctx, x, dim, half_to_float):
     load_e, load_total = e.make_loader(), _keep(x, dims, total)
 
     def inner(index):
-        v = ops.truediv(load_e(index), load_total(index))
+        v = ops.mul(load_e(index), ops.reciprocal(load_total(index)))
         return v if compute == ctx.dtype else ops.to_dtype(v, ctx.dtype)
     return Pointwise(ctx.device, ctx.dtype, inner, x.get_size())
 
