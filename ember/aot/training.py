@@ -119,7 +119,7 @@ def backward_without(backward: torch.fx.GraphModule, num_saved: int,
         val = n.meta.get("val")
         if not isinstance(val, torch.Tensor):
             return None
-        with graph.inserting_before(min(outside, key=_position(graph))):
+        with graph.inserting_after(n):      # before its users; it reads nothing
             zeros = graph.call_function(aten.full.default, ([*val.shape], 0),
                                         {"dtype": val.dtype, "device": val.device,
                                          "pin_memory": False})
@@ -131,16 +131,11 @@ def backward_without(backward: torch.fx.GraphModule, num_saved: int,
     return torch.fx.GraphModule(backward, graph)
 
 
-def _position(graph: torch.fx.Graph):
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    return order.__getitem__
-
-
 class TrainingGraph:
     """The callable a backend returns for a training graph."""
 
     def __init__(self, joint: JointGraph, parts: Partition, forward: Callable,
-                 backward: Callable, captured: Callable, compile_graph: Callable | None = None):
+                 backward: Callable, captured: Callable, compile_graph: Callable):
         self.joint = joint
         self.partition = parts
         self.forward = forward
@@ -165,7 +160,7 @@ class TrainingGraph:
     def backward_for(self, absent: frozenset[int]) -> Callable | None:
         """The backward compiled for calls whose tangents ``absent`` got no gradient (None:
         the full backward, fed zeros for them)."""
-        if not absent or self.compile_graph is None:
+        if not absent:
             return None
         if absent not in self.backward_variants:
             outputs = [self.joint.diff_outputs[k] for k in sorted(absent)]   # for the logs

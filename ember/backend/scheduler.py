@@ -250,17 +250,23 @@ def schedule(buffers: Sequence[Buffer], output_names: set[str]) -> list:
     return steps
 
 
+def _uses(node: SchedulerNode) -> list[str]:
+    """The buffers a node reads, and the one it writes into when that is not its own (a
+    scatter's target, or memory it took over): both need the memory."""
+    names = [name for name, _ in node.reads]
+    if node.writes != node.name:
+        names.append(node.writes)
+    return names
+
+
 def _last_readers(steps: list) -> dict[str, object]:
-    """Buffer name -> the scheduler node or extern call that reads it (or writes into it, a
-    scatter) last."""
+    """Buffer name -> the scheduler node or extern call that uses it last (``_uses``)."""
     last: dict[str, object] = {}
     for step in steps:
         if isinstance(step, FusedKernel):
             for node in step.nodes:
-                for name, _ in node.reads:
+                for name in _uses(node):
                     last[name] = node
-                if node.writes != node.name:
-                    last[node.writes] = node
         else:
             for name in _extern_reads(step):
                 last[name] = step
@@ -401,10 +407,8 @@ def _mark_local_buffers(steps: list, output_names: set[str]) -> None:
     for step in steps:
         if isinstance(step, FusedKernel):
             for node in step.nodes:
-                for name, _ in node.reads:
+                for name in _uses(node):
                     readers.setdefault(name, []).append(step)
-                if node.writes != node.name:   # a kernel writing into it needs the memory
-                    readers.setdefault(node.writes, []).append(step)
         else:
             for name in _extern_reads(step):
                 readers.setdefault(name, []).append(step)

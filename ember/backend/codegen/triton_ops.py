@@ -328,11 +328,8 @@ def triton_constant(value, dtype: torch.dtype) -> str:
     else:
         # wrapped into the dtype's range, as a cast in eager wraps it (uint8's clamp(-3, 7)
         # clamps from 253)
-        bits = torch.iinfo(dtype).bits
-        value = int(value) % (1 << bits)
-        if torch.iinfo(dtype).min < 0 and value >= 1 << (bits - 1):
-            value -= 1 << bits
-        text = str(value)
+        info = torch.iinfo(dtype)
+        text = str((int(value) - info.min) % (1 << info.bits) + info.min)
     return f"tl.full([], {text}, {compute_type(dtype)})"
 
 
