@@ -24,6 +24,11 @@ def step(f, inputs, params, seed):
     return [p.grad.float().clone() for p in params]
 
 
+def relative_errors(got, want) -> list[float]:
+    """Per parameter, the norm of the gradient's difference over the norm of eager's."""
+    return [((g - w).norm() / max(w.norm(), 1e-12)).item() for g, w in zip(got, want)]
+
+
 for name in sys.argv[1:] or ["bert_base", "gpt2"]:
     fn, inputs = models.build_model(name, "cuda", mode="train", amp=torch.bfloat16)
     n = 0
@@ -41,10 +46,10 @@ for name in sys.argv[1:] or ["bert_base", "gpt2"]:
     for seed in (1, 2):
         want = step(fn, inputs, params, seed)
         got = step(compiled, inputs, params, seed)
-        rel = [((g - w).norm() / max(w.norm(), 1e-12)).item() for g, w in zip(got, want)]
+        rel = relative_errors(got, want)
         zeros = sum(int(((g == 0) != (w == 0)).sum()) for g, w in zip(got, want))
         other = step(fn, inputs, params, seed + 100)    # what other masks would give
-        other_rel = [((o - w).norm() / max(w.norm(), 1e-12)).item() for o, w in zip(other, want)]
+        other_rel = relative_errors(other, want)
         errs.append(f"median {statistics.median(rel):.4f} (other seed "
                     f"{statistics.median(other_rel):.3f}), max {max(rel):.3f} (other seed "
                     f"{max(other_rel):.3f}), zero mismatches {zeros}")
