@@ -32,7 +32,7 @@ from ember import config, logs
 # the packages whose code decides what a graph compiles to
 _COMPILER_PACKAGES = ("aot", "backend", "decomp")
 _CACHED_CONFIG = ("layout_optimization", "fallback_on_lowering_error", "half_fast_math",
-                  "kept_buffers_mb")
+                  "kept_buffers_mb", "matmul_padding")
 _VERSION = 1
 
 
@@ -133,9 +133,16 @@ def _path(cache_key: str) -> pathlib.Path:
 
 # -- what the wrapper names: plain objects pickle; ATen ops by name -------------------------
 
+# torch.save's pickler refuses memory formats (plain pickle takes them): saved by name
+_MEMORY_FORMATS = {str(f).removeprefix("torch."): f for f in (
+    torch.contiguous_format, torch.channels_last, torch.channels_last_3d, torch.preserve_format)}
+
+
 def _encode(obj):
     if isinstance(obj, torch._ops.OpOverload):
         return ("op", obj._schema.name, obj._overloadname)
+    if isinstance(obj, torch.memory_format):
+        return ("memory_format", str(obj).removeprefix("torch."))
     return ("value", obj)
 
 
@@ -144,6 +151,8 @@ def _decode(entry):
     if kind == "op":
         namespace, name = entry[1].split("::")
         return getattr(getattr(getattr(torch.ops, namespace), name), entry[2])
+    if kind == "memory_format":
+        return _MEMORY_FORMATS[entry[1]]
     return entry[1]
 
 

@@ -110,3 +110,30 @@ def test_autocast_state_is_part_of_the_key():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         autocast = graph_cache.key(gm, [x], {}, torch.device("cpu"))
     assert plain is not None and autocast is not None and plain != autocast
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(16, 32, 3, padding=1)
+        self.conv2 = torch.nn.Conv2d(32, 32, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv2(torch.relu(self.conv1(x))).mean((2, 3))
+
+
+def test_a_channels_last_graph_is_cached(cache_dir, ember_log):
+    """A graph whose inputs are converted to channels-last by ATen calls (bfloat16, which the
+    C++ target leaves to ATen) names a memory format in its wrapper, which torch.save
+    refused: such graphs (resnet50 in bfloat16 on the CPU) were never cached."""
+    logs.set_logs("output_code,perf_hints")
+    model = ConvNet().eval().to(torch.bfloat16)
+    x = torch.randn(2, 16, 24, 24, dtype=torch.bfloat16)
+    first = _compile_and_run(model, x, "cpp")
+    assert "run channels-last" in ember_log.text and "not stored" not in ember_log.text
+    second = _compile_and_run(model, x, "cpp")
+    assert "graph cache hit" in ember_log.text
+    with torch.no_grad():
+        want = model(x)
+    torch.testing.assert_close(first, want)
+    torch.testing.assert_close(second, want)
