@@ -11,12 +11,17 @@ the strides eager would give them, see ``preferred_layout``). Only the graph's f
 and the weights are converted; outputs keep eager's strides. The captured graph itself is
 left as it is (it is what runs when compilation fails): the converted graph is a copy.
 
-On CUDA, depthwise convolutions (one filter per channel) read NCHW input and weight: cuDNN's
-channels-last depthwise kernels cost seconds on their first call in a process (H200,
-mobilenetv3_large_100 bf16 batch 64, eager's first call: 0.9 s NCHW, 5.9 s channels-last),
-and NCHW ones run as fast there (Ember, same model: 2.8 s cold and 0.6 s warm first call,
-1.7-1.8x eager, against 5.8 s, 2.6 s and 1.6x with every convolution channels-last). The
-conversions to and from NCHW around them fuse into the pointwise kernels next to them.
+On CUDA, depthwise convolutions (one filter per channel) read NCHW input and weight unless
+eager gives them channels-last input: cuDNN's channels-last depthwise kernels cost seconds
+on their first call in a process (H200, mobilenetv3_large_100 bf16 batch 64, eager's first
+call: 0.9 s NCHW, 5.9 s channels-last), and for its 3x3 and 5x5 filters ATen's NCHW kernel
+runs as fast (Ember, same model: 2.8 s cold and 0.6 s warm first call, 1.7-1.8x eager,
+against 5.8 s, 2.6 s and 1.6x with every convolution channels-last). The conversions to and
+from NCHW around them fuse into the pointwise kernels next to them. Where eager's input is
+channels-last (ConvNeXt: each block permutes back from NHWC), eager runs cuDNN's NHWC
+kernel, pays its first call, and is far faster than ATen's NCHW one on 7x7 filters (H100,
+torchvision convnext_tiny bf16 batch 32: 41 against 136 us a convolution, 2.5 of Ember's
+5.0 ms a call); those stay channels-last.
 
 ``auto`` converts CUDA graphs whose convolutions compute in float16/bfloat16 (their operands
 are half, or the graph runs them under CUDA autocast), training graphs too: their
@@ -193,15 +198,21 @@ def _is_depthwise(node: torch.fx.Node) -> bool:
         node.args[1].meta["val"].shape[1] == 1
 
 
+def _eager_reads_channels_last(node: torch.fx.Node) -> bool:
+    x = node.args[0].meta["val"]
+    return x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+
+
 def convert_convolutions(gm: torch.fx.GraphModule, device: torch.device
                          ) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose 2-D convolutions read channels-last input and weight
-    (depthwise ones NCHW on CUDA)."""
+    (on CUDA, depthwise ones NCHW unless eager's input is channels-last)."""
     graph = torch.fx.Graph()
     copies: dict[torch.fx.Node, torch.fx.Node] = {}
     graph.output(graph.graph_copy(gm.graph, copies))
     originals = _convolutions(gm)
-    depthwise = [device.type == "cuda" and _is_depthwise(n) for n in originals]
+    depthwise = [device.type == "cuda" and _is_depthwise(n) and
+                 not _eager_reads_channels_last(n) for n in originals]
     for node, nchw in zip((copies[n] for n in originals), depthwise):
         layout = torch.contiguous_format if nchw else torch.channels_last
         for i in (0, 1):
