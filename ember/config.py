@@ -27,15 +27,21 @@ class Option:
     type: type
     default: Any
     doc: str
+    choices: tuple = ()     # the values a str option takes; empty: any
 
 
 _OPTIONS: dict[str, Option] = {}
 
 
-def _option(name: str, type_: type, default: Any, doc: str) -> Any:
-    _OPTIONS[name] = Option(name, type_, default, doc)
+def _option(name: str, type_: type, default: Any, doc: str, choices: tuple = ()) -> Any:
+    _OPTIONS[name] = Option(name, type_, default, doc, choices)
     raw = os.environ.get("EMBER_" + name.upper())
-    return default if raw is None else _parse(name, type_, raw)
+    if raw is None:
+        return default
+    value = _parse(name, type_, raw)
+    if choices and value not in choices:
+        raise ValueError(f"EMBER_{name.upper()}={raw!r}: expected one of {', '.join(choices)}")
+    return value
 
 
 def _parse(name: str, type_: type, raw: str) -> Any:
@@ -64,8 +70,9 @@ suppress_errors: bool = _option(
 layout_optimization: str = _option(
     "layout_optimization", str, "auto",
     "channels-last convolutions: 'auto' (CUDA inference graphs in half precision), "
-    "'channels_last' "
-    "(always; depthwise ones stay NCHW), 'off' (never); see ember/backend/layout.py")
+    "'channels_last' (always; on CUDA, depthwise ones only where eager's input is "
+    "channels-last), 'off' (never); see ember/backend/layout.py",
+    choices=("auto", "channels_last", "off"))
 half_fast_math: bool = _option(
     "half_fast_math", bool, True,
     "GPU Triton kernels compute sin, cos and division of float16/bfloat16 values with CUDA's "
@@ -75,6 +82,13 @@ kept_buffers_mb: int = _option(
     "a CPU graph keeps up to this many MB of its intermediate buffers between calls instead "
     "of allocating them (and page-faulting their memory in) on every call; 0 keeps none. "
     "Kept memory stays held between calls (a training step's forward holds its backward's)")
+matmul_padding: str = _option(
+    "matmul_padding", str, "auto",
+    "mm/addmm whose result rows are not 16-byte aligned (a vocabulary of 50257 columns) run "
+    "on a weight padded to aligned columns, the result sliced back (cuBLAS is ~6x slower "
+    "on unaligned rows): 'auto' (CUDA float16/bfloat16 results of 1M elements or more), "
+    "'always' (any device, dtype and size), 'off'; see ember/backend/lowering/matmul.py",
+    choices=("auto", "always", "off"))
 fallback_on_lowering_error: bool = _option(
     "fallback_on_lowering_error", bool, True,
     "a lowering that raises anything but NotImplementedError (a bug in the lowering) logs a "
@@ -93,6 +107,9 @@ def _check(name: str, value: Any) -> None:
     if not isinstance(value, opt.type):
         raise TypeError(f"ember config option {name!r} expects {opt.type.__name__}, "
                         f"got {type(value).__name__}")
+    if opt.choices and value not in opt.choices:
+        raise ValueError(f"ember config option {name!r} is {value!r}: expected one of "
+                         f"{', '.join(map(repr, opt.choices))}")
 
 
 class patch(contextlib.ContextDecorator):
@@ -121,7 +138,7 @@ class patch(contextlib.ContextDecorator):
 # options the compiled code depends on; the others (limits, error policy, debug output) act
 # when they are read
 RECOMPILES = ("layout_optimization", "half_fast_math", "inline_depth_limit",
-              "kept_buffers_mb")
+              "kept_buffers_mb", "matmul_padding")
 on_recompile_option: list[Callable[[str], None]] = []    # ember.api's reset of entries
 
 

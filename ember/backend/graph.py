@@ -243,8 +243,8 @@ class GraphLowering:
                           "the lowering); running its ATen kernel instead",
                           target, where, type(e).__name__, e)
                 result = NotImplemented
-            else:
-                if result is NotImplemented:
+            else:   # a library op's own kernel is the usual case, not worth a hint
+                if result is NotImplemented and target not in LIBRARY_OPS:
                     logs.log("perf_hints", "lowering of %s declines this case; running ATen",
                              target)
         if result is NotImplemented:
