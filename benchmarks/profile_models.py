@@ -1,9 +1,10 @@
 """Where a compiled model's GPU time goes: eager vs Ember, and Ember's top CUDA kernels.
 
     python benchmarks/profile_models.py resnet50,bert_base [--layout auto|channels_last|off]
-        [--mode reduce-overhead] [--rows 10] [--eager]
+        [--mode reduce-overhead] [--rows 10] [--eager] [--dtype bfloat16]
 
-Models come from the bench zoo (``ember/bench/models.py``) in their default dtype and batch.
+Models come from the bench zoo (``ember/bench/models.py``) at their default batch, in
+bfloat16 as the GPU library runs measure them (``--dtype float32``: the zoo's own dtype).
 Times are CUDA-event medians of 10 calls; the table is torch.profiler's, sorted by CUDA time
 over 3 calls (``--eager``: eager's table too, to set a model Ember loses on beside it).
 ``EMBER_LOGS=perf_hints`` adds the compiler's decisions (CUDA graph capture,
@@ -44,10 +45,12 @@ def main() -> None:
     parser.add_argument("--mode", default=None)
     parser.add_argument("--rows", type=int, default=10)
     parser.add_argument("--eager", action="store_true", help="profile eager's calls too")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     args = parser.parse_args()
+    dtype = getattr(torch, args.dtype)
     from torch.profiler import ProfilerActivity, profile
     for name in args.models.split(","):
-        model, inputs = models.build_model(name, "cuda")[:2]
+        model, inputs = models.build_model(name, "cuda", dtype=dtype)[:2]
         with torch.no_grad(), config.patch(layout_optimization=args.layout):
             ember.reset()
             metrics.reset()
