@@ -19,6 +19,7 @@ import torch
 
 from ember import config, logs
 from ember.backend import graph_cache, metrics
+from ember.backend.constant_folding import fold_constant_fallbacks
 from ember.backend.attention_masks import simplify_constant_masks
 from ember.backend.codegen.common import Kernel
 from ember.backend.codegen.wrapper import WrapperCodegen
@@ -202,8 +203,10 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs: list,
 
 def generate(gm: torch.fx.GraphModule, example_inputs: list, target: Target,
              device: torch.device, fused_random: bool = False) -> CompiledArtifact:
-    """Lower, schedule and generate the wrapper and kernels of an ATen graph."""
+    """Lower, schedule and generate the wrapper and kernels of an ATen graph (whose
+    constant values that need ATen fallbacks are first computed, once: constant_folding.py)."""
     with metrics.timed("lowering"):
+        fold_constant_fallbacks(gm)
         graph = GraphLowering(gm, example_inputs, target, device, fused_random).run()
     output_names = {o.name if isinstance(o, Buffer) else o.data.name
                     for o in graph.outputs if isinstance(o, (Buffer, ReinterpretView))}

@@ -1,0 +1,141 @@
+"""Values a graph computes from no input but needs an ATen fallback for, computed once.
+
+torchvision's Swin Transformer builds each shifted window's attention mask in its forward:
+``x.new_zeros(...)``, nine slice assignments of a count, then a ``masked_fill``. In ATen
+that is ``new_zeros``, nine ``fill`` + ``as_strided_scatter`` pairs and the mask's pointwise
+ops, and ``fill`` and ``as_strided_scatter`` have no lowering: 90 ATen calls a call of
+swin_t, 2.9 ms of its CPU time and 30% of its launches, for a value that depends on the
+shapes alone. This pass (on the ATen graph, before lowering) evaluates such values once, at
+compile time, and the graph reads them as constants.
+
+A node is constant when it is a pure, deterministic ATen op (``freezing._is_pure``) whose
+tensor arguments are constant: scalar ``get_attr`` tensors the tracer lifted (the count of
+``mask[h, w] = count``; not mutated, not parameters: a graph from another frontend may read
+its weights through ``get_attr``, and an optimizer updates those in place), and ops that
+read only the shape, dtype and device of a tensor (``new_zeros``, ``zeros_like`` and kin),
+whatever that tensor holds. A constant read by a node that is not (the frontier)
+is folded when a node behind it has no lowering (a fallback that would run on every call)
+and its value is dense, at most ``_MAX_BYTES``, and no graph output (a caller gets a fresh
+tensor each call, as in eager). Constant values whose ops all have lowerings are left to
+the kernels, which compute them inline for free. Graphs with symbolic sizes are left alone.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+import torch.fx
+
+from ember import logs
+from ember.backend.freezing import _dense, _is_impure, _is_pure, _output_aliases
+
+aten = torch.ops.aten
+
+# ops whose tensor argument gives only its shape, dtype and device
+_SHAPE_ONLY = {aten.new_zeros.default, aten.new_ones.default, aten.new_full.default,
+               aten.zeros_like.default, aten.ones_like.default, aten.full_like.default}
+_MAX_BYTES = 16 << 20
+
+
+def _static(node: torch.fx.Node) -> bool:
+    val = node.meta.get("val")
+    vals = val if isinstance(val, (tuple, list)) else [val]
+    return all(not isinstance(v, torch.Tensor) or
+               all(isinstance(s, int) for s in (*v.shape, *v.stride())) for v in vals)
+
+
+def _constants(graph: torch.fx.Graph, gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
+    mutated = {n.args[0] for n in graph.nodes
+               if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+               and n.target._schema.is_mutable and n.args}
+    aliases = _output_aliases(graph)
+    const: set[torch.fx.Node] = set()
+    for node in graph.nodes:
+        if node.op == "get_attr":
+            value = getattr(gm, node.target)
+            if isinstance(value, torch.Tensor) and value.numel() <= 1 and \
+                    not value.requires_grad and node not in mutated:
+                const.add(node)
+            continue
+        if node.op != "call_function" or node in aliases or not _is_pure(node) or \
+                not _static(node):
+            continue
+        inputs = node.all_input_nodes
+        if node.target in _SHAPE_ONLY and node.args and isinstance(node.args[0], torch.fx.Node):
+            inputs = [a for a in inputs if a is not node.args[0]]
+        if all(a in const for a in inputs):
+            const.add(node)
+    return const
+
+
+def fold_constant_fallbacks(gm: torch.fx.GraphModule) -> int:
+    """Fold ``gm``'s constant values that need a fallback (see the module's doc) into
+    ``get_attr`` constants, in place; returns how many were folded."""
+    from ember.backend.lowering import LOWERINGS
+    graph = gm.graph
+    const = _constants(graph, gm)
+    if not any(n.op == "call_function" for n in const):
+        return 0
+    needs_fallback: dict[torch.fx.Node, bool] = {}
+    for node in graph.nodes:
+        if node in const:
+            needs_fallback[node] = _is_fallback(node, LOWERINGS) or \
+                any(needs_fallback.get(a, False) for a in node.all_input_nodes)
+    frontier = [n for n in graph.nodes if n.op == "call_function" and needs_fallback.get(n)
+                and any(u not in const for u in n.users)]
+    if not frontier:
+        return 0
+    fallbacks = sorted({str(n.target) for n in needs_fallback if _is_fallback(n, LOWERINGS)})
+    values: dict[torch.fx.Node, object] = {}
+
+    def evaluate(node):
+        if node in values:
+            return values[node]
+        if node.op == "get_attr":
+            value = getattr(gm, node.target)
+        else:
+            def real(arg):
+                if node.target in _SHAPE_ONLY and arg is node.args[0]:
+                    fake = arg.meta["val"]
+                    return torch.empty_strided(fake.shape, fake.stride(), dtype=fake.dtype,
+                                               device=fake.device)
+                return evaluate(arg)
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), real)
+            value = node.target(*args, **kwargs)
+        values[node] = value
+        return value
+
+    from ember.fake import FakeTensorMode
+    fake_mode = FakeTensorMode()
+    folded = 0
+    with torch.no_grad(), torch.inference_mode(False):
+        for node in frontier:
+            value = evaluate(node)
+            if not isinstance(value, torch.Tensor) or not _dense(value) or \
+                    value.numel() * value.element_size() > _MAX_BYTES:
+                continue
+            # memory of its own, in the layout the graph's metadata gives it
+            value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
+                                        device=value.device).copy_(value)
+            name = f"_folded{folded}"
+            while hasattr(gm, name):
+                name += "_"
+            gm.register_buffer(name, value, persistent=False)
+            with graph.inserting_before(node):
+                attr = graph.get_attr(name)
+            attr.meta["val"] = fake_mode.from_real(value)
+            node.replace_all_uses_with(attr, delete_user_cb=lambda user: user not in const)
+            folded += 1
+    if folded:
+        graph.eliminate_dead_code(is_impure_node=_is_impure)
+        graph.lint()
+        gm.recompile()
+        logs.log("perf_hints", "constant folding: %d value(s) computed from no input with "
+                 "ATen fallbacks (%s) are computed once, at compile time", folded,
+                 ", ".join(fallbacks))
+    return folded
+
+
+def _is_fallback(node: torch.fx.Node, lowerings) -> bool:
+    return node.op == "call_function" and node.target is not operator.getitem and \
+        node.target not in lowerings
