@@ -62,7 +62,8 @@ Decisions
   type as eager, though the wording may differ (Python refs phrase broadcasting differently).
 * **Backend-dependent metadata.** Meta kernels cannot see the backend, so ``_FIXUPS`` corrects
   the few answers that depend on it: convolution keeps channels_last like mkldnn/cudnn, CPU
-  batch norm in eval returns empty save_mean/save_invstd; and torch's ``device_hint`` (which
+  batch norm in eval returns empty save_mean/save_invstd, the running statistics batch norm
+  updates keep their dtype (its meta kernel gave half ones float32); and torch's ``device_hint`` (which
   its Python meta kernels ask) answers the fake device, not "cuda", so CPU svd/fft/
   nonzero_static get the CPU kernels' output strides.
 * **Randomness.** ``rand``/``randn``/``dropout``/``bernoulli`` run meta kernels: metadata
@@ -368,6 +369,15 @@ def _batch_norm_inference_meta(x, *rest, **kwargs):
             x.new_empty((x.shape[1],), dtype=stats))
 
 
+def _updated_stats_dtype(out, args, kwargs, device):
+    """``_batch_norm_with_update_functional``'s meta kernel gives the updated running
+    statistics the computation dtype (float32 for half input); its kernels return them in
+    the running statistics' own dtype, which is what the inputs they replace hold."""
+    mean, var = args[3], args[4]
+    return (*out[:4], out[4].new_empty(out[4].shape, dtype=mean.dtype),
+            out[5].new_empty(out[5].shape, dtype=var.dtype))
+
+
 # Ops whose meta result is computed here, faster than their meta kernel (None: not this call)
 _FAST_META = {aten._native_batch_norm_legit_no_training.default: _batch_norm_inference_meta}
 
@@ -377,7 +387,8 @@ _FAST_META = {aten._native_batch_norm_legit_no_training.default: _batch_norm_inf
 _FIXUPS = {aten.convolution.default: _conv_layout, aten._convolution.default: _conv_layout,
            aten.native_batch_norm.default: _bn_eval_stats(5),
            aten._native_batch_norm_legit.default: _bn_eval_stats(5),
-           aten._native_batch_norm_legit_no_training.default: _bn_eval_stats(None)}
+           aten._native_batch_norm_legit_no_training.default: _bn_eval_stats(None),
+           aten._batch_norm_with_update_functional.default: _updated_stats_dtype}
 
 
 _BELOW_PYTHON = (torch._C.DispatchKeySet(torch._C.DispatchKey.Python)

@@ -25,6 +25,8 @@ from ember.backend.lowering.registry import LoweringContext
 from ember.backend.lowering.views import storage_owner, strided_view
 from ember.backend.ops import use_handler
 
+aten_copy, aten_fill = torch.ops.aten.copy_.default, torch.ops.aten.fill_.Scalar
+
 # Ops a library does best: called from the wrapper on purpose, not counted as fallbacks.
 LIBRARY_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
                torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default,
@@ -359,6 +361,15 @@ class GraphLowering:
                                                  src.make_loader(), src.get_size()))
             sources.append(src)
         for (dst, _), src in zip(self.input_copies, sources):
+            if dst.get_dtype() not in self.target.dtypes or (
+                    isinstance(src, IRNode) and src.get_dtype() not in self.target.dtypes):
+                # a dtype the target has no kernels for (float16 on the C++ target): ATen
+                # writes the input, as the ops that computed the new value ran there too
+                op = aten_copy if isinstance(src, IRNode) else aten_fill
+                metrics.fallback_ops[str(op)] += 1
+                self.buffers.append(ExternBuffer(self.new_name(), dst.layout, op,
+                                                 [dst, self._to_memory(src)], {}, False))
+                continue
             data = Pointwise(dst.get_device(), dst.get_dtype(),
                              _cast_loader(src, dst.get_dtype()), dst.get_size())
             self.buffers.append(ComputedBuffer(self.new_name(), dst.layout, data,

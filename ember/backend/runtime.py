@@ -12,11 +12,17 @@ def reinterpret(base: torch.Tensor, size, stride, offset: int) -> torch.Tensor:
 _relayouts_logged: set = set()
 
 
-def with_layout(t: torch.Tensor, size, stride) -> torch.Tensor:
+def with_layout(t: torch.Tensor, size, stride, dtype: torch.dtype | None = None
+                ) -> torch.Tensor:
     """``t`` (an ATen call's result) in the layout the compiled kernels were generated for: a
     copy when ATen chose another one (its choice can follow input strides that differ from
     the traced ones: a depthwise convolution of a value Ember stored NCHW, grouped-query
-    attention), logged once per layout under ``EMBER_LOGS=perf_hints``."""
+    attention), logged once per layout under ``EMBER_LOGS=perf_hints``. A result of another
+    dtype than its meta kernel said is converted to that dtype, which the compiled program
+    was traced with (warned once per pair of dtypes)."""
+    if dtype is not None and t.dtype != dtype:
+        _warn_dtype(t.dtype, dtype)
+        t = t.to(dtype)
     if t.stride() == stride and t.shape == size:     # the common case, in ~0.3 us
         return t
     if tuple(t.shape) != size:
@@ -31,3 +37,14 @@ def with_layout(t: torch.Tensor, size, stride) -> torch.Tensor:
         logs.log("perf_hints", "ATen call returned size %s stride %s, kernels expect stride "
                  "%s: copied on every call", size, t.stride(), stride)
     return torch.empty_strided(size, stride, dtype=t.dtype, device=t.device).copy_(t)
+
+
+_dtypes_warned: set = set()
+
+
+def _warn_dtype(got: torch.dtype, want: torch.dtype) -> None:
+    if (got, want) not in _dtypes_warned:
+        from ember import logs
+        _dtypes_warned.add((got, want))
+        logs.warn("ember: an ATen call returned %s where its meta kernel says %s (a torch "
+                  "meta kernel bug); converted on every call", got, want)

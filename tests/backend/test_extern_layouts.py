@@ -58,3 +58,26 @@ def test_wrapper_calls_no_python_function_on_its_common_path():
     assert "reinterpret(" not in wrapper
     layouts = [line.strip() for line in body if "with_layout(" in line]
     assert layouts and all(line.startswith("if ") for line in layouts), layouts
+
+
+def test_result_of_another_dtype_than_its_meta_kernel_says_is_converted(ember_log):
+    """torch's meta kernel for ``_batch_norm_with_update_functional`` gave half running
+    statistics float32; a Triton kernel then read float16 memory as float32 (CUDA OpInfo:
+    every running mean wrong). The wrapper checks the dtype with the layout."""
+    got = with_layout(torch.tensor([1.5, 2.0], dtype=torch.float16), (2,), (1,),
+                      torch.float32)
+    assert got.dtype == torch.float32 and got.tolist() == [1.5, 2.0]
+    assert "returned torch.float16 where its meta kernel says torch.float32" in ember_log.text
+
+
+def test_half_batch_norm_running_statistics_keep_their_dtype():
+    from ember.fake import FakeTensorMode
+    args = [torch.randn(3, 5, 4), torch.randn(5), torch.randn(5), torch.randn(5),
+            torch.rand(5) + 0.5]
+    args = [a.half() for a in args]
+    op = torch.ops.aten._batch_norm_with_update_functional.default
+    mode = FakeTensorMode()
+    fakes = [mode.from_real(a) for a in args]
+    with mode:
+        fake = op(*fakes, 0.5, 0.6)
+    assert [f.dtype for f in fake[4:]] == [t.dtype for t in op(*args, 0.5, 0.6)[4:]]

@@ -89,3 +89,30 @@ def test_copy_of_a_same_dtype_cast_of_itself_generates_nothing():
         out = ember.compile(fn)(x, stat)
     assert same(out, x + 1) and same(stat, before)
     assert metrics.generated_kernel_count == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_inputs_mutated_where_the_target_has_no_half_kernels(dtype):
+    """The C++ target has no float16/bfloat16 kernels: the new values come from ATen and are
+    written by ATen (the write was a C++ kernel over a float16 buffer: a KeyError while
+    generating it). Batch norm's running statistics are the common case."""
+    def fn(x, w, b, mean, var, other, filled):
+        out = torch.ops.aten._batch_norm_with_update(x, w, b, mean, var, 0.5, 0.6)[0]
+        other.copy_(x[0, :, 0].float() * 3)
+        filled.fill_(2.5)
+        return out
+
+    def inputs():
+        torch.manual_seed(0)
+        return [torch.randn(3, 5, 4, dtype=dtype), torch.randn(5, dtype=dtype),
+                torch.randn(5, dtype=dtype), torch.randn(5, dtype=dtype),
+                torch.rand(5, dtype=dtype) + 0.5, torch.zeros(5, dtype=dtype),
+                torch.zeros(2, dtype=dtype)]
+    want, got = inputs(), inputs()
+    expected = fn(*want)
+    ember.reset()
+    with config.patch(suppress_errors=False):
+        result = ember.compile(fn)(*got)
+    torch.testing.assert_close(result, expected)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)

@@ -54,11 +54,13 @@ def _with_layout(name: str, lay, maybe_none: bool = False) -> str:
     (``runtime.with_layout``), checked inline. ``maybe_none``: an output of a multi-output
     call, which ATen's kernel may leave undefined (None) where its meta kernel gives a
     tensor (``_native_multi_head_attention``'s weights when not asked for)."""
-    size, stride = _tuple(lay.size), _tuple(lay.stride)
-    check = f"{name}.stride() != {stride} or {name}.shape != {size}"
+    size, stride, dtype = _tuple(lay.size), _tuple(lay.stride), str(lay.dtype)
+    # the dtype too: a meta kernel may disagree with the real one (_FIXUPS in ember/fake.py),
+    # and kernels read memory as the dtype they were generated for
+    check = f"{name}.stride() != {stride} or {name}.shape != {size} or {name}.dtype != {dtype}"
     if maybe_none:
         check = f"{name} is not None and ({check})"
-    return f"if {check}: {name} = with_layout({name}, {size}, {stride})"
+    return f"if {check}: {name} = with_layout({name}, {size}, {stride}, {dtype})"
 
 
 # ``call`` with kept buffers: the kept ones when no other call holds them, else its own
