@@ -70,8 +70,8 @@ suppress_errors: bool = _option(
 layout_optimization: str = _option(
     "layout_optimization", str, "auto",
     "channels-last convolutions: 'auto' (CUDA inference graphs in half precision), "
-    "'channels_last' (always; on CUDA, depthwise ones only where eager's input is "
-    "channels-last), 'off' (never); see ember/backend/layout.py",
+    "'channels_last' (always, every convolution: on CUDA, auto keeps depthwise ones NCHW "
+    "unless eager's input is channels-last), 'off' (never); see ember/backend/layout.py",
     choices=("auto", "channels_last", "off"))
 half_fast_math: bool = _option(
     "half_fast_math", bool, True,

@@ -21,7 +21,8 @@ from NCHW around them fuse into the pointwise kernels next to them. Where eager'
 channels-last (ConvNeXt: each block permutes back from NHWC), eager runs cuDNN's NHWC
 kernel, pays its first call, and is far faster than ATen's NCHW one on 7x7 filters (H100,
 torchvision convnext_tiny bf16 batch 32: 41 against 136 us a convolution, 2.5 of Ember's
-5.0 ms a call); those stay channels-last.
+5.0 ms a call); those stay channels-last. ``layout_optimization="channels_last"`` (asked
+for by name) converts every convolution, depthwise ones too.
 
 ``auto`` converts CUDA graphs whose convolutions compute in float16/bfloat16 (their operands
 are half, or the graph runs them under CUDA autocast), training graphs too: their
@@ -180,7 +181,9 @@ def in_best_layout(gm: torch.fx.GraphModule, device: torch.device, training: boo
     if not wants_channels_last(gm, device, training):
         return build(gm)
     try:
-        built = build(convert_convolutions(gm, device))
+        # asked for by name, every convolution goes channels-last, depthwise ones too
+        every = config.layout_optimization == "channels_last"
+        built = build(convert_convolutions(gm, device, every))
         reason = check(built)
     except ProgramError as e:
         reason = f"its channels-last copy fails to trace ({e})"
@@ -203,15 +206,15 @@ def _eager_reads_channels_last(node: torch.fx.Node) -> bool:
     return x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
 
 
-def convert_convolutions(gm: torch.fx.GraphModule, device: torch.device
-                         ) -> torch.fx.GraphModule:
-    """A copy of ``gm`` whose 2-D convolutions read channels-last input and weight
-    (on CUDA, depthwise ones NCHW unless eager's input is channels-last)."""
+def convert_convolutions(gm: torch.fx.GraphModule, device: torch.device,
+                         every: bool = False) -> torch.fx.GraphModule:
+    """A copy of ``gm`` whose 2-D convolutions read channels-last input and weight (on
+    CUDA, depthwise ones NCHW unless eager's input is channels-last, or ``every``)."""
     graph = torch.fx.Graph()
     copies: dict[torch.fx.Node, torch.fx.Node] = {}
     graph.output(graph.graph_copy(gm.graph, copies))
     originals = _convolutions(gm)
-    depthwise = [device.type == "cuda" and _is_depthwise(n) and
+    depthwise = [not every and device.type == "cuda" and _is_depthwise(n) and
                  not _eager_reads_channels_last(n) for n in originals]
     for node, nchw in zip((copies[n] for n in originals), depthwise):
         layout = torch.contiguous_format if nchw else torch.channels_last

@@ -131,6 +131,20 @@ def test_depthwise_convolutions_eager_runs_channels_last_stay_so_on_cuda():
     assert formats == [torch.channels_last, torch.channels_last]
 
 
+@pytest.mark.parametrize("choice,layout", [("auto", torch.contiguous_format),
+                                           ("channels_last", torch.channels_last)])
+def test_channels_last_by_name_converts_depthwise_convolutions_on_cuda(choice, layout):
+    """The layout decision for a bfloat16 CUDA graph (the graph it would build, inspected:
+    no GPU needed)."""
+    from ember.backend.layout import in_best_layout
+    gm = _conv_graph((2, 8, 10, 10), (8, 1, 3, 3), torch.bfloat16, groups=8)
+    with config.patch(layout_optimization=choice):
+        converted = in_best_layout(gm, torch.device("cuda"), False, lambda g: g)
+    formats = [n.kwargs["memory_format"] for n in converted.graph.nodes
+               if n.op == "call_method" and "memory_format" in n.kwargs]
+    assert formats == [layout, layout]
+
+
 def test_unknown_layout_choice_raises():
     with pytest.raises(ValueError, match="layout_optimization.*'nhwc'.*'channels_last'"):
         config.patch(layout_optimization="nhwc")
