@@ -114,7 +114,7 @@ def fold_constant_fallbacks(gm: torch.fx.GraphModule) -> int:
             if not isinstance(value, torch.Tensor) or not _dense(value) or \
                     value.numel() * value.element_size() > _MAX_BYTES:
                 continue
-            # memory of its own, in the layout the graph's metadata gives it
+            # memory of its own (a view of a larger intermediate would keep all of it)
             value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
                                         device=value.device).copy_(value)
             name = f"_folded{folded}"

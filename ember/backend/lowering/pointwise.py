@@ -280,9 +280,11 @@ def _full_like(ctx, x, fill_value=None, **kwargs):
     return Pointwise(ctx.device, dtype, lambda index: ops.constant(value, dtype), ctx.size)
 
 
-@register_lowering(aten.fill.Scalar)
+@register_lowering(aten.fill.Scalar, aten.fill.Tensor)
 def _fill(ctx, x, value):
     dtype = ctx.dtype
+    if is_ir(value):     # a 0-d tensor (``mask[h, w] = count`` traces to it)
+        return Pointwise(ctx.device, dtype, broadcast_loader(value, ctx.size, dtype), ctx.size)
     return Pointwise(ctx.device, dtype, lambda index: ops.constant(value, dtype), ctx.size)
 
 
