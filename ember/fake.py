@@ -63,7 +63,8 @@ Decisions
 * **Backend-dependent metadata.** Meta kernels cannot see the backend, so ``_FIXUPS`` corrects
   the few answers that depend on it: convolution keeps channels_last like mkldnn/cudnn, CPU
   batch norm in eval returns empty save_mean/save_invstd, the running statistics batch norm
-  updates keep their dtype (its meta kernel gave half ones float32); and torch's ``device_hint`` (which
+  updates keep their dtype (its meta kernel gave half ones float32), CPU ``roll`` keeps a
+  channels-last input's layout; and torch's ``device_hint`` (which
   its Python meta kernels ask) answers the fake device, not "cuda", so CPU svd/fft/
   nonzero_static get the CPU kernels' output strides.
 * **Randomness.** ``rand``/``randn``/``dropout``/``bernoulli`` run meta kernels: metadata
@@ -369,6 +370,16 @@ def _batch_norm_inference_meta(x, *rest, **kwargs):
             x.new_empty((x.shape[1],), dtype=stats))
 
 
+def _roll_layout(out, args, kwargs, device):
+    """CPU ``roll`` is a ``cat`` of two slices of its input, and ``cat`` keeps a channels-last
+    input's layout; its Python meta kernel answers contiguous (CUDA's ``roll`` does too)."""
+    dims = args[2] if len(args) > 2 else kwargs.get("dims", ())
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(out.dim())
+    if device.type != "cpu" or fmt is None or not dims or suggest_memory_format(args[0]) != fmt:
+        return out
+    return out.contiguous(memory_format=fmt)
+
+
 def _updated_stats_dtype(out, args, kwargs, device):
     """``_batch_norm_with_update_functional``'s meta kernel gives the updated running
     statistics the computation dtype (float32 for half input); its kernels return them in
@@ -388,7 +399,8 @@ _FIXUPS = {aten.convolution.default: _conv_layout, aten._convolution.default: _c
            aten.native_batch_norm.default: _bn_eval_stats(5),
            aten._native_batch_norm_legit.default: _bn_eval_stats(5),
            aten._native_batch_norm_legit_no_training.default: _bn_eval_stats(None),
-           aten._batch_norm_with_update_functional.default: _updated_stats_dtype}
+           aten._batch_norm_with_update_functional.default: _updated_stats_dtype,
+           aten.roll.default: _roll_layout}
 
 
 _BELOW_PYTHON = (torch._C.DispatchKeySet(torch._C.DispatchKey.Python)

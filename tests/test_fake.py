@@ -78,6 +78,14 @@ FUNCTIONAL = {
     "cross_entropy": (lambda x, t: F.cross_entropy(x, t), (_r(6, 4, grad=True), torch.tensor([0, 1, 2, 3, 0, 1]))),
     "cross_entropy_none": (lambda x, t: F.cross_entropy(x, t, reduction="none"), (_r(6, 4), torch.tensor([0, 1, 2, 3, 0, 1]))),
     "mse_loss": (lambda x, y: F.mse_loss(x, y), (_r(3, 3, grad=True), _r(3, 3))),
+    # CPU roll keeps a channels-last input's layout (its Python meta kernel said contiguous)
+    "roll_channels_last": (lambda x: (x.roll(2, 2), x.roll((1, 2), (1, 3)), x.roll(3)),
+                           (_r(2, 3, 4, 5).to(memory_format=torch.channels_last),)),
+    "roll_permuted": (lambda x: x.permute(0, 2, 3, 1).roll(1, 0), (_r(2, 3, 4, 5),)),
+    "batch_norm_update_half": (
+        lambda x, w, b, m, v: torch.ops.aten._batch_norm_with_update_functional(
+            x, w, b, m, v, 0.5, 0.6)[4:],
+        tuple(t.half() for t in (_r(3, 5, 4), _r(5), _r(5), _r(5), torch.rand(5) + 0.5))),
 }
 
 
