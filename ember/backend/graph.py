@@ -26,6 +26,10 @@ from ember.backend.lowering.views import storage_owner, strided_view
 from ember.backend.ops import use_handler
 
 aten_copy, aten_fill = torch.ops.aten.copy_.default, torch.ops.aten.fill_.Scalar
+# ops that address their first argument's storage (sizes, strides and offset traced against
+# eager's layout of it), not its elements in logical order
+STORAGE_ADDRESSED = {torch.ops.aten.as_strided_scatter.default, torch.ops.aten.as_strided.default,
+                     torch.ops.aten.as_strided_copy.default}
 
 # Ops a library does best: called from the wrapper on purpose, not counted as fallbacks.
 LIBRARY_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
@@ -291,6 +295,8 @@ class GraphLowering:
         is_library = node.target in LIBRARY_OPS
         counter = metrics.extern_calls if is_library else metrics.fallback_ops
         counter[str(node.target)] += 1
+        if node.target in STORAGE_ADDRESSED and isinstance(args[0], IRNode):
+            args = [self._in_eager_layout(args[0], node.args[0], node.target), *args[1:]]
         call_args = [self._to_memory(a) for a in args]
         call_kwargs = {k: self._to_memory(v) for k, v in kwargs.items()}
         val = node.meta.get("val")
@@ -300,6 +306,28 @@ class GraphLowering:
                               is_library)
         self.buffers.append(parent)
         return self._extern_children(parent, val, ())
+
+    def _in_eager_layout(self, value: IRNode, fx_node, op) -> IRNode:
+        """``value`` in memory laid out as eager's, for an op that addresses its input's
+        storage with sizes, strides and an offset traced against eager's layout of it: in
+        any other layout it reads other elements. ``as_strided_scatter`` addresses a clone
+        (eager's strides where dense, else contiguous; offset 0); ``as_strided`` the input's
+        own storage, which Ember holds only when it is exactly the input."""
+        val = fx_node.meta.get("val") if isinstance(fx_node, torch.fx.Node) else None
+        if not isinstance(val, torch.Tensor):
+            return value
+        want = _base_layout(val)
+        if op is torch.ops.aten.as_strided_scatter.default:
+            if not want.is_dense():
+                want = Layout(want.device, want.dtype, want.size,
+                              contiguous_strides(want.size))
+        elif not want.is_dense() or val.storage_offset() != 0 or \
+                val.untyped_storage().nbytes() != val.numel() * val.element_size():
+            raise NotImplementedError(f"{op} of {fx_node}, a view into a larger storage")
+        if isinstance(value, (Buffer, ReinterpretView)) and value.layout.offset == 0 and \
+                same_strides(value.layout.size, value.layout.stride, want.size, want.stride):
+            return value
+        return self.realize(value, want)
 
     def library_call(self, target, args: list, val: torch.Tensor) -> ExternBuffer:
         """``target(*args)`` by its library (ATen) kernel from the wrapper, with a result
