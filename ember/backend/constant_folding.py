@@ -2,11 +2,12 @@
 
 torchvision's Swin Transformer builds each shifted window's attention mask in its forward:
 ``x.new_zeros(...)``, nine slice assignments of a count, then a ``masked_fill``. In ATen
-that is ``new_zeros``, nine ``fill`` + ``as_strided_scatter`` pairs and the mask's pointwise
-ops, and ``fill`` and ``as_strided_scatter`` have no lowering: 90 ATen calls a call of
-swin_t, 2.9 ms of its CPU time and 30% of its launches, for a value that depends on the
-shapes alone. This pass (on the ATen graph, before lowering) evaluates such values once, at
-compile time, and the graph reads them as constants.
+that was ``new_zeros``, nine ``fill`` + ``as_strided_scatter`` pairs and the mask's
+pointwise ops, and ``fill`` and ``as_strided_scatter`` had no lowering then: 90 ATen calls a
+call of swin_t, for a value that depends on the shapes alone (swin_t on an H100: 1.48x
+eager before this pass, 2.68x after; both ops have lowerings now). This pass (on the ATen
+graph, before lowering) evaluates such values once, at compile time, and the graph reads
+them as constants (``positions = x.new_ones(n).cumsum(0)``: ``cumsum`` has no lowering).
 
 A node is constant when it is a pure, deterministic ATen op (``freezing._is_pure``) whose
 tensor arguments are constant: scalar ``get_attr`` tensors the tracer lifted (the count of

@@ -1,6 +1,7 @@
-"""Values computed from no input that need ATen fallbacks (Swin's shifted-window attention
-mask: slice assignments into ``new_zeros``) are computed once, at compile time
-(ember/backend/constant_folding.py). Results match eager on both CPU targets."""
+"""Values computed from no input that need ATen fallbacks are computed once, at compile time
+(ember/backend/constant_folding.py); Swin's shifted-window attention mask (slice
+assignments into ``new_zeros``), which did, now has lowerings. Results match eager on both
+CPU targets."""
 import pytest
 import torch
 
@@ -33,25 +34,43 @@ def shifted_window_scores(scores, x):
     return torch.softmax(scores + mask, -1) * x.sum()
 
 
-def test_swin_mask_is_computed_once(ember_log):
+def positions_scores(scores, x):
+    """A constant that needs a fallback (``cumsum`` has no lowering) next to the input."""
+    positions = x.new_ones((16,)).cumsum(0) / 16
+    return torch.softmax(scores + positions, -1) * x.sum()
+
+
+def test_constant_needing_a_fallback_is_computed_once(ember_log):
     logs.set_logs("perf_hints")
     scores, x = torch.randn(3, 4, 16, 16), torch.randn(5)
     with torch.no_grad():
-        compiled = ember.compile(shifted_window_scores)
+        compiled = ember.compile(positions_scores)
         for _ in range(2):
-            torch.testing.assert_close(compiled(scores, x), shifted_window_scores(scores, x))
+            torch.testing.assert_close(compiled(scores, x), positions_scores(scores, x))
     assert "constant folding: 1 value(s)" in ember_log.text
-    assert "fallbacks (aten.as_strided_scatter.default)" in ember_log.text
+    assert "fallbacks (aten.cumsum.default)" in ember_log.text
     assert dict(metrics.fallback_ops) == {}
 
 
-def test_gradients_through_a_folded_mask_match_eager():
+def test_swin_mask_is_generated_code(ember_log):
+    """Its slice assignments (``fill`` and ``as_strided_scatter``) have lowerings: the mask
+    is computed in the kernels that read it, nothing is folded or left to ATen."""
+    logs.set_logs("perf_hints")
+    scores, x = torch.randn(3, 4, 16, 16), torch.randn(5)
+    with torch.no_grad():
+        torch.testing.assert_close(ember.compile(shifted_window_scores)(scores, x),
+                                   shifted_window_scores(scores, x))
+    assert "constant folding" not in ember_log.text
+    assert dict(metrics.fallback_ops) == {}
+
+
+def test_gradients_through_a_folded_constant_match_eager():
     scores = torch.randn(2, 4, 16, 16, requires_grad=True)
     x = torch.randn(5, requires_grad=True)
-    ember.compile(shifted_window_scores)(scores, x).pow(2).sum().backward()
+    ember.compile(positions_scores)(scores, x).pow(2).sum().backward()
     got = scores.grad, x.grad
     scores.grad = x.grad = None
-    shifted_window_scores(scores, x).pow(2).sum().backward()
+    positions_scores(scores, x).pow(2).sum().backward()
     torch.testing.assert_close(got, (scores.grad, x.grad))
     assert dict(metrics.fallback_ops) == {}
 

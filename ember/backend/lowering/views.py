@@ -381,6 +381,54 @@ def _slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
     return Pointwise(ctx.device, dtype, inner, size)
 
 
+@register_lowering(aten.as_strided_scatter.default)
+def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
+    """``x`` with ``src`` written where the view ``(size, stride, storage_offset)`` of its
+    clone lands (a slice assignment into a view of a computed value traces to it: Swin's
+    masks). The clone has eager's strides where ``x`` is dense, else contiguous ones. Done
+    when the view is a box of that layout: each view dim of more than one element steps
+    along its own dim of ``x`` (same stride), from a start the offset decomposes into."""
+    val = ctx.node.args[0].meta["val"]
+    xsize = [int(n) for n in val.shape]
+    layout = Layout.from_tensor(val)
+    strides = [int(st) for st in val.stride()] if layout.is_dense() else \
+        [int(st) for st in contiguous_strides(layout.size)]
+    dim_of = {st: d for d, (n, st) in enumerate(zip(xsize, strides)) if n > 1}
+    mapping = []
+    for n, st in zip(size, stride):
+        d = dim_of.get(st) if n > 1 else None
+        if n > 1 and (d is None or d in mapping):
+            return NotImplemented
+        mapping.append(d)
+    starts, rest = [0] * len(xsize), storage_offset or 0
+    for d in sorted((d for d in range(len(xsize)) if xsize[d] > 1), key=lambda d: -strides[d]):
+        starts[d], rest = divmod(rest, strides[d])
+    if rest or any(s >= n for s, n in zip(starts, xsize)) or any(
+            d is not None and starts[d] + n > xsize[d] for n, d in zip(size, mapping)):
+        return NotImplemented
+    length = {d: n for n, d in zip(size, mapping) if d is not None}
+    load_x, load_src = x.make_loader(), src.make_loader()
+    dtype = ctx.dtype
+
+    def inner(index):
+        inside = None
+        for d, n in enumerate(xsize):
+            if n == 1:
+                continue
+            at = ops.index_expr(index[d], torch.int64)
+            ok = ops.logical_and(ops.ge(at, ops.constant(starts[d], torch.int64)),
+                                 ops.lt(at, ops.constant(starts[d] + length.get(d, 1),
+                                                         torch.int64)))
+            inside = ok if inside is None else ops.logical_and(inside, ok)
+        src_index = [index[d] - starts[d] if d is not None else sympy.Integer(0)
+                     for d in mapping]
+        if inside is None:
+            return _cast(load_src(src_index), src, dtype)
+        return ops.masked(inside, lambda: _cast(load_src(src_index), src, dtype),
+                          _cast(load_x(index), x, dtype))
+    return Pointwise(ctx.device, dtype, inner, x.get_size())
+
+
 @register_lowering(aten.select_scatter.default)
 def _select_scatter(ctx, x, src, dim, index):
     """``x`` with ``src`` written over ``x.select(dim, index)`` (the backward of ``select``:
