@@ -387,26 +387,36 @@ def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
     clone lands (a slice assignment into a view of a computed value traces to it: Swin's
     masks). The clone has eager's strides where ``x`` is dense, else contiguous ones. Done
     when the view is a box of that layout: each view dim of more than one element steps
-    along its own dim of ``x`` (same stride), from a start the offset decomposes into."""
+    along its own dim of ``x`` (a multiple of its stride: a sliced step), inside it, from a
+    start the offset decomposes into; its addresses are then exactly the box's."""
     val = ctx.node.args[0].meta["val"]
     xsize = [int(n) for n in val.shape]
     layout = Layout.from_tensor(val)
     strides = [int(st) for st in val.stride()] if layout.is_dense() else \
         [int(st) for st in contiguous_strides(layout.size)]
-    dim_of = {st: d for d, (n, st) in enumerate(zip(xsize, strides)) if n > 1}
-    mapping = []
-    for n, st in zip(size, stride):
-        d = dim_of.get(st) if n > 1 else None
-        if n > 1 and (d is None or d in mapping):
-            return NotImplemented
-        mapping.append(d)
     starts, rest = [0] * len(xsize), storage_offset or 0
     for d in sorted((d for d in range(len(xsize)) if xsize[d] > 1), key=lambda d: -strides[d]):
         starts[d], rest = divmod(rest, strides[d])
-    if rest or any(s >= n for s, n in zip(starts, xsize)) or any(
-            d is not None and starts[d] + n > xsize[d] for n, d in zip(size, mapping)):
+    if rest or any(s >= n for s, n in zip(starts, xsize)):
         return NotImplemented
-    length = {d: n for n, d in zip(size, mapping) if d is not None}
+    mapping = []      # per view dim: (dim of x, step along it), or None for one element
+    for n, st in zip(size, stride):
+        if n == 1:
+            mapping.append(None)
+            continue
+        # the coarsest dim whose stride divides the view's (a finer one would step past
+        # its own size: checked below either way)
+        fits = [d for d in range(len(xsize)) if xsize[d] > 1 and st > 0 and
+                st % strides[d] == 0]
+        if not fits:
+            return NotImplemented
+        d = max(fits, key=lambda d: strides[d])
+        step = st // strides[d]
+        if any(m is not None and m[0] == d for m in mapping) or \
+                starts[d] + (n - 1) * step >= xsize[d]:
+            return NotImplemented
+        mapping.append((d, step))
+    box = {m[0]: (n, m[1]) for n, m in zip(size, mapping) if m is not None}
     load_x, load_src = x.make_loader(), src.make_loader()
     dtype = ctx.dtype
 
@@ -415,13 +425,18 @@ def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
         for d, n in enumerate(xsize):
             if n == 1:
                 continue
+            count, step = box.get(d, (1, 1))
             at = ops.index_expr(index[d], torch.int64)
-            ok = ops.logical_and(ops.ge(at, ops.constant(starts[d], torch.int64)),
-                                 ops.lt(at, ops.constant(starts[d] + length.get(d, 1),
-                                                         torch.int64)))
+            ok = ops.logical_and(
+                ops.ge(at, ops.constant(starts[d], torch.int64)),
+                ops.lt(at, ops.constant(starts[d] + (count - 1) * step + 1, torch.int64)))
+            if step != 1:
+                ok = ops.logical_and(ok, ops.eq(ops.index_expr(
+                    ModIndex(index[d] + step - starts[d] % step, step), torch.int64),
+                    ops.constant(0, torch.int64)))
             inside = ok if inside is None else ops.logical_and(inside, ok)
-        src_index = [index[d] - starts[d] if d is not None else sympy.Integer(0)
-                     for d in mapping]
+        src_index = [sympy.Integer(0) if m is None else
+                     FloorDiv(index[m[0]] - starts[m[0]] + m[1], m[1]) - 1 for m in mapping]
         if inside is None:
             return _cast(load_src(src_index), src, dtype)
         return ops.masked(inside, lambda: _cast(load_src(src_index), src, dtype),
