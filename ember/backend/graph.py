@@ -29,7 +29,8 @@ aten_copy, aten_fill = torch.ops.aten.copy_.default, torch.ops.aten.fill_.Scalar
 # ops that address their first argument's storage (sizes, strides and offset traced against
 # eager's layout of it), not its elements in logical order
 STORAGE_ADDRESSED = {torch.ops.aten.as_strided_scatter.default, torch.ops.aten.as_strided.default,
-                     torch.ops.aten.as_strided_copy.default}
+                     torch.ops.aten.as_strided_copy.default, torch.ops.aten._reshape_alias.default,
+                     torch.ops.aten._reshape_alias_copy.default}
 
 # Ops a library does best: called from the wrapper on purpose, not counted as fallbacks.
 LIBRARY_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,

@@ -112,3 +112,18 @@ def test_box_views_need_no_fallback(fn, inputs):
     with torch.no_grad(), config.patch(suppress_errors=False, fallback_on_lowering_error=False):
         ember.compile(fn)(*inputs())
     assert dict(metrics.fallback_ops) == {}
+
+
+def reshape_alias_of_transposed(x):
+    """``_reshape_alias`` addresses its input's storage too (other frontends' graphs hold it;
+    Ember's own trace gives ``view``)."""
+    z = x.t() * 3
+    return torch.ops.aten._reshape_alias(z, (8, 6), (1, 8)) + 1
+
+
+def test_reshape_alias_reads_eager_layout():
+    x = torch.randn(6, 8)
+    ember.reset()
+    with torch.no_grad(), config.patch(suppress_errors=False, fallback_on_lowering_error=False):
+        got = ember.compile(reshape_alias_of_transposed)(x)
+    torch.testing.assert_close(got, reshape_alias_of_transposed(x))
