@@ -13,6 +13,8 @@
 #   libs      issue 9's library suites (timm, hf, torchvision) in bfloat16: 38 models take
 #             about 14 minutes with torch.compile's column, more than one call's 10, so
 #   libs-timm, libs-hf, libs-torchvision   run one suite each (a call apiece)
+#   recheck   the library models the last sessions changed Ember's speed on (RECHECK_MODELS:
+#             swin_t, convnext_tiny, the LM heads, alexnet), with torch.compile: ~5 minutes
 #   train     issue 10's AMP training step (float32 weights, bf16 autocast): ~7 minutes
 #   survey    issue 8's model survey (CPU, Python 3.12): inference and training
 #   launch    per-call and per-launch cost of a one-kernel function (issue 7: <= 5 us)
@@ -57,6 +59,10 @@ for step in $STEPS; do
              --dtype bfloat16 --compilers eager,ember,torch-inductor --repeat 10 --warmup 3 \
              --timeout 150 --torch-compile-budget 90 --no-warm-compile --budget 500 \
              --out "$OUT/$step" > "$OUT/$step.txt" 2>&1 ;;
+    recheck) timeout 420 python3 -m ember.bench --models ${RECHECK_MODELS:-swin_t,convnext_tiny,GPT2LMHeadModel,BertForMaskedLM,WhisperForConditionalGeneration,alexnet} \
+             --device cuda --dtype bfloat16 --compilers eager,ember,torch-inductor --repeat 10 \
+             --warmup 3 --timeout 150 --torch-compile-budget 90 --no-warm-compile --budget 400 \
+             --out "$OUT/recheck" > "$OUT/recheck.txt" 2>&1 ;;
     train) timeout 420 python3 -m ember.bench --device cuda --mode train --suite gpu --amp \
              --compilers eager,ember,torch-inductor --repeat 10 --warmup 3 \
              --no-warm-compile --torch-compile-budget 90 > "$OUT/train.txt" 2>&1 ;;
