@@ -22,15 +22,15 @@ from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, IndexView, I
                               contiguous_strides, index_vars, same_strides, sym)
 from ember.backend.lowering import LOWERINGS
 from ember.backend.lowering.registry import LoweringContext
-from ember.backend.lowering.views import storage_owner, strided_view
+from ember.backend.lowering.views import clone_layout, storage_owner, strided_view
 from ember.backend.ops import use_handler
 
 aten_copy, aten_fill = torch.ops.aten.copy_.default, torch.ops.aten.fill_.Scalar
 # ops that address their first argument's storage (sizes, strides and offset traced against
-# eager's layout of it), not its elements in logical order
-STORAGE_ADDRESSED = {torch.ops.aten.as_strided_scatter.default, torch.ops.aten.as_strided.default,
-                     torch.ops.aten.as_strided_copy.default, torch.ops.aten._reshape_alias.default,
-                     torch.ops.aten._reshape_alias_copy.default}
+# eager's layout of it), not its elements in logical order: their ATen kernels get that
+# storage in eager's layout (``strided_view``), never Ember's memory as it happens to be
+STORAGE_VIEWS = {torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default,
+                 torch.ops.aten._reshape_alias.default, torch.ops.aten._reshape_alias_copy.default}
 
 # Ops a library does best: called from the wrapper on purpose, not counted as fallbacks.
 LIBRARY_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
@@ -296,8 +296,8 @@ class GraphLowering:
         is_library = node.target in LIBRARY_OPS
         counter = metrics.extern_calls if is_library else metrics.fallback_ops
         counter[str(node.target)] += 1
-        if node.target in STORAGE_ADDRESSED and isinstance(args[0], IRNode):
-            args = [self._in_eager_layout(args[0], node.args[0], node.target), *args[1:]]
+        if isinstance(args[0] if args else None, IRNode):
+            args = [self._as_eager_addresses(node, args[0]), *args[1:]]
         call_args = [self._to_memory(a) for a in args]
         call_kwargs = {k: self._to_memory(v) for k, v in kwargs.items()}
         val = node.meta.get("val")
@@ -308,23 +308,24 @@ class GraphLowering:
         self.buffers.append(parent)
         return self._extern_children(parent, val, ())
 
-    def _in_eager_layout(self, value: IRNode, fx_node, op) -> IRNode:
-        """``value`` in memory laid out as eager's, for an op that addresses its input's
-        storage with sizes, strides and an offset traced against eager's layout of it: in
-        any other layout it reads other elements. ``as_strided_scatter`` addresses a clone
-        (eager's strides where dense, else contiguous; offset 0); ``as_strided`` the input's
-        own storage, which Ember holds only when it is exactly the input."""
-        val = fx_node.meta.get("val") if isinstance(fx_node, torch.fx.Node) else None
+    def _as_eager_addresses(self, node: torch.fx.Node, value: IRNode) -> IRNode:
+        """The first argument of an op that addresses its storage (``STORAGE_VIEWS``, and
+        ``as_strided_scatter``, which addresses a clone of it: ``clone_layout``), laid out
+        as eager's; other ops take ``value`` as it is."""
+        fx_arg = node.args[0]
+        val = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
         if not isinstance(val, torch.Tensor):
             return value
-        want = _base_layout(val)
-        if op is torch.ops.aten.as_strided_scatter.default:
-            if not want.is_dense():
-                want = Layout(want.device, want.dtype, want.size,
-                              contiguous_strides(want.size))
-        elif not want.is_dense() or val.storage_offset() != 0 or \
-                val.untyped_storage().nbytes() != val.numel() * val.element_size():
-            raise NotImplementedError(f"{op} of {fx_node}, a view into a larger storage")
+        if node.target in STORAGE_VIEWS:
+            view = strided_view(self, fx_arg, val.shape, val.stride(), val.storage_offset())
+            if view is NotImplemented:
+                raise NotImplementedError(f"{node.target} of {fx_arg}, whose eager storage "
+                                          f"Ember does not hold")
+            return view
+        if node.target is not torch.ops.aten.as_strided_scatter.default:
+            return value
+        want = clone_layout(val)
+        want.device = value.get_device()
         if isinstance(value, (Buffer, ReinterpretView)) and value.layout.offset == 0 and \
                 same_strides(value.layout.size, value.layout.stride, want.size, want.stride):
             return value

@@ -214,10 +214,11 @@ def storage_owner(node):
     return node
 
 
-@register_lowering(aten.as_strided.default)
+@register_lowering(aten.as_strided.default, aten._reshape_alias.default)
 def _as_strided(ctx, x, size, stride, storage_offset=None):
     """``storage_offset`` counts from the start of the *eager* storage and the strides walk
-    that storage (``strided_view``)."""
+    that storage (``strided_view``); ``_reshape_alias`` is ``as_strided`` at the input's own
+    offset."""
     arg = ctx.node.args[0]
     fake = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
     if not isinstance(fake, torch.Tensor):
@@ -381,6 +382,16 @@ def _slice_scatter(ctx, x, src, dim=0, start=None, end=None, step=1):
     return Pointwise(ctx.device, dtype, inner, size)
 
 
+def clone_layout(val: torch.Tensor) -> Layout:
+    """The layout of eager's ``val.clone()``: ``val``'s strides where it is dense, else
+    contiguous ones; at offset 0."""
+    layout = Layout.from_tensor(val)
+    layout.offset = sympy.Integer(0)
+    if not layout.is_dense():
+        layout.stride = contiguous_strides(layout.size)
+    return layout
+
+
 @register_lowering(aten.as_strided_scatter.default)
 def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
     """``x`` with ``src`` written where the view ``(size, stride, storage_offset)`` of its
@@ -389,11 +400,8 @@ def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
     when the view is a box of that layout: each view dim of more than one element steps
     along its own dim of ``x`` (a multiple of its stride: a sliced step), inside it, from a
     start the offset decomposes into; its addresses are then exactly the box's."""
-    val = ctx.node.args[0].meta["val"]
-    xsize = [int(n) for n in val.shape]
-    layout = Layout.from_tensor(val)
-    strides = [int(st) for st in val.stride()] if layout.is_dense() else \
-        [int(st) for st in contiguous_strides(layout.size)]
+    layout = clone_layout(ctx.node.args[0].meta["val"])
+    xsize, strides = [int(n) for n in layout.size], [int(st) for st in layout.stride]
     starts, rest = [0] * len(xsize), storage_offset or 0
     for d in sorted((d for d in range(len(xsize)) if xsize[d] > 1), key=lambda d: -strides[d]):
         starts[d], rest = divmod(rest, strides[d])
