@@ -49,18 +49,24 @@ def _as_strided(name: str, size, stride, offset: int) -> str:
     return f"as_strided({name}, {_tuple(size)}, {_tuple(stride)}, {start})"
 
 
-def _with_layout(name: str, lay, maybe_none: bool = False) -> str:
+def _with_layout(name: str, lay, maybe_none: bool = False, library: bool = False) -> str:
     """``name`` (an ATen result) rebound to a copy in ``lay`` when ATen chose another layout
     (``runtime.with_layout``), checked inline. ``maybe_none``: an output of a multi-output
     call, which ATen's kernel may leave undefined (None) where its meta kernel gives a
-    tensor (``_native_multi_head_attention``'s weights when not asked for)."""
-    size, stride, dtype = _tuple(lay.size), _tuple(lay.stride), str(lay.dtype)
-    # the dtype too: a meta kernel may disagree with the real one (_FIXUPS in ember/fake.py),
-    # and kernels read memory as the dtype they were generated for
-    check = f"{name}.stride() != {stride} or {name}.shape != {size} or {name}.dtype != {dtype}"
+    tensor (``_native_multi_head_attention``'s weights when not asked for). The dtype is
+    checked too, but not a library call's (``library``: matmuls, convolutions, attention,
+    whose C++ meta kernels give the dtype; 70 ns a check, on every call): a fallback's meta
+    kernel may disagree with its real one (``_FIXUPS`` in ember/fake.py), and kernels read
+    memory as the dtype they were generated for."""
+    size, stride = _tuple(lay.size), _tuple(lay.stride)
+    check = f"{name}.stride() != {stride} or {name}.shape != {size}"
+    dtype = ""
+    if not library:
+        check += f" or {name}.dtype != {lay.dtype}"
+        dtype = f", {lay.dtype}"
     if maybe_none:
         check = f"{name} is not None and ({check})"
-    return f"if {check}: {name} = with_layout({name}, {size}, {stride}, {dtype})"
+    return f"if {check}: {name} = with_layout({name}, {size}, {stride}{dtype})"
 
 
 # ``call`` with kept buffers: the kept ones when no other call holds them, else its own
@@ -308,7 +314,8 @@ class WrapperCodegen:
             if used:
                 lay = buf.layout
                 self.layouts[buf.name] = lay
-                lines.append(_with_layout(buf.name, lay, maybe_none=True))
+                lines.append(_with_layout(buf.name, lay, maybe_none=True,
+                                          library=buf.parent.is_library))
             return lines
         args = [self.ref(a) for a in buf.args]
         kwargs = [f"{k}={self.ref(v)}" for k, v in buf.kwargs.items()]
@@ -328,7 +335,7 @@ class WrapperCodegen:
         if buf.layout is not None:
             lay = buf.layout
             self.layouts[buf.name] = lay
-            lines.append(_with_layout(buf.name, lay))
+            lines.append(_with_layout(buf.name, lay, library=buf.is_library))
         return lines
 
     def _returned_names(self) -> set[str]:
