@@ -23,7 +23,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from fuzz_programs import output_difference, search
+from fuzz_programs import output_difference, search_main
 
 SHAPE = (3, 5, 4, 7)
 
@@ -158,12 +158,5 @@ def difference(seed: int, train: bool = False, options=None) -> str | None:
     return None
 
 
-def main(argv: list[str]) -> int:
-    first, count = int(argv[0]), int(argv[1])
-    train = len(argv) > 2 and argv[2] == "train"
-    options = {"cpu_backend": argv[3]} if len(argv) > 3 else None
-    return search(lambda seed: difference(seed, train, options), first, count)
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(search_main(sys.argv[1:], difference))

@@ -119,6 +119,15 @@ def main(argv: list[str]) -> int:
     return search(lambda seed: difference(seed, rows, cols, options), first, count)
 
 
+def search_main(argv: list[str], difference) -> int:
+    """The command line of the fuzzers with gradients: ``FIRST COUNT [infer|train]
+    [cpp|triton]``, searched with ``difference(seed, train, options)``."""
+    first, count = int(argv[0]), int(argv[1])
+    train = len(argv) > 2 and argv[2] == "train"
+    options = {"cpu_backend": argv[3]} if len(argv) > 3 else None
+    return search(lambda seed: difference(seed, train, options), first, count)
+
+
 def search(difference_of, first: int, count: int) -> int:
     """Print each seed in ``first .. first + count - 1`` whose program differs from eager
     (``difference_of(seed)`` says how, or None), compiling strictly; 1 if any did."""

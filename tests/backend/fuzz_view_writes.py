@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from fuzz_programs import output_difference, search
+from fuzz_programs import output_difference, search_main
 
 BASES = {
     "transposed": lambda x: x.t() * 3,
@@ -102,12 +102,5 @@ def difference(seed: int, train: bool = False, options=None) -> str | None:
         output_difference(f"{text} (gradients)", expected_grads, actual_grads)
 
 
-def main(argv: list[str]) -> int:
-    first, count = int(argv[0]), int(argv[1])
-    train = len(argv) > 2 and argv[2] == "train"
-    options = {"cpu_backend": argv[3]} if len(argv) > 3 else None
-    return search(lambda seed: difference(seed, train, options), first, count)
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(search_main(sys.argv[1:], difference))
