@@ -92,7 +92,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         gm, example_inputs, options, device)
     artifact = graph_cache.load(cache_key) if cache_key else None
     if artifact is not None:
-        compiled = instantiate(artifact, target)
+        try:
+            compiled = instantiate(artifact, target)
+        except Exception as e:     # noqa: BLE001 (an entry that does not load: compiled again)
+            graph_cache.discard(cache_key, e)
+            artifact = None
+    if artifact is not None:
         logs.log("output_code", "graph cache hit: %d kernels loaded in %.3f s",
                  len(artifact.kernels), time.perf_counter() - start)
         return _finish(compiled, gm, example_inputs, cudagraphs, device)

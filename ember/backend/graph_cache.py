@@ -339,6 +339,13 @@ def store(cache_key: str, artifact: CompiledArtifact) -> None:
         disk_cache.failed(e, "storing a compiled graph")
 
 
+def discard(cache_key: str, reason) -> None:
+    """The entry under ``cache_key`` loaded but does not work: deleted (and said)."""
+    root = disk_cache.root()
+    if root is not None:
+        disk_cache.discard(_path(root, cache_key), reason)
+
+
 def load(cache_key: str) -> CompiledArtifact | None:
     """The artifact stored under ``cache_key``, or None: none, or a damaged one (deleted)."""
     root = disk_cache.root()

@@ -129,6 +129,28 @@ def test_damaged_graph_entries_are_compiled_again(cache, ember_log, how):
     assert graph_cache.load(entry.stem) is not None      # stored again, whole
 
 
+def _rewrite_header(entry, change) -> None:
+    """Change the JSON header of a graph entry and seal it again (a consistent entry)."""
+    blob = disk_cache.unseal(entry.read_bytes())
+    head = 16 + int.from_bytes(blob[8:16], "little")
+    header = json.loads(blob[16:head])
+    change(header)
+    text = json.dumps(header).encode()
+    entry.write_bytes(disk_cache.seal(blob[:8] + len(text).to_bytes(8, "little") + text +
+                                      blob[head:]))
+
+
+def test_a_whole_entry_that_does_not_load_is_compiled_again(cache, ember_log):
+    """Whole (its seal matches) but its wrapper does not run: deleted and compiled again."""
+    model, x = Net().eval(), torch.randn(4, 8)
+    _run(model, x)
+    (entry,) = (cache / "graphs").rglob("*.graph")
+    _rewrite_header(entry, lambda h: h.update(wrapper="def call(args):\n    return (\n"))
+    _run(model, x)
+    assert any("damaged cache entry" in w and "SyntaxError" in w for w in _warnings(ember_log))
+    assert graph_cache.load(entry.stem) is not None
+
+
 def test_an_entry_naming_code_outside_torch_is_refused(cache, ember_log):
     """Entries hold no pickles: the objects a wrapper names are resolved by name, from
     torch, ember and the standard library's operator/math only."""
@@ -137,13 +159,10 @@ def test_an_entry_naming_code_outside_torch_is_refused(cache, ember_log):
     (entry,) = (cache / "graphs").rglob("*.graph")
     blob = disk_cache.unseal(entry.read_bytes())
     assert b"\x80\x04" not in blob[:16] and not blob.startswith(b"PK")   # no pickle, no zip
-    head = 16 + int.from_bytes(blob[8:16], "little")
-    header = json.loads(blob[16:head])
-    name = next(iter(header["consts"]))
-    header["consts"][name] = {"callable": ["os", "system"]}
-    text = json.dumps(header).encode()
-    entry.write_bytes(disk_cache.seal(blob[:8] + len(text).to_bytes(8, "little") + text +
-                                      blob[head:]))
+
+    def name_os_system(header):
+        header["consts"][next(iter(header["consts"]))] = {"callable": ["os", "system"]}
+    _rewrite_header(entry, name_os_system)
     assert graph_cache.load(entry.stem) is None and not entry.exists()
     assert any("not in torch, ember" in w for w in _warnings(ember_log))
 
