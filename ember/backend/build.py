@@ -231,8 +231,7 @@ def _scratch_twin(so: pathlib.Path) -> pathlib.Path:
     return disk_cache.scratch_dir() / "cpp" / so.parent.name / so.name
 
 
-_DISK_MESSAGES = ("No space left on device", "Read-only file system", "Disk quota exceeded",
-                  "Permission denied")
+_DISK_MESSAGES = ("No space left on device", "Read-only file system", "Disk quota exceeded")
 
 
 def _compile_into(source: str, so: pathlib.Path, flags: list[str], compiler: str
@@ -269,7 +268,7 @@ def _compile_into(source: str, so: pathlib.Path, flags: list[str], compiler: str
     except BaseException:
         _unlink(tmp)
         raise
-    disk_cache.stored(so.stat().st_size + len(source))
+    disk_cache.stored(so.stat().st_size)
     with _lock:
         build_stats.compiled += 1
         build_stats.compile_seconds += elapsed

@@ -338,6 +338,24 @@ def test_compile_and_reset_cycles_keep_memory_bounded(cache):
     assert counts[-1] == counts[2] and counts[-1][0] == 0 and counts[-1][1] <= 1, counts
 
 
+def test_a_library_is_unloaded_when_no_kernel_uses_it(cache):
+    """A kernel function keeps its library loaded; once none is left it is dlclosed (its
+    mapping leaves the process)."""
+    fn = build.kernel_function(build.load_cpp('extern "C" long seven() { return 7; }\n'),
+                               "seven", 0)
+    fn.restype = ctypes.c_long
+    gc.collect()
+    assert fn() == 7 and build.loaded_count() == 1
+
+    def mapped():
+        with open("/proc/self/maps") as f:
+            return [line for line in f if str(cache) in line]
+    assert mapped()
+    del fn
+    gc.collect()
+    assert build.loaded_count() == 0 and not mapped()
+
+
 def test_generated_sources_are_capped(cache):
     from ember.backend import compile as backend_compile
     backend_compile.generated_sources.extend(["x"] * 5000)
