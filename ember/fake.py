@@ -173,7 +173,8 @@ def _install_cuda_guard() -> bool:
         return True
     import ctypes, hashlib, os, subprocess, tempfile, warnings
     tdir = os.path.dirname(torch.__file__)
-    key = hashlib.sha256((_GUARD_SRC + torch.__version__ + tdir).encode()).hexdigest()[:16]
+    key = hashlib.sha256((_GUARD_SRC + torch.__version__ + tdir + "sealed").encode()
+                         ).hexdigest()[:16]     # "sealed": the stored format (disk_cache.seal)
     from ember.backend import disk_cache    # checked directory; sealed (checked) library
     cache = str(disk_cache.cache_dir() / "fake")
     so = os.path.join(cache, f"cuda_guard_{key}.so")
