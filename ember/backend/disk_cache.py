@@ -42,7 +42,6 @@ Size
 from __future__ import annotations
 
 import atexit
-import errno
 import hashlib
 import os
 import pathlib
@@ -316,5 +315,3 @@ def evict(top: pathlib.Path, limit: int) -> int:
              freed >> 20)
     return freed
 
-
-DISK_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EIO)
