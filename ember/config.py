@@ -44,13 +44,32 @@ def _option(name: str, type_: type, default: Any, doc: str, choices: tuple = ())
     return value
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off", "")
+
+
+def parse_bool(variable: str, raw: str) -> bool:
+    """The one reading of a boolean environment variable: 1/0, true/false, yes/no, on/off
+    (any case; empty is false); anything else raises, naming ``variable``."""
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError(f"{variable}={raw!r}: expected a boolean (1/0, true/false, yes/no, "
+                     f"on/off)")
+
+
+def env_flag(variable: str, default: bool) -> bool:
+    """Boolean environment variable ``variable`` read now (``parse_bool``), or ``default``
+    when it is unset. For switches read at each use (``EMBER_GRAPH_CACHE``)."""
+    raw = os.environ.get(variable)
+    return default if raw is None else parse_bool(variable, raw)
+
+
 def _parse(name: str, type_: type, raw: str) -> Any:
     if type_ is bool:
-        if raw.lower() in ("1", "true", "yes", "on"):
-            return True
-        if raw.lower() in ("0", "false", "no", "off", ""):
-            return False
-        raise ValueError(f"EMBER_{name.upper()}={raw!r}: expected a boolean (1/0, true/false)")
+        return parse_bool(f"EMBER_{name.upper()}", raw)
     try:
         return type_(raw)
     except ValueError:
@@ -89,6 +108,13 @@ matmul_padding: str = _option(
     "on unaligned rows): 'auto' (CUDA float16/bfloat16 results of 1M elements or more), "
     "'always' (any device, dtype and size), 'off'; see ember/backend/lowering/matmul.py",
     choices=("auto", "always", "off"))
+cache_size_mb: int = _option(
+    "cache_size_mb", int, 2048,
+    "the on-disk cache (EMBER_CACHE_DIR) is kept under this many MB: past it, the least "
+    "recently used entries are deleted (ember/backend/disk_cache.py)")
+_POSITIVE = ("cache_size_mb",)
+if cache_size_mb <= 0:
+    raise ValueError(f"EMBER_CACHE_SIZE_MB={cache_size_mb}: expected a positive number of MB")
 fallback_on_lowering_error: bool = _option(
     "fallback_on_lowering_error", bool, True,
     "a lowering that raises anything but NotImplementedError (a bug in the lowering) logs a "
@@ -110,6 +136,9 @@ def _check(name: str, value: Any) -> None:
     if opt.choices and value not in opt.choices:
         raise ValueError(f"ember config option {name!r} is {value!r}: expected one of "
                          f"{', '.join(map(repr, opt.choices))}")
+    if name in _POSITIVE and value <= 0:
+        raise ValueError(f"ember config option {name!r} is {value!r}: expected a positive "
+                         "number")
 
 
 class patch(contextlib.ContextDecorator):

@@ -173,13 +173,14 @@ def _install_cuda_guard() -> bool:
         return True
     import ctypes, hashlib, os, subprocess, tempfile, warnings
     tdir = os.path.dirname(torch.__file__)
-    key = hashlib.sha256((_GUARD_SRC + torch.__version__ + tdir).encode()).hexdigest()[:16]
-    cache = os.path.join(os.environ.get("EMBER_CACHE_DIR") or
-                         os.path.join(os.path.expanduser("~"), ".cache", "ember"), "fake")
+    key = hashlib.sha256((_GUARD_SRC + torch.__version__ + tdir + "sealed").encode()
+                         ).hexdigest()[:16]     # "sealed": the stored format (disk_cache.seal)
+    from ember.backend import disk_cache    # checked directory; sealed (checked) library
+    cache = str(disk_cache.cache_dir() / "fake")
     so = os.path.join(cache, f"cuda_guard_{key}.so")
     try:
-        if not os.path.exists(so):
-            os.makedirs(cache, exist_ok=True)
+        if not _sealed_whole(so):
+            os.makedirs(cache, mode=0o700, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=cache) as tmp:
                 src, out = os.path.join(tmp, "g.cpp"), os.path.join(tmp, "g.so")
                 with open(src, "w") as fh:
@@ -187,11 +188,24 @@ def _install_cuda_guard() -> bool:
                 subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC",
                                 f"-I{tdir}/include", src, f"-L{tdir}/lib", "-lc10", "-o", out],
                                check=True, capture_output=True, timeout=120)
+                disk_cache.seal_file(out)
                 os.replace(out, so)
         return bool(ctypes.CDLL(so).ember_install_cuda_guard())
     except Exception as e:                     # no compiler, read-only home, ...
         warnings.warn(f"ember.fake: cannot install a CUDA device guard on this CPU-only "
                       f"build ({e}); autograd on cuda fake tensors is unsupported here")
+        return False
+
+
+def _sealed_whole(path: str) -> bool:
+    from ember.backend import disk_cache
+    try:
+        disk_cache.check_sealed_file(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except (OSError, disk_cache.DamagedEntry) as e:
+        disk_cache.discard(path, e)
         return False
 
 

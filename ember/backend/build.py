@@ -1,23 +1,37 @@
 """Build C++ kernels: compile to shared libraries, cache them on disk by content hash, load them.
 
 Cache
-    ``cache_dir()`` is ``$EMBER_CACHE_DIR`` or ``~/.cache/ember`` (read at each call, created on
-    demand). A kernel lives at ``<cache>/cpp/<key[:2]>/<key>.so`` with its source kept next to it
-    as ``<key>.cpp`` for debugging (also when compilation fails). ``key`` is the sha256 of the
-    source, the flags, the compiler's ``--version`` first line and a host fingerprint (machine
-    architecture + the CPU flags from ``/proc/cpuinfo``), because ``-march=native`` makes the
-    object code depend on the CPU: a cache directory shared between different hosts must not
-    hand one host's AVX-512 kernel to another.
+    ``cache_dir()`` is the checked cache directory (``disk_cache.py``: ``$EMBER_CACHE_DIR`` or
+    ``~/.cache/ember``, owned by the user, not writable by others), or, when the process
+    does not use it (warned once: unusable directory, full disk...), a private scratch
+    directory: a library must be a file to be loaded. A kernel lives at
+    ``<cache>/cpp/<key[:2]>/<key>.so`` with its source kept next to it as ``<key>.cpp`` for
+    debugging (also when compilation fails). ``key`` is the sha256 of the source, the flags,
+    the compiler's ``--version`` first line and a host fingerprint (machine architecture +
+    the CPU flags from ``/proc/cpuinfo``), because ``-march=native`` makes the object code
+    depend on the CPU: a cache directory shared between different hosts must not hand one
+    host's AVX-512 kernel to another.
 
-Atomicity
-    The compiler writes a temporary file in the same folder, which is then ``os.replace``-d onto
-    the final name. A rename within one file system is atomic, so a concurrent process either
-    sees no ``.so`` (and compiles it too, harmlessly: same content) or the complete one; it never
-    ``dlopen``s a half-written file. The ``.cpp`` is written the same way.
+Atomicity and integrity
+    The compiler writes a temporary file in the same folder, which is sealed (its length and
+    sha256 appended: ``disk_cache.seal_file``) and then ``os.replace``-d onto the final name.
+    A rename within one file system is atomic, so a concurrent process either sees no ``.so``
+    (and compiles it too, harmlessly: same content) or the complete one. Before a library is
+    ``dlopen``-ed its seal is checked: a truncated or overwritten library would otherwise be
+    mapped and kill the process with SIGBUS on first touch (or fail with "file too short"
+    in every later process). A damaged one is deleted (never rewritten in place: another
+    process may have it mapped) and compiled again. A failure to write the cache (full disk,
+    read-only) turns the cache off for the process and the kernel is built in the scratch
+    directory.
 
 Loading
     ``load_cpp`` memoizes ``ctypes.CDLL`` objects in-process by the ``.so`` path (which contains
-    the key and the cache directory). ``torch`` is imported by this module before any kernel is
+    the key and the cache directory), weakly: a library no compiled graph uses any more (after
+    ``ember.reset()``) is ``dlclose``-d, so a long-running process that compiles again and again
+    does not keep every library it ever loaded mapped. That is safe because a ctypes function
+    pointer keeps its library object alive, and nothing else holds a kernel's address; a
+    kernel's OpenMP region has ended when its call returns (libgomp's idle threads do not
+    refer to it). ``torch`` is imported by this module before any kernel is
     loaded: the kernels are linked with ``-fopenmp`` against ``libgomp.so.1``, and torch's wheel
     ships its own ``libgomp.so.1``; with torch loaded first, the dynamic linker resolves the
     kernels' dependency to the already loaded library (same soname), so one OpenMP runtime (one
@@ -54,9 +68,11 @@ Flags (``cxx_flags``)
 """
 from __future__ import annotations
 
+import _ctypes
 import concurrent.futures
 import ctypes
 import dataclasses
+import errno
 import functools
 import hashlib
 import os
@@ -66,11 +82,14 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from typing import Callable, Sequence
 
 import torch  # noqa: F401  -- must be loaded before any kernel: one OpenMP runtime (see above)
 
 from ember import logs
+from ember.backend import disk_cache
+from ember.backend.disk_cache import cache_dir
 
 __all__ = ["CppCompileError", "cache_dir", "cxx", "cxx_flags", "compile_cpp", "load_cpp",
            "compile_many", "kernel_function", "build_stats", "BuildStats"]
@@ -106,20 +125,13 @@ class BuildStats:
 
 build_stats = BuildStats()
 _lock = threading.Lock()                       # guards build_stats and _loaded
-_loaded: dict[pathlib.Path, ctypes.CDLL] = {}
+# loaded libraries, by path, while a compiled graph uses them (see Loading above)
+_loaded: "weakref.WeakValueDictionary[pathlib.Path, ctypes.CDLL]" = weakref.WeakValueDictionary()
 
 
-_made_dirs: set[str] = set()   # cache roots already created by this process (skip the mkdir)
-
-
-def cache_dir() -> pathlib.Path:
-    """``$EMBER_CACHE_DIR`` or ``~/.cache/ember``, created on demand."""
-    root = os.environ.get("EMBER_CACHE_DIR") or os.path.join(os.path.expanduser("~"),
-                                                             ".cache", "ember")
-    if root not in _made_dirs:
-        os.makedirs(root, exist_ok=True)
-        _made_dirs.add(root)
-    return pathlib.Path(root)
+def loaded_count() -> int:
+    """Kernel libraries loaded now (tests check it stays bounded)."""
+    return len(_loaded)
 
 
 def cxx() -> str:
@@ -171,9 +183,12 @@ def has_avx512() -> bool:
     return "avx512f" in _host_fingerprint().split()
 
 
+_FORMAT = "sealed-1"     # how a library is stored (a changed format never reads an old entry)
+
+
 def _key(source: str, flags: Sequence[str], compiler: str) -> str:
     h = hashlib.sha256()
-    for part in (source, "\0".join(flags), compiler, _compiler_version(compiler),
+    for part in (_FORMAT, source, "\0".join(flags), compiler, _compiler_version(compiler),
                  _host_fingerprint()):
         h.update(part.encode())
         h.update(b"\0\0")
@@ -187,25 +202,9 @@ def _so_path(source: str, extra_flags: Sequence[str]) -> tuple[pathlib.Path, lis
     return cache_dir() / "cpp" / key[:2] / f"{key}.so", flags, compiler
 
 
-def _atomic_write(path: pathlib.Path, text: str | bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        _unlink(tmp)
-        raise
-
-
-atomic_write = _atomic_write   # also used for generated Triton modules (targets.py)
-
-
-def _unlink(path) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+atomic_write = disk_cache.atomic_write   # also used for generated Triton modules (targets.py)
+_atomic_write = atomic_write
+_unlink = disk_cache.unlink
 
 
 def _trim(text: str) -> str:
@@ -216,8 +215,28 @@ def _trim(text: str) -> str:
 
 
 def _compile(source: str, so: pathlib.Path, flags: list[str], compiler: str) -> pathlib.Path:
-    """Run the compiler for one source (no cache check) and move the result into place."""
-    so.parent.mkdir(parents=True, exist_ok=True)
+    """Compile one source (no cache check) into ``so``; returns where the library is: ``so``,
+    or its twin in the scratch directory when writing the cache failed (the cache is then
+    off for this process, warned once)."""
+    if disk_cache.in_cache(so):
+        try:
+            return _compile_into(source, so, flags, compiler)
+        except OSError as e:
+            disk_cache.failed(e, "storing a compiled kernel")
+        so = _scratch_twin(so)
+    return _compile_into(source, so, flags, compiler)
+
+
+def _scratch_twin(so: pathlib.Path) -> pathlib.Path:
+    return disk_cache.scratch_dir() / "cpp" / so.parent.name / so.name
+
+
+_DISK_MESSAGES = ("No space left on device", "Read-only file system", "Disk quota exceeded")
+
+
+def _compile_into(source: str, so: pathlib.Path, flags: list[str], compiler: str
+                  ) -> pathlib.Path:
+    disk_cache.makedirs(so.parent)
     cpp = so.with_suffix(".cpp")
     _atomic_write(cpp, source)
     fd, tmp = tempfile.mkstemp(dir=so.parent, prefix=so.stem + ".", suffix=".tmp.so")
@@ -233,13 +252,23 @@ def _compile(source: str, so: pathlib.Path, flags: list[str], compiler: str) -> 
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         _unlink(tmp)
+        err = _trim(proc.stderr or proc.stdout)
+        written = next((m for m in _DISK_MESSAGES if m in err), None)
+        if written is not None and disk_cache.in_cache(so):   # the cache's fault, not the source's
+            raise OSError(errno.EIO, f"the compiler could not write its output ({written})",
+                          str(so.parent))
         with _lock:
             build_stats.failed += 1
-        err = _trim(proc.stderr or proc.stdout)
         raise CppCompileError(
             f"C++ compilation failed (exit {proc.returncode}); source kept at {cpp}\n"
             f"command: {' '.join(cmd)}\n{err}", source_path=cpp, stderr=err)
-    os.replace(tmp, so)
+    try:
+        disk_cache.seal_file(tmp)
+        os.replace(tmp, so)
+    except BaseException:
+        _unlink(tmp)
+        raise
+    disk_cache.stored(so.stat().st_size)
     with _lock:
         build_stats.compiled += 1
         build_stats.compile_seconds += elapsed
@@ -247,33 +276,74 @@ def _compile(source: str, so: pathlib.Path, flags: list[str], compiler: str) -> 
     return so
 
 
+def _whole(so: pathlib.Path) -> bool:
+    """``so`` is in the cache and whole; a damaged one is deleted (and said)."""
+    try:
+        disk_cache.check_sealed_file(so)
+    except FileNotFoundError:
+        return False
+    except (OSError, disk_cache.DamagedEntry) as e:
+        disk_cache.discard(so, e)
+        return False
+    disk_cache.touch(so)
+    return True
+
+
 def compile_cpp(source: str, *, extra_flags: Sequence[str] = ()) -> pathlib.Path:
-    """Path of the shared library for ``source``; runs the compiler only on a cache miss."""
+    """Path of the shared library for ``source`` (checked whole); runs the compiler only on a
+    cache miss."""
     so, flags, compiler = _so_path(source, extra_flags)
-    if so.exists():
+    if _whole(so):
         with _lock:
             build_stats.cache_hits += 1
         return so
     return _compile(source, so, flags, compiler)
 
 
-def _load(so: pathlib.Path) -> ctypes.CDLL:
+def _load(so: pathlib.Path, key: pathlib.Path | None = None) -> ctypes.CDLL:
+    """Load the (checked) library ``so``, memoized under ``key`` (default: ``so``)."""
+    key = key or so
+    with _lock:
+        lib = _loaded.get(key)
+        if lib is None:
+            lib = ctypes.CDLL(str(so))
+            finalizer = weakref.finalize(lib, _ctypes.dlclose, lib._handle)
+            finalizer.atexit = False      # nothing to gain from unloading at exit
+            _loaded[key] = lib
+    return lib
+
+
+def _load_checked(source: str, so: pathlib.Path, flags: list[str], compiler: str,
+                  whole: bool | None = None) -> ctypes.CDLL:
+    """Load the library of ``source`` at ``so``, compiling it again when it is damaged or
+    fails to load (deleted first: never rewritten in place, another process may map it).
+    ``whole``: ``_whole(so)`` when the caller knows it."""
     with _lock:
         lib = _loaded.get(so)
-        if lib is None:
-            lib = _loaded[so] = ctypes.CDLL(str(so))
-    return lib
+    if lib is not None:
+        return lib
+    if not (_whole(so) if whole is None else whole):
+        return _load(_compile(source, so, flags, compiler), so)
+    try:
+        return _load(so)
+    except OSError as e:        # whole but not loadable (written by another compiler...)
+        disk_cache.discard(so, e)
+        return _load(_compile(source, so, flags, compiler), so)
 
 
 def load_cpp(source: str, *, extra_flags: Sequence[str] = ()) -> ctypes.CDLL:
     """Compile (or find in the cache) and load ``source``; memoized in this process."""
-    so, _, _ = _so_path(source, extra_flags)
+    so, flags, compiler = _so_path(source, extra_flags)
     with _lock:
         lib = _loaded.get(so)
         if lib is not None:
             build_stats.memo_hits += 1
             return lib
-    return _load(compile_cpp(source, extra_flags=extra_flags))
+    whole = _whole(so)
+    if whole:
+        with _lock:
+            build_stats.cache_hits += 1
+    return _load_checked(source, so, flags, compiler, whole)
 
 
 def compile_many(sources: Sequence[str], *, extra_flags: Sequence[str] = ()
@@ -284,21 +354,26 @@ def compile_many(sources: Sequence[str], *, extra_flags: Sequence[str] = ()
     source's :class:`CppCompileError` is raised."""
     paths = [_so_path(src, extra_flags) for src in sources]
     todo: dict[pathlib.Path, tuple[str, list[str], str]] = {}   # deduplicated misses, in order
+    held = []       # libraries already loaded, kept alive until they are returned
+    whole = set()   # found whole in the cache
     for src, (so, flags, compiler) in zip(sources, paths):
         with _lock:
-            memo = so in _loaded
-        if memo:
+            lib = _loaded.get(so)
+        if lib is not None:
+            held.append(lib)
             continue
-        if so.exists():
+        if so in whole or _whole(so):
+            whole.add(so)
             with _lock:
                 build_stats.cache_hits += 1
             continue
         todo.setdefault(so, (src, flags, compiler))
     errors: dict[pathlib.Path, BaseException] = {}
+    built: dict[pathlib.Path, pathlib.Path] = {}     # where each was built (cache or scratch)
     if len(todo) == 1:
         (so, args), = todo.items()
         try:
-            _compile(args[0], so, args[1], args[2])
+            built[so] = _compile(args[0], so, args[1], args[2])
         except CppCompileError as e:
             errors[so] = e
     elif todo:
@@ -312,16 +387,22 @@ def compile_many(sources: Sequence[str], *, extra_flags: Sequence[str] = ()
                 exc = fut.exception()
                 if exc is not None:
                     errors[so] = exc
+                else:
+                    built[so] = fut.result()
     for so, _, _ in paths:
         if so in errors:
             raise errors[so]
     libs = []
-    for so, _, _ in paths:
+    for src, (so, flags, compiler) in zip(sources, paths):
         with _lock:
             lib = _loaded.get(so)
             if lib is not None:
                 build_stats.memo_hits += 1
-        libs.append(lib if lib is not None else _load(so))
+        if lib is None:
+            lib = _load(built[so], so) if so in built else \
+                _load_checked(src, so, flags, compiler, so in whole)
+        libs.append(lib)
+    del held
     return libs
 
 

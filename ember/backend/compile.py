@@ -34,6 +34,7 @@ from ember.backend.templates import fuse_matmul_epilogues
 
 
 generated_sources: list[str] = []   # wrapper and kernel sources, for tests and tools
+_GENERATED_SOURCES_KEPT = 1000      # the latest ones (bounded memory); ember.reset() clears
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: bool = False,
@@ -91,7 +92,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         gm, example_inputs, options, device)
     artifact = graph_cache.load(cache_key) if cache_key else None
     if artifact is not None:
-        compiled = instantiate(artifact, target)
+        try:
+            compiled = instantiate(artifact, target)
+        except Exception as e:     # noqa: BLE001 (an entry that does not load: compiled again)
+            graph_cache.discard(cache_key, e)
+            artifact = None
+    if artifact is not None:
         logs.log("output_code", "graph cache hit: %d kernels loaded in %.3f s",
                  len(artifact.kernels), time.perf_counter() - start)
         return _finish(compiled, gm, example_inputs, cudagraphs, device)
@@ -281,6 +287,7 @@ def instantiate(artifact: CompiledArtifact, target: Target) -> Callable:
         logs.dump(folder, "kernels" + target.source_suffix, kernel_source)
     generated_sources.append(src)
     generated_sources.extend(k.source for k in artifact.kernels)
+    del generated_sources[:-_GENERATED_SOURCES_KEPT]
     call = namespace["call"]
     compiled = lambda *args: call(list(args))  # noqa: E731
     # ``call_boxed(inputs)`` empties the list it is given: an input the caller no longer

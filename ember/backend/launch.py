@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import threading
 import time
 
@@ -139,6 +140,9 @@ class TritonLauncher:
         candidates, self.candidates = self.candidates, []
         path = _autotune_path(self.key)
         best = _read_json(path)
+        if best is not None and best not in candidates:    # damaged, or another candidate set
+            _discard(path, "not one of the kernel's configs")
+            best = None
         if best is None:
             configs = {str(config): config for config in candidates}
 
@@ -258,7 +262,10 @@ class MatmulChoice:
         if self.interpret:
             return self.templates[0]
         path = _autotune_path(self.key)
-        best = (_read_json(path) or {}).get("way")
+        stored = _read_json(path)
+        best = stored.get("way") if isinstance(stored, dict) else None
+        if stored is not None and best not in ways:
+            _discard(path, "not one of the matmul's ways")
         if best not in ways:
             timings = _time_ways({name: functools.partial(way, *args)
                                   for name, way in ways.items()}, args, self.written, False)
@@ -293,8 +300,17 @@ def _launch_constants(recorded: tuple, grid: tuple, values: tuple):
 
 
 def _autotune_path(key: str):
-    from ember.backend.build import cache_dir
+    from ember.backend.disk_cache import cache_dir
     return cache_dir() / "autotune" / f"{key}.json"
+
+
+_KEY = re.compile(r"[0-9A-Za-z_-]{1,128}")
+
+
+def _is_key_index(value) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) and _KEY.fullmatch(v)
+        for k, v in value.items())
 
 
 _POOL_MIN_KERNELS = 4          # fewer new kernels compile in this process
@@ -349,6 +365,9 @@ def precompile(launchers: dict, example_args: dict, module_path: str,
     arch = major * 10 + minor
     index_path = module_path[:-3] + ".compiled.json"
     known = {} if fresh else _read_json(index_path) or {}
+    if not _is_key_index(known):     # the keys name folders of Triton's cache: checked
+        _discard(index_path, "not a map of Triton cache keys")
+        known = {}
     keys = {}
     if fresh and len(items) >= _POOL_MIN_KERNELS:
         driver = threading.Thread(target=_prepare_driver, daemon=True)
@@ -456,17 +475,38 @@ def _triton_env() -> str:
 
 
 def _read_json(path):
+    """The JSON value kept at ``path``; None when there is none, or it is damaged (then
+    deleted, and said)."""
     try:
-        return json.loads(pathlib.Path(path).read_text())
-    except (OSError, ValueError):
+        text = pathlib.Path(path).read_bytes()
+    except FileNotFoundError:
         return None
+    except OSError as e:
+        _discard(path, e)
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as e:       # truncated, garbage
+        _discard(path, e)
+        return None
+    from ember.backend import disk_cache
+    disk_cache.touch(path)
+    return value
+
+
+def _discard(path, reason) -> None:
+    from ember.backend import disk_cache
+    disk_cache.discard(path, reason)
 
 
 def _write_json(path, value) -> None:
-    from ember.backend.build import atomic_write
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, json.dumps(value))
+    """Keep ``value`` at ``path``; a failure to write turns the cache off (warned once)."""
+    from ember.backend import disk_cache
+    try:
+        disk_cache.atomic_write(pathlib.Path(path), json.dumps(value))
+    except OSError as e:
+        if disk_cache.in_cache(pathlib.Path(path)):
+            disk_cache.failed(e, "storing a kernel choice")
 
 
 def _compile_in_workers(items, module_path: str, arch: int) -> dict[str, str]:
