@@ -373,6 +373,60 @@ def initialize_lazy_module(tx, mod, args, kwargs) -> None:
                 from None
 
 
+class CompiledModuleVariable(NNModuleVariable):
+    """``ember.compile(module)`` (an OptimizedModule) reached from compiled code. It is its
+    own type to ``type()``/``isinstance``/``__class__``, as in eager; everything else (its
+    attributes, calls, iteration over the tree) is the original module's, which the
+    wrapper forwards to (``inner``, read through ``_orig_mod``)."""
+
+    def __init__(self, inner: NNModuleVariable, wrapper: torch.nn.Module, source=None):
+        super().__init__(inner.value, source)
+        self.inner = inner
+        self.wrapper = wrapper
+
+    def python_type(self):
+        return type(self.wrapper)
+
+    def truthy(self, tx):
+        return True         # the wrapper has no __len__
+
+    def var_getattr(self, tx, name):
+        override = tx.output.side_effects.pending_attr(self, name)
+        if override is not None:
+            return override
+        if name == "__class__":
+            return tx.wrap(type(self.wrapper), None)
+        if name == "_orig_mod":
+            return self.inner
+        return self.inner.var_getattr(tx, name)
+
+    def call_function(self, tx, args, kwargs):
+        return self.inner.call_function(tx, args, kwargs)
+
+    def module_call(self, tx, args, kwargs):
+        return self.inner.module_call(tx, args, kwargs)
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in ("__len__", "__iter__", "__getitem__", "__contains__"):
+            raise Unsupported(f"{name} of a compiled module (the wrapper has none)")
+        return self.inner.call_method(tx, name, args, kwargs)
+
+    def children(self, tx):
+        return self.inner.children(tx)
+
+    def unpack(self, tx):
+        raise Unsupported("iterating over a compiled module (the wrapper is not iterable)")
+
+    def guard_keys(self, tx, dict_names=("_parameters", "_buffers", "_modules")) -> None:
+        self.inner.guard_keys(tx, dict_names)
+
+    def rebuild(self, cg):
+        return cg.const(self.wrapper)
+
+    def __repr__(self):
+        return f"CompiledModuleVariable({type(self.value).__name__})"
+
+
 class NewModuleVariable(NNModuleVariable):
     """An ``nn.Module`` built by the frame (``nn.Softmax(dim=1)(x)``, a small user module).
     It is made once, at capture: built for real when torch defines it, else made empty and

@@ -373,6 +373,17 @@ class UserDefinedClassVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.value, name))
+        meta = type(self.value)
+        meta_attr = _static_lookup(meta, name)
+        if meta.__getattribute__ is type.__getattribute__ and meta_attr is not _MISSING and \
+                _is_data_descriptor(meta_attr) and not isinstance(meta_attr, property):
+            # what ``type`` itself answers first: __class__, __mro__, __bases__, __dict__...
+            try:
+                value = getattr(self.value, name)
+            except AttributeError as e:
+                raise ObservedException(AttributeError, [ConstantVariable(str(e))],
+                                        str(e)) from None
+            return tx.wrap(value, None)
         attr = _static_lookup(self.value, name)
         if isinstance(attr, classmethod):
             return UserMethodVariable(tx.wrap(attr.__func__, None), self)
@@ -398,6 +409,7 @@ class UserDefinedClassVariable(VariableTracker):
             bound = bind_args(code, cls.__name__, [self, *args], kwargs, defaults, None)
             return NamedTupleVariable([bound[f] for f in cls._fields], cls)
         if issubclass(cls, torch.nn.Module):
+            from ember.frontend.variables.modules import create_module
             return create_module(tx, cls, args, kwargs)
         from ember.frontend.variables.containers import is_plain_dict_subclass
         if is_plain_dict_subclass(cls):
@@ -473,6 +485,8 @@ class SuperVariable(VariableTracker):
         self.obj = obj
 
     def var_getattr(self, tx, name):
+        from ember.frontend.variables.modules import (_MODULE_CALLS, ModuleCallVariable,
+                                                      NewModuleVariable, NNModuleVariable)
         obj_type = self.obj.python_type()
         if isinstance(self.obj, UserDefinedClassVariable):
             obj_type = self.obj.value
@@ -882,7 +896,15 @@ class DataclassDictVariable(VariableTracker):
         return [ConstantVariable(k) for k in self.present()]
 
 
-# nn.Module handling lives in modules.py (it builds on the helpers above)
-from ember.frontend.variables.modules import (  # noqa: E402,F401
-    _MODULE_CALLS, ModuleCallVariable, NewModuleVariable,
-    NNModuleVariable, create_module, real_module_argument)
+
+_MODULE_NAMES = {"NNModuleVariable", "NewModuleVariable", "CompiledModuleVariable",
+                 "ModuleCallVariable", "create_module", "real_module_argument"}
+
+
+def __getattr__(name):
+    # nn.Module handling lives in modules.py (built on the helpers above); its trackers are
+    # also reachable from here, loaded on first use so either module may be imported first
+    if name in _MODULE_NAMES:
+        from ember.frontend.variables import modules
+        return getattr(modules, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
