@@ -76,3 +76,23 @@ def test_lazy_module_called_from_compiled_function():
     torch.manual_seed(7)
     torch.testing.assert_close(got, ref(x).sigmoid())
     torch.testing.assert_close(fn(x), ref(x).sigmoid())
+
+
+def test_next_parameter_reads_only_what_it_takes():
+    from ember.testing import CompileCounter
+
+    class Deep(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.Sequential(*[torch.nn.Linear(3, 3) for _ in range(20)])
+
+        def forward(self, x):
+            return x.to(next(self.parameters()).dtype) * 2
+    m = Deep()
+    counter = CompileCounter()
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(m, backend=counter, fullgraph=True)(x), m(x))
+    placeholders = [n for n in counter.graphs[0].graph.nodes if n.op == "placeholder"]
+    assert len(placeholders) <= 2      # x (and the first weight), not all 40 parameters
+    m.layers[0].register_parameter("weight", None)      # now the first is layers.0.bias
+    torch.testing.assert_close(ember.compile(m, backend="eager")(x), m(x))

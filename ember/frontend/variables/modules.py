@@ -19,6 +19,7 @@ from ember.frontend import guards
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.source import AttrSource, ModuleDictSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.containers import ListIteratorVariable
 from ember.frontend.variables.functions import UserFunctionVariable
 from ember.frontend.variables.objects import (_MISSING, _is_data_descriptor, _static_lookup,
                                               class_attribute)
@@ -239,15 +240,16 @@ class NNModuleVariable(VariableTracker):
             return TupleVariable([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
         if name in ("children", "named_children", "modules", "named_modules", "parameters",
                     "named_parameters", "buffers", "named_buffers"):
-            return ModuleIteratorVariable(self._walk(tx, name, args, kwargs))
+            return self._walk(tx, name, args, kwargs)
         if name == "__call__":
             return self.call_function(tx, args, kwargs)
         return super().call_method(tx, name, args, kwargs)
 
-    def _walk(self, tx, name, args, kwargs) -> list[VariableTracker]:
-        """The items of ``module.<name>(...)`` (``parameters``, ``named_modules``...), from
-        the real module tree, with the keys of every dict walked guarded: a parameter or
-        submodule added, removed or re-registered later changes the items or their order."""
+    def _walk(self, tx, name, args, kwargs) -> "ModuleIteratorVariable":
+        """``module.<name>(...)`` (``parameters``, ``named_modules``...): the real module
+        tree's items, with the keys of the dicts walked guarded as items are taken: a
+        parameter or submodule added, removed or re-registered later changes the items or
+        their order."""
         from ember.frontend.variables.containers import TupleVariable
         try:
             const_args = [a.as_python_constant() for a in args]
@@ -274,20 +276,31 @@ class NNModuleVariable(VariableTracker):
             bound["prefix"] = ""
         pairs = list(getattr(self.value, base)(**bound))
         recurse = kind == "modules" or (kind != "children" and bound.get("recurse", True))
-        walked = self.value.named_modules() if recurse else [("", self.value)]
-        for path, sub in walked:
-            tx.wrap(sub, self._module_source(path)).guard_keys(tx, dicts)
-        out = []
+        walked = list(self.value.named_modules()) if recurse else [("", self.value)]
+        position = {path: i for i, (path, _) in enumerate(walked)}
+        guarded = [0]
+
+        def guard_through(n: int | None) -> None:
+            n = len(walked) if n is None else n
+            for path, sub in walked[guarded[0]:n]:
+                tx.wrap(sub, self._module_source(path)).guard_keys(tx, dicts)
+            guarded[0] = max(guarded[0], n)
+        out, owners = [], []
         for key, value in pairs:
             if kind in ("modules", "children"):
-                vt = tx.wrap(value, self._module_source(key))
+                src = self._module_source(key)
+                owner = position.get(key, len(walked) - 1) if kind == "modules" else 0
             else:
-                vt = tx.wrap(value, self._path_source(tx, key, dicts[0]))
-            if named:
-                full = prefix + ("." if prefix and key else "") + key
-                vt = TupleVariable([ConstantVariable(full), vt])
-            out.append(vt)
-        return out
+                src = self._path_source(tx, key, dicts[0])
+                owner = position.get(key.rpartition(".")[0], len(walked) - 1)
+            full = prefix + ("." if prefix and key else "") + key if named else None
+
+            def read(value=value, src=src, full=full):
+                vt = tx.wrap(value, src)
+                return vt if full is None else TupleVariable([ConstantVariable(full), vt])
+            out.append(read)
+            owners.append(owner)
+        return ModuleIteratorVariable(out, owners, guard_through)
 
     def _module_source(self, dotted: str):
         src = self.source
@@ -327,19 +340,46 @@ class ModuleCallVariable(VariableTracker):
         return self.module.module_call(tx, args, kwargs)
 
 
-def _module_iterator_type():
-    from ember.frontend.variables.containers import ListIteratorVariable
+class ModuleIteratorVariable(ListIteratorVariable):
+    """``module.parameters()``, ``named_buffers()``, ``children()``...: a generator in
+    eager, so ``next(...)`` works on it. Its items are the module tree's at capture, each
+    read (made a graph input, guarded) when it is taken, and the dicts that decide the items
+    taken so far are guarded then too (``guard_through(n)`` guards the walk's first n
+    modules): ``next(self.parameters())`` on a large model reads one parameter and guards a
+    few dicts, not the whole tree."""
 
-    class ModuleIteratorVariable(ListIteratorVariable):
-        """``module.parameters()``, ``named_buffers()``, ``children()``...: a generator in
-        eager, so ``next(...)`` works on it; its items are the module tree's at capture."""
+    def __init__(self, thunks: list, owners: list[int], guard_through):
+        super().__init__(thunks)
+        self.owners = owners            # item i comes from the walk's module owners[i]
+        self.guard_through = guard_through
 
-        def python_type(self):
-            return types.GeneratorType
-    return ModuleIteratorVariable
+    def python_type(self):
+        return types.GeneratorType
 
+    def _take(self, upto: int) -> None:
+        """Items before ``upto`` are taken (past the end: the walk was seen to end)."""
+        for i in range(min(upto, len(self.items))):
+            if not isinstance(self.items[i], VariableTracker):
+                self.items[i] = self.items[i]()
+        if upto > len(self.items):
+            self.guard_through(None)
+        elif upto > 0:
+            self.guard_through(self.owners[upto - 1] + 1)
 
-ModuleIteratorVariable = _module_iterator_type()
+    def next(self, tx):
+        if self.index >= len(self.items):
+            self._take(len(self.items) + 1)
+            return None
+        self._take(self.index + 1)
+        return super().next(tx)
+
+    def unpack(self, tx):
+        self._take(len(self.items) + 1)
+        return super().unpack(tx)
+
+    def rebuild(self, cg):
+        self._take(len(self.items) + 1)
+        return super().rebuild(cg)
 
 
 def initialize_lazy_module(tx, mod, args, kwargs) -> None:
