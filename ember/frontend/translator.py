@@ -867,7 +867,9 @@ def _unpack_ex(tx, inst):
 
 @handler("GET_ITER")
 def _get_iter(tx, inst):
-    tx.push(tx.get_iter(tx.pop()))
+    vt = tx.pop()
+    loop_iterator = getattr(vt, "loop_iterator", None)     # a module's generators
+    tx.push(loop_iterator(tx) if loop_iterator is not None else tx.get_iter(vt))
 
 
 @handler("FOR_ITER")

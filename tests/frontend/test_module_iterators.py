@@ -96,3 +96,35 @@ def test_next_parameter_reads_only_what_it_takes():
     assert len(placeholders) <= 2      # x (and the first weight), not all 40 parameters
     m.layers[0].register_parameter("weight", None)      # now the first is layers.0.bias
     torch.testing.assert_close(ember.compile(m, backend="eager")(x), m(x))
+
+
+def _graph_break():
+    print("", end="")
+
+
+@pytest.mark.parametrize("pattern", ["loop", "next_then_loop", "loop_break_then_next"])
+def test_graph_break_while_walking_the_tree(pattern):
+    class Net(Holder):
+        def forward(self, x):
+            if pattern == "loop":
+                for name, p in self.named_parameters():
+                    _graph_break()
+                    x = x + p.sum() * len(name)
+                return x
+            it = self.parameters()
+            x = x + next(it).sum()
+            for p in it:
+                _graph_break()
+                x = x * 2 + p.sum()
+                if pattern == "loop_break_then_next":
+                    break
+            return x + next(it, torch.zeros(())).sum() + next(iter(self.buffers())).sum()
+    from ember import metrics
+    m = Net()
+    x = torch.randn(3)
+    compiled = ember.compile(m, backend="eager")
+    eager_frames = metrics.counters["frontend"]["frames_eager"]
+    for _ in range(2):
+        torch.testing.assert_close(compiled(x), m(x))
+    if pattern == "loop":    # the loop's resume functions are compiled too
+        assert metrics.counters["frontend"]["frames_eager"] == eager_frames

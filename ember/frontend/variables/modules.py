@@ -377,9 +377,23 @@ class ModuleIteratorVariable(ListIteratorVariable):
         self._take(len(self.items) + 1)
         return super().unpack(tx)
 
+    def loop_iterator(self, tx) -> ListIteratorVariable:
+        """``for p in module.parameters()``: when no name holds the generator, the loop
+        takes all its items as a plain iterator, which a graph break in the loop passes on
+        by its items (the resume function is compiled too); a generator a name holds keeps
+        its identity (the name sees how far the loop took it)."""
+        frame = tx
+        while frame is not None:
+            if any(v is self for v in (*frame.symbolic_locals.values(), *frame.stack)):
+                return self
+            frame = frame.parent
+        return ListIteratorVariable(self.unpack(tx))
+
     def rebuild(self, cg):
+        # a graph break passes it on as one list iterator (built once: the stack and the
+        # locals naming it share it), not by its items as a for loop's own iterator
         self._take(len(self.items) + 1)
-        return super().rebuild(cg)
+        return cg.temp(self, f"iter([{cg.items(self.items[self.index:])}])")
 
 
 def initialize_lazy_module(tx, mod, args, kwargs) -> None:
