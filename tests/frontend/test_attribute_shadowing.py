@@ -108,3 +108,26 @@ def test_module_method_shadowed_by_instance_attribute_later():
     torch.testing.assert_close(compiled(x), m(x))
     del m.__dict__["helper"]
     torch.testing.assert_close(compiled(x), m(x))
+
+
+class OwnGetattr(torch.nn.Module):
+    """A class ``__getattr__``: called (instead of nn.Module's) when normal lookup fails."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+        self.register_buffer("offset", torch.ones(3))
+
+    def __getattr__(self, name):
+        if name.startswith("scaled_"):
+            return 10.0
+        return super().__getattr__(name)
+
+    def forward(self, x):
+        return self.lin(x) * self.scaled_x + self.offset + getattr(self, "missing", 2.0)
+
+
+def test_module_own_getattr_is_called():
+    m = OwnGetattr()
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(ember.compile(m, backend="eager", fullgraph=True)(x), m(x))

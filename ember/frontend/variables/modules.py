@@ -24,6 +24,7 @@ from ember.frontend.variables.functions import UserFunctionVariable
 from ember.frontend.variables.objects import (_MISSING, _is_data_descriptor, _static_lookup,
                                               class_attribute)
 
+_MODULE_GETATTR = torch.nn.Module.__dict__["__getattr__"]
 _MODULE_METHODS = {"parameters", "named_parameters", "buffers", "named_buffers", "children",
                    "named_children", "modules", "named_modules"}
 _CONTAINER_METHODS = {"keys", "values", "items", "__len__", "__iter__", "__getitem__",
@@ -81,6 +82,17 @@ class NNModuleVariable(VariableTracker):
                 from ember.frontend.variables.functions import BoundMethodVariable
                 return BoundMethodVariable(self, name)
             return class_attribute(tx, cls, name, self, self.source)
+        getattr_fn = _static_lookup(cls, "__getattr__")
+        if getattr_fn is not _MODULE_GETATTR:    # the class's own, called as Python would
+            if not isinstance(getattr_fn, types.FunctionType):
+                raise Unsupported(f"{cls.__name__}.__getattr__ is not a Python function")
+            return UserFunctionVariable(getattr_fn).call_function(
+                tx, [self, ConstantVariable(name)], {})
+        return self.module_getattr(tx, name)
+
+    def module_getattr(self, tx, name):
+        """``nn.Module.__getattr__``: a parameter, buffer or submodule, else AttributeError."""
+        mod, d = self.value, self.value.__dict__
         for dict_name in ("_parameters", "_buffers", "_modules"):
             table = d.get(dict_name)
             if table is not None and name in table:
@@ -90,7 +102,7 @@ class NNModuleVariable(VariableTracker):
                 return tx.wrap(value, self._child_source(dict_name, name))
         if self.source is not None:   # it may have it on a later call (set on first use)
             tx.output.guards.add(guards.hasattr_match(self.source, name, False))
-        message = f"{cls.__name__!r} object has no attribute {name!r}"
+        message = f"{type(mod).__name__!r} object has no attribute {name!r}"
         raise ObservedException(AttributeError, [ConstantVariable(message)], message)
 
     def guard_keys(self, tx, dict_names=("_parameters", "_buffers", "_modules")) -> None:
@@ -320,6 +332,26 @@ class NNModuleVariable(VariableTracker):
 
     def __repr__(self):
         return f"NNModuleVariable({type(self.value).__name__})"
+
+
+class ModuleGetattrVariable(VariableTracker):
+    """``nn.Module.__getattr__`` bound to a module (``super().__getattr__(name)`` in a class
+    that overrides ``__getattr__``): its parameters, buffers and submodules."""
+
+    def __init__(self, module: NNModuleVariable):
+        super().__init__()
+        self.module = module
+
+    def python_type(self):
+        return types.MethodType
+
+    def truthy(self, tx):
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        if len(args) != 1 or kwargs or not args[0].is_python_constant():
+            raise Unsupported("nn.Module.__getattr__ with a non-constant name")
+        return self.module.module_getattr(tx, args[0].as_python_constant())
 
 
 class ModuleCallVariable(VariableTracker):

@@ -485,7 +485,9 @@ class SuperVariable(VariableTracker):
         self.obj = obj
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.modules import (_MODULE_CALLS, ModuleCallVariable,
+        from ember.frontend.variables.modules import (_MODULE_CALLS, _MODULE_GETATTR,
+                                                      ModuleCallVariable,
+                                                      ModuleGetattrVariable,
                                                       NewModuleVariable, NNModuleVariable)
         obj_type = self.obj.python_type()
         if isinstance(self.obj, UserDefinedClassVariable):
@@ -502,6 +504,8 @@ class SuperVariable(VariableTracker):
                     return _NoOpVariable()   # create_module already ran it for real
                 if attr in _MODULE_CALLS and isinstance(self.obj, NNModuleVariable):
                     return ModuleCallVariable(self.obj)   # hooks and forward
+                if attr is _MODULE_GETATTR and isinstance(self.obj, NNModuleVariable):
+                    return ModuleGetattrVariable(self.obj)
                 if isinstance(attr, types.FunctionType):
                     return UserMethodVariable(UserFunctionVariable(attr), self.obj)
                 if isinstance(attr, classmethod):
