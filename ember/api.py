@@ -242,6 +242,9 @@ def _on_cuda(mod: torch.nn.Module) -> bool:
     return first is not None and first.is_cuda
 
 
+_MODULE_CALL = torch.nn.Module.__call__
+
+
 class OptimizedModule(torch.nn.Module):
     """A compiled ``nn.Module``: every attribute, parameter and method is the original's.
 
@@ -265,10 +268,10 @@ class OptimizedModule(torch.nn.Module):
 
     def __call__(self, *args, **kwargs):
         call = type(self._orig_mod).__call__
-        if call is not torch.nn.Module.__call__:   # the class's own __call__, compiled
+        if call is not _MODULE_CALL:   # the class's own __call__ runs, compiled, as in eager
             return self._compiled_forward._callees.call(
                 types.MethodType(call, self._orig_mod), *args, **kwargs)
-        return super().__call__(*args, **kwargs)
+        return _MODULE_CALL(self, *args, **kwargs)
 
     def forward(self, *args, **kwargs):
         orig = self._orig_mod
