@@ -177,3 +177,35 @@ def test_custom_call_through_a_graph_break():
     m = Outer(Breaking())
     x = torch.randn(3)
     torch.testing.assert_close(ember.compile(m, backend="eager")(x), m(x))
+
+
+class Containers(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.extra = torch.nn.ModuleList()
+        self.named = torch.nn.ModuleDict({"a": torch.nn.Identity()})
+        self.params = torch.nn.ParameterDict({"p": torch.nn.Parameter(torch.ones(3))})
+
+    def forward(self, x):
+        if self.extra:
+            x = x + 1
+        x = x * (len(self.extra) + len(self.named) + len(self.params) + 1)
+        if "b" in self.named:
+            x = x - 3
+        for key in self.params:
+            x = x + self.params[key]
+        return x
+
+
+@pytest.mark.parametrize("change", [
+    lambda m: m.extra.append(torch.nn.Identity()),
+    lambda m: m.named.update({"b": torch.nn.Identity()}),
+    lambda m: m.params.update({"q": torch.nn.Parameter(torch.ones(3) * 5)}),
+], ids=["module_list_append", "module_dict_add", "parameter_dict_add"])
+def test_container_length_and_keys_after_compiling(change):
+    m = Containers()
+    x = torch.randn(3)
+    compiled = ember.compile(m, backend="eager")
+    torch.testing.assert_close(compiled(x), m(x))
+    change(m)
+    torch.testing.assert_close(compiled(x), m(x))

@@ -37,6 +37,11 @@ _MODULE_CALLS = tuple(torch.nn.Module.__dict__[n] for n in ("__call__", "_call_i
                       if n in torch.nn.Module.__dict__)
 
 
+def is_module_call(fn) -> bool:
+    """``fn`` is nn.Module's own call (by identity: a class attribute may be anything)."""
+    return any(fn is call for call in _MODULE_CALLS)
+
+
 class NNModuleVariable(VariableTracker):
     """An ``nn.Module`` that exists outside the frame (guarded by identity)."""
 
@@ -49,8 +54,19 @@ class NNModuleVariable(VariableTracker):
 
     def truthy(self, tx):
         if hasattr(type(self.value), "__len__"):
-            return len(self.value) > 0
+            return self.call_method(tx, "__len__", [], {}).as_python_constant() > 0
         return True
+
+    def _guard_length(self, tx) -> None:
+        """A container's length and keys are its dict's (``_modules``, ``_parameters``,
+        ParameterDict's ``_keys``): guarded, a module appended later changes them."""
+        mod = self.value
+        if isinstance(mod, torch.nn.ParameterDict):
+            self.guard_keys(tx, ("_keys",))
+        elif isinstance(mod, torch.nn.ParameterList):
+            self.guard_keys(tx, ("_parameters",))
+        else:
+            self.guard_keys(tx, ("_modules",))
 
     def _child_source(self, dict_name, name):
         return ModuleDictSource(self.source, dict_name, name) if self.source else None
@@ -75,7 +91,7 @@ class NNModuleVariable(VariableTracker):
         if desc is not _MISSING:
             if self.source is not None:   # an instance attribute set later would shadow it
                 tx.output.guards.add(guards.not_in_instance_dict(self.source, name))
-            if desc in _MODULE_CALLS:
+            if is_module_call(desc):
                 return ModuleCallVariable(self)
             if (name in _MODULE_METHODS and desc is torch.nn.Module.__dict__[name]) or (
                     name in _CONTAINER_METHODS and isinstance(mod, _CONTAINERS)):
@@ -123,6 +139,8 @@ class NNModuleVariable(VariableTracker):
 
     def unpack(self, tx):
         mod = self.value
+        if isinstance(mod, _CONTAINERS):
+            self._guard_length(tx)
         if isinstance(mod, torch.nn.ModuleDict):
             return [ConstantVariable(k) for k in mod._modules]
         if isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList)):
@@ -139,7 +157,7 @@ class NNModuleVariable(VariableTracker):
         """``module(*args)``: ``type(module).__call__``, which is nn.Module's (hooks around
         ``forward``) unless the class overrides it."""
         call = _static_lookup(type(self.value), "__call__")
-        if call not in _MODULE_CALLS:
+        if not is_module_call(call):
             if not isinstance(call, types.FunctionType):
                 raise Unsupported(f"{type(self.value).__name__}.__call__ is not a Python "
                                   f"function")
@@ -219,11 +237,16 @@ class NNModuleVariable(VariableTracker):
         from ember.frontend.variables.containers import TupleVariable
         mod = self.value
         if name == "__len__":
+            if isinstance(mod, _CONTAINERS):
+                self._guard_length(tx)
+            elif _static_lookup(type(mod), "__len__") is not _MISSING:
+                return super().call_method(tx, name, args, kwargs)    # the class's own
             return ConstantVariable(len(mod))
         if name == "__iter__":
             from ember.frontend.variables.containers import ListIteratorVariable
             return ListIteratorVariable(self.unpack(tx))
         if name == "__contains__" and isinstance(mod, torch.nn.ModuleDict):
+            self._guard_length(tx)
             return ConstantVariable(args[0].as_python_constant() in mod._modules)
         if name == "__getitem__" and isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList,
                                                       torch.nn.ModuleDict,

@@ -485,10 +485,10 @@ class SuperVariable(VariableTracker):
         self.obj = obj
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.modules import (_MODULE_CALLS, _MODULE_GETATTR,
-                                                      ModuleCallVariable,
+        from ember.frontend.variables.modules import (_MODULE_GETATTR, ModuleCallVariable,
                                                       ModuleGetattrVariable,
-                                                      NewModuleVariable, NNModuleVariable)
+                                                      NewModuleVariable, NNModuleVariable,
+                                                      is_module_call)
         obj_type = self.obj.python_type()
         if isinstance(self.obj, UserDefinedClassVariable):
             obj_type = self.obj.value
@@ -502,7 +502,7 @@ class SuperVariable(VariableTracker):
                 if klass is torch.nn.Module and name == "__init__" and \
                         isinstance(self.obj, NewModuleVariable):
                     return _NoOpVariable()   # create_module already ran it for real
-                if attr in _MODULE_CALLS and isinstance(self.obj, NNModuleVariable):
+                if is_module_call(attr) and isinstance(self.obj, NNModuleVariable):
                     return ModuleCallVariable(self.obj)   # hooks and forward
                 if attr is _MODULE_GETATTR and isinstance(self.obj, NNModuleVariable):
                     return ModuleGetattrVariable(self.obj)
