@@ -103,3 +103,12 @@ def test_compiled_submodule_type():
     m = Outer()
     x = torch.randn(2, 3)
     torch.testing.assert_close(ember.compile(m, backend="eager", fullgraph=True)(x), m(x))
+
+
+def test_compiled_module_name_and_attributes():
+    cm = ember.compile(torch.nn.Linear(3, 3), backend="eager")
+
+    def fn(x):
+        return (cm._get_name(), cm._orig_mod._get_name(), cm.in_features,
+                hasattr(cm, "_compiled_forward")), x + 1
+    _check(fn, torch.randn(3))

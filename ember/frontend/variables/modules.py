@@ -20,7 +20,7 @@ from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.source import AttrSource, ModuleDictSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.containers import ListIteratorVariable
-from ember.frontend.variables.functions import UserFunctionVariable
+from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
 from ember.frontend.variables.objects import (_MISSING, _is_data_descriptor, _static_lookup,
                                               class_attribute)
 
@@ -507,6 +507,11 @@ class CompiledModuleVariable(NNModuleVariable):
             return tx.wrap(type(self.wrapper), None)
         if name == "_orig_mod":
             return self.inner
+        if name in self.wrapper.__dict__:        # the wrapper's own (_compiled_forward)
+            return tx.wrap(self.wrapper.__dict__[name],
+                           AttrSource(self.source, name) if self.source else None)
+        if name == "_get_name":                  # "OptimizedModule[Linear]"
+            return UserMethodVariable(UserFunctionVariable(type(self.wrapper)._get_name), self)
         return self.inner.var_getattr(tx, name)
 
     def call_function(self, tx, args, kwargs):
