@@ -309,7 +309,8 @@ class InstructionTranslator:
         elif isinstance(obj, NNModuleVariable):
             if isinstance(value, TensorVariable) and name in obj.value._parameters:
                 raise Unsupported(f"assigning to parameter {name!r}")
-            self.output.side_effects.store_attr(obj, name, value)
+            # a compiled module's writes go to its original, whose reads see them
+            self.output.side_effects.store_attr(getattr(obj, "inner", obj), name, value)
         else:
             raise Unsupported(f"setting attribute {name!r} on {obj}")
 

@@ -112,3 +112,23 @@ def test_compiled_module_name_and_attributes():
         return (cm._get_name(), cm._orig_mod._get_name(), cm.in_features,
                 hasattr(cm, "_compiled_forward")), x + 1
     _check(fn, torch.randn(3))
+
+
+def test_attribute_written_through_a_compiled_module():
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = 1.0
+
+        def forward(self, x):
+            return x * self.scale
+    eager_m, m = Scaled(), Scaled()
+    cm = ember.compile(m, backend="eager")
+
+    def step(module, x):
+        module.scale = 3.0
+        return module(x) + module.scale
+    x = torch.randn(3)
+    got = ember.compile(lambda x: step(cm, x), backend="eager")(x)
+    torch.testing.assert_close(got, step(eager_m, x))
+    assert m.scale == eager_m.scale

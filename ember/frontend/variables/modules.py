@@ -500,9 +500,6 @@ class CompiledModuleVariable(NNModuleVariable):
         return True         # the wrapper has no __len__
 
     def var_getattr(self, tx, name):
-        override = tx.output.side_effects.pending_attr(self, name)
-        if override is not None:
-            return override
         if name == "__class__":
             return tx.wrap(type(self.wrapper), None)
         if name == "_orig_mod":
