@@ -900,7 +900,6 @@ class DataclassDictVariable(VariableTracker):
         return [ConstantVariable(k) for k in self.present()]
 
 
-
 _MODULE_NAMES = {"NNModuleVariable", "NewModuleVariable", "CompiledModuleVariable",
                  "ModuleCallVariable", "create_module", "real_module_argument"}
 
