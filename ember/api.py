@@ -221,7 +221,8 @@ class _Callees:
             return self.compiled(fn.__func__)(fn.__self__, *args, **kwargs)
         if isinstance(fn, types.FunctionType) and not is_disabled(fn):
             return self.compiled(fn)(*args, **kwargs)
-        if isinstance(fn, torch.nn.Module) and not _has_hooks(fn):
+        if isinstance(fn, torch.nn.Module) and not _has_hooks(fn) and \
+                type(fn).__call__ is torch.nn.Module.__call__:
             forward = type(fn).forward
             if "forward" not in fn.__dict__ and isinstance(forward, types.FunctionType):
                 return self.compiled(forward)(fn, *args, **kwargs)
@@ -241,6 +242,9 @@ def _on_cuda(mod: torch.nn.Module) -> bool:
     return first is not None and first.is_cuda
 
 
+_MODULE_CALL = torch.nn.Module.__call__
+
+
 class OptimizedModule(torch.nn.Module):
     """A compiled ``nn.Module``: every attribute, parameter and method is the original's.
 
@@ -255,13 +259,25 @@ class OptimizedModule(torch.nn.Module):
     def __init__(self, mod: torch.nn.Module, settings: CompileSettings):
         object.__setattr__(self, "_orig_mod", mod)
         object.__setattr__(self, "_compiled_forward", OptimizedFunction(mod.forward, settings))
+        object.__setattr__(self, "_class_forward", type(mod).forward)
         if settings.options and _on_cuda(mod):
             # the kernel compile workers take seconds to start: start them while the first
             # call captures and traces
             from ember.backend.launch import start_compile_workers
             start_compile_workers()
 
+    def __call__(self, *args, **kwargs):
+        call = type(self._orig_mod).__call__
+        if call is not _MODULE_CALL:   # the class's own __call__ runs, compiled, as in eager
+            return self._compiled_forward._callees.call(
+                types.MethodType(call, self._orig_mod), *args, **kwargs)
+        return _MODULE_CALL(self, *args, **kwargs)
+
     def forward(self, *args, **kwargs):
+        orig = self._orig_mod
+        if "forward" in orig.__dict__ or type(orig).forward is not self._class_forward:
+            # a forward assigned after compiling (or at compile time): compiled on its own
+            return self._compiled_forward._callees.call(orig.forward, *args, **kwargs)
         return self._compiled_forward(*args, **kwargs)
 
     def __getattr__(self, name: str):

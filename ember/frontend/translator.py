@@ -309,7 +309,8 @@ class InstructionTranslator:
         elif isinstance(obj, NNModuleVariable):
             if isinstance(value, TensorVariable) and name in obj.value._parameters:
                 raise Unsupported(f"assigning to parameter {name!r}")
-            self.output.side_effects.store_attr(obj, name, value)
+            # a compiled module's writes go to its original, whose reads see them
+            self.output.side_effects.store_attr(getattr(obj, "inner", obj), name, value)
         else:
             raise Unsupported(f"setting attribute {name!r} on {obj}")
 
@@ -867,7 +868,9 @@ def _unpack_ex(tx, inst):
 
 @handler("GET_ITER")
 def _get_iter(tx, inst):
-    tx.push(tx.get_iter(tx.pop()))
+    vt = tx.pop()
+    loop_iterator = getattr(vt, "loop_iterator", None)     # a module's generators
+    tx.push(loop_iterator(tx) if loop_iterator is not None else tx.get_iter(vt))
 
 
 @handler("FOR_ITER")

@@ -28,9 +28,10 @@ from ember.frontend.variables.functions import (GetterVariable, GraphCallableVar
                                                 HandlerFunctionVariable,
                                                 PartialVariable, UserFunctionVariable,
                                                 UserMethodVariable)
+from ember.frontend.variables.modules import CompiledModuleVariable, NNModuleVariable
 from ember.frontend.variables.objects import (GLOBAL_CONTEXTS, GlobalContextReentry,
                                               GlobalContextVariable, GradModeExit,
-                                              GradModeExitVariable, NNModuleVariable, PythonModuleVariable,
+                                              GradModeExitVariable, PythonModuleVariable,
                                               UserDefinedClassVariable,
                                               UserDefinedObjectVariable)
 from ember.frontend.variables.torch_functions import is_graph_callable, special_handler
@@ -81,10 +82,12 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
     if isinstance(value, torch.Tensor):
         return tx.output.add_input(value, source)
     if isinstance(value, torch.nn.Module):
-        if getattr(type(value), "_ember_wrapper", None) == "module":
-            value = value._orig_mod
-            source = AttrSource(source, "_orig_mod") if source is not None else None
         add(guards.id_match(source, value))
+        if getattr(type(value), "_ember_wrapper", None) == "module":
+            # its own type to type()/isinstance; the original module for everything else
+            inner = wrap(tx, value._orig_mod,
+                         AttrSource(source, "_orig_mod") if source is not None else None)
+            return CompiledModuleVariable(inner, value, source)
         return NNModuleVariable(value, source)
     if type(value) is GlobalContextReentry and value.py_type in GLOBAL_CONTEXTS:
         add(guards.type_match(source, GlobalContextReentry))

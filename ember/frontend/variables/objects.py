@@ -1,10 +1,10 @@
-"""nn.Modules, user-defined objects and classes, Python modules, super(), context managers."""
+"""User-defined objects and classes, Python modules, super(), context managers
+(nn.Modules: modules.py, re-exported here)."""
 from __future__ import annotations
 
 import abc
 import collections
 import dataclasses
-import inspect
 import os
 import types
 
@@ -12,7 +12,7 @@ import torch
 
 from ember.frontend import guards
 from ember.frontend.exc import ObservedException, Unsupported
-from ember.frontend.source import AttrSource, ModuleDictSource
+from ember.frontend.source import AttrSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.containers import DictVariable
 from ember.frontend.variables.functions import (UserFunctionVariable, UserMethodVariable,
@@ -55,285 +55,9 @@ def class_attribute(tx, cls: type, name: str, obj: VariableTracker | None, sourc
     return tx.wrap(attr, AttrSource(source, name) if source is not None else None)
 
 
-_MODULE_METHODS = {"parameters", "named_parameters", "buffers", "named_buffers", "children",
-                   "named_children", "modules", "named_modules"}
-_CONTAINER_METHODS = {"keys", "values", "items", "__len__", "__iter__", "__getitem__",
-                      "__contains__"}
-_CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict,
-               torch.nn.ParameterList, torch.nn.ParameterDict)
-
-
-class NNModuleVariable(VariableTracker):
-    """An ``nn.Module`` that exists outside the frame (guarded by identity)."""
-
-    def __init__(self, module: torch.nn.Module, source=None):
-        super().__init__(source)
-        self.value = module
-
-    def python_type(self):
-        return type(self.value)
-
-    def truthy(self, tx):
-        if hasattr(type(self.value), "__len__"):
-            return len(self.value) > 0
-        return True
-
-    def _child_source(self, dict_name, name):
-        return ModuleDictSource(self.source, dict_name, name) if self.source else None
-
-    def var_getattr(self, tx, name):
-        override = tx.output.side_effects.pending_attr(self, name)
-        if override is not None:
-            return override
-        mod = self.value
-        d = mod.__dict__
-        for dict_name in ("_parameters", "_buffers", "_modules"):
-            table = d.get(dict_name)
-            if table is not None and name in table:
-                value = table[name]
-                if value is None:
-                    return ConstantVariable(None)
-                return tx.wrap(value, self._child_source(dict_name, name))
-        if name in d:
-            return tx.wrap(d[name], AttrSource(self.source, name) if self.source else None)
-        if name == "__class__":
-            return tx.wrap(type(mod), None)
-        if (name in _MODULE_METHODS and _static_lookup(type(mod), name)
-                is torch.nn.Module.__dict__[name]) or (
-                name in _CONTAINER_METHODS and isinstance(mod, _CONTAINERS)):
-            from ember.frontend.variables.functions import BoundMethodVariable
-            return BoundMethodVariable(self, name)
-        found = class_attribute(tx, type(mod), name, self, self.source)
-        if found is not _MISSING:
-            return found
-        if self.source is not None:   # it may have it on a later call (set on first use)
-            tx.output.guards.add(guards.hasattr_match(self.source, name, False))
-        message = f"{type(mod).__name__!r} object has no attribute {name!r}"
-        raise ObservedException(AttributeError, [ConstantVariable(message)], message)
-
-    def children(self, tx) -> list[tuple[str, VariableTracker]]:
-        return [(k, tx.wrap(m, self._child_source("_modules", k)) if m is not None
-                 else ConstantVariable(None)) for k, m in self.value._modules.items()]
-
-    def unpack(self, tx):
-        mod = self.value
-        if isinstance(mod, torch.nn.ModuleDict):
-            return [ConstantVariable(k) for k in mod._modules]
-        if isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList)):
-            return [v for _, v in self.children(tx)]
-        if isinstance(mod, torch.nn.ParameterList):
-            return [tx.wrap(p, self._child_source("_parameters", k))
-                    for k, p in mod._parameters.items()]
-        if isinstance(mod, torch.nn.ParameterDict):
-            return [ConstantVariable(k) for k in mod._keys]
-        raise Unsupported(f"iterating over {type(mod).__name__}")
-
-    def call_function(self, tx, args, kwargs):
-        mod = self.value
-        m = torch.nn.modules.module
-        if (m._global_forward_hooks or m._global_forward_pre_hooks
-                or m._global_backward_hooks or m._global_backward_pre_hooks):
-            raise Unsupported("global module hooks are registered")
-        if mod._backward_hooks or mod._backward_pre_hooks:
-            raise Unsupported(f"calling {type(mod).__name__} with backward hooks")
-        if not (mod._forward_hooks or mod._forward_pre_hooks):
-            if self.source is not None:
-                tx.output.guards.add(guards.no_hooks(self.source))
-            return self._forward(tx, args, kwargs)
-        if self.source is None:
-            raise Unsupported(f"forward hooks on a {type(mod).__name__} without a source")
-        return self._call_with_hooks(tx, args, kwargs)
-
-    def _forward(self, tx, args, kwargs):
-        mod = self.value
-        if "forward" in mod.__dict__:
-            return tx.wrap(mod.__dict__["forward"], AttrSource(self.source, "forward")
-                           if self.source else None).call_function(tx, args, kwargs)
-        forward = _static_lookup(type(mod), "forward")
-        if not isinstance(forward, types.FunctionType):
-            raise Unsupported(f"{type(mod).__name__}.forward is not a Python function")
-        return UserFunctionVariable(forward).call_function(tx, [self, *args], kwargs)
-
-    def _call_with_hooks(self, tx, args, kwargs):
-        """``Module.__call__`` with forward pre-hooks and hooks, in registration order (the
-        hook dicts are guarded by their keys, each hook by identity)."""
-        from ember.frontend.variables.containers import DictVariable, TupleVariable
-
-        def table(name):
-            return tx.wrap(getattr(self.value, name), AttrSource(self.source, name))
-
-        def is_none(vt):
-            return isinstance(vt, ConstantVariable) and vt.value is None
-
-        pre_kw = table("_forward_pre_hooks_with_kwargs").as_python_constant()
-        post_kw = table("_forward_hooks_with_kwargs").as_python_constant()
-        for hook_id, hook in table("_forward_pre_hooks").items.items():
-            if hook_id in pre_kw:
-                result = hook.call_function(tx, [self, TupleVariable(args),
-                                                 DictVariable(dict(kwargs))], {})
-                if not is_none(result):
-                    new_args, new_kwargs = tx.unpack_iterable(result)
-                    args = tx.unpack_iterable(new_args)
-                    kwargs = {k.as_python_constant(): new_kwargs.items[k.as_python_constant()]
-                              for k in new_kwargs.unpack(tx)}
-            else:
-                result = hook.call_function(tx, [self, TupleVariable(args)], {})
-                if not is_none(result):
-                    args = tx.unpack_iterable(result) if isinstance(result, TupleVariable) \
-                        else [result]
-        output = self._forward(tx, args, kwargs)
-        for hook_id, hook in table("_forward_hooks").items.items():
-            hook_args = [self, TupleVariable(args)]
-            if hook_id in post_kw:
-                hook_args.append(DictVariable(dict(kwargs)))
-            result = hook.call_function(tx, [*hook_args, output], {})
-            if not is_none(result):
-                output = result
-        return output
-
-    def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.containers import TupleVariable
-        mod = self.value
-        if name == "__len__":
-            return ConstantVariable(len(mod))
-        if name == "__iter__":
-            from ember.frontend.variables.containers import ListIteratorVariable
-            return ListIteratorVariable(self.unpack(tx))
-        if name == "__contains__" and isinstance(mod, torch.nn.ModuleDict):
-            return ConstantVariable(args[0].as_python_constant() in mod._modules)
-        if name == "__getitem__" and isinstance(mod, (torch.nn.Sequential, torch.nn.ModuleList,
-                                                      torch.nn.ModuleDict,
-                                                      torch.nn.ParameterList,
-                                                      torch.nn.ParameterDict)):
-            key = args[0].as_python_constant()
-            if isinstance(mod, torch.nn.ParameterDict):
-                return tx.wrap(mod[key], self._child_source("_parameters", key))
-            if isinstance(mod, torch.nn.ParameterList):
-                keys = list(mod._parameters)
-                return tx.wrap(mod[key], self._child_source("_parameters", keys[key]))
-            if isinstance(key, slice):
-                return TupleVariable(self.unpack(tx)[key])
-            if isinstance(mod, torch.nn.ModuleDict):
-                return tx.wrap(mod[key], self._child_source("_modules", key))
-            keys = list(mod._modules)
-            return tx.wrap(mod._modules[keys[key]], self._child_source("_modules", keys[key]))
-        if isinstance(mod, torch.nn.ModuleDict) and name in ("keys", "values", "items"):
-            pairs = self.children(tx)
-            if name == "keys":
-                return TupleVariable([ConstantVariable(k) for k, _ in pairs])
-            if name == "values":
-                return TupleVariable([v for _, v in pairs])
-            return TupleVariable([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
-        if name in ("children", "named_children"):
-            pairs = [(k, v) for k, v in self.children(tx) if not isinstance(v, ConstantVariable)]
-            if name == "children":
-                return TupleVariable([v for _, v in pairs])
-            return TupleVariable([TupleVariable([ConstantVariable(k), v]) for k, v in pairs])
-        if name in ("modules", "named_modules"):
-            out = []
-            for key, sub in mod.named_modules():
-                src = self.source
-                if src is not None and key:
-                    for part in key.split("."):
-                        src = ModuleDictSource(src, "_modules", part)
-                vt = tx.wrap(sub, src)
-                out.append(TupleVariable([ConstantVariable(key), vt]) if name == "named_modules"
-                           else vt)
-            return TupleVariable(out)
-        if name in ("parameters", "named_parameters", "buffers", "named_buffers"):
-            recurse = kwargs.get("recurse", ConstantVariable(True)).as_python_constant()
-            getter = getattr(mod, name if name.startswith("named_") else "named_" + name)
-            out = []
-            for key, tensor in getter(recurse=recurse):
-                src = self._path_source(tx, key, "_parameters" if "param" in name
-                                        else "_buffers")
-                vt = tx.wrap(tensor, src)
-                out.append(TupleVariable([ConstantVariable(key), vt]) if "named" in name
-                           else vt)
-            return TupleVariable(out)
-        if name == "__call__":
-            return self.call_function(tx, args, kwargs)
-        return super().call_method(tx, name, args, kwargs)
-
-    def _path_source(self, tx, dotted: str, dict_name: str):
-        if self.source is None:
-            return None
-        *mods, leaf = dotted.split(".")
-        src = self.source
-        for m in mods:
-            src = ModuleDictSource(src, "_modules", m)
-        return ModuleDictSource(src, dict_name, leaf)
-
-    def __repr__(self):
-        return f"NNModuleVariable({type(self.value).__name__})"
-
-
-class NewModuleVariable(NNModuleVariable):
-    """An ``nn.Module`` built by the frame (``nn.Softmax(dim=1)(x)``, a small user module).
-    It is made once, at capture: built for real when torch defines it, else made empty and
-    its ``__init__`` traced, with attribute stores applied to it for real. Only modules
-    without parameters or buffers: those are new tensors on every eager call (and their
-    initialisation draws random numbers), so building one breaks the graph."""
-
-    def __init__(self, module: torch.nn.Module):
-        super().__init__(module, None)
-        self.initialising = False
-
-    def store_attr(self, tx, name, value):
-        if not self.initialising:
-            raise Unsupported(f"setting attribute {name!r} of a {type(self.value).__name__} "
-                              f"built inside the compiled region, outside its __init__")
-        setattr(self.value, name, real_module_argument(value))
-
-    def rebuild(self, cg):
-        # eager makes a new module on every call: handing out the capture's one would alias
-        raise Unsupported(f"a {type(self.value).__name__} built inside the compiled region "
-                          f"escapes it")
-
-
-def real_module_argument(vt: VariableTracker):
-    """The Python value a module built inside the frame may hold: constants, modules built
-    inside the frame, and tuples, lists and dicts of them."""
-    from ember.frontend.variables.base import NotConstant
-    from ember.frontend.variables.containers import BaseSequenceVariable, DictVariable
-    if isinstance(vt, NewModuleVariable):
-        return vt.value
-    if isinstance(vt, BaseSequenceVariable):
-        return vt.python_type()(real_module_argument(v) for v in vt.items)
-    if isinstance(vt, DictVariable):
-        return {vt.keys[k].as_python_constant(): real_module_argument(v)
-                for k, v in vt.items.items()}
-    try:
-        return vt.as_python_constant()
-    except NotConstant:
-        raise Unsupported(f"a module built inside the compiled region holding {vt} (only "
-                          f"constants and modules built there)") from None
-
-
-def create_module(tx, cls: type, args, kwargs) -> NewModuleVariable:
-    if cls.__module__.startswith("torch.nn."):
-        real_args = [real_module_argument(a) for a in args]
-        real_kwargs = {k: real_module_argument(v) for k, v in kwargs.items()}
-        with torch.random.fork_rng(devices=[]):   # eager's generator must not move here
-            try:
-                module = cls(*real_args, **real_kwargs)
-            except Exception as e:
-                raise Unsupported(f"{type(e).__name__} building {cls.__name__}: {e}") from None
-        vt = NewModuleVariable(module)
-    else:
-        module = cls.__new__(cls)
-        torch.nn.Module.__init__(module)
-        vt = NewModuleVariable(module)
-        init = _static_lookup(cls, "__init__")
-        if isinstance(init, types.FunctionType) and init is not torch.nn.Module.__init__:
-            vt.initialising = True
-            with torch.random.fork_rng(devices=[]):
-                UserFunctionVariable(init).call_function(tx, [vt, *args], kwargs)
-            vt.initialising = False
-    if any(True for _ in module.parameters()) or any(True for _ in module.buffers()):
-        raise Unsupported(f"building a {cls.__name__} module with parameters or buffers "
-                          f"inside a compiled region (new tensors on every call)")
-    return vt
+def _is_data_descriptor(desc) -> bool:
+    return isinstance(desc, property) or hasattr(type(desc), "__set__") or \
+        hasattr(type(desc), "__delete__")
 
 
 class UserDefinedObjectVariable(VariableTracker):
@@ -649,6 +373,17 @@ class UserDefinedClassVariable(VariableTracker):
     def var_getattr(self, tx, name):
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.value, name))
+        meta = type(self.value)
+        meta_attr = _static_lookup(meta, name)
+        if meta.__getattribute__ is type.__getattribute__ and meta_attr is not _MISSING and \
+                _is_data_descriptor(meta_attr) and not isinstance(meta_attr, property):
+            # what ``type`` itself answers first: __class__, __mro__, __bases__, __dict__...
+            try:
+                value = getattr(self.value, name)
+            except AttributeError as e:
+                raise ObservedException(AttributeError, [ConstantVariable(str(e))],
+                                        str(e)) from None
+            return tx.wrap(value, None)
         attr = _static_lookup(self.value, name)
         if isinstance(attr, classmethod):
             return UserMethodVariable(tx.wrap(attr.__func__, None), self)
@@ -674,6 +409,7 @@ class UserDefinedClassVariable(VariableTracker):
             bound = bind_args(code, cls.__name__, [self, *args], kwargs, defaults, None)
             return NamedTupleVariable([bound[f] for f in cls._fields], cls)
         if issubclass(cls, torch.nn.Module):
+            from ember.frontend.variables.modules import create_module
             return create_module(tx, cls, args, kwargs)
         from ember.frontend.variables.containers import is_plain_dict_subclass
         if is_plain_dict_subclass(cls):
@@ -749,6 +485,10 @@ class SuperVariable(VariableTracker):
         self.obj = obj
 
     def var_getattr(self, tx, name):
+        from ember.frontend.variables.modules import (_MODULE_GETATTR, ModuleCallVariable,
+                                                      ModuleGetattrVariable,
+                                                      NewModuleVariable, NNModuleVariable,
+                                                      is_module_call)
         obj_type = self.obj.python_type()
         if isinstance(self.obj, UserDefinedClassVariable):
             obj_type = self.obj.value
@@ -762,6 +502,10 @@ class SuperVariable(VariableTracker):
                 if klass is torch.nn.Module and name == "__init__" and \
                         isinstance(self.obj, NewModuleVariable):
                     return _NoOpVariable()   # create_module already ran it for real
+                if is_module_call(attr) and isinstance(self.obj, NNModuleVariable):
+                    return ModuleCallVariable(self.obj)   # hooks and forward
+                if attr is _MODULE_GETATTR and isinstance(self.obj, NNModuleVariable):
+                    return ModuleGetattrVariable(self.obj)
                 if isinstance(attr, types.FunctionType):
                     return UserMethodVariable(UserFunctionVariable(attr), self.obj)
                 if isinstance(attr, classmethod):
@@ -1154,3 +898,16 @@ class DataclassDictVariable(VariableTracker):
 
     def unpack(self, tx):
         return [ConstantVariable(k) for k in self.present()]
+
+
+_MODULE_NAMES = {"NNModuleVariable", "NewModuleVariable", "CompiledModuleVariable",
+                 "ModuleCallVariable", "create_module", "real_module_argument"}
+
+
+def __getattr__(name):
+    # nn.Module handling lives in modules.py (built on the helpers above); its trackers are
+    # also reachable from here, loaded on first use so either module may be imported first
+    if name in _MODULE_NAMES:
+        from ember.frontend.variables import modules
+        return getattr(modules, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -31,7 +31,11 @@ class TensorVariable(VariableTracker):
         self.fake = fake
 
     def python_type(self):
-        return type(self.fake) if self.source is None else self.fake_python_type
+        # what eager's tensor is (never the fake's own class): an input's type, recorded when
+        # it was read, else Tensor (a Parameter made for real during capture keeps its type)
+        if self.source is None and isinstance(self.fake, torch.nn.Parameter):
+            return torch.nn.Parameter
+        return self.fake_python_type
 
     fake_python_type = torch.Tensor
 
@@ -42,6 +46,10 @@ class TensorVariable(VariableTracker):
         return f"___out[{cg.graph_output(self.node)}]"
 
     def var_getattr(self, tx, name):
+        if name == "__class__":
+            return tx.wrap(self.python_type(), None)
+        if name in ("__module__", "__doc__"):     # class attributes seen through the instance
+            return ConstantVariable(getattr(self.python_type(), name))
         if name in ("shape",):
             return tx.size_variable(self.fake.shape)
         if name in _CONSTANT_ATTRS:
