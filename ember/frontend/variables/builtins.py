@@ -25,7 +25,8 @@ from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVari
                                                  DictVariable, DictViewVariable,
                                                  ListIteratorVariable, ListVariable,
                                                  NamedTupleVariable, SetVariable,
-                                                 SizeVariable, SliceVariable, TupleVariable)
+                                                 SizeVariable, SliceVariable, TupleVariable,
+                                                 compare_sets)
 from ember.frontend.variables.functions import (BaseUserFunctionVariable,
                                                 HandlerFunctionVariable, PartialVariable,
                                                 UserMethodVariable)
@@ -189,6 +190,10 @@ def _structural_operator(tx, op, args):
             return a.call_method(tx, set_op, [b], {})
         if isinstance(b, DictViewVariable):
             return b.call_method(tx, "__r" + set_op[2:], [a], {})
+    if b is not None:
+        compared = compare_sets(tx, op, a, b)
+        if compared is not None:
+            return compared
     if op in (operator.eq, operator.ne):
         if isinstance(a, seq) and isinstance(b, seq):
             equal = a.python_type() is b.python_type() or {a.python_type(), b.python_type()} \

@@ -8,6 +8,7 @@ the graph runs.
 from __future__ import annotations
 
 import collections
+import operator
 from typing import Any
 
 import torch
@@ -335,6 +336,12 @@ def hashable_key(vt: VariableTracker, among: dict | None = None) -> Any:
         raise Unsupported("an integer looked up among id() keys")
     if vt.is_python_constant():
         return vt.as_python_constant()
+    if isinstance(vt, TupleVariable):
+        # a tuple hashes and compares by its items: two trackers of ``(k, t)`` are one key
+        return ("__tuple__", tuple(hashable_key(item) for item in vt.items))
+    if isinstance(vt, (ListVariable, DictVariable, DictViewVariable)) or (
+            isinstance(vt, SetVariable) and not vt.frozen):
+        raise Unsupported(f"TypeError: unhashable type: '{vt.python_type().__name__}'")
     return identity_key(vt)      # an object that hashes by identity
 
 
@@ -512,7 +519,16 @@ class DictViewVariable(VariableTracker):
                 return ConstantVariable(hashable_key(item, self.dict_vt.items)
                                         in self.dict_vt.items)
             if self.kind == "items":
-                pair = tx.unpack_iterable(item)
+                # only a tuple of two can be an item; anything else is simply not in it
+                if isinstance(item, TupleVariable):
+                    pair = item.items
+                elif item.is_python_constant() and isinstance(item.as_python_constant(),
+                                                              tuple):
+                    pair = [tx.wrap_constant(v) for v in item.as_python_constant()]
+                else:
+                    return ConstantVariable(False)
+                if len(pair) != 2:
+                    return ConstantVariable(False)
                 key = hashable_key(pair[0], self.dict_vt.items)
                 found = key in self.dict_vt.items and tx.values_equal(
                     self.dict_vt.items[key], pair[1])
@@ -609,6 +625,60 @@ class SetVariable(VariableTracker):
         if hasattr(set, name):
             return BoundMethodVariable(self, name)
         raise Unsupported(f"set.{name}")
+
+
+def is_set_like(vt: VariableTracker) -> bool:
+    """A set, a frozenset or a keys/items view: what set comparisons take on both sides
+    (``d.values()`` is not one: it compares by identity, as in Python)."""
+    return isinstance(vt, SetVariable) or (isinstance(vt, DictViewVariable) and
+                                           vt.kind != "values")
+
+
+_SET_COMPARISONS = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt,
+                    operator.ge)
+_SWAPPED = {operator.eq: operator.eq, operator.ne: operator.ne, operator.lt: operator.gt,
+            operator.le: operator.ge, operator.gt: operator.lt, operator.ge: operator.le}
+
+
+def compare_sets(tx, op, a: VariableTracker, b: VariableTracker) -> VariableTracker | None:
+    """``a op b`` for a comparison between two sets or keys/items views, as CPython's
+    ``set_richcompare``/``dictview_richcompare`` compute it: sizes first, then membership
+    of each item of one side in the other (a view's ``in`` reads its dict as it is now).
+    None when one side is not set-like (Python then falls back to identity for ``==``, and
+    raises TypeError for an ordering)."""
+    if op not in _SET_COMPARISONS:
+        return None
+    a, b = _as_set_like(tx, a), _as_set_like(tx, b)
+    if not (is_set_like(a) and is_set_like(b)):
+        return None
+    if isinstance(a, SetVariable) and isinstance(b, DictViewVariable):
+        # a set declines to compare with a view: the view's reflected comparison answers
+        a, b, op = b, a, _SWAPPED[op]
+
+    def size(vt):
+        return len(vt.dict_vt.items) if isinstance(vt, DictViewVariable) else len(vt.items)
+
+    def all_in(items_of, container):
+        return all(tx.contains(container, x).truthy(tx) for x in items_of.unpack(tx))
+
+    na, nb = size(a), size(b)
+    if op in (operator.eq, operator.ne):
+        result = na == nb and all_in(a, b)
+        return ConstantVariable(result if op is operator.eq else not result)
+    if op in (operator.lt, operator.le):
+        fits = na < nb if op is operator.lt else na <= nb
+        return ConstantVariable(fits and all_in(a, b))
+    fits = na > nb if op is operator.gt else na >= nb
+    return ConstantVariable(fits and all_in(b, a))
+
+
+def _as_set_like(tx, vt: VariableTracker) -> VariableTracker:
+    """A constant set or frozenset (``x in {1, 2}`` loads a frozenset constant) as a tracker
+    of its items; anything else as it is."""
+    if isinstance(vt, ConstantVariable) and type(vt.value) in (set, frozenset):
+        return SetVariable([tx.wrap_constant(v) for v in vt.value],
+                           frozen=type(vt.value) is frozenset)
+    return vt
 
 
 class SliceVariable(VariableTracker):

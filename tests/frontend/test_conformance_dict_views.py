@@ -1,0 +1,153 @@
+"""Conformance: dict views (keys(), values(), items()) are live views of their dict.
+
+Every program takes a view, then changes the dict, then uses the view: comparisons with
+sets, frozensets, other views and lists, set operators, membership, len, iteration and
+isdisjoint must all see the dict as it is at the use, as in Python.
+"""
+import collections
+
+import pytest
+import torch
+
+from conformance_util import _seed_rng, check  # noqa: F401  (autouse fixture)
+
+
+def v_keys_equal_after_insert(x):
+    d = {3: x}
+    keys = d.keys()
+    d[4] = x + 1
+    d2 = {3: 2, 4: "aa"}
+    return x * 2, d2.keys() == keys, keys == d2.keys(), keys != d2.keys()
+
+
+def v_keys_compare_sets(x):
+    d = {3: x}
+    keys = d.keys()
+    before = (keys == {3}, {3} == keys, keys == frozenset({3}))
+    d[4] = x + 1
+    return (x + 1, before, keys == {3, 4}, {3, 4} == keys, keys != {3}, {3} != keys,
+            keys == frozenset({3, 4}), frozenset({3, 4}) == keys,
+            keys <= {3, 4, 5}, keys < {3, 4, 5}, keys < {3, 4}, keys >= {3}, keys > {3},
+            keys > {3, 4}, {3} < keys, {3, 4, 5} > keys, {3, 4} <= keys, {3, 9} <= keys)
+
+
+def v_keys_compare_lists(x):
+    d = {"a": x}
+    keys = d.keys()
+    d["b"] = x * 2
+    # a list is not a set: == is identity, so False; list(...) compares items
+    return x - 1, keys == ["a", "b"], keys != ["a", "b"], list(keys) == ["a", "b"]
+
+
+def v_keys_set_operators(x):
+    d = {3: x}
+    keys = d.keys()
+    d[4] = x + 1
+    del d[3]
+    d[5] = x * 3
+    return (x.sum(), keys & {4, 9}, keys | {9}, keys - {5}, keys ^ {5, 8}, {4, 7} & keys,
+            {1} | keys, {4, 9} - keys, {5, 6} ^ keys, keys & [4, 5], [9, 4] - keys,
+            keys.isdisjoint([3]), keys.isdisjoint({4}), keys.isdisjoint(frozenset({3})))
+
+
+def v_keys_membership_len_iteration(x):
+    d = collections.OrderedDict(a=x)
+    keys, values, items = d.keys(), d.values(), d.items()
+    n_before = (len(keys), len(values), len(items), "b" in keys)
+    d["b"] = x + 2
+    d.pop("a")
+    d["c"] = x * 4
+    total = sum(values)
+    return (total, n_before, len(keys), len(values), len(items), "b" in keys, "a" in keys,
+            list(keys), [k for k, _ in items], list(reversed(keys)), bool(keys))
+
+
+def v_views_between_dicts(x):
+    d1 = {1: x, 2: x}
+    d2 = {2: "b"}
+    k1, k2 = d1.keys(), d2.keys()
+    d2[1] = "a"
+    first = (k1 == k2, k1 <= k2, k1 & k2, k1 | k2, k1 - k2, k1 ^ k2, k1.isdisjoint(k2))
+    del d1[1]
+    return (x + 3, first, k1 == k2, k1 < k2, k2 > k1, k1 & k2, k2 - k1, k1.isdisjoint(k2),
+            k1 == d2.items(), d1.items() <= d1.items())
+
+
+def v_items_views(x):
+    d = {"a": 1}
+    items = d.items()
+    d["b"] = 2
+    other = {"a": 1, "b": 2}
+    return (x * 2, items == other.items(), items == {("a", 1), ("b", 2)},
+            {("a", 1), ("b", 2)} == items, items >= {("a", 1)}, items < {("a", 1)},
+            ("b", 2) in items, ("b", 3) in items, ("b",) in items, ["b", 2] in items,
+            items & {("a", 1), ("c", 3)}, items - {("a", 1)}, items | {("z", 0)},
+            items ^ {("a", 1)}, items.isdisjoint({("a", 2)}), items.isdisjoint([("a", 1)]))
+
+
+def v_items_with_tensor_values(x):
+    d = {"a": x}
+    items = d.items()
+    y = x + 1
+    d["b"] = y
+    return (y, ("a", x) in items, ("b", y) in items, len(items & {("a", x)}),
+            len(items - {("b", y)}), items == {("a", x), ("b", y)},
+            items.isdisjoint({("b", y)}))
+
+
+def v_values_views(x):
+    d = {"a": x}
+    values = d.values()
+    d["b"] = x + 1
+    d["a"] = x * 2
+    # values views compare by identity only
+    return (torch.stack(list(values)).sum(0), len(values), values == values,
+            d.values() == d.values(), values == [x * 2, x + 1], sum(1 for _ in values))
+
+
+def v_views_of_argument(d, x):
+    keys = d.keys()
+    d["new"] = x + 1
+    return x * 2, keys == {"a", "b", "new"}, keys - {"a"}, sorted(keys), len(d.values())
+
+
+def v_dict_view_in_branch(x):
+    d = {"a": x}
+    keys = d.keys()
+    d["b"] = x
+    if keys == {"a", "b"}:
+        return x + 1
+    return x - 1
+
+
+VIEWS = [
+    (v_keys_equal_after_insert, lambda: (torch.randn(3),)),
+    (v_keys_compare_sets, lambda: (torch.randn(3),)),
+    (v_keys_compare_lists, lambda: (torch.randn(3),)),
+    (v_keys_set_operators, lambda: (torch.randn(3),)),
+    (v_keys_membership_len_iteration, lambda: (torch.randn(3),)),
+    (v_views_between_dicts, lambda: (torch.randn(3),)),
+    (v_items_views, lambda: (torch.randn(3),)),
+    (v_items_with_tensor_values, lambda: (torch.randn(3),)),
+    (v_values_views, lambda: (torch.randn(3),)),
+    (v_views_of_argument, lambda: ({"a": torch.randn(2), "b": torch.randn(2)},
+                                   torch.randn(2))),
+    (v_dict_view_in_branch, lambda: (torch.randn(3),)),
+]
+
+
+@pytest.mark.parametrize("fn,make", VIEWS, ids=[f.__name__ for f, _ in VIEWS])
+def test_dict_view(fn, make):
+    check(fn, make())
+
+
+def v_keys_ordering_with_list(x):
+    d = {1: x}
+    keys = d.keys()
+    d[2] = x
+    return x + 1, keys < [1, 2, 3]     # TypeError in Python
+
+
+def test_dict_view_ordering_against_list_raises():
+    # the comparison breaks the graph and raises as eager does
+    check(v_keys_ordering_with_list, (torch.randn(3),), graphs=None, raises=TypeError)
