@@ -374,8 +374,11 @@ class DictVariable(VariableTracker):
         pairs = ", ".join(f"{cg.reconstruct(self.keys[k])}: {cg.reconstruct(v)}"
                           for k, v in self.items.items())
         text = f"{{{pairs}}}" if self.cls is dict else f"{cg.const(self.cls)}({{{pairs}}})"
-        if self.default_factory is not None:
-            text = f"{cg.const(self.cls)}({cg.reconstruct(self.default_factory)}, {{{pairs}}})"
+        if issubclass(self.cls, collections.defaultdict):
+            # the factory comes first, None included (``defaultdict.fromkeys`` makes one)
+            factory = "None" if self.default_factory is None else \
+                cg.reconstruct(self.default_factory)
+            text = f"{cg.const(self.cls)}({factory}, {{{pairs}}})"
         return cg.temp(self, text)
 
     def replay_mutation(self, target: str, value_of) -> str:
@@ -414,7 +417,12 @@ class DictVariable(VariableTracker):
         if name in ("keys", "values", "items") and not args and not kwargs:
             return DictViewVariable(self, name)
         if name == "copy":
-            return DictVariable(self.items, self.keys, cls=self.cls)
+            return DictVariable(self.items, self.keys, cls=self.cls,
+                                default_factory=self.default_factory)
+        if name == "fromkeys":
+            # a class method reached through an instance: a new dict of the same class
+            # (a defaultdict's has no factory)
+            return make_fromkeys(self.cls)(tx, args, kwargs)
         if name == "__iter__":
             return ListIteratorVariable(self.unpack(tx))
         tx.check_mutation(self)
@@ -696,6 +704,22 @@ class SliceVariable(VariableTracker):
 
     def rebuild(self, cg):
         return f"slice({cg.items(self.parts)})"
+
+
+def make_fromkeys(cls):
+    """The handler of ``cls.fromkeys(iterable, value=None)``: every key maps to the one
+    ``value`` object, in the iterable's order (an iterator is consumed)."""
+    def handler(tx, args, kwargs):
+        if kwargs or not 1 <= len(args) <= 2:
+            raise Unsupported(f"{cls.__name__}.fromkeys() with keywords or "
+                              f"{len(args)} arguments")
+        keys = tx.unpack_iterable(args[0])
+        value = args[1] if len(args) > 1 else ConstantVariable(None)
+        out = DictVariable({}, cls=cls)
+        for key in keys:
+            out.setitem(key, value)
+        return out
+    return handler
 
 
 def is_namedtuple_class(cls) -> bool:

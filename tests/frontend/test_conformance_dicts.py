@@ -1,8 +1,10 @@
-"""Conformance: dict views (keys(), values(), items()) are live views of their dict.
+"""Conformance: dict views and dict class methods.
 
-Every program takes a view, then changes the dict, then uses the view: comparisons with
-sets, frozensets, other views and lists, set operators, membership, len, iteration and
-isdisjoint must all see the dict as it is at the use, as in Python.
+Dict views (keys(), values(), items()) are live views of their dict: every program takes a
+view, then changes the dict, then uses the view: comparisons with sets, frozensets, other
+views and lists, set operators, membership, len, iteration and isdisjoint must all see the
+dict as it is at the use, as in Python. ``fromkeys`` on dict, OrderedDict and defaultdict
+(the class or an instance) of dicts, lists, iterators and views.
 """
 import collections
 
@@ -151,3 +153,58 @@ def v_keys_ordering_with_list(x):
 def test_dict_view_ordering_against_list_raises():
     # the comparison breaks the graph and raises as eager does
     check(v_keys_ordering_with_list, (torch.randn(3),), graphs=None, raises=TypeError)
+
+
+# ----------------------------------------------------------------------------- fromkeys
+
+def f_fromkeys_chain(x):
+    d = {1: 2, 3: 4}
+    d1 = dict.fromkeys(d, x + 1)
+    d2 = collections.defaultdict.fromkeys(iter(d1), x - 2)
+    return d1, d2, type(d2).__name__, d2.default_factory, d1[1] is d1[3]
+
+
+def f_fromkeys_sources(x):
+    keys = ["a", "b"]
+    d = {"p": 0}
+    view = d.keys()
+    d["q"] = 1
+    od = collections.OrderedDict.fromkeys(keys)
+    od2 = collections.OrderedDict.fromkeys(view, x * 2)
+    dd = collections.defaultdict.fromkeys(d.items(), 0)
+    plain = dict.fromkeys(range(3), x)
+    from_iter = dict.fromkeys(iter(keys))
+    return (x.sum(), od, od2, list(od2), dd, dict(dd), plain, from_iter,
+            type(od).__name__, type(dd).__name__)
+
+
+def f_fromkeys_on_instances(x):
+    dd = collections.defaultdict(list)
+    dd["z"].append(x)
+    made = dd.fromkeys(["a", "b"], x + 1)
+    od = collections.OrderedDict(k=1)
+    made2 = od.fromkeys(od, x * 3)
+    made3 = {"u": 1}.fromkeys("uv")
+    return (made, type(made).__name__, made.default_factory, made2, type(made2).__name__,
+            made3, dd)
+
+
+def f_fromkeys_then_mutate(x):
+    d = dict.fromkeys(["a", "b"], 0)
+    d["a"] = x + 1
+    dd = collections.defaultdict.fromkeys(d, x)
+    dd["c"] = x * 2
+    return d, dd, sorted(dd.keys())
+
+
+FROMKEYS = [
+    (f_fromkeys_chain, lambda: (torch.randn(3),)),
+    (f_fromkeys_sources, lambda: (torch.randn(3),)),
+    (f_fromkeys_on_instances, lambda: (torch.randn(3),)),
+    (f_fromkeys_then_mutate, lambda: (torch.randn(3),)),
+]
+
+
+@pytest.mark.parametrize("fn,make", FROMKEYS, ids=[f.__name__ for f, _ in FROMKEYS])
+def test_fromkeys(fn, make):
+    check(fn, make())
