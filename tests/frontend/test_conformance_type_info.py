@@ -1,8 +1,14 @@
 """Conformance: type information evaluated at capture.
 
 ``np.finfo``/``np.iinfo``/``torch.finfo``/``torch.iinfo`` attributes are constants (NumPy's
-are NumPy scalars, which the graph must make as eager has them).
+are NumPy scalars, which the graph must make as eager has them). Typing subscriptions
+(``List[Tensor]``: typing's ``__getitem__`` calls ``sys._getframe``), ``typing.cast``,
+``torch.jit.annotate`` and ``torch.jit.isinstance`` are constants too: one graph each.
 """
+import collections
+import typing
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
 import numpy as np
 import pytest
 import torch
@@ -51,3 +57,87 @@ TYPE_INFO = [
 @pytest.mark.parametrize("fn,make", TYPE_INFO, ids=[f.__name__ for f, _ in TYPE_INFO])
 def test_type_info(fn, make):
     check(fn, make())
+
+
+# ----------------------------------------------------------------------------- typing
+
+def t_jit_annotate_list(x):
+    outs = torch.jit.annotate(List[torch.Tensor], [])
+    for i in range(3):
+        outs.append(x * i)
+    d = torch.jit.annotate(Dict[str, torch.Tensor], {})
+    d["a"] = x + 1
+    return torch.cat(outs) + 1, d
+
+
+def t_typing_subscriptions(x):
+    types_ = (List[int], Dict[str, torch.Tensor], Optional[torch.Tensor], Tuple[int, ...],
+              Tuple[torch.Tensor, Optional[List[int]]], Union[int, float, None],
+              Callable[[int], torch.Tensor], list[int], dict[str, List[int]],
+              collections.OrderedDict[str, int], typing.Sequence[torch.Tensor],
+              Optional["torch.Tensor"], typing.Literal["a", "b"], tuple[int, int])
+    return x * 2, types_, Optional[torch.Tensor] == Union[torch.Tensor, None]
+
+
+def t_typing_cast(x, y):
+    x = x * 2     # an op before each type expression: a break there would make two graphs
+    a = typing.cast(Optional[torch.Tensor], x)
+    b = typing.cast(List[torch.Tensor], [x, y])
+    c = typing.cast("torch.Tensor", y)
+    return a + b[1] * c, typing.get_origin(List[int]), typing.get_args(Dict[str, int])
+
+
+def t_jit_isinstance(x, y):
+    x = x * 2
+    pair = (x, y)
+    items = [x, y]
+    d = {"k": x}
+    flags = (torch.jit.isinstance(items, List[torch.Tensor]),
+             torch.jit.isinstance(items, List[int]),
+             torch.jit.isinstance(pair, Tuple[torch.Tensor, torch.Tensor]),
+             torch.jit.isinstance(pair, Tuple[torch.Tensor, int]),
+             torch.jit.isinstance(d, Dict[str, torch.Tensor]),
+             torch.jit.isinstance(d, Dict[int, torch.Tensor]),
+             torch.jit.isinstance(None, Optional[torch.Tensor]),
+             torch.jit.isinstance(x, torch.Tensor), torch.jit.isinstance(3, int))
+    if torch.jit.isinstance(items, List[torch.Tensor]):
+        return x + y, flags
+    return x - y, flags
+
+
+class TypedBlock(torch.nn.Module):
+    """The torchvision pattern: annotated lists of branch outputs."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4)
+        self.b = torch.nn.Linear(4, 4)
+
+    def _branches(self, x: torch.Tensor) -> List[torch.Tensor]:
+        outputs = torch.jit.annotate(List[torch.Tensor], [])
+        outputs.append(self.a(x))
+        outputs.append(self.b(x))
+        return outputs
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        outs = self._branches(x)
+        aux: Optional[torch.Tensor] = typing.cast(Optional[torch.Tensor], None)
+        feats = torch.jit.annotate(Dict[str, Any], {"x": torch.cat(outs, 1)})
+        return feats["x"].relu(), aux
+
+
+TYPING = [
+    (t_jit_annotate_list, lambda: (torch.randn(3),)),
+    (t_typing_subscriptions, lambda: (torch.randn(3),)),
+    (t_typing_cast, lambda: (torch.randn(3), torch.randn(3))),
+    (t_jit_isinstance, lambda: (torch.randn(3), torch.randn(3))),
+]
+
+
+@pytest.mark.parametrize("fn,make", TYPING, ids=[f.__name__ for f, _ in TYPING])
+def test_typing(fn, make):
+    check(fn, make(), graphs=1)
+
+
+def test_typing_module_one_graph():
+    check(TypedBlock(), (torch.randn(2, 4),), module=True, graphs=1)
