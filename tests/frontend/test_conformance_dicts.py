@@ -185,8 +185,10 @@ def f_fromkeys_on_instances(x):
     od = collections.OrderedDict(k=1)
     made2 = od.fromkeys(od, x * 3)
     made3 = {"u": 1}.fromkeys("uv")
+    copied = dd.copy()     # keeps the factory
+    copied["w"].append(x * 5)
     return (made, type(made).__name__, made.default_factory, made2, type(made2).__name__,
-            made3, dd)
+            made3, dd, copied, copied.default_factory)
 
 
 def f_fromkeys_then_mutate(x):
