@@ -40,6 +40,7 @@ from ember.frontend.variables.objects import (DataclassDictVariable, ExceptionVa
                                               NewModuleVariable,
                                               NNModuleVariable, SuperVariable,
                                               UserDefinedObjectVariable)
+from ember.frontend.variables.storage import UntypedStorageVariable, same_storage
 from ember.frontend.variables.tensor import TensorVariable
 
 PY312 = sys.version_info >= (3, 12)
@@ -358,6 +359,8 @@ class InstructionTranslator:
     def is_same_object(self, a: VariableTracker, b: VariableTracker) -> bool:
         if a is b:
             return True
+        if isinstance(a, UntypedStorageVariable) or isinstance(b, UntypedStorageVariable):
+            return same_storage(a, b)
         if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
             return a.value is b.value
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):

@@ -4,6 +4,8 @@
 are NumPy scalars, which the graph must make as eager has them). Typing subscriptions
 (``List[Tensor]``: typing's ``__getitem__`` calls ``sys._getframe``), ``typing.cast``,
 ``torch.jit.annotate`` and ``torch.jit.isinstance`` are constants too: one graph each.
+A tensor's ``untyped_storage()`` answers its size as a guarded constant and breaks the graph
+at other uses, never running the whole frame eagerly.
 """
 import collections
 import typing
@@ -13,7 +15,9 @@ import numpy as np
 import pytest
 import torch
 
+import ember
 from conformance_util import _seed_rng, check  # noqa: F401  (autouse fixture)
+from ember.testing import CompileCounter
 
 
 def t_numpy_finfo(x):
@@ -141,3 +145,71 @@ def test_typing(fn, make):
 
 def test_typing_module_one_graph():
     check(TypedBlock(), (torch.randn(2, 4),), module=True, graphs=1)
+
+
+# ----------------------------------------------------------------------------- storages
+
+def s_storage_size_queries(x):
+    y = x * 2
+    s = x.untyped_storage()
+    return y + s.nbytes() + s.size() + len(s), s.element_size(), s.device, bool(s)
+
+
+def s_storage_identity(x):
+    y = x + 1
+    same = x.untyped_storage() is x.untyped_storage()
+    s = x.untyped_storage()
+    return y * 2, same, s is s, s is not None, s is x.untyped_storage()
+
+
+def s_storage_of_a_view(x):
+    y = x * 2
+    shared = x[1:].untyped_storage() is x.untyped_storage()   # decided in Python
+    return y + 1, shared
+
+
+def s_storage_data_ptr(x):
+    y = x * 2
+    s = x.untyped_storage()
+    at_start = s.data_ptr() == x.data_ptr()     # addresses: decided in Python
+    return y + s.nbytes(), at_start, s.nbytes()
+
+
+def s_storage_of_intermediate(x):
+    y = x * 2
+    n = y.untyped_storage().nbytes()            # the backend's allocation: in Python
+    return y + n
+
+
+STORAGES = [
+    # (program, inputs, graphs over both input sets)
+    (s_storage_size_queries, lambda: (torch.randn(4),), 1),
+    (s_storage_identity, lambda: (torch.randn(4),), 1),
+    (s_storage_of_a_view, lambda: (torch.randn(4),), 2),
+    (s_storage_data_ptr, lambda: (torch.randn(4),), None),
+    (s_storage_of_intermediate, lambda: (torch.randn(4),), 2),
+]
+
+
+@pytest.mark.parametrize("fn,make,graphs", STORAGES, ids=[f.__name__ for f, _, _ in STORAGES])
+def test_untyped_storage(fn, make, graphs):
+    from ember.frontend import graph_break
+    eager_frames = []
+    with graph_break.observe(lambda kind, reason: eager_frames.append(reason) if (
+            kind == "break" and reason.frame_ran_eagerly) else None):
+        check(fn, make(), graphs=graphs)
+    assert not eager_frames, f"a frame ran eagerly: {eager_frames[0]}"
+
+
+def s_storage_size_guarded(x):
+    return x * 2, x.untyped_storage().nbytes()
+
+
+def test_untyped_storage_size_is_guarded():
+    # same shape and strides, a larger storage: the guard on its size recompiles
+    cnt = CompileCounter()
+    fn = ember.compile(s_storage_size_guarded, backend=cnt)
+    for x in (torch.randn(4), torch.randn(8)[2:6], torch.randn(4)):
+        out, n = fn(x)
+        assert n == x.untyped_storage().nbytes() and torch.equal(out, x * 2)
+    assert cnt.frame_count == 2
