@@ -29,9 +29,9 @@ from ember.frontend.variables import builder
 from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
 from ember.frontend.variables.builtins import apply_operator
 from ember.frontend.variables.containers import (BaseSequenceVariable, DictVariable,
-                                                 ListIteratorVariable, ListVariable,
-                                                 SetVariable, SizeVariable, SliceVariable,
-                                                 TupleVariable, hashable_key)
+                                                 DictViewVariable, ListIteratorVariable,
+                                                 ListVariable, SetVariable, SizeVariable,
+                                                 SliceVariable, TupleVariable, hashable_key)
 from ember.frontend.variables.functions import (BaseUserFunctionVariable, CellRefVariable,
                                                 CellVariable,
                                                 HandlerFunctionVariable,
@@ -354,6 +354,8 @@ class InstructionTranslator:
     def get_iter(self, vt: VariableTracker) -> VariableTracker:
         if isinstance(vt, ListIteratorVariable):
             return vt
+        if isinstance(vt, (DictVariable, DictViewVariable)):   # live: sees the dict's changes
+            return vt.call_method(self, "__iter__", [], {})
         return ListIteratorVariable(self.unpack_iterable(vt))
 
     def is_same_object(self, a: VariableTracker, b: VariableTracker) -> bool:

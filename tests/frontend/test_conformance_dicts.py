@@ -122,6 +122,42 @@ def v_dict_view_in_branch(x):
     return x - 1
 
 
+def v_iterate_items_while_storing(x):
+    d = {"a": x, "b": x + 1, "c": x * 3}
+    seen = []
+    for k, v in d.items():
+        if k == "a":
+            d["c"] = v * 10          # a later value changes: the loop sees the new one
+        seen.append(v + 0)
+    return seen, d
+
+
+def v_iterator_reads_values_when_reached(x):
+    d = {"a": x, "b": x + 1}
+    it = iter(d.values())
+    items = iter(d.items())
+    first = next(it)
+    d["b"] = x * 5
+    return first, next(it), next(items), next(items)
+
+
+def v_reversed_views(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    rk, rv, ri, rd = reversed(d.keys()), reversed(d.values()), reversed(d.items()), reversed(d)
+    d["a"] = x * 7
+    return list(rk), list(rv), list(ri), list(rd), x.sum()
+
+
+def v_loop_over_items_with_graph_break(x):
+    d = {"a": x, "b": x + 1}
+    out = x * 0
+    for k, v in d.items():
+        d["b"] = v * 2
+        print("loop", k)           # graph break inside the loop
+        out = out + d[k]
+    return out, d
+
+
 VIEWS = [
     (v_keys_equal_after_insert, lambda: (torch.randn(3),)),
     (v_keys_compare_sets, lambda: (torch.randn(3),)),
@@ -135,12 +171,42 @@ VIEWS = [
     (v_views_of_argument, lambda: ({"a": torch.randn(2), "b": torch.randn(2)},
                                    torch.randn(2))),
     (v_dict_view_in_branch, lambda: (torch.randn(3),)),
+    (v_iterate_items_while_storing, lambda: (torch.randn(3),)),
+    (v_iterator_reads_values_when_reached, lambda: (torch.randn(3),)),
+    (v_reversed_views, lambda: (torch.randn(3),)),
 ]
 
 
 @pytest.mark.parametrize("fn,make", VIEWS, ids=[f.__name__ for f, _ in VIEWS])
 def test_dict_view(fn, make):
     check(fn, make())
+
+
+def test_dict_loop_with_graph_break():
+    # a graph per loop iteration and one after: the iterator is passed on with the values
+    # the dict holds at the break
+    check(v_loop_over_items_with_graph_break, (torch.randn(3),), graphs=3)
+
+
+def v_insert_while_iterating(x):
+    d = {"a": x, "b": x + 1}
+    for k in d:
+        d[k + "z"] = x * 2        # RuntimeError: dictionary changed size during iteration
+    return d
+
+
+def v_delete_while_iterating_values(x):
+    d = {"a": x, "b": x + 1}
+    total = x * 0
+    for v in d.values():
+        total = total + v
+        d.pop("b", None)
+    return total
+
+
+@pytest.mark.parametrize("fn", [v_insert_while_iterating, v_delete_while_iterating_values])
+def test_dict_changed_size_during_iteration_raises(fn):
+    check(fn, (torch.randn(3),), graphs=None, raises=RuntimeError)
 
 
 def v_keys_ordering_with_list(x):

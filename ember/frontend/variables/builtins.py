@@ -579,6 +579,8 @@ def _filter(tx, args, kwargs):
 
 @builtin(reversed)
 def _reversed(tx, args, kwargs):
+    if isinstance(args[0], (DictVariable, DictViewVariable)):   # live, as iter()
+        return args[0].call_method(tx, "__reversed__", [], {})
     return ListIteratorVariable(list(reversed(tx.unpack_iterable(args[0]))))
 
 

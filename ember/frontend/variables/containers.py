@@ -285,10 +285,16 @@ class ListIteratorVariable(VariableTracker):
         self.items = items
         self.index = 0
 
+    py_type = type(iter([]))
+    # set on an iterator over a dict or its view whose dict changed size or keys since:
+    # Python raises RuntimeError at its next step (see DictVariable.live_iterator)
+    invalid: str | None = None
+
     def python_type(self):
-        return type(iter([]))
+        return self.py_type
 
     def next(self, tx) -> VariableTracker | None:
+        self._check_valid()
         if self.index >= len(self.items):
             return None
         item = self.items[self.index]
@@ -296,9 +302,14 @@ class ListIteratorVariable(VariableTracker):
         return item
 
     def unpack(self, tx):
+        self._check_valid()
         rest = self.items[self.index:]
         self.index = len(self.items)
         return rest
+
+    def _check_valid(self) -> None:
+        if self.invalid is not None:
+            raise Unsupported(f"RuntimeError: {self.invalid}")
 
     passed_as_items = False   # set by a graph break that passes it to a resume function
 
@@ -357,9 +368,42 @@ class DictVariable(VariableTracker):
             k: ConstantVariable(k) for k in items})               # python key -> key tracker
         self.cls = cls
         self.default_factory = default_factory
+        self.iterators: list[tuple[ListIteratorVariable, str, tuple]] = []
 
     def python_type(self):
         return self.cls
+
+    _ITER_TYPES = {"keys": type(iter({})), "values": type(iter({}.values())),
+                   "items": type(iter({}.items()))}
+
+    def live_iterator(self, kind: str, reverse: bool = False) -> ListIteratorVariable:
+        """An iterator over the keys, values or items, as Python's dict iterators: a value
+        is the one in the dict when the iterator reaches it, and a change of the dict's
+        size (or keys) makes its next step raise RuntimeError (the graph breaks there)."""
+        order = tuple(reversed(self.items) if reverse else self.items)
+        it = ListIteratorVariable(self._items_of(kind, order))
+        it.py_type = type(reversed({})) if reverse and kind == "keys" else \
+            self._ITER_TYPES[kind] if not reverse else type(iter([]))
+        self.iterators.append((it, kind, order))
+        return it
+
+    def _items_of(self, kind: str, order: tuple) -> list[VariableTracker]:
+        if kind == "keys":
+            return [self.keys[k] for k in order]
+        if kind == "values":
+            return [self.items[k] for k in order]
+        return [TupleVariable([self.keys[k], self.items[k]]) for k in order]
+
+    def _changed(self) -> None:
+        """After a store or deletion: the live iterators see it."""
+        for it, kind, order in self.iterators:
+            if it.invalid is not None:
+                continue
+            if len(order) != len(self.items) or any(k not in self.items for k in order):
+                it.invalid = "dictionary changed size during iteration" \
+                    if len(order) != len(self.items) else "dictionary keys changed during iteration"
+            elif kind != "keys":
+                it.items = self._items_of(kind, order)
 
     def as_python_constant(self):
         return self.cls({k: v.as_python_constant() for k, v in self.items.items()})
@@ -389,7 +433,8 @@ class DictVariable(VariableTracker):
     def setitem(self, key_vt, value_vt):
         key = hashable_key(key_vt, self.items)
         self.items[key] = value_vt
-        self.keys[key] = key_vt
+        self.keys.setdefault(key, key_vt)   # an equal key stored again keeps the first
+        self._changed()
 
     def getitem(self, tx, key_vt):
         key = hashable_key(key_vt, self.items)
@@ -424,14 +469,19 @@ class DictVariable(VariableTracker):
             # (a defaultdict's has no factory)
             return make_fromkeys(self.cls)(tx, args, kwargs)
         if name == "__iter__":
-            return ListIteratorVariable(self.unpack(tx))
+            return self.live_iterator("keys")
+        if name == "__reversed__":
+            return self.live_iterator("keys", reverse=True)
         tx.check_mutation(self)
         if name == "__setitem__":
             self.setitem(args[0], args[1])
         elif name == "__delitem__":
             key = hashable_key(args[0], self.items)
+            if key not in self.items:
+                raise ObservedException(KeyError, [args[0]], repr(key))
             self.items.pop(key)
             self.keys.pop(key)
+            self._changed()
         elif name == "update":
             if args:
                 other = args[0]
@@ -453,13 +503,16 @@ class DictVariable(VariableTracker):
             key = hashable_key(args[0], self.items)
             if key in self.items:
                 self.keys.pop(key)
-                return self.items.pop(key)
+                value = self.items.pop(key)
+                self._changed()
+                return value
             if len(args) > 1:
                 return args[1]
             raise Unsupported(f"KeyError: {key!r}")
         elif name == "clear":
             self.items.clear()
             self.keys.clear()
+            self._changed()
         else:
             raise Unsupported(f"dict.{name}()")
         return ConstantVariable(None)
@@ -518,9 +571,9 @@ class DictViewVariable(VariableTracker):
         if name == "__len__":
             return ConstantVariable(len(self.dict_vt.items))
         if name == "__iter__":
-            return ListIteratorVariable(self.unpack(tx))
+            return self.dict_vt.live_iterator(self.kind)
         if name == "__reversed__":
-            return ListIteratorVariable(self.unpack(tx)[::-1])
+            return self.dict_vt.live_iterator(self.kind, reverse=True)
         if name == "__contains__":
             item = args[0]
             if self.kind == "keys":
