@@ -158,6 +158,18 @@ def v_loop_over_items_with_graph_break(x):
     return out, d
 
 
+def v_dict_equality_with_tensor_values(x):
+    d = {"a": x, "b": 1}
+    d2 = dict(d)
+    o1 = collections.OrderedDict(a=x, b=1)
+    o2 = collections.OrderedDict(b=1, a=x)
+    dd = collections.defaultdict(list, d)
+    eq = (d == d2, d != d2, d2 == {"a": x, "b": 1}, d == {"a": x}, d == {"a": x, "c": 1},
+          o1 == d, o1 == o2, o1 != o2, o2 == d, dd == d, d == dd, {1: [x]} == {1: [x]})
+    d2["b"] = 2
+    return x + 1, eq, d == d2, d != d2
+
+
 VIEWS = [
     (v_keys_equal_after_insert, lambda: (torch.randn(3),)),
     (v_keys_compare_sets, lambda: (torch.randn(3),)),
@@ -174,6 +186,7 @@ VIEWS = [
     (v_iterate_items_while_storing, lambda: (torch.randn(3),)),
     (v_iterator_reads_values_when_reached, lambda: (torch.randn(3),)),
     (v_reversed_views, lambda: (torch.randn(3),)),
+    (v_dict_equality_with_tensor_values, lambda: (torch.randn(3),)),
 ]
 
 

@@ -27,7 +27,7 @@ from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVari
                                                  ListIteratorVariable, ListVariable,
                                                  NamedTupleVariable, SetVariable,
                                                  SizeVariable, SliceVariable, TupleVariable,
-                                                 compare_sets)
+                                                 compare_dicts, compare_sets)
 from ember.frontend.variables.functions import (BaseUserFunctionVariable,
                                                 HandlerFunctionVariable, PartialVariable,
                                                 UserMethodVariable)
@@ -193,6 +193,8 @@ def _structural_operator(tx, op, args):
             return b.call_method(tx, "__r" + set_op[2:], [a], {})
     if b is not None:
         compared = compare_sets(tx, op, a, b)
+        if compared is None:
+            compared = compare_dicts(tx, op, a, b)
         if compared is not None:
             return compared
     if op in (operator.eq, operator.ne):

@@ -733,6 +733,20 @@ def compare_sets(tx, op, a: VariableTracker, b: VariableTracker) -> VariableTrac
     return ConstantVariable(fits and all_in(b, a))
 
 
+def compare_dicts(tx, op, a: VariableTracker, b: VariableTracker) -> VariableTracker | None:
+    """``a == b`` / ``a != b`` of two dicts: the same keys, and equal values (``is`` first,
+    as Python's); two OrderedDicts also need the same order. None unless both are dicts."""
+    if op not in (operator.eq, operator.ne) or not (
+            isinstance(a, DictVariable) and isinstance(b, DictVariable)):
+        return None
+    equal = len(a.items) == len(b.items) and all(
+        k in b.items and tx.values_equal(v, b.items[k]) for k, v in a.items.items())
+    if equal and issubclass(a.cls, collections.OrderedDict) and \
+            issubclass(b.cls, collections.OrderedDict):
+        equal = list(a.items) == list(b.items)
+    return ConstantVariable(equal if op is operator.eq else not equal)
+
+
 def _as_set_like(tx, vt: VariableTracker) -> VariableTracker:
     """A constant set or frozenset (``x in {1, 2}`` loads a frozenset constant) as a tracker
     of its items; anything else as it is."""
