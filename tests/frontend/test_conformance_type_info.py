@@ -74,12 +74,17 @@ def t_jit_annotate_list(x):
     return torch.cat(outs) + 1, d
 
 
+T = typing.TypeVar("T")
+Mapping = Dict[str, T]      # a generic alias with a parameter left to fill
+
+
 def t_typing_subscriptions(x):
     types_ = (List[int], Dict[str, torch.Tensor], Optional[torch.Tensor], Tuple[int, ...],
               Tuple[torch.Tensor, Optional[List[int]]], Union[int, float, None],
               Callable[[int], torch.Tensor], list[int], dict[str, List[int]],
               collections.OrderedDict[str, int], typing.Sequence[torch.Tensor],
-              Optional["torch.Tensor"], typing.Literal["a", "b"], tuple[int, int])
+              Optional["torch.Tensor"], typing.Literal["a", "b"], tuple[int, int],
+              Mapping[torch.Tensor], List[T])
     return x * 2, types_, Optional[torch.Tensor] == Union[torch.Tensor, None]
 
 

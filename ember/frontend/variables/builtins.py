@@ -270,7 +270,7 @@ def subscript_type(tx, obj, index) -> VariableTracker | None:
     (inlined, typing's ``__getitem__`` asks ``sys._getframe``: a graph break at every use);
     None when ``obj`` is not a type expression."""
     value = getattr(obj, "value", None)
-    if isinstance(obj, (ConstantVariable, TensorVariable)) or not is_type_expression(value):
+    if isinstance(obj, TensorVariable) or not is_type_expression(value):
         return None
     try:
         arg = type_argument(index)

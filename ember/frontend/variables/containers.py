@@ -289,6 +289,7 @@ class ListIteratorVariable(VariableTracker):
     # set on an iterator over a dict or its view whose dict changed size or keys since:
     # Python raises RuntimeError at its next step (see DictVariable.live_iterator)
     invalid: str | None = None
+    exhausted = False
 
     def python_type(self):
         return self.py_type
@@ -296,6 +297,7 @@ class ListIteratorVariable(VariableTracker):
     def next(self, tx) -> VariableTracker | None:
         self._check_valid()
         if self.index >= len(self.items):
+            self.exhausted = True     # Python's dict iterators then stop checking their dict
             return None
         item = self.items[self.index]
         self.index += 1
@@ -305,6 +307,7 @@ class ListIteratorVariable(VariableTracker):
         self._check_valid()
         rest = self.items[self.index:]
         self.index = len(self.items)
+        self.exhausted = True
         return rest
 
     def _check_valid(self) -> None:
@@ -396,6 +399,7 @@ class DictVariable(VariableTracker):
 
     def _changed(self) -> None:
         """After a store or deletion: the live iterators see it."""
+        self.iterators = [entry for entry in self.iterators if not entry[0].exhausted]
         for it, kind, order in self.iterators:
             if it.invalid is not None:
                 continue
