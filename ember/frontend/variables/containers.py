@@ -376,8 +376,8 @@ class DictVariable(VariableTracker):
     def python_type(self):
         return self.cls
 
-    _ITER_TYPES = {"keys": type(iter({})), "values": type(iter({}.values())),
-                   "items": type(iter({}.items()))}
+    _ITER_TYPES = {(kind, rev): type((reversed if rev else iter)(getattr({}, kind)()))
+                   for kind in ("keys", "values", "items") for rev in (False, True)}
 
     def live_iterator(self, kind: str, reverse: bool = False) -> ListIteratorVariable:
         """An iterator over the keys, values or items, as Python's dict iterators: a value
@@ -385,8 +385,7 @@ class DictVariable(VariableTracker):
         size (or keys) makes its next step raise RuntimeError (the graph breaks there)."""
         order = tuple(reversed(self.items) if reverse else self.items)
         it = ListIteratorVariable(self._items_of(kind, order))
-        it.py_type = type(reversed({})) if reverse and kind == "keys" else \
-            self._ITER_TYPES[kind] if not reverse else type(iter([]))
+        it.py_type = self._ITER_TYPES[kind, reverse]
         self.iterators.append((it, kind, order))
         return it
 
@@ -403,9 +402,10 @@ class DictVariable(VariableTracker):
         for it, kind, order in self.iterators:
             if it.invalid is not None:
                 continue
-            if len(order) != len(self.items) or any(k not in self.items for k in order):
-                it.invalid = "dictionary changed size during iteration" \
-                    if len(order) != len(self.items) else "dictionary keys changed during iteration"
+            if len(order) != len(self.items):
+                it.invalid = "dictionary changed size during iteration"
+            elif any(k not in self.items for k in order):
+                it.invalid = "dictionary keys changed during iteration"
             elif kind != "keys":
                 it.items = self._items_of(kind, order)
 
