@@ -170,6 +170,15 @@ def v_dict_equality_with_tensor_values(x):
     return x + 1, eq, d == d2, d != d2
 
 
+def v_equal_key_stored_again_keeps_the_first(x):
+    d = {1: x}
+    d[1.0] = x + 1
+    d[True] = x + 2
+    s = {1, 2}
+    s.add(1.0)
+    return d, list(d.keys()), [type(k).__name__ for k in d], [type(k).__name__ for k in s]
+
+
 VIEWS = [
     (v_keys_equal_after_insert, lambda: (torch.randn(3),)),
     (v_keys_compare_sets, lambda: (torch.randn(3),)),
@@ -187,6 +196,7 @@ VIEWS = [
     (v_iterator_reads_values_when_reached, lambda: (torch.randn(3),)),
     (v_reversed_views, lambda: (torch.randn(3),)),
     (v_dict_equality_with_tensor_values, lambda: (torch.randn(3),)),
+    (v_equal_key_stored_again_keeps_the_first, lambda: (torch.randn(3),)),
 ]
 
 
