@@ -179,6 +179,26 @@ def v_equal_key_stored_again_keeps_the_first(x):
     return d, list(d.keys()), [type(k).__name__ for k in d], [type(k).__name__ for k in s]
 
 
+def _popitem_or_none(d):
+    try:
+        return d.popitem()
+    except KeyError:
+        return None
+
+
+def v_ordered_dict_moves_and_pops(x):
+    d = collections.OrderedDict(a=x, b=1, c=x * 2)
+    keys = d.keys()
+    d.move_to_end("a")
+    d.move_to_end("c", last=False)
+    first = d.popitem(last=False)
+    last = d.popitem()
+    plain = {"p": x, "q": 2}
+    popped = plain.popitem()
+    empty = _popitem_or_none({})
+    return x + 1, list(keys), first, last, d, popped, plain, empty, _popitem_or_none(d)
+
+
 VIEWS = [
     (v_keys_equal_after_insert, lambda: (torch.randn(3),)),
     (v_keys_compare_sets, lambda: (torch.randn(3),)),
@@ -197,6 +217,7 @@ VIEWS = [
     (v_reversed_views, lambda: (torch.randn(3),)),
     (v_dict_equality_with_tensor_values, lambda: (torch.randn(3),)),
     (v_equal_key_stored_again_keeps_the_first, lambda: (torch.randn(3),)),
+    (v_ordered_dict_moves_and_pops, lambda: (torch.randn(3),)),
 ]
 
 
@@ -227,7 +248,15 @@ def v_delete_while_iterating_values(x):
     return total
 
 
-@pytest.mark.parametrize("fn", [v_insert_while_iterating, v_delete_while_iterating_values])
+def v_move_to_end_while_iterating(x):
+    d = collections.OrderedDict(a=x, b=x + 1)
+    for k in d:
+        d.move_to_end(k)          # RuntimeError: OrderedDict mutated during iteration
+    return d
+
+
+@pytest.mark.parametrize("fn", [v_insert_while_iterating, v_delete_while_iterating_values,
+                                v_move_to_end_while_iterating])
 def test_dict_changed_size_during_iteration_raises(fn):
     check(fn, (torch.randn(3),), graphs=None, raises=RuntimeError)
 

@@ -396,13 +396,15 @@ class DictVariable(VariableTracker):
             return [self.items[k] for k in order]
         return [TupleVariable([self.keys[k], self.items[k]]) for k in order]
 
-    def _changed(self) -> None:
-        """After a store or deletion: the live iterators see it."""
+    def _changed(self, reordered: bool = False) -> None:
+        """After a store, deletion or move: the live iterators see it."""
         self.iterators = [entry for entry in self.iterators if not entry[0].exhausted]
         for it, kind, order in self.iterators:
             if it.invalid is not None:
                 continue
-            if len(order) != len(self.items):
+            if reordered:
+                it.invalid = "OrderedDict mutated during iteration"
+            elif len(order) != len(self.items):
                 it.invalid = "dictionary changed size during iteration"
             elif any(k not in self.items for k in order):
                 it.invalid = "dictionary keys changed during iteration"
@@ -517,12 +519,41 @@ class DictVariable(VariableTracker):
             self.items.clear()
             self.keys.clear()
             self._changed()
+        elif name == "popitem":
+            ordered = issubclass(self.cls, collections.OrderedDict)
+            last = _argument(args, kwargs, 0, "last", True) if ordered else True
+            if (args or kwargs) and not ordered:
+                raise Unsupported("dict.popitem() takes no arguments")
+            if not self.items:
+                raise ObservedException(KeyError, [ConstantVariable(
+                    "dictionary is empty")], "dictionary is empty")
+            key = next(reversed(self.items)) if last else next(iter(self.items))
+            pair = TupleVariable([self.keys.pop(key), self.items.pop(key)])
+            self._changed()
+            return pair
+        elif name == "move_to_end":
+            key = hashable_key(args[0], self.items)
+            if key not in self.items:
+                raise ObservedException(KeyError, [args[0]], repr(key))
+            last = _argument(args, kwargs, 1, "last", True)
+            key_vt, value = self.keys.pop(key), self.items.pop(key)
+            if last:
+                self.items[key], self.keys[key] = value, key_vt
+            else:   # in place: the dicts may be shared
+                for table, first in ((self.items, value), (self.keys, key_vt)):
+                    rest = list(table.items())
+                    table.clear()
+                    table[key] = first
+                    table.update(rest)
+            self._changed(reordered=True)
         else:
             raise Unsupported(f"dict.{name}()")
         return ConstantVariable(None)
 
     def var_getattr(self, tx, name):
         from ember.frontend.variables.functions import BoundMethodVariable
+        if name == "move_to_end" and issubclass(self.cls, collections.OrderedDict):
+            return BoundMethodVariable(self, name)
         if self.cls not in (dict, collections.OrderedDict, collections.defaultdict) and \
                 not hasattr(dict, name):
             # a method a plain dict subclass adds
@@ -775,6 +806,13 @@ class SliceVariable(VariableTracker):
 
     def rebuild(self, cg):
         return f"slice({cg.items(self.parts)})"
+
+
+def _argument(args, kwargs, i: int, name: str, default):
+    """The constant value of positional ``i`` or keyword ``name`` of a call."""
+    if len(args) > i:
+        return args[i].as_python_constant()
+    return kwargs[name].as_python_constant() if name in kwargs else default
 
 
 def make_fromkeys(cls):
