@@ -3,8 +3,10 @@
 Dict views (keys(), values(), items()) are live views of their dict: every program takes a
 view, then changes the dict, then uses the view: comparisons with sets, frozensets, other
 views and lists, set operators, membership, len, iteration and isdisjoint must all see the
-dict as it is at the use, as in Python. ``fromkeys`` on dict, OrderedDict and defaultdict
-(the class or an instance) of dicts, lists, iterators and views.
+dict as it is at the use, as in Python. Iterators over a dict read each value when they
+reach it, and raise RuntimeError after the dict changes size (or an OrderedDict moves a key).
+Dicts with tensor values compare by keys and values. ``fromkeys`` on dict, OrderedDict and
+defaultdict (the class or an instance) of dicts, lists, iterators and views.
 """
 import collections
 
