@@ -239,6 +239,8 @@ _EMITTERS["UNARY_POSITIVE"] = (lambda tx, inst: 1, _operator_emitter(lambda i: o
 _EMITTERS["UNARY_INVERT"] = (lambda tx, inst: 1, _operator_emitter(lambda i: operator.invert))
 _EMITTERS["UNARY_NOT"] = (lambda tx, inst: 1, _operator_emitter(lambda i: operator.not_))
 _EMITTERS["GET_ITER"] = (lambda tx, inst: 1, _operator_emitter(lambda i: iter))
+_EMITTERS["IS_OP"] = (lambda tx, inst: 2, _operator_emitter(
+    lambda i: operator.is_not if i.arg else operator.is_))
 
 
 @emitter("CONTAINS_OP", inputs=2)

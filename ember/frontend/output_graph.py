@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
 import torch
 import torch.fx
 
@@ -165,9 +166,31 @@ class OutputGraph:
                 what = target if isinstance(target, str) else getattr(target, "__name__", target)
                 raise Unsupported(f"{what} raised {type(e).__name__} on fake inputs: "
                                   f"{str(e).splitlines()[0] if str(e) else ''}") from None
+        node_args, node_kwargs = self._numpy_scalars_made((node_args, node_kwargs))
         node = self.graph.create_node(kind, target, tuple(node_args), node_kwargs)
         node.meta["stack_trace"] = self.location()
         return self.wrap_result(node, fake_out)
+
+    def _numpy_scalars_made(self, value):
+        """``value`` (node arguments) with each NumPy scalar (``np.finfo(np.float32).eps``)
+        made by a node ``np.float32(<the Python number>)``: the generated code has no name
+        for NumPy, and torch treats a NumPy scalar unlike the Python number (``torch.tensor``
+        keeps float64, ``int_tensor + np.bool_`` is float), so the argument stays one."""
+        if isinstance(value, np.generic):
+            if not isinstance(value, (np.bool_, np.integer, np.float16, np.float32, np.float64,
+                                      np.complex64, np.complex128)):
+                raise Unsupported(f"a NumPy {type(value).__name__} scalar as an argument of a "
+                                  f"graph call")
+            node = self.graph.call_function(type(value), (value.item(),))
+            node.meta["val"] = value
+            return node
+        if type(value) in (tuple, list):
+            return type(value)(self._numpy_scalars_made(v) for v in value)
+        if type(value) is dict:
+            return {k: self._numpy_scalars_made(v) for k, v in value.items()}
+        if type(value) is slice:
+            return slice(*self._numpy_scalars_made([value.start, value.stop, value.step]))
+        return value
 
     def wrap_result(self, node: torch.fx.Node, value: Any) -> VariableTracker:
         from ember.frontend.variables.containers import (ListVariable, NamedTupleVariable,

@@ -29,9 +29,9 @@ from ember.frontend.variables import builder
 from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
 from ember.frontend.variables.builtins import apply_operator
 from ember.frontend.variables.containers import (BaseSequenceVariable, DictVariable,
-                                                 ListIteratorVariable, ListVariable,
-                                                 SetVariable, SizeVariable, SliceVariable,
-                                                 TupleVariable, hashable_key)
+                                                 DictViewVariable, ListIteratorVariable,
+                                                 ListVariable, SetVariable, SizeVariable,
+                                                 SliceVariable, TupleVariable, hashable_key)
 from ember.frontend.variables.functions import (BaseUserFunctionVariable, CellRefVariable,
                                                 CellVariable,
                                                 HandlerFunctionVariable,
@@ -40,6 +40,7 @@ from ember.frontend.variables.objects import (DataclassDictVariable, ExceptionVa
                                               NewModuleVariable,
                                               NNModuleVariable, SuperVariable,
                                               UserDefinedObjectVariable)
+from ember.frontend.variables.storage import UntypedStorageVariable, same_storage
 from ember.frontend.variables.tensor import TensorVariable
 
 PY312 = sys.version_info >= (3, 12)
@@ -354,11 +355,15 @@ class InstructionTranslator:
     def get_iter(self, vt: VariableTracker) -> VariableTracker:
         if isinstance(vt, ListIteratorVariable):
             return vt
+        if isinstance(vt, (DictVariable, DictViewVariable)):   # live: sees the dict's changes
+            return vt.call_method(self, "__iter__", [], {})
         return ListIteratorVariable(self.unpack_iterable(vt))
 
     def is_same_object(self, a: VariableTracker, b: VariableTracker) -> bool:
         if a is b:
             return True
+        if isinstance(a, UntypedStorageVariable) or isinstance(b, UntypedStorageVariable):
+            return same_storage(a, b)
         if isinstance(a, ConstantVariable) and isinstance(b, ConstantVariable):
             return a.value is b.value
         if isinstance(a, TensorVariable) and isinstance(b, TensorVariable):

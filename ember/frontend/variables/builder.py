@@ -135,6 +135,10 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         add(guards.id_match(source, value))
         return TorchStateObjectVariable(value, source.name() if source is not None
                                         else typ.__qualname__, source)
+    if typ is torch.UntypedStorage:   # a resume function's local: x.untyped_storage()
+        from ember.frontend.variables.storage import UntypedStorageVariable
+        add(guards.type_match(source, typ))
+        return UntypedStorageVariable(source=source, real=value)
     if typ.__module__.startswith("torch") and not isinstance(value, torch.nn.Module):
         raise Unsupported(f"a {typ.__qualname__} object inside a compiled region")
     add(guards.type_match(source, typ))

@@ -15,6 +15,7 @@ import math
 import operator
 import sys
 import types
+import typing
 from typing import Any, Callable
 
 import torch
@@ -25,7 +26,8 @@ from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVari
                                                  DictVariable, DictViewVariable,
                                                  ListIteratorVariable, ListVariable,
                                                  NamedTupleVariable, SetVariable,
-                                                 SizeVariable, SliceVariable, TupleVariable)
+                                                 SizeVariable, SliceVariable, TupleVariable,
+                                                 compare_dicts, compare_sets)
 from ember.frontend.variables.functions import (BaseUserFunctionVariable,
                                                 HandlerFunctionVariable, PartialVariable,
                                                 UserMethodVariable)
@@ -189,6 +191,12 @@ def _structural_operator(tx, op, args):
             return a.call_method(tx, set_op, [b], {})
         if isinstance(b, DictViewVariable):
             return b.call_method(tx, "__r" + set_op[2:], [a], {})
+    if b is not None:
+        compared = compare_sets(tx, op, a, b)
+        if compared is None:
+            compared = compare_dicts(tx, op, a, b)
+        if compared is not None:
+            return compared
     if op in (operator.eq, operator.ne):
         if isinstance(a, seq) and isinstance(b, seq):
             equal = a.python_type() is b.python_type() or {a.python_type(), b.python_type()} \
@@ -215,6 +223,9 @@ def _structural_operator(tx, op, args):
 def getitem(tx, obj, index):
     if isinstance(obj, TensorVariable):
         return tx.output.call_function(operator.getitem, [obj, index], {})
+    subscripted = subscript_type(tx, obj, index)
+    if subscripted is not None:
+        return subscripted
     if isinstance(obj, (BaseSequenceVariable, DictVariable)):
         return obj.call_method(tx, "__getitem__", [index], {})
     if isinstance(obj, ConstantVariable):
@@ -222,6 +233,69 @@ def getitem(tx, obj, index):
         if folded is not None:
             return folded
     return obj.call_method(tx, "__getitem__", [index], {})
+
+
+# classes whose ``cls[...]`` is a pure types.GenericAlias (``list[int]``)
+_GENERIC_ALIAS_MODULES = ("builtins", "collections", "collections.abc", "_collections_abc")
+
+
+def is_type_expression(value) -> bool:
+    """A typing construct (``List``, ``Optional``, ``Dict[str, Tensor]``, a TypeVar,
+    ``list[int]``, ``int | None``) or a class whose subscription makes one: subscribing it is
+    pure (typing caches the results), so capture evaluates it for real."""
+    if type(value).__module__ in ("typing", "typing_extensions") or isinstance(
+            value, (types.GenericAlias, types.UnionType)):
+        return True
+    if isinstance(value, type) and hasattr(value, "__class_getitem__"):
+        return value.__module__ in _GENERIC_ALIAS_MODULES or issubclass(value, typing.Generic)
+    return False
+
+
+def type_argument(vt):
+    """The Python value of a subscript of a type expression (classes, type expressions,
+    constants, tuples and lists of them); NotConstant otherwise."""
+    if isinstance(vt, (TupleVariable, ListVariable)) and not isinstance(vt, SizeVariable):
+        return (tuple if isinstance(vt, TupleVariable) else list)(
+            type_argument(v) for v in vt.items)
+    if isinstance(vt, ConstantVariable):
+        return vt.value
+    value = getattr(vt, "value", None)
+    if isinstance(value, type) or is_type_expression(value):
+        return value
+    raise NotConstant
+
+
+def subscript_type(tx, obj, index) -> VariableTracker | None:
+    """``List[torch.Tensor]``, ``Optional[T]``, ``dict[str, int]`` as the constant it is
+    (inlined, typing's ``__getitem__`` asks ``sys._getframe``: a graph break at every use);
+    None when ``obj`` is not a type expression."""
+    value = getattr(obj, "value", None)
+    if isinstance(obj, TensorVariable) or not is_type_expression(value):
+        return None
+    try:
+        arg = type_argument(index)
+    except NotConstant:
+        raise Unsupported(f"subscription of {value!r} by {index}") from None
+    try:
+        result = value[arg]
+    except Exception as e:    # noqa: BLE001 - the program's own error, raised eagerly too
+        raise Unsupported(f"{type(e).__name__} from {value!r}[...]: {e}") from None
+    return ConstantVariable(result)    # immutable; rebuilt after the graph as the object
+
+
+@builtin(typing.cast)
+def _typing_cast(tx, args, kwargs):
+    """``typing.cast(T, value)`` is ``value``."""
+    return bind_arguments(typing.cast, args, kwargs)["val"]
+
+
+def bind_arguments(fn, args, kwargs) -> dict:
+    """``fn``'s parameters bound to the trackers of a call (a bad call is the program's
+    error: the graph breaks there and it raises eagerly)."""
+    try:
+        return inspect.signature(fn).bind(*args, **kwargs).arguments
+    except TypeError as e:
+        raise Unsupported(f"TypeError from {fn.__name__}(): {e}") from None
 
 
 for _op in [*_DUNDERS, *INPLACE, operator.getitem, operator.contains, operator.is_,
@@ -507,6 +581,8 @@ def _filter(tx, args, kwargs):
 
 @builtin(reversed)
 def _reversed(tx, args, kwargs):
+    if isinstance(args[0], (DictVariable, DictViewVariable)):   # live, as iter()
+        return args[0].call_method(tx, "__reversed__", [], {})
     return ListIteratorVariable(list(reversed(tx.unpack_iterable(args[0]))))
 
 

@@ -8,6 +8,7 @@ the graph runs.
 from __future__ import annotations
 
 import collections
+import operator
 from typing import Any
 
 import torch
@@ -284,20 +285,34 @@ class ListIteratorVariable(VariableTracker):
         self.items = items
         self.index = 0
 
+    py_type = type(iter([]))
+    # set on an iterator over a dict or its view whose dict changed size or keys since:
+    # Python raises RuntimeError at its next step (see DictVariable.live_iterator)
+    invalid: str | None = None
+    exhausted = False
+
     def python_type(self):
-        return type(iter([]))
+        return self.py_type
 
     def next(self, tx) -> VariableTracker | None:
+        self._check_valid()
         if self.index >= len(self.items):
+            self.exhausted = True     # Python's dict iterators then stop checking their dict
             return None
         item = self.items[self.index]
         self.index += 1
         return item
 
     def unpack(self, tx):
+        self._check_valid()
         rest = self.items[self.index:]
         self.index = len(self.items)
+        self.exhausted = True
         return rest
+
+    def _check_valid(self) -> None:
+        if self.invalid is not None:
+            raise Unsupported(f"RuntimeError: {self.invalid}")
 
     passed_as_items = False   # set by a graph break that passes it to a resume function
 
@@ -335,6 +350,12 @@ def hashable_key(vt: VariableTracker, among: dict | None = None) -> Any:
         raise Unsupported("an integer looked up among id() keys")
     if vt.is_python_constant():
         return vt.as_python_constant()
+    if isinstance(vt, TupleVariable):
+        # a tuple hashes and compares by its items: two trackers of ``(k, t)`` are one key
+        return ("__tuple__", tuple(hashable_key(item) for item in vt.items))
+    if isinstance(vt, (ListVariable, DictVariable, DictViewVariable)) or (
+            isinstance(vt, SetVariable) and not vt.frozen):
+        raise Unsupported(f"TypeError: unhashable type: '{vt.python_type().__name__}'")
     return identity_key(vt)      # an object that hashes by identity
 
 
@@ -350,9 +371,45 @@ class DictVariable(VariableTracker):
             k: ConstantVariable(k) for k in items})               # python key -> key tracker
         self.cls = cls
         self.default_factory = default_factory
+        self.iterators: list[tuple[ListIteratorVariable, str, tuple]] = []
 
     def python_type(self):
         return self.cls
+
+    _ITER_TYPES = {(kind, rev): type((reversed if rev else iter)(getattr({}, kind)()))
+                   for kind in ("keys", "values", "items") for rev in (False, True)}
+
+    def live_iterator(self, kind: str, reverse: bool = False) -> ListIteratorVariable:
+        """An iterator over the keys, values or items, as Python's dict iterators: a value
+        is the one in the dict when the iterator reaches it, and a change of the dict's
+        size (or keys) makes its next step raise RuntimeError (the graph breaks there)."""
+        order = tuple(reversed(self.items) if reverse else self.items)
+        it = ListIteratorVariable(self._items_of(kind, order))
+        it.py_type = self._ITER_TYPES[kind, reverse]
+        self.iterators.append((it, kind, order))
+        return it
+
+    def _items_of(self, kind: str, order: tuple) -> list[VariableTracker]:
+        if kind == "keys":
+            return [self.keys[k] for k in order]
+        if kind == "values":
+            return [self.items[k] for k in order]
+        return [TupleVariable([self.keys[k], self.items[k]]) for k in order]
+
+    def _changed(self, reordered: bool = False) -> None:
+        """After a store, deletion or move: the live iterators see it."""
+        self.iterators = [entry for entry in self.iterators if not entry[0].exhausted]
+        for it, kind, order in self.iterators:
+            if it.invalid is not None:
+                continue
+            if reordered:
+                it.invalid = "OrderedDict mutated during iteration"
+            elif len(order) != len(self.items):
+                it.invalid = "dictionary changed size during iteration"
+            elif any(k not in self.items for k in order):
+                it.invalid = "dictionary keys changed during iteration"
+            elif kind != "keys":
+                it.items = self._items_of(kind, order)
 
     def as_python_constant(self):
         return self.cls({k: v.as_python_constant() for k, v in self.items.items()})
@@ -367,8 +424,11 @@ class DictVariable(VariableTracker):
         pairs = ", ".join(f"{cg.reconstruct(self.keys[k])}: {cg.reconstruct(v)}"
                           for k, v in self.items.items())
         text = f"{{{pairs}}}" if self.cls is dict else f"{cg.const(self.cls)}({{{pairs}}})"
-        if self.default_factory is not None:
-            text = f"{cg.const(self.cls)}({cg.reconstruct(self.default_factory)}, {{{pairs}}})"
+        if issubclass(self.cls, collections.defaultdict):
+            # the factory comes first, None included (``defaultdict.fromkeys`` makes one)
+            factory = "None" if self.default_factory is None else \
+                cg.reconstruct(self.default_factory)
+            text = f"{cg.const(self.cls)}({factory}, {{{pairs}}})"
         return cg.temp(self, text)
 
     def replay_mutation(self, target: str, value_of) -> str:
@@ -379,7 +439,8 @@ class DictVariable(VariableTracker):
     def setitem(self, key_vt, value_vt):
         key = hashable_key(key_vt, self.items)
         self.items[key] = value_vt
-        self.keys[key] = key_vt
+        self.keys.setdefault(key, key_vt)   # an equal key stored again keeps the first
+        self._changed()
 
     def getitem(self, tx, key_vt):
         key = hashable_key(key_vt, self.items)
@@ -407,16 +468,26 @@ class DictVariable(VariableTracker):
         if name in ("keys", "values", "items") and not args and not kwargs:
             return DictViewVariable(self, name)
         if name == "copy":
-            return DictVariable(self.items, self.keys, cls=self.cls)
+            return DictVariable(self.items, self.keys, cls=self.cls,
+                                default_factory=self.default_factory)
+        if name == "fromkeys":
+            # a class method reached through an instance: a new dict of the same class
+            # (a defaultdict's has no factory)
+            return make_fromkeys(self.cls)(tx, args, kwargs)
         if name == "__iter__":
-            return ListIteratorVariable(self.unpack(tx))
+            return self.live_iterator("keys")
+        if name == "__reversed__":
+            return self.live_iterator("keys", reverse=True)
         tx.check_mutation(self)
         if name == "__setitem__":
             self.setitem(args[0], args[1])
         elif name == "__delitem__":
             key = hashable_key(args[0], self.items)
+            if key not in self.items:
+                raise ObservedException(KeyError, [args[0]], repr(key))
             self.items.pop(key)
             self.keys.pop(key)
+            self._changed()
         elif name == "update":
             if args:
                 other = args[0]
@@ -438,19 +509,51 @@ class DictVariable(VariableTracker):
             key = hashable_key(args[0], self.items)
             if key in self.items:
                 self.keys.pop(key)
-                return self.items.pop(key)
+                value = self.items.pop(key)
+                self._changed()
+                return value
             if len(args) > 1:
                 return args[1]
             raise Unsupported(f"KeyError: {key!r}")
         elif name == "clear":
             self.items.clear()
             self.keys.clear()
+            self._changed()
+        elif name == "popitem":
+            ordered = issubclass(self.cls, collections.OrderedDict)
+            last = _argument(args, kwargs, 0, "last", True) if ordered else True
+            if (args or kwargs) and not ordered:
+                raise Unsupported("dict.popitem() takes no arguments")
+            if not self.items:
+                raise ObservedException(KeyError, [ConstantVariable(
+                    "dictionary is empty")], "dictionary is empty")
+            key = next(reversed(self.items)) if last else next(iter(self.items))
+            pair = TupleVariable([self.keys.pop(key), self.items.pop(key)])
+            self._changed()
+            return pair
+        elif name == "move_to_end":
+            key = hashable_key(args[0], self.items)
+            if key not in self.items:
+                raise ObservedException(KeyError, [args[0]], repr(key))
+            last = _argument(args, kwargs, 1, "last", True)
+            key_vt, value = self.keys.pop(key), self.items.pop(key)
+            if last:
+                self.items[key], self.keys[key] = value, key_vt
+            else:   # in place: the dicts may be shared
+                for table, first in ((self.items, value), (self.keys, key_vt)):
+                    rest = list(table.items())
+                    table.clear()
+                    table[key] = first
+                    table.update(rest)
+            self._changed(reordered=True)
         else:
             raise Unsupported(f"dict.{name}()")
         return ConstantVariable(None)
 
     def var_getattr(self, tx, name):
         from ember.frontend.variables.functions import BoundMethodVariable
+        if name == "move_to_end" and issubclass(self.cls, collections.OrderedDict):
+            return BoundMethodVariable(self, name)
         if self.cls not in (dict, collections.OrderedDict, collections.defaultdict) and \
                 not hasattr(dict, name):
             # a method a plain dict subclass adds
@@ -503,16 +606,25 @@ class DictViewVariable(VariableTracker):
         if name == "__len__":
             return ConstantVariable(len(self.dict_vt.items))
         if name == "__iter__":
-            return ListIteratorVariable(self.unpack(tx))
+            return self.dict_vt.live_iterator(self.kind)
         if name == "__reversed__":
-            return ListIteratorVariable(self.unpack(tx)[::-1])
+            return self.dict_vt.live_iterator(self.kind, reverse=True)
         if name == "__contains__":
             item = args[0]
             if self.kind == "keys":
                 return ConstantVariable(hashable_key(item, self.dict_vt.items)
                                         in self.dict_vt.items)
             if self.kind == "items":
-                pair = tx.unpack_iterable(item)
+                # only a tuple of two can be an item; anything else is simply not in it
+                if isinstance(item, TupleVariable):
+                    pair = item.items
+                elif item.is_python_constant() and isinstance(item.as_python_constant(),
+                                                              tuple):
+                    pair = [tx.wrap_constant(v) for v in item.as_python_constant()]
+                else:
+                    return ConstantVariable(False)
+                if len(pair) != 2:
+                    return ConstantVariable(False)
                 key = hashable_key(pair[0], self.dict_vt.items)
                 found = key in self.dict_vt.items and tx.values_equal(
                     self.dict_vt.items[key], pair[1])
@@ -611,6 +723,74 @@ class SetVariable(VariableTracker):
         raise Unsupported(f"set.{name}")
 
 
+def is_set_like(vt: VariableTracker) -> bool:
+    """A set, a frozenset or a keys/items view: what set comparisons take on both sides
+    (``d.values()`` is not one: it compares by identity, as in Python)."""
+    return isinstance(vt, SetVariable) or (isinstance(vt, DictViewVariable) and
+                                           vt.kind != "values")
+
+
+_SET_COMPARISONS = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt,
+                    operator.ge)
+_SWAPPED = {operator.eq: operator.eq, operator.ne: operator.ne, operator.lt: operator.gt,
+            operator.le: operator.ge, operator.gt: operator.lt, operator.ge: operator.le}
+
+
+def compare_sets(tx, op, a: VariableTracker, b: VariableTracker) -> VariableTracker | None:
+    """``a op b`` for a comparison between two sets or keys/items views, as CPython's
+    ``set_richcompare``/``dictview_richcompare`` compute it: sizes first, then membership
+    of each item of one side in the other (a view's ``in`` reads its dict as it is now).
+    None when one side is not set-like (Python then falls back to identity for ``==``, and
+    raises TypeError for an ordering)."""
+    if op not in _SET_COMPARISONS:
+        return None
+    a, b = _as_set_like(tx, a), _as_set_like(tx, b)
+    if not (is_set_like(a) and is_set_like(b)):
+        return None
+    if isinstance(a, SetVariable) and isinstance(b, DictViewVariable):
+        # a set declines to compare with a view: the view's reflected comparison answers
+        a, b, op = b, a, _SWAPPED[op]
+
+    def size(vt):
+        return len(vt.dict_vt.items) if isinstance(vt, DictViewVariable) else len(vt.items)
+
+    def all_in(items_of, container):
+        return all(tx.contains(container, x).truthy(tx) for x in items_of.unpack(tx))
+
+    na, nb = size(a), size(b)
+    if op in (operator.eq, operator.ne):
+        result = na == nb and all_in(a, b)
+        return ConstantVariable(result if op is operator.eq else not result)
+    if op in (operator.lt, operator.le):
+        fits = na < nb if op is operator.lt else na <= nb
+        return ConstantVariable(fits and all_in(a, b))
+    fits = na > nb if op is operator.gt else na >= nb
+    return ConstantVariable(fits and all_in(b, a))
+
+
+def compare_dicts(tx, op, a: VariableTracker, b: VariableTracker) -> VariableTracker | None:
+    """``a == b`` / ``a != b`` of two dicts: the same keys, and equal values (``is`` first,
+    as Python's); two OrderedDicts also need the same order. None unless both are dicts."""
+    if op not in (operator.eq, operator.ne) or not (
+            isinstance(a, DictVariable) and isinstance(b, DictVariable)):
+        return None
+    equal = len(a.items) == len(b.items) and all(
+        k in b.items and tx.values_equal(v, b.items[k]) for k, v in a.items.items())
+    if equal and issubclass(a.cls, collections.OrderedDict) and \
+            issubclass(b.cls, collections.OrderedDict):
+        equal = list(a.items) == list(b.items)
+    return ConstantVariable(equal if op is operator.eq else not equal)
+
+
+def _as_set_like(tx, vt: VariableTracker) -> VariableTracker:
+    """A constant set or frozenset (``x in {1, 2}`` loads a frozenset constant) as a tracker
+    of its items; anything else as it is."""
+    if isinstance(vt, ConstantVariable) and type(vt.value) in (set, frozenset):
+        return SetVariable([tx.wrap_constant(v) for v in vt.value],
+                           frozen=type(vt.value) is frozenset)
+    return vt
+
+
 class SliceVariable(VariableTracker):
     """A slice whose bounds are not all constants (e.g. hold a tensor index)."""
 
@@ -626,6 +806,29 @@ class SliceVariable(VariableTracker):
 
     def rebuild(self, cg):
         return f"slice({cg.items(self.parts)})"
+
+
+def _argument(args, kwargs, i: int, name: str, default):
+    """The constant value of positional ``i`` or keyword ``name`` of a call."""
+    if len(args) > i:
+        return args[i].as_python_constant()
+    return kwargs[name].as_python_constant() if name in kwargs else default
+
+
+def make_fromkeys(cls):
+    """The handler of ``cls.fromkeys(iterable, value=None)``: every key maps to the one
+    ``value`` object, in the iterable's order (an iterator is consumed)."""
+    def handler(tx, args, kwargs):
+        if kwargs or not 1 <= len(args) <= 2:
+            raise Unsupported(f"{cls.__name__}.fromkeys() with keywords or "
+                              f"{len(args)} arguments")
+        keys = tx.unpack_iterable(args[0])
+        value = args[1] if len(args) > 1 else ConstantVariable(None)
+        out = DictVariable({}, cls=cls)
+        for key in keys:
+            out.setitem(key, value)
+        return out
+    return handler
 
 
 def is_namedtuple_class(cls) -> bool:

@@ -16,8 +16,8 @@ import operator
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.builtins import HANDLERS, apply_operator, builtin
-from ember.frontend.variables.containers import (DictVariable, ListIteratorVariable,
-                                                 TupleVariable)
+from ember.frontend.variables.containers import (ListIteratorVariable, TupleVariable,
+                                                 make_fromkeys)
 
 
 class EndlessIteratorVariable(ListIteratorVariable):
@@ -189,16 +189,5 @@ def _pairwise(tx, args, kwargs):
 
 # ------------------------------------------------------------------ class-level constructors
 
-def _make_fromkeys(cls):
-    def handler(tx, args, kwargs):
-        keys = tx.unpack_iterable(args[0])
-        value = args[1] if len(args) > 1 else ConstantVariable(None)
-        out = DictVariable({}, cls=cls)
-        for key in keys:
-            out.setitem(key, value)
-        return out
-    return handler
-
-
 for _cls in (dict, collections.OrderedDict, collections.defaultdict):
-    HANDLERS[_cls.fromkeys] = _make_fromkeys(_cls)
+    HANDLERS[_cls.fromkeys] = make_fromkeys(_cls)

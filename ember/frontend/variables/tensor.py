@@ -85,6 +85,9 @@ class TensorVariable(VariableTracker):
         if name == "numpy" and not args:
             from ember.frontend.variables.numpy import tensor_to_ndarray
             return tensor_to_ndarray(tx, self, args, kwargs)
+        if name == "untyped_storage" and not args and not kwargs:
+            from ember.frontend.variables.storage import UntypedStorageVariable
+            return UntypedStorageVariable(self)
         if name in _DATA_DEPENDENT_METHODS:
             raise Unsupported(f"Tensor.{name}() reads tensor data (data-dependent)")
         return tx.output.call_method(name, [self, *args], kwargs)

@@ -19,8 +19,8 @@ import torch
 
 from ember.frontend import guards
 from ember.frontend.exc import Unsupported
-from ember.frontend.variables.base import ConstantVariable
-from ember.frontend.variables.builtins import fold
+from ember.frontend.variables.base import ConstantVariable, NotConstant
+from ember.frontend.variables.builtins import bind_arguments, fold, type_argument
 from ember.frontend.variables.containers import SizeVariable
 from ember.frontend.variables.objects import GlobalContextVariable, GradModeVariable
 from ember.frontend.variables.tensor import TensorVariable
@@ -229,6 +229,38 @@ def _fold_ctor(tx, fn, args, kwargs):
     if out is None:
         raise Unsupported(f"{fn} of non-constant arguments")
     return out
+
+
+@special(torch.jit.annotate)
+def _annotate(tx, fn, args, kwargs):
+    """``torch.jit.annotate(T, value)`` is ``value`` outside TorchScript."""
+    return bind_arguments(fn, args, kwargs)["the_value"]
+
+
+@special(torch.jit.isinstance)
+def _jit_isinstance(tx, fn, args, kwargs):
+    """``torch.jit.isinstance(obj, List[Tensor])`` asks about types and structure, both
+    known at capture: answered on a stand-in (fake tensors in the same containers)."""
+    bound = bind_arguments(fn, args, kwargs)
+    try:
+        target = type_argument(bound["target_type"])
+    except NotConstant:
+        raise Unsupported("torch.jit.isinstance with a non-constant type") from None
+    return ConstantVariable(fn(_stand_in(bound["obj"]), target))
+
+
+def _stand_in(vt):
+    """A real value with ``vt``'s type and structure: fake tensors for tensors."""
+    from ember.frontend.variables import containers as c
+    if isinstance(vt, TensorVariable):
+        return vt.fake
+    if type(vt) in (c.ListVariable, c.TupleVariable):
+        return (list if type(vt) is c.ListVariable else tuple)(_stand_in(v) for v in vt.items)
+    if type(vt) is c.DictVariable and vt.cls is dict:
+        return {_stand_in(vt.keys[k]): _stand_in(v) for k, v in vt.items.items()}
+    if vt.is_python_constant():
+        return vt.as_python_constant()
+    raise Unsupported(f"torch.jit.isinstance of {vt}")
 
 
 @special(torch._assert, _maybe("torch._assert_async"))

@@ -1,0 +1,332 @@
+"""Conformance: dict views and dict class methods.
+
+Dict views (keys(), values(), items()) are live views of their dict: every program takes a
+view, then changes the dict, then uses the view: comparisons with sets, frozensets, other
+views and lists, set operators, membership, len, iteration and isdisjoint must all see the
+dict as it is at the use, as in Python. Iterators over a dict read each value when they
+reach it, and raise RuntimeError after the dict changes size (or an OrderedDict moves a key).
+Dicts with tensor values compare by keys and values. ``fromkeys`` on dict, OrderedDict and
+defaultdict (the class or an instance) of dicts, lists, iterators and views.
+"""
+import collections
+
+import pytest
+import torch
+
+from conformance_util import _seed_rng, check  # noqa: F401  (autouse fixture)
+
+
+def v_keys_equal_after_insert(x):
+    d = {3: x}
+    keys = d.keys()
+    d[4] = x + 1
+    d2 = {3: 2, 4: "aa"}
+    return x * 2, d2.keys() == keys, keys == d2.keys(), keys != d2.keys()
+
+
+def v_keys_compare_sets(x):
+    d = {3: x}
+    keys = d.keys()
+    before = (keys == {3}, {3} == keys, keys == frozenset({3}))
+    d[4] = x + 1
+    return (x + 1, before, keys == {3, 4}, {3, 4} == keys, keys != {3}, {3} != keys,
+            keys == frozenset({3, 4}), frozenset({3, 4}) == keys,
+            keys <= {3, 4, 5}, keys < {3, 4, 5}, keys < {3, 4}, keys >= {3}, keys > {3},
+            keys > {3, 4}, {3} < keys, {3, 4, 5} > keys, {3, 4} <= keys, {3, 9} <= keys)
+
+
+def v_keys_compare_lists(x):
+    d = {"a": x}
+    keys = d.keys()
+    d["b"] = x * 2
+    # a list is not a set: == is identity, so False; list(...) compares items
+    return x - 1, keys == ["a", "b"], keys != ["a", "b"], list(keys) == ["a", "b"]
+
+
+def v_keys_set_operators(x):
+    d = {3: x}
+    keys = d.keys()
+    d[4] = x + 1
+    del d[3]
+    d[5] = x * 3
+    return (x.sum(), keys & {4, 9}, keys | {9}, keys - {5}, keys ^ {5, 8}, {4, 7} & keys,
+            {1} | keys, {4, 9} - keys, {5, 6} ^ keys, keys & [4, 5], [9, 4] - keys,
+            keys.isdisjoint([3]), keys.isdisjoint({4}), keys.isdisjoint(frozenset({3})))
+
+
+def v_keys_membership_len_iteration(x):
+    d = collections.OrderedDict(a=x)
+    keys, values, items = d.keys(), d.values(), d.items()
+    n_before = (len(keys), len(values), len(items), "b" in keys)
+    d["b"] = x + 2
+    d.pop("a")
+    d["c"] = x * 4
+    total = sum(values)
+    return (total, n_before, len(keys), len(values), len(items), "b" in keys, "a" in keys,
+            list(keys), [k for k, _ in items], list(reversed(keys)), bool(keys))
+
+
+def v_views_between_dicts(x):
+    d1 = {1: x, 2: x}
+    d2 = {2: "b"}
+    k1, k2 = d1.keys(), d2.keys()
+    d2[1] = "a"
+    first = (k1 == k2, k1 <= k2, k1 & k2, k1 | k2, k1 - k2, k1 ^ k2, k1.isdisjoint(k2))
+    del d1[1]
+    return (x + 3, first, k1 == k2, k1 < k2, k2 > k1, k1 & k2, k2 - k1, k1.isdisjoint(k2),
+            k1 == d2.items(), d1.items() <= d1.items())
+
+
+def v_items_views(x):
+    d = {"a": 1}
+    items = d.items()
+    d["b"] = 2
+    other = {"a": 1, "b": 2}
+    return (x * 2, items == other.items(), items == {("a", 1), ("b", 2)},
+            {("a", 1), ("b", 2)} == items, items >= {("a", 1)}, items < {("a", 1)},
+            ("b", 2) in items, ("b", 3) in items, ("b",) in items, ["b", 2] in items,
+            items & {("a", 1), ("c", 3)}, items - {("a", 1)}, items | {("z", 0)},
+            items ^ {("a", 1)}, items.isdisjoint({("a", 2)}), items.isdisjoint([("a", 1)]))
+
+
+def v_items_with_tensor_values(x):
+    d = {"a": x}
+    items = d.items()
+    y = x + 1
+    d["b"] = y
+    return (y, ("a", x) in items, ("b", y) in items, len(items & {("a", x)}),
+            len(items - {("b", y)}), items == {("a", x), ("b", y)},
+            items.isdisjoint({("b", y)}))
+
+
+def v_values_views(x):
+    d = {"a": x}
+    values = d.values()
+    d["b"] = x + 1
+    d["a"] = x * 2
+    # values views compare by identity only
+    return (torch.stack(list(values)).sum(0), len(values), values == values,
+            d.values() == d.values(), values == [x * 2, x + 1], sum(1 for _ in values))
+
+
+def v_views_of_argument(d, x):
+    keys = d.keys()
+    d["new"] = x + 1
+    return x * 2, keys == {"a", "b", "new"}, keys - {"a"}, sorted(keys), len(d.values())
+
+
+def v_dict_view_in_branch(x):
+    d = {"a": x}
+    keys = d.keys()
+    d["b"] = x
+    if keys == {"a", "b"}:
+        return x + 1
+    return x - 1
+
+
+def v_iterate_items_while_storing(x):
+    d = {"a": x, "b": x + 1, "c": x * 3}
+    seen = []
+    for k, v in d.items():
+        if k == "a":
+            d["c"] = v * 10          # a later value changes: the loop sees the new one
+        seen.append(v + 0)
+    return seen, d
+
+
+def v_iterator_reads_values_when_reached(x):
+    d = {"a": x, "b": x + 1}
+    it = iter(d.values())
+    items = iter(d.items())
+    first = next(it)
+    d["b"] = x * 5
+    return first, next(it), next(items), next(items)
+
+
+def v_reversed_views(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    rk, rv, ri, rd = reversed(d.keys()), reversed(d.values()), reversed(d.items()), reversed(d)
+    d["a"] = x * 7
+    return list(rk), list(rv), list(ri), list(rd), x.sum()
+
+
+def v_loop_over_items_with_graph_break(x):
+    d = {"a": x, "b": x + 1}
+    out = x * 0
+    for k, v in d.items():
+        d["b"] = v * 2
+        print("loop", k)           # graph break inside the loop
+        out = out + d[k]
+    return out, d
+
+
+def v_dict_equality_with_tensor_values(x):
+    d = {"a": x, "b": 1}
+    d2 = dict(d)
+    o1 = collections.OrderedDict(a=x, b=1)
+    o2 = collections.OrderedDict(b=1, a=x)
+    dd = collections.defaultdict(list, d)
+    eq = (d == d2, d != d2, d2 == {"a": x, "b": 1}, d == {"a": x}, d == {"a": x, "c": 1},
+          o1 == d, o1 == o2, o1 != o2, o2 == d, dd == d, d == dd, {1: [x]} == {1: [x]})
+    d2["b"] = 2
+    return x + 1, eq, d == d2, d != d2
+
+
+def v_equal_key_stored_again_keeps_the_first(x):
+    d = {1: x}
+    d[1.0] = x + 1
+    d[True] = x + 2
+    s = {1, 2}
+    s.add(1.0)
+    return d, list(d.keys()), [type(k).__name__ for k in d], [type(k).__name__ for k in s]
+
+
+def _popitem_or_none(d):
+    try:
+        return d.popitem()
+    except KeyError:
+        return None
+
+
+def v_ordered_dict_moves_and_pops(x):
+    d = collections.OrderedDict(a=x, b=1, c=x * 2)
+    keys = d.keys()
+    d.move_to_end("a")
+    d.move_to_end("c", last=False)
+    first = d.popitem(last=False)
+    last = d.popitem()
+    plain = {"p": x, "q": 2}
+    popped = plain.popitem()
+    empty = _popitem_or_none({})
+    return x + 1, list(keys), first, last, d, popped, plain, empty, _popitem_or_none(d)
+
+
+VIEWS = [
+    (v_keys_equal_after_insert, lambda: (torch.randn(3),)),
+    (v_keys_compare_sets, lambda: (torch.randn(3),)),
+    (v_keys_compare_lists, lambda: (torch.randn(3),)),
+    (v_keys_set_operators, lambda: (torch.randn(3),)),
+    (v_keys_membership_len_iteration, lambda: (torch.randn(3),)),
+    (v_views_between_dicts, lambda: (torch.randn(3),)),
+    (v_items_views, lambda: (torch.randn(3),)),
+    (v_items_with_tensor_values, lambda: (torch.randn(3),)),
+    (v_values_views, lambda: (torch.randn(3),)),
+    (v_views_of_argument, lambda: ({"a": torch.randn(2), "b": torch.randn(2)},
+                                   torch.randn(2))),
+    (v_dict_view_in_branch, lambda: (torch.randn(3),)),
+    (v_iterate_items_while_storing, lambda: (torch.randn(3),)),
+    (v_iterator_reads_values_when_reached, lambda: (torch.randn(3),)),
+    (v_reversed_views, lambda: (torch.randn(3),)),
+    (v_dict_equality_with_tensor_values, lambda: (torch.randn(3),)),
+    (v_equal_key_stored_again_keeps_the_first, lambda: (torch.randn(3),)),
+    (v_ordered_dict_moves_and_pops, lambda: (torch.randn(3),)),
+]
+
+
+@pytest.mark.parametrize("fn,make", VIEWS, ids=[f.__name__ for f, _ in VIEWS])
+def test_dict_view(fn, make):
+    check(fn, make())
+
+
+def test_dict_loop_with_graph_break():
+    # a graph per loop iteration and one after: the iterator is passed on with the values
+    # the dict holds at the break
+    check(v_loop_over_items_with_graph_break, (torch.randn(3),), graphs=3)
+
+
+def v_insert_while_iterating(x):
+    d = {"a": x, "b": x + 1}
+    for k in d:
+        d[k + "z"] = x * 2        # RuntimeError: dictionary changed size during iteration
+    return d
+
+
+def v_delete_while_iterating_values(x):
+    d = {"a": x, "b": x + 1}
+    total = x * 0
+    for v in d.values():
+        total = total + v
+        d.pop("b", None)
+    return total
+
+
+def v_move_to_end_while_iterating(x):
+    d = collections.OrderedDict(a=x, b=x + 1)
+    for k in d:
+        d.move_to_end(k)          # RuntimeError: OrderedDict mutated during iteration
+    return d
+
+
+@pytest.mark.parametrize("fn", [v_insert_while_iterating, v_delete_while_iterating_values,
+                                v_move_to_end_while_iterating])
+def test_dict_changed_size_during_iteration_raises(fn):
+    check(fn, (torch.randn(3),), graphs=None, raises=RuntimeError)
+
+
+def v_keys_ordering_with_list(x):
+    d = {1: x}
+    keys = d.keys()
+    d[2] = x
+    return x + 1, keys < [1, 2, 3]     # TypeError in Python
+
+
+def test_dict_view_ordering_against_list_raises():
+    # the comparison breaks the graph and raises as eager does
+    check(v_keys_ordering_with_list, (torch.randn(3),), graphs=None, raises=TypeError)
+
+
+# ----------------------------------------------------------------------------- fromkeys
+
+def f_fromkeys_chain(x):
+    d = {1: 2, 3: 4}
+    d1 = dict.fromkeys(d, x + 1)
+    d2 = collections.defaultdict.fromkeys(iter(d1), x - 2)
+    return d1, d2, type(d2).__name__, d2.default_factory, d1[1] is d1[3]
+
+
+def f_fromkeys_sources(x):
+    keys = ["a", "b"]
+    d = {"p": 0}
+    view = d.keys()
+    d["q"] = 1
+    od = collections.OrderedDict.fromkeys(keys)
+    od2 = collections.OrderedDict.fromkeys(view, x * 2)
+    dd = collections.defaultdict.fromkeys(d.items(), 0)
+    plain = dict.fromkeys(range(3), x)
+    from_iter = dict.fromkeys(iter(keys))
+    return (x.sum(), od, od2, list(od2), dd, dict(dd), plain, from_iter,
+            type(od).__name__, type(dd).__name__)
+
+
+def f_fromkeys_on_instances(x):
+    dd = collections.defaultdict(list)
+    dd["z"].append(x)
+    made = dd.fromkeys(["a", "b"], x + 1)
+    od = collections.OrderedDict(k=1)
+    made2 = od.fromkeys(od, x * 3)
+    made3 = {"u": 1}.fromkeys("uv")
+    copied = dd.copy()     # keeps the factory
+    copied["w"].append(x * 5)
+    return (made, type(made).__name__, made.default_factory, made2, type(made2).__name__,
+            made3, dd, copied, copied.default_factory)
+
+
+def f_fromkeys_then_mutate(x):
+    d = dict.fromkeys(["a", "b"], 0)
+    d["a"] = x + 1
+    dd = collections.defaultdict.fromkeys(d, x)
+    dd["c"] = x * 2
+    return d, dd, sorted(dd.keys())
+
+
+FROMKEYS = [
+    (f_fromkeys_chain, lambda: (torch.randn(3),)),
+    (f_fromkeys_sources, lambda: (torch.randn(3),)),
+    (f_fromkeys_on_instances, lambda: (torch.randn(3),)),
+    (f_fromkeys_then_mutate, lambda: (torch.randn(3),)),
+]
+
+
+@pytest.mark.parametrize("fn,make", FROMKEYS, ids=[f.__name__ for f, _ in FROMKEYS])
+def test_fromkeys(fn, make):
+    check(fn, make())
