@@ -21,7 +21,6 @@ hands on (resume functions, calls that broke) are compiled under their own locks
 """
 from __future__ import annotations
 
-import collections.abc
 import contextlib
 import dataclasses
 import functools
@@ -34,7 +33,8 @@ from typing import Any, Callable
 import torch
 
 from ember import config, logs, metrics
-from ember.backends import MODES, ember_backend, lookup_backend, resolve_options
+from ember.backends import (check_mode_and_options, ember_backend, lookup_backend,
+                            resolve_options)
 from ember.frontend import registry
 
 
@@ -58,12 +58,8 @@ def _validate(backend, fullgraph, dynamic, mode, options) -> CompileSettings:
         raise TypeError(f"fullgraph must be a bool, got {fullgraph!r}")
     if dynamic not in (None, True, False):
         raise TypeError(f"dynamic must be None, True or False, got {dynamic!r}")
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; known modes: "
-                         f"{', '.join(m for m in MODES if m)}")
-    if options is not None and not isinstance(options, collections.abc.Mapping):
-        raise TypeError(f"options must be a dict, got {type(options).__name__}")
     if backend_fn is not ember_backend:
+        check_mode_and_options(mode, options)
         # mode= and options= configure the ember compiler; another backend cannot honour them
         if options:
             raise ValueError("options= is only understood by the 'ember' backend; "
