@@ -201,16 +201,16 @@ def test_inline_float_math_is_within_ulps_of_the_true_value(name, fn, spread, ul
     assert ((got.double() - true).abs() / ulp)[normal].max() <= ulps
     edge = torch.cat([torch.ones(len(_EDGES), dtype=torch.bool),
                       torch.zeros(len(x) - len(_EDGES), dtype=torch.bool)])
-    # results exact in float32 are eager's on any vector width: bit for bit, zeros' signs too
+    # results exact in float32 are eager's on any CPU: bit for bit, zeros' signs too
     exact = edge & ~want.isnan() & ((want == 0) | ~torch.isfinite(want) | (want.abs() == 1))
     assert torch.equal(got[exact].view(torch.int32), want[exact].view(torch.int32))
     # Tiny inputs (each function is its first Taylor term there): the last bit depends on the
-    # CPU (ours on whether it has FMA, eager's on its vector kernels: on an AVX-512 host
-    # eager's erf(1e-30) is one ulp above the true value's rounding, ours is that rounding,
-    # and at 1e-25 the other way round), so they are held to the true value instead: less
-    # than one float32 ulp from it (spacing 2^-149 for denormal results), the faithful
-    # rounding eager itself gives; this catches a flush to zero, a lost sign or a wrong
-    # Taylor coefficient.
+    # CPU and build (ours on whether the CPU has FMA, eager's on the kernels it dispatches
+    # to: on an AVX-512 host eager's erf(1e-30) is one ulp above the true value's rounding,
+    # ours is that rounding, and at 1e-25 the other way round), so they are held to the true
+    # value instead: less than one float32 ulp from it (spacing 2^-149 for denormal results),
+    # the faithful rounding eager itself gives; this catches a flush to zero, a lost sign or
+    # a wrong Taylor coefficient.
     tiny = edge & (x.abs() < 1e-20) & (x != 0)
     spacing = torch.clamp(ulp, min=2.0 ** -149)
     assert ((got.double() - true).abs() < spacing)[tiny].all()
