@@ -177,6 +177,14 @@ _EDGES = [0.0, -0.0, 1e-4, -1e-4, 1e-30, 1e-40, -1e-40, 0.5, 0.625, 1.0, -1.0, 8
           -87.3, -103.9, -104.0, 1e30, -1e30, float("inf"), float("-inf"), float("nan")]
 
 
+# Kernels are built with -march=native: the prelude evaluates its polynomials with fused
+# multiply-adds where the CPU has them (EMBER_FMA). Without, each Horner step rounds twice
+# and exp's worst case grows from 0.89 to 1.17 ulp (measured over 1.8M inputs with
+# -march=x86-64-v2); the others stay within their bounds.
+_HAS_FMA = "fma" in build._host_fingerprint().split()
+_ULPS_WITHOUT_FMA = {"exp": 1.5}
+
+
 @pytest.mark.parametrize("name, fn, spread, ulps", [
     ("exp", torch.exp, 40.0, 1.0), ("erf", torch.erf, 2.0, 3.5),
     ("tanh", torch.tanh, 2.0, 1.5), ("sigmoid", torch.sigmoid, 20.0, 2.5)])
@@ -188,6 +196,8 @@ def test_inline_float_math_is_within_ulps_of_the_true_value(name, fn, spread, ul
     eager's, and tiny inputs (denormal results included) faithfully rounded."""
     import ember
     from ember.backend import compile as backend_compile
+    if not _HAS_FMA:
+        ulps = _ULPS_WITHOUT_FMA.get(name, ulps)
     torch.manual_seed(0)
     x = torch.cat([torch.tensor(_EDGES), torch.randn(200_000) * spread,
                    torch.linspace(-spread, spread, 100_001)])
