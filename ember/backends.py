@@ -13,8 +13,8 @@ whether implemented, doc). ``mode=`` is a preset of options (``MODES``); explici
 ``options=`` override the mode's. ``resolve_options`` validates both and returns every
 option's value; an option set to anything but its default before it is implemented raises
 ``NotImplementedError`` naming it, so no accepted option is ever silently ignored. It is the
-one validation of both ways in: ``ember.compile`` calls it when it is called (the
-torch.compile path, when torch.compile hands the backend its first graph).
+one validation of both ways in: ``ember.compile`` calls it when it is called, the backend
+when torch.compile hands it a graph.
 """
 from __future__ import annotations
 
