@@ -9,14 +9,23 @@ the entries in order; each entry is one generated function with the frame's sign
 checks its guards and, if they hold, runs the compiled graph. A miss captures the frame again,
 up to ``config.cache_size_limit`` entries; past that, or when capture fails, the frame runs
 eagerly and the reason is logged.
+
+Threads: a miss captures and installs under the function's compile lock, and looks again at
+the entries installed while it waited for the lock (running them outside it), so threads
+that first call a function together compile it once and share the entry, instead of each
+compiling its own copy and filling ``cache_size_limit`` with duplicates. Calls that hit an
+entry take no lock: a compile in one thread does not stall them in another. The lock is
+re-entrant (a backend that calls the function it compiles gets in again) and is held only
+while capturing and compiling, never while compiled code runs, so the functions a frame
+hands on (resume functions, calls that broke) are compiled under their own locks.
 """
 from __future__ import annotations
 
-import collections.abc
 import contextlib
 import dataclasses
 import functools
 import gc
+import threading
 import types
 import weakref
 from typing import Any, Callable
@@ -24,7 +33,8 @@ from typing import Any, Callable
 import torch
 
 from ember import config, logs, metrics
-from ember.backends import MODES, ember_backend, lookup_backend, resolve_options
+from ember.backends import (check_mode_and_options, ember_backend, lookup_backend,
+                            resolve_options)
 from ember.frontend import registry
 
 
@@ -48,12 +58,8 @@ def _validate(backend, fullgraph, dynamic, mode, options) -> CompileSettings:
         raise TypeError(f"fullgraph must be a bool, got {fullgraph!r}")
     if dynamic not in (None, True, False):
         raise TypeError(f"dynamic must be None, True or False, got {dynamic!r}")
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; known modes: "
-                         f"{', '.join(m for m in MODES if m)}")
-    if options is not None and not isinstance(options, collections.abc.Mapping):
-        raise TypeError(f"options must be a dict, got {type(options).__name__}")
     if backend_fn is not ember_backend:
+        check_mode_and_options(mode, options)
         # mode= and options= configure the ember compiler; another backend cannot honour them
         if options:
             raise ValueError("options= is only understood by the 'ember' backend; "
@@ -100,6 +106,7 @@ class OptimizedFunction:
         self._callees = callees if callees is not None else _Callees(settings)
         self._entries: list = []
         self._eager_reason: str | None = None
+        self._compile_lock = threading.RLock()   # see the module docstring: Threads
         # A bound method is captured as its function with `self` as the first argument.
         self._bound_self = None
         self._func = fn
@@ -121,22 +128,52 @@ class OptimizedFunction:
     def __call__(self, *args, **kwargs):
         if self._bound_self is not None:
             args = (self._bound_self, *args)
-        for entry in self._entries:
+        return self._lookup(args, kwargs)
+
+    def _lookup(self, args, kwargs):
+        entries = self._entries
+        tried = 0
+        for entry in entries:
             out = entry.run(*args, **kwargs)
             if out is not _MISS:
                 return out
-        return self._miss(args, kwargs)
+            tried += 1
+        return self._miss(args, kwargs, entries, tried)
 
-    def _miss(self, args, kwargs):
+    def _miss(self, args, kwargs, entries: list, tried: int):
+        """No entry of ``entries`` (the first ``tried``) accepts the arguments: compile one,
+        unless another thread installed entries meanwhile (then try those first)."""
         fn = self._func
         if self._eager_reason is not None or is_disabled(fn):
             return fn(*args, **kwargs)
+        with self._compile_lock:
+            if self._entries is not entries or len(entries) != tried:
+                entry = _MISS   # installed (or reset) while this thread looked or waited
+            else:
+                entry = self._compile(args, kwargs)
+        if entry is _MISS:
+            return self._lookup(args, kwargs)
+        if entry is None:   # outside the except: the user's exceptions carry no Unsupported
+            return fn(*args, **kwargs)
+        out = entry.run(*args, **kwargs)
+        if out is _MISS:   # guards must hold for the inputs they were made from
+            failed = entry.failed_guards(args, kwargs)
+            raise AssertionError(f"ember: fresh entry for {self._name()} rejects its own "
+                                 f"inputs; failing guards: {failed}")
+        return out
+
+    def _compile(self, args, kwargs):
+        """Capture the frame for these arguments and install its entry (under the compile
+        lock): the entry, or None when the frame runs eagerly from now on."""
+        fn = self._func
+        if self._eager_reason is not None:
+            return None
         if self._entries:
             self._log_recompile(args, kwargs)
             if len(self._entries) >= config.cache_size_limit:
                 self._run_eagerly_from_now(
                     f"cache_size_limit ({config.cache_size_limit}) reached")
-                return fn(*args, **kwargs)
+                return None
         from ember.frontend.convert import Unsupported, convert_frame
         try:
             with _gc_paused():
@@ -145,16 +182,9 @@ class OptimizedFunction:
             if self._settings.fullgraph:
                 raise
             self._run_eagerly_from_now(str(e))
-            entry = None
-        if entry is None:   # outside the except: the user's exceptions carry no Unsupported
-            return fn(*args, **kwargs)
+            return None
         self._entries.append(entry)
-        out = entry.run(*args, **kwargs)
-        if out is _MISS:   # guards must hold for the inputs they were made from
-            failed = entry.failed_guards(args, kwargs)
-            raise AssertionError(f"ember: fresh entry for {self._name()} rejects its own "
-                                 f"inputs; failing guards: {failed}")
-        return out
+        return entry
 
     def _run_eagerly_from_now(self, reason: str) -> None:
         self._eager_reason = reason
@@ -174,7 +204,8 @@ class OptimizedFunction:
         return f"{getattr(fn, '__qualname__', repr(fn))}{where}"
 
     def _reset(self) -> None:
-        self._entries.clear()
+        # a new list, not cleared: a thread that missed on the old one sees it was replaced
+        self._entries = []
         self._eager_reason = None
 
 
@@ -204,6 +235,7 @@ class _Callees:
         self.settings = settings
         self._compiled: "weakref.WeakKeyDictionary[Any, OptimizedFunction]" = \
             weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
 
     def resume(self, fn: types.FunctionType) -> "OptimizedFunction":
         return OptimizedFunction(fn, self.settings, self)
@@ -211,7 +243,10 @@ class _Callees:
     def compiled(self, fn: types.FunctionType) -> "OptimizedFunction":
         wrapper = self._compiled.get(fn)
         if wrapper is None:
-            wrapper = self._compiled[fn] = OptimizedFunction(fn, self.settings, self)
+            with self._lock:   # one wrapper (one cache) per function, whichever thread asks
+                wrapper = self._compiled.get(fn)
+                if wrapper is None:
+                    wrapper = self._compiled[fn] = OptimizedFunction(fn, self.settings, self)
         return wrapper
 
     def call(self, fn, /, *args, **kwargs):

@@ -4,16 +4,21 @@ the options of the "ember" backend.
 A backend is any callable ``backend(gm: torch.fx.GraphModule, example_inputs: list) ->
 Callable`` (the same contract as torch.compile's, so the two worlds interoperate). The
 "ember" backend also takes its options as keywords: ``ember_backend(gm, example_inputs,
-**options)``; the frontend passes them to it alone.
+**options)``; the frontend passes them to it alone. Behind torch.compile it gets what
+torch.compile hands every backend instead, ``mode=`` and ``options=`` (when set), and
+resolves them itself.
 
 Options: ``EMBER_OPTIONS`` is the one table of them (type, default, allowed values,
 whether implemented, doc). ``mode=`` is a preset of options (``MODES``); explicit
 ``options=`` override the mode's. ``resolve_options`` validates both and returns every
 option's value; an option set to anything but its default before it is implemented raises
-``NotImplementedError`` naming it, so no accepted option is ever silently ignored.
+``NotImplementedError`` naming it, so no accepted option is ever silently ignored. It is the
+one validation of both ways in: ``ember.compile`` calls it when it is called, the backend
+when torch.compile hands it a graph.
 """
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 from typing import Any, Callable
 
@@ -100,13 +105,22 @@ def check_option(name: str, value: Any, source: str = "") -> None:
             f"its default ({spec.default!r})")
 
 
-def resolve_options(mode: str | None, options: dict | None) -> dict[str, Any]:
-    """Every ember option's value for ``mode`` and ``options``: defaults, then the mode's
-    settings, then the explicit options. Raises for an unknown mode or option, a value of
-    the wrong type or not allowed, and an unimplemented option set."""
+def check_mode_and_options(mode: str | None, options: Any) -> None:
+    """Raise for an unknown ``mode`` or an ``options`` that is not a dict (the checks that
+    hold whatever the backend; ``resolve_options`` checks the options themselves)."""
     if mode not in MODES:
         raise ValueError(f"unknown mode {mode!r}; known modes: "
                          f"{', '.join(m for m in MODES if m)}")
+    if options is not None and not isinstance(options, collections.abc.Mapping):
+        raise TypeError(f"options must be a dict, got {type(options).__name__}")
+
+
+def resolve_options(mode: str | None, options: dict | None) -> dict[str, Any]:
+    """Every ember option's value for ``mode`` and ``options``: defaults, then the mode's
+    settings, then the explicit options. Raises for an unknown mode or option, options that
+    are not a dict, a value of the wrong type or not allowed, and an unimplemented option
+    set."""
+    check_mode_and_options(mode, options)
     options = dict(options or {})
     for name, value in options.items():
         check_option(name, value)
@@ -140,8 +154,18 @@ def aot_eager_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callabl
 
 
 @register_backend("ember")
-def ember_backend(gm: torch.fx.GraphModule, example_inputs: list, **options: Any) -> Callable:
-    """The Ember compiler: ATen tracing, loop IR, fusion, generated C++ kernels (CPU)."""
+def ember_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None = None,
+                  options: dict | None = None, **resolved: Any) -> Callable:
+    """The Ember compiler: ATen tracing, loop IR, fusion, generated C++ kernels (CPU).
+
+    ``resolved``: every option's value, as ``ember.compile`` passes them. ``mode`` and
+    ``options``: what ``torch.compile(..., backend="ember", mode=..., options=...)`` passes,
+    resolved and checked here as ``ember.compile`` resolves and checks them."""
+    if resolved and (mode is not None or options is not None):
+        raise TypeError(f"ember backend: got mode=/options= and resolved options "
+                        f"({', '.join(sorted(resolved))}) together; pass one or the other")
+    if not resolved:   # torch.compile's call (or a plain backend(gm, example_inputs))
+        resolved = resolve_options(mode, options)
     for value in example_inputs:
         if not isinstance(value, (torch.Tensor, int, float, bool)) or isinstance(
                 value, torch.SymInt) or (isinstance(value, torch.Tensor) and any(
@@ -150,7 +174,7 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs: list, **options: Any
                 f"ember backend: graph input of type {type(value).__name__} (symbolic "
                 f"shapes are not supported yet; use dynamic=False)")
     from ember.backend.compile import compile_graph
-    return compile_graph(gm, example_inputs, **options)
+    return compile_graph(gm, example_inputs, **resolved)
 
 
 def lookup_backend(backend: str | Backend) -> Backend:

@@ -21,7 +21,11 @@ and the results are shown as tables (``report``), saved under ``--out``.
 
 Usage errors (unknown model, kernel, suite or compiler, a bad number, no CUDA, ``--compare``
 mixed with run options) exit with status 2 and a message naming the option; a model or
-compiler that fails becomes a row or a cell with its error instead of stopping the run.
+compiler that fails becomes a row or a cell with its error instead of stopping the run. The
+run then exits with status 1, after one line on stderr naming each selected row that failed
+(error, crash, timeout, a variant that failed to compile or run) or computed a wrong result,
+so scripts and CI can rely on the status; rows skipped on purpose (``--budget``,
+``--torch-compile-budget``) are not failures. A run that measured everything right exits 0.
 
 Long runs (``--suite all`` takes hours on a small CPU) must survive being stopped. With
 ``--out DIR`` every selected row is written to ``DIR/results.json`` as ``not run`` before the
@@ -360,9 +364,36 @@ def bench_main(argv: list[str], prog: str = "ember bench") -> int:
         written = [f for f in OUT_FILES + ("run.log", "logs/")
                    if os.path.exists(os.path.join(args.out, f))]
         _say(f"# wrote {', '.join(written)} to {args.out}")
+    selected = {(kind, name) for kind, name, _ in rows_to_run}
+    problems = [f"{row.model} ({', '.join(row_problems(row))})" for row in rows
+                if (row.kind, row.model) in selected and row_problems(row)]
+    if problems:
+        _say(f"ember bench: {len(problems)} of {len(selected)} rows failed or were wrong: "
+             f"{'; '.join(problems)}", file=sys.stderr)
     if stopped is not None:
         return 128 + stopped.signum
-    return 0
+    return EXIT_FAILED if problems else 0
+
+
+EXIT_FAILED = 1   # some selected row failed or was wrong (usage errors exit 2)
+
+
+def row_problems(row: Row) -> list[str]:
+    """Why ``row`` counts as failed: its status (``error``, ``crashed``, ``timeout``,
+    ``interrupted``), or each variant that failed (``ember failed``) or computed a wrong
+    result (``ember wrong``). Empty for a right row, and for rows not measured on purpose
+    (``skipped`` by --budget, ``not run``) and variants skipped by --torch-compile-budget."""
+    if row.status in ("skipped", "not run"):
+        return []
+    if row.status != "ok":
+        return [row.status]
+    problems = []
+    for name, variant in row.variants.items():
+        if variant.error is not None and not variant.error.startswith("skipped"):
+            problems.append(f"{name} failed")
+        elif variant.correct is False:
+            problems.append(f"{name} wrong")
+    return problems
 
 
 def _say(text: str, file=None) -> None:

@@ -177,16 +177,27 @@ _EDGES = [0.0, -0.0, 1e-4, -1e-4, 1e-30, 1e-40, -1e-40, 0.5, 0.625, 1.0, -1.0, 8
           -87.3, -103.9, -104.0, 1e30, -1e30, float("inf"), float("-inf"), float("nan")]
 
 
+# Kernels are built with -march=native: the prelude evaluates its polynomials with fused
+# multiply-adds where the CPU has them (EMBER_FMA). Without, each Horner step rounds twice
+# and exp's worst case grows from 0.89 to 1.17 ulp (measured over 1.8M inputs with
+# -march=x86-64-v2); the others stay within their bounds.
+_HAS_FMA = "fma" in build._host_fingerprint().split()
+_ULPS_WITHOUT_FMA = {"exp": 1.5}
+
+
 @pytest.mark.parametrize("name, fn, spread, ulps", [
     ("exp", torch.exp, 40.0, 1.0), ("erf", torch.erf, 2.0, 3.5),
     ("tanh", torch.tanh, 2.0, 1.5), ("sigmoid", torch.sigmoid, 20.0, 2.5)])
 def test_inline_float_math_is_within_ulps_of_the_true_value(name, fn, spread, ulps):
     """Float exp, erf, tanh and sigmoid are the prelude's inline code (libmvec's exp was 4x
     slower than eager's here, its erf and tanh 2x): within ``ulps`` units in the last place
-    of the float64 value, each branch of erf and tanh covered, and special values (signed
-    zeros, denormals, infinities, NaN, overflow and underflow) as eager's."""
+    of the float64 value, each branch of erf and tanh covered; results exact in float32
+    (signed zeros, infinities, overflow, underflow to zero, saturation at 1) and NaNs as
+    eager's, and tiny inputs (denormal results included) faithfully rounded."""
     import ember
     from ember.backend import compile as backend_compile
+    if not _HAS_FMA:
+        ulps = _ULPS_WITHOUT_FMA.get(name, ulps)
     torch.manual_seed(0)
     x = torch.cat([torch.tensor(_EDGES), torch.randn(200_000) * spread,
                    torch.linspace(-spread, spread, 100_001)])
@@ -200,9 +211,19 @@ def test_inline_float_math_is_within_ulps_of_the_true_value(name, fn, spread, ul
     assert ((got.double() - true).abs() / ulp)[normal].max() <= ulps
     edge = torch.cat([torch.ones(len(_EDGES), dtype=torch.bool),
                       torch.zeros(len(x) - len(_EDGES), dtype=torch.bool)])
-    special = edge & ~want.isnan() & ((want == 0) | ~torch.isfinite(want) | (want.abs() == 1)
-                                      | (x.abs() < 1e-20))
-    assert torch.equal(got[special], want[special])
+    # results exact in float32 are eager's on any CPU: bit for bit, zeros' signs too
+    exact = edge & ~want.isnan() & ((want == 0) | ~torch.isfinite(want) | (want.abs() == 1))
+    assert torch.equal(got[exact].view(torch.int32), want[exact].view(torch.int32))
+    # Tiny inputs (each function is its first Taylor term there): the last bit depends on the
+    # CPU and build (ours on whether the CPU has FMA, eager's on the kernels it dispatches
+    # to: on an AVX-512 host eager's erf(1e-30) is one ulp above the true value's rounding,
+    # ours is that rounding, and at 1e-25 the other way round), so they are held to the true
+    # value instead: less than one float32 ulp from it (spacing 2^-149 for denormal results),
+    # the faithful rounding eager itself gives; this catches a flush to zero, a lost sign or
+    # a wrong Taylor coefficient.
+    tiny = edge & (x.abs() < 1e-20) & (x != 0)
+    spacing = torch.clamp(ulp, min=2.0 ** -149)
+    assert ((got.double() - true).abs() < spacing)[tiny].all()
     subnormal = (true.abs() <= 1.2e-38) & (true != 0)    # exp's gradual underflow: one step
     assert ((got.double() - true).abs()[subnormal] <= 1.5e-45).all()
 

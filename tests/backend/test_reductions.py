@@ -167,18 +167,33 @@ def test_sums_over_several_dims_are_as_accurate_as_eager(shape, cpu_backend):
     """A batch norm's per-channel sums (over N, H and W, not adjacent in memory) in C++:
     each run of the last dim is summed on its own, then the runs, so no add chain spans the
     whole reduction. One collapsed SIMD loop had 3x eager's error here, and 15x on a
-    convnet's batch-norm gradients (the bench's accuracy check failed)."""
-    torch.manual_seed(0)
-    x = torch.randn(shape) * 10 + 0.5
+    convnet's batch-norm gradients (the bench's accuracy check failed).
 
+    The claim is about the error's size, within 3x eager's; one sample of it is noisy. Each
+    channel's error is a sum of many independent roundings, about normal with mean 0, so
+    the root-mean-square error over n channel sums has a relative spread of 1/sqrt(2n), and
+    the ratio of ours to eager's (two such) about 1/sqrt(n). With one input of 8 channels
+    that is 35%, and few_channels_split, whose ratio averages 2.85 (here, with AVX2 and
+    AVX-512 kernels alike), went over 3 on one input in three. So the errors are pooled over
+    SEEDS inputs, and the bound is 3x with a 4-sigma margin, 3 * (1 + 4 / sqrt(n)): 5.1x at
+    n = 32 (the collapsed loop's pooled ratio here is 6.7x), 3.75x for per_channel_rows."""
     def fn(t):
         return (t * t.sin()).sum(dim=(0, 2, 3))
-    exact = fn(x.double())
+    compiled = ember.compile(fn, backend="ember")
+    ours = eager = total = 0.0
+    for seed in range(SEEDS):
+        torch.manual_seed(seed)
+        x = torch.randn(shape) * 10 + 0.5
+        exact = fn(x.double())
+        ours += (compiled(x).double() - exact).square().sum().item()
+        eager += (fn(x).double() - exact).square().sum().item()
+        total += exact.square().sum().item()
+    ours, eager = (ours / total) ** 0.5, (eager / total) ** 0.5
+    bound = 3 * (1 + 4 / (SEEDS * shape[1]) ** 0.5)
+    assert ours <= max(bound * eager, 2e-7), (ours, eager, bound)
 
-    def error(value):
-        return ((value.double() - exact).norm() / exact.norm()).item()
-    ours = error(ember.compile(fn, backend="ember")(x))
-    assert ours <= max(3 * error(fn(x)), 2e-7), (ours, error(fn(x)))
+
+SEEDS = 4
 
 
 def test_long_welford_is_accurate(always_welford, cpu_backend):

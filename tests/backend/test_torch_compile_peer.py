@@ -5,8 +5,9 @@ import importlib.metadata
 import pytest
 import torch
 
+import ember
 from ember.backend import metrics
-from ember.backends import ember_backend
+from ember.backends import ember_backend, resolve_options
 
 
 def _entry_point_registered() -> bool:
@@ -47,3 +48,97 @@ def test_symbolic_inputs_are_refused_with_a_clear_error():
 
 class _FakeSymInt:
     """Stands for a torch.SymInt graph input (only its type is checked)."""
+
+
+# -- torch.compile's mode= and options= ---------------------------------------------------------
+# torch.compile hands every backend its mode= and options= as keywords (when set); the ember
+# backend resolves and checks them with ember.compile's own function (resolve_options).
+
+def _add_one(x):
+    return x + 1
+
+
+def _ember_by_name():
+    return "ember" if _entry_point_registered() else ember_backend
+
+
+@pytest.fixture
+def received(monkeypatch):
+    """The keywords each compile_graph call received (the graph then runs as captured)."""
+    from ember.backend import compile as backend_compile
+    calls: list[dict] = []
+
+    def fake_compile_graph(gm, example_inputs, **options):
+        calls.append(options)
+        return gm.forward
+    monkeypatch.setattr(backend_compile, "compile_graph", fake_compile_graph)
+    torch._dynamo.reset()
+    yield calls
+    torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("kwargs", [
+    dict(mode="reduce-overhead"), dict(mode="max-autotune"),
+    dict(mode="max-autotune-no-cudagraphs"), dict(mode="default"),
+    dict(options={"debug": True, "fallback_random": False}),
+    dict(options={"cpu_backend": "triton", "max_autotune": True})],
+    ids=lambda kwargs: str(kwargs))
+def test_torch_compile_mode_and_options_reach_the_backend_as_from_ember_compile(received,
+                                                                                kwargs):
+    x = torch.randn(3)
+    with torch.no_grad():
+        assert torch.equal(torch.compile(_add_one, backend=_ember_by_name(), dynamic=False,
+                                         **kwargs)(x), x + 1)
+        ember.reset()
+        assert torch.equal(ember.compile(_add_one, **kwargs)(x), x + 1)
+    through_torch, through_ember = received
+    assert through_torch == through_ember
+    assert through_torch == resolve_options(kwargs.get("mode"), kwargs.get("options"))
+
+
+@pytest.mark.parametrize("kwargs", [dict(mode="reduce-overhead"),
+                                    dict(options={"cpu_backend": "triton"})],
+                         ids=["reduce-overhead", "triton"])
+def test_torch_compile_with_mode_or_options_compiles_with_ember(kwargs):
+    torch._dynamo.reset()
+    metrics.reset()
+
+    def f(x):
+        return torch.softmax(x * 2 + 1, -1)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        out = torch.compile(f, backend=_ember_by_name(), dynamic=False, **kwargs)(x)
+    torch.testing.assert_close(out, f(x))
+    assert metrics.generated_kernel_count >= 1
+
+
+@pytest.mark.parametrize("kwargs, exc, words", [
+    (dict(options={"fast": True}), ValueError, "unknown option 'fast'; known options: "),
+    (dict(options={"cpu_backend": "fortran"}), ValueError,
+     "option 'cpu_backend' must be one of 'cpp', 'triton', got 'fortran'"),
+    (dict(options={"cudagraphs": 1}), TypeError, "option 'cudagraphs' expects bool, got int"),
+    (dict(mode="fastest"), ValueError, "unknown mode 'fastest'; known modes: "),
+])
+def test_torch_compile_bad_mode_or_options_raise_ember_compiles_errors(kwargs, exc, words):
+    with pytest.raises(exc, match=words):
+        ember.compile(_add_one, **kwargs)
+    torch._dynamo.reset()
+    with pytest.raises(Exception) as info:
+        torch.compile(_add_one, backend=_ember_by_name(), dynamic=False, **kwargs)(
+            torch.randn(3))
+    # torch.compile wraps a backend's error (BackendCompilerFailed) and keeps it
+    error = getattr(info.value, "inner_exception", info.value)
+    assert type(error) is exc and words in str(error), info.value
+
+
+def test_backend_called_with_mode_and_options_keywords(received):
+    gm = torch.fx.symbolic_trace(_add_one)
+    x = torch.randn(3)
+    assert torch.equal(ember_backend(gm, [x], mode="reduce-overhead")(x), x + 1)
+    assert ember_backend(gm, [x], options={"debug": True})(x).shape == (3,)
+    assert received == [resolve_options("reduce-overhead", None),
+                        resolve_options(None, {"debug": True})]
+    with pytest.raises(TypeError, match="options must be a dict, got list"):
+        ember_backend(gm, [x], options=[("debug", True)])
+    with pytest.raises(TypeError, match="got mode=/options= and resolved options"):
+        ember_backend(gm, [x], mode="reduce-overhead", debug=True)

@@ -273,8 +273,11 @@ def test_a_variant_that_fails_to_compile_is_na_with_a_note(monkeypatch, capsys):
 
     monkeypatch.setitem(harness.COMPILERS, "ember-reduce-overhead", not_implemented)
     assert cli.main(["bench", "--models", "mlp", *TINY, "--compilers",
-                     "ember,ember-reduce-overhead"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+                     "ember,ember-reduce-overhead"]) == cli.EXIT_FAILED
+    captured = capsys.readouterr()
+    assert ("ember bench: 1 of 1 rows failed or were wrong: mlp (ember-reduce-overhead "
+            "failed)") in captured.err
+    lines = captured.out.splitlines()
     header = cells(next(line for line in lines if line.startswith("model ")))
     (mlp,) = [cells(line) for line in lines if line.split()[:1] == ["mlp"]]
     row = dict(zip(header, mlp))
@@ -314,8 +317,10 @@ def test_a_row_that_cannot_be_built_is_reported(monkeypatch, capsys):
     monkeypatch.setitem(models.MODELS, "mlp",
                         models.ModelSpec("mlp", broken, batch_size=64))
     assert cli.main(["bench", "--models", "mlp,softmax", *TINY, "--compilers", "ember",
-                     "--kernel-bytes", "1024"]) == 0
-    out = capsys.readouterr().out
+                     "--kernel-bytes", "1024"]) == cli.EXIT_FAILED
+    captured = capsys.readouterr()
+    assert "ember bench: 1 of 2 rows failed or were wrong: mlp (error)" in captured.err
+    out = captured.out
     assert "note: mlp: not measured: RuntimeError: CUDA out of memory" in out
     assert re.search(r"^mlp\s+n/a\s+error\s", out, re.MULTILINE)
     assert re.search(r"^softmax\s", out, re.MULTILINE)

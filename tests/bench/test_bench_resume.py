@@ -151,13 +151,13 @@ def test_a_closed_output_pipe_does_not_end_the_run(tmp_path):
 def test_retry_failed_runs_failed_rows_again(tmp_path, capsys, monkeypatch):
     out = tmp_path / "run"
     models = ["--models", "bench_fakes:fails_until_fixed,bench_fakes:tiny"]
-    assert cli.main(["bench", *models, *FAST, "--no-isolate", "--out", str(out)]) == 0
+    assert cli.main(["bench", *models, *FAST, "--no-isolate", "--out", str(out)]) == 1
     assert saved_rows(out)["bench_fakes:fails_until_fixed"]["status"] == "error"
     tiny = saved_rows(out)["bench_fakes:tiny"]
     monkeypatch.setenv("EMBER_TEST_FIXED", "1")
-    # plain --resume keeps the error row as finished
+    # plain --resume keeps the error row as finished (and still failed: the run exits 1)
     assert cli.main(["bench", *models, *FAST, "--no-isolate", "--out", str(out),
-                     "--resume"]) == 0
+                     "--resume"]) == 1
     assert saved_rows(out)["bench_fakes:fails_until_fixed"]["status"] == "error"
     assert cli.main(["bench", *models, *FAST, "--no-isolate", "--out", str(out),
                      "--resume", "--retry-failed"]) == 0

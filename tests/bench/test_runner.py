@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -22,9 +23,17 @@ def cells(line: str) -> list[str]:
     return re.split(r"\s{2,}", line.strip())
 
 
-def run(argv, capsys) -> list[str]:
-    assert cli.main(["bench", *argv]) == 0
-    return capsys.readouterr().out.splitlines()
+def run(argv, capsys, failed: str | None = None) -> list[str]:
+    """The run's stdout lines. ``failed``: the stderr line naming the rows that failed or
+    were wrong, when the run must exit 1; without, it must exit 0 and name none."""
+    status = cli.main(["bench", *argv])
+    captured = capsys.readouterr()
+    summary = [line for line in captured.err.splitlines() if line.startswith("ember bench: ")]
+    if failed is None:
+        assert status == 0 and not summary, summary
+    else:
+        assert status == cli.EXIT_FAILED == 1 and summary == [failed], (status, summary)
+    return captured.out.splitlines()
 
 
 def model_line(lines: list[str], model: str) -> dict[str, str]:
@@ -77,7 +86,9 @@ def test_user_model_isolated_with_cold_and_warm_compile_and_out_files(capsys, tm
 
 def test_a_crashing_model_costs_only_itself(capsys, tmp_path):
     lines = run(["--models", "bench_fakes:crashing,bench_fakes:tiny", "--compilers", "ember",
-                 *FAST, "--no-warm-compile", "--json", str(tmp_path / "r.json")], capsys)
+                 *FAST, "--no-warm-compile", "--json", str(tmp_path / "r.json")], capsys,
+                failed="ember bench: 1 of 2 rows failed or were wrong: "
+                       "bench_fakes:crashing (crashed)")
     assert model_line(lines, "bench_fakes:crashing")["ember"] == "crashed"
     assert model_line(lines, "bench_fakes:tiny")["ember"].endswith("x")
     assert "note: bench_fakes:crashing: crashed: killed by SIGABRT (building)" in lines
@@ -90,7 +101,9 @@ def test_a_hanging_model_times_out_and_the_run_goes_on(capsys):
     # The model after the hang crashes at once: it shows that the run went on, and needs no
     # time of its own under the short timeout.
     lines = run(["--models", "bench_fakes:hanging,bench_fakes:crashing", "--compilers",
-                 "ember", *FAST, "--timeout", "2"], capsys)
+                 "ember", *FAST, "--timeout", "2"], capsys,
+                failed="ember bench: 2 of 2 rows failed or were wrong: "
+                       "bench_fakes:hanging (timeout); bench_fakes:crashing (crashed)")
     assert model_line(lines, "bench_fakes:hanging")["ember"] == "timeout"
     assert model_line(lines, "bench_fakes:crashing")["ember"] == "crashed"
     assert "note: bench_fakes:hanging: timed out after 2 s (building)" in lines
@@ -99,7 +112,10 @@ def test_a_hanging_model_times_out_and_the_run_goes_on(capsys):
 def test_slow_failing_and_wrong_compilers_are_columns(capsys):
     lines = run(["--models", "bench_fakes:tiny", *FAST, "--no-isolate", "--compilers",
                  "ember,bench_fakes:slow_compiler,bench_fakes:failing_compiler,"
-                 "bench_fakes:wrong_compiler"], capsys)
+                 "bench_fakes:wrong_compiler"], capsys,
+                failed="ember bench: 1 of 1 rows failed or were wrong: bench_fakes:tiny "
+                       "(bench_fakes:failing_compiler failed, bench_fakes:wrong_compiler "
+                       "wrong)")
     row = model_line(lines, "bench_fakes:tiny")
     assert row["ember"].endswith("x")
     assert row["slow_compiler"].endswith("x")
@@ -125,7 +141,10 @@ def test_slow_compiler_time_is_part_of_its_first_call():
 def test_train_mode_checks_gradients(capsys):
     lines = run(["--models", "bench_fakes:keywords,convnet", "--batch-size", "2", *FAST,
                  "--no-isolate", "--mode", "train", "--compilers",
-                 "ember,bench_fakes:no_grad_compiler"], capsys)
+                 "ember,bench_fakes:no_grad_compiler"], capsys,
+                failed="ember bench: 2 of 2 rows failed or were wrong: bench_fakes:keywords "
+                       "(bench_fakes:no_grad_compiler wrong); convnet "
+                       "(bench_fakes:no_grad_compiler wrong)")
     assert model_line(lines, "convnet")["ember"].endswith("x")
     tiny = model_line(lines, "bench_fakes:keywords")
     assert tiny["ember"].endswith("x") and not tiny["ember"].endswith("wrong")
@@ -142,7 +161,8 @@ def test_user_model_from_a_file_with_keyword_inputs_and_batch_size(capsys, tmp_p
 
 def test_batch_size_for_a_model_without_that_parameter_is_an_error_row(capsys):
     lines = run(["--models", "bench_fakes:tiny", "--batch-size", "5", "--compilers", "ember",
-                 *FAST, "--no-isolate"], capsys)
+                 *FAST, "--no-isolate"], capsys,
+                failed="ember bench: 1 of 1 rows failed or were wrong: bench_fakes:tiny (error)")
     assert ("note: bench_fakes:tiny: not measured: ValueError: --batch-size: bench_fakes:tiny "
             "takes no batch_size parameter") in lines
 
@@ -181,6 +201,7 @@ def test_compare_rejects_a_file_that_is_not_a_run(capsys, tmp_path):
 
 
 def test_models_past_the_runs_budget_are_skipped_rows(capsys):
+    # skipped on purpose: not a failure (the run exits 0)
     lines = run(["--models", "bench_fakes:slow_model,mlp", "--compilers", "ember", *FAST,
                  "--no-isolate", "--budget", "0.1"], capsys)
     assert model_line(lines, "bench_fakes:slow_model")["ember"].endswith("x")
@@ -196,3 +217,28 @@ def test_without_matplotlib_the_run_says_the_chart_is_not_drawn(capsys, tmp_path
     assert any(line.startswith("# speedups.png not drawn: ") for line in lines)
     assert f"# wrote results.json, results.csv, run.log to {tmp_path}" in lines
     assert not (tmp_path / "speedups.png").exists()
+
+
+def test_exit_status_is_1_when_a_row_failed_or_was_wrong(capsys, tmp_path):
+    """Scripts and CI read the status: 0 only when every selected row was measured right;
+    1 (and one stderr line naming the rows) when one failed or computed a wrong result."""
+    run(["--models", "bench_fakes:tiny", "--compilers", "ember", *FAST, "--no-isolate"],
+        capsys)
+    run(["--models", "bench_fakes:tiny,mlp", *FAST, "--no-isolate", "--compilers",
+         "bench_fakes:wrong_compiler"], capsys,
+        failed="ember bench: 2 of 2 rows failed or were wrong: bench_fakes:tiny "
+               "(bench_fakes:wrong_compiler wrong); mlp (bench_fakes:wrong_compiler wrong)")
+    run(["--models", "bench_fakes:tiny", *FAST, "--no-isolate", "--compilers",
+         "bench_fakes:failing_compiler"], capsys,
+        failed="ember bench: 1 of 1 rows failed or were wrong: bench_fakes:tiny "
+               "(bench_fakes:failing_compiler failed)")
+    done = subprocess.run([sys.executable, "-m", "ember.bench", "--models",
+                           "bench_fakes:tiny", *FAST, "--no-isolate", "--compilers",
+                           "bench_fakes:wrong_compiler"],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(
+                              [os.path.dirname(__file__), os.environ.get("PYTHONPATH", "")])))
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "ember bench: 1 of 1 rows failed or were wrong: bench_fakes:tiny "
+        "(bench_fakes:wrong_compiler wrong)")
