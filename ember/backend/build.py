@@ -63,6 +63,9 @@ Flags (``cxx_flags``)
                          unchanged (IEEE results, NaN for domain errors), only ``errno`` is
                          not written, which no kernel reads. No ``-ffast-math``: it would
                          reassociate sums and assume no NaN/Inf, changing results.
+    ``-mno-mmx``         REQUIRED: on a CPU without AVX g++ 12 may keep 64-bit values of a
+                         reduction in MMX registers and return without ``emms``; the x87
+                         state it leaves makes eager's next float op give NaN. SSE2 serves.
     ``-DNDEBUG``         no ``assert`` in kernels.
     ``EMBER_CXX`` overrides the compiler (default ``g++``).
 """
@@ -142,7 +145,7 @@ def cxx() -> str:
 def cxx_flags() -> list[str]:
     """Flags for every kernel (each one's reason is in the module docstring)."""
     return ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17",
-            "-ffp-contract=off", "-fno-math-errno", "-DNDEBUG"]
+            "-ffp-contract=off", "-fno-math-errno", "-mno-mmx", "-DNDEBUG"]
 
 
 def _link_flags() -> list[str]:

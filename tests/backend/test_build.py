@@ -239,3 +239,26 @@ def test_kernels_of_inline_math_take_wide_vectors_and_libm_calls_do_not():
     assert "simdlen" not in _widen_vectors(loop.format("static_cast<double>(ember_exp(tmp0))"))
     summed = "double acc_lane[32] = {};\n" + loop.format("static_cast<float>(ember_exp(tmp0))")
     assert ("simdlen(16)" in _widen_vectors(summed)) == build.has_avx512()
+
+
+def test_kernels_built_for_cpus_without_avx_leave_eager_math_intact(tmp_cache, monkeypatch):
+    """On a CPU without AVX ``-march=native`` is x86-64-v2, where g++ 12 kept a reduction's
+    64-bit values in MMX registers and returned without ``emms``: eager's next float op
+    (floor_divide here) then gave NaN, every time. ``-mno-mmx`` keeps kernels off MMX."""
+    import ember
+    plain = build.cxx_flags()
+    monkeypatch.setattr(build, "cxx_flags", lambda: [
+        "-march=x86-64-v2" if flag == "-march=native" else flag for flag in plain])
+
+    def reductions(x):
+        return x.amax(-1), torch.aminmax(x)
+
+    x, a, b = torch.randn(10, 7), torch.randn(10), torch.randn(10)   # 10: the scalar path
+    ember.reset()
+    compiled = ember.compile(reductions)
+    want = torch.floor_divide(a, b)
+    for _ in range(3):
+        got = compiled(x)
+        after = torch.floor_divide(a, b)   # right after the kernel: the op it disturbed
+        torch.testing.assert_close(got, reductions(x))
+        torch.testing.assert_close(after, want, rtol=0, atol=0)
