@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from ember.aot.autocast import run_without_autocast
 from ember.aot.trace import AtenGraph, trace_to_aten
 
 __all__ = ["AtenGraph", "trace_to_aten", "aot_eager", "enables_grad", "may_record_grad"]
@@ -50,7 +51,8 @@ def aot_eager(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
         logs.warn("aot_eager: running the captured graph without ATen tracing (%s: %s)",
                   type(e).__name__, e)
         return gm.forward
-    aten_forward = traced.gm.forward
+    # the ATen graph holds autocast's casts: it runs with autocast off (``aot.autocast``)
+    aten_forward = run_without_autocast(traced.gm.forward)
     captured_forward = gm.forward
 
     graph_enables_grad = enables_grad(gm)

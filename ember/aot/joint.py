@@ -12,7 +12,10 @@ output that requires grad then gets a *tangent* placeholder (its incoming gradie
 ``torch.autograd.grad(outputs, inputs that require grad, tangents)`` runs under the same
 tracer: the backward's ATen ops (``threshold_backward``, ``mm``, the decomposed
 ``native_layer_norm_backward``...) are recorded after the forward's. The result is one
-functional graph; ``partition.py`` cuts it into a forward and a backward graph.
+functional graph; ``partition.py`` cuts it into a forward and a backward graph. The forward
+is traced under the caller's autocast state (its casts become ``_to_copy`` nodes), the
+backward with autocast off, as eager's backward runs outside ``torch.autocast`` under AMP
+(``ember.aot.autocast``).
 
 * Placeholders: the primals (every graph input, in order), then one tangent per
   differentiable output (``JointGraph.diff_outputs``), contiguous, of the output's shape and
@@ -38,6 +41,7 @@ import torch
 import torch.fx
 from torch.utils import _pytree as pytree
 
+from ember.aot.autocast import autocast_off
 from ember.aot.trace import (_is_impure, begin_trace, output_node, replay_mutations,
                               run_program)
 
@@ -112,7 +116,9 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
     forward_values = {i: tracer.node_of[id(f)] for i, f in enumerate(state.fakes)}
     grads: list = [None] * len(grad_inputs)
     if diff_outputs and grad_inputs:
-        with state.fake_mode, tracer:
+        # autocast off, as around eager's ``backward()`` under AMP (``ember.aot.autocast``):
+        # each backward op sees the dtypes its forward op ran in
+        with state.fake_mode, tracer, autocast_off():
             grads = list(torch.autograd.grad([flat_out[j] for j in diff_outputs],
                                              [state.fakes[i] for i in grad_inputs], tangents,
                                              allow_unused=True))

@@ -27,6 +27,8 @@ The runtime (``TrainingGraph``) calls ``CompiledFunction.apply``, an ``autograd.
   is 0), and the NaN would reach the gradients of the outputs that got one;
 * a double backward (``create_graph=True`` through a compiled graph) raises a RuntimeError
   saying so.
+* the graphs hold autocast's casts (``ember.aot.autocast``): they are compiled and run with
+  autocast off, whatever the caller's autocast state.
 
 Calls that cannot record gradients (grad mode off: ``torch.no_grad()`` inference of a module
 compiled in train mode) run the forward graph alone. A call whose inputs' ``requires_grad``
@@ -40,6 +42,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from ember import config, logs
+from ember.aot.autocast import autocast_off
 from ember.aot.joint import JointGraph, trace_joint
 from ember.aot.partition import Partition, ancestors, partition
 from ember.aot.reductions import merge_reduced_dims
@@ -47,6 +50,8 @@ from ember.aot.reductions import merge_reduced_dims
 aten = torch.ops.aten
 
 __all__ = ["compile_training", "TrainingGraph", "CompiledFunction", "stats"]
+
+_autocast_on = torch._C._is_any_autocast_enabled
 
 # counts for tests and tools: training graphs compiled; calls that ran the captured graph
 stats = {"compiled": 0, "captured_calls": 0}
@@ -176,7 +181,8 @@ class TrainingGraph:
                 logs.log("aot", "outputs %s got no gradient: compiling a backward without "
                          "their part (%d of %d nodes left)", outputs, after, before)
                 try:
-                    compiled = self.compile_graph(pruned, _placeholder_values(pruned))
+                    with autocast_off():
+                        compiled = self.compile_graph(pruned, _placeholder_values(pruned))
                 except Exception as e:
                     if not config.suppress_errors:
                         raise
@@ -189,7 +195,11 @@ class TrainingGraph:
 
     def __call__(self, *args):
         if not torch.is_grad_enabled():
-            flat = self.forward(*args)[:self.num_outputs]
+            if _autocast_on():
+                with autocast_off():
+                    flat = self.forward(*args)[:self.num_outputs]
+            else:
+                flat = self.forward(*args)[:self.num_outputs]
         elif [isinstance(a, torch.Tensor) and a.requires_grad for a in args] != \
                 self.requires_grad:
             stats["captured_calls"] += 1
@@ -202,7 +212,11 @@ class TrainingGraph:
 class CompiledFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, graph: TrainingGraph, *args):
-        results = list(graph.forward(*args))
+        if _autocast_on():           # the graph holds autocast's casts (``ember.aot.autocast``)
+            with autocast_off():
+                results = list(graph.forward(*args))
+        else:
+            results = list(graph.forward(*args))
         outputs, saved = results[:graph.num_outputs], results[graph.num_outputs:]
         ctx.graph = graph
         ctx.set_materialize_grads(False)
@@ -237,13 +251,14 @@ class CompiledFunction(torch.autograd.Function):
         args.extend(tangents)
         tangents = g = grad_outputs = None      # no references but in args
         boxed = getattr(backward, "call_boxed", None)
-        if boxed is None:
-            grads = list(backward(*args))
-        else:
-            # the saved tensors live in ``args`` alone (unless the graph is retained), which
-            # the backward empties: each is freed after its last use, not at the end
-            ctx.maybe_clear_saved_tensors()
-            grads = list(boxed(args))
+        with autocast_off():        # a no-op unless ``backward()`` is called inside autocast
+            if boxed is None:
+                grads = list(backward(*args))
+            else:
+                # the saved tensors live in ``args`` alone (unless the graph is retained),
+                # which the backward empties: each is freed after its last use, not at the end
+                ctx.maybe_clear_saved_tensors()
+                grads = list(boxed(args))
         per_input = [None] * graph.joint.num_primals
         for i, g, needs in zip(graph.joint.grad_inputs, grads, graph.tangents_of_grad):
             per_input[i] = g if needs & given else None
@@ -260,7 +275,8 @@ def compile_training(gm: torch.fx.GraphModule, example_inputs: list, *,
     log_partition(joint, parts)
     merge_reduced_dims(parts.forward)
     merge_reduced_dims(parts.backward)
-    forward = compile_graph(parts.forward, list(example_inputs))
-    backward = compile_graph(parts.backward, _placeholder_values(parts.backward))
+    with autocast_off():            # ATen graphs, autocast's casts in them already
+        forward = compile_graph(parts.forward, list(example_inputs))
+        backward = compile_graph(parts.backward, _placeholder_values(parts.backward))
     stats["compiled"] += 1
     return TrainingGraph(joint, parts, forward, backward, gm.forward, compile_graph)

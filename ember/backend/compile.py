@@ -18,6 +18,7 @@ from typing import Callable
 import torch
 
 from ember import config, logs
+from ember.aot.autocast import autocast_off, run_without_autocast
 from ember.backend import graph_cache, metrics
 from ember.backend.constant_folding import fold_constant_fallbacks
 from ember.backend.attention_masks import simplify_constant_masks
@@ -87,20 +88,25 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
             logs.warn("ember backend: freezing=True is for inference (call under "
                       "torch.no_grad()); this graph needs gradients and is not frozen")
         return _compile_training(gm, example_inputs, target, device, fallback_random)
+    # the traced graph holds autocast's casts: compiled and run with autocast off
+    # (``ember.aot.autocast``); the trace itself runs under it, as eager's ops do
+    in_autocast = torch._C._is_any_autocast_enabled()
     start = time.perf_counter()
     cache_key = None if freezing or not graph_cache.enabled() else graph_cache.key(
         gm, example_inputs, options, device)
     artifact = graph_cache.load(cache_key) if cache_key else None
     if artifact is not None:
         try:
-            compiled = instantiate(artifact, target)
+            with autocast_off():
+                compiled = instantiate(artifact, target)
         except Exception as e:     # noqa: BLE001 (an entry that does not load: compiled again)
             graph_cache.discard(cache_key, e)
             artifact = None
     if artifact is not None:
         logs.log("output_code", "graph cache hit: %d kernels loaded in %.3f s",
                  len(artifact.kernels), time.perf_counter() - start)
-        return _finish(compiled, gm, example_inputs, cudagraphs, device)
+        compiled = _finish(compiled, gm, example_inputs, cudagraphs, device)
+        return run_without_autocast(compiled) if in_autocast else compiled
     stages_before = dict(metrics.compile_seconds)
     try:
         with metrics.timed("aot trace"):
@@ -114,12 +120,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         return gm.forward
     frozen = None
     try:
-        if freezing:   # parameters and buffers folded as guarded constants (freezing.py)
-            from ember.backend.freezing import freeze
-            frozen = freeze(gm, aten_graph.gm, example_inputs)
-        artifact = generate(aten_graph.gm, example_inputs, target, device,
-                            fused_random=not fallback_random)
-        compiled = instantiate(artifact, target)
+        with autocast_off():
+            if freezing:   # parameters and buffers folded as guarded constants (freezing.py)
+                from ember.backend.freezing import freeze
+                frozen = freeze(gm, aten_graph.gm, example_inputs)
+            artifact = generate(aten_graph.gm, example_inputs, target, device,
+                                fused_random=not fallback_random)
+            compiled = instantiate(artifact, target)
     except Exception as e:
         if not config.suppress_errors:
             raise
@@ -131,8 +138,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
         graph_cache.store(cache_key, artifact)
     compiled = _finish(compiled, gm, example_inputs, cudagraphs, device)
     if frozen is not None:
-        return frozen.guard(compiled, lambda args: compile_graph(gm, args, **options))
-    return compiled
+        compiled = frozen.guard(compiled, lambda args: compile_graph(gm, args, **options))
+    return run_without_autocast(compiled) if in_autocast else compiled
 
 
 def _log_stage_times(gm: torch.fx.GraphModule, before: dict, total: float) -> None:

@@ -16,6 +16,13 @@ Decisions:
   rms(reference)`` (the denominator at least 1e-6). Positions where both hold the same
   non-finite value (inf, or NaN in both) count as equal. Integer and bool outputs must be
   equal, and every output must have eager's shape; a structural difference is an error of inf.
+- Mixed precision training (``--amp --mode train``): each parameter's gradient is also held
+  to at most ``GRAD_MULTIPLIER`` (3) times eager's own error against the float32 reference,
+  plus ``GRAD_FLOOR`` (1e-4, float32 rounding) alone, not the bfloat16 floor: eager's AMP
+  gradients are about 1e-2 off, and a compiler that loses autocast's float32 ops (a layer
+  norm computed from bfloat16, its backward in bfloat16) is 0.1 off on every gradient of a
+  transformer while still inside ``2 * 1e-2 + 3e-2``; a lone float32 ``LayerNorm``, which
+  eager computes exactly, was 1.2e-2 off.
 - Every output must also have eager's strides (over dims longer than 1, whose strides
   indexing reads): ``x.view(...)`` of a result, or its data handed to other code, depends on
   them.
@@ -31,6 +38,7 @@ import torch
 TOLERANCE = {torch.float64: 1e-7, torch.float32: 1e-4, torch.float16: 1e-2,
              torch.bfloat16: 3e-2}
 MULTIPLIER = 2.0
+GRAD_MULTIPLIER, GRAD_FLOOR = 3.0, 1e-4
 
 
 def reference_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -107,6 +115,21 @@ def check(actual: Any, eager: Any, reference: Any, dtype: torch.dtype) -> Verdic
     correct = all(err <= MULTIPLIER * base + floor for err, base in zip(errors, eager_errors))
     strides = stride_difference(actual, eager)
     return Verdict(correct and strides is None, max(errors, default=0.0), strides)
+
+
+def gradient_outliers(actual: list, eager: list, reference: list,
+                      names: list[str]) -> list[tuple[str, float, float]]:
+    """(name, error, eager's error) of each gradient of ``actual`` more than
+    ``GRAD_MULTIPLIER`` times eager's error (+ ``GRAD_FLOOR``) off ``reference``, worst
+    first; one entry named ``"(structure)"`` when the lists do not line up."""
+    if not len(actual) == len(eager) == len(reference) == len(names):
+        return [("(structure)", math.inf, 0.0)]
+    out = []
+    for name, a, e, r in zip(names, actual, eager, reference):
+        err, base = relative_error(a, r), relative_error(e, r)
+        if not err <= GRAD_MULTIPLIER * base + GRAD_FLOOR:
+            out.append((name, err, base))
+    return sorted(out, key=lambda t: -t[1] / max(t[2], 1e-12))
 
 
 def cast_floating(value: Any, dtype: torch.dtype) -> Any:

@@ -532,6 +532,8 @@ def _first_call(row: Row, name: str, fn, inputs, expected, reference, run_dtype,
         elif not verdict.correct:
             row.notes.append(f"{name}: wrong result (relative error {verdict.rel_err:.1e}, "
                              f"eager's {row.variants['eager'].rel_err or 0:.1e})")
+        elif mode == "train" and row.amp is not None and reference is not None:
+            _check_amp_gradients(row, name, fn, params, out, expected, reference)
         del out
         if name in EMBER_VARIANTS:
             _store_counts(result, before, _counters())
@@ -546,6 +548,23 @@ def _first_call(row: Row, name: str, fn, inputs, expected, reference, run_dtype,
             result.error = f"failed: {_one_line(e)}"
         row.notes.append(f"{name} {result.error}")
         return None
+
+
+def _check_amp_gradients(row: Row, name: str, fn, params, out, expected, reference) -> None:
+    """Mixed precision: each gradient at most ``accuracy.GRAD_MULTIPLIER`` times eager's
+    error off the float32 reference (``accuracy``'s docstring says why), else the variant
+    is wrong."""
+    named = {id(p): n for n, p in fn.named_parameters()} \
+        if isinstance(fn, torch.nn.Module) else {}
+    names = [named.get(id(p), f"parameter {i}") for i, p in enumerate(params)]
+    worse = accuracy.gradient_outliers(out[1], expected[1], reference[1], names)
+    if worse:
+        row.variants[name].correct = False
+        pname, err, base = worse[0]
+        row.notes.append(f"{name}: wrong gradients ({len(worse)} of {len(names)} more than "
+                         f"{accuracy.GRAD_MULTIPLIER:g}x eager's error off the "
+                         f"{row.reference_dtype} reference; {pname}: {err:.1e}, eager's "
+                         f"{base:.1e})")
 
 
 def _counters() -> dict[str, int]:
