@@ -80,10 +80,10 @@ class CppTarget(Target):
         namespace = {}
         for kernel, lib in zip(kernels, libs):
             namespace[kernel.name] = build.kernel_function(lib, kernel.name, len(kernel.args))
-            if kernel.uses_indirect:
-                oob = getattr(lib, f"{kernel.name}_oob")
-                oob.restype, oob.argtypes = ctypes.c_int, []
-                namespace[f"{kernel.name}_oob"] = oob
+            if kernel.uses_indirect:     # it checks indices or divisors (codegen/cpp.py)
+                flags = getattr(lib, f"{kernel.name}_flags")
+                flags.restype, flags.argtypes = ctypes.c_int, []
+                namespace[f"{kernel.name}_flags"] = flags
         return namespace
 
 
