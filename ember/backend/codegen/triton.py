@@ -481,8 +481,8 @@ class TritonKernel(Kernel):
         ctype = compute_type(dtype) if dtype is not torch.bool else "tl.int8"
         init = _reduction_init(kind, dtype)
         if kind == "welford":
-            for f in ("mean", "m2", "n"):
-                self.line(f"{acc}_{f} = tl.zeros([XBLOCK, RBLOCK], tl.float32)")
+            for f, t in (("mean", ctype), ("m2", ctype), ("n", "tl.float32")):
+                self.line(f"{acc}_{f} = tl.zeros([XBLOCK, RBLOCK], {t})")
             return
         self.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {init}, {ctype})")
         if kind in ("argmax", "argmin"):
