@@ -87,3 +87,27 @@ def test_constant_divisor_is_not_checked(cpu_backend):
     for g, e in zip(got, fn(a)):
         assert torch.equal(g, e)
     assert "ZeroDivisionError" not in "\n".join(code)
+
+
+def test_clamp_bound_out_of_range_raises_like_eager():
+    # found by fuzz_int_extremes.py: a bound an int8 cannot hold was wrapped (300 -> 44)
+    # where eager raises; the ones eager takes wrap (uint8's -1 is 255)
+    a = torch.tensor([100, -100, 5], dtype=torch.int8)
+    fn = lambda t: t.clamp(-300, 300)   # noqa: E731
+    message = _eager_error(fn, a)
+    with pytest.raises(RuntimeError, match=message):
+        ember.compile(fn, backend="ember")(a)
+    u = a.to(torch.uint8)
+    fn = lambda t: (t.clamp(-1), t.clamp(max=-200), t.clamp(3, 200))   # noqa: E731
+    for g, e in zip(ember.compile(fn, backend="ember")(u), fn(u)):
+        assert torch.equal(g, e)
+
+
+def test_divisor_from_a_uint8_reduction():
+    # found by fuzz_int_extremes.py: the interpreter's max of uint8 values is int32, which
+    # Triton would not divide a uint8 by ("different signedness")
+    a = torch.tensor([5, 250, 7], dtype=torch.uint8)
+    b = torch.tensor([3, 2, 9], dtype=torch.uint8)
+    fn = lambda a, b: (torch.fmod(a, b.amax()), a // b.amin(), a % b.sum(dtype=torch.uint8))  # noqa: E731
+    for g, e in zip(ember.compile(fn, backend="ember")(a, b), fn(a, b)):
+        assert g.dtype == e.dtype and torch.equal(g, e)

@@ -469,7 +469,7 @@ class TritonKernel(Kernel):
             self.line(self._arg_reduce(acc, kind, dtype, v, f"{acc}_i", acc))
             self.line(f"{acc} = {acc}[:, None].to(tl.int64)")
             return {members[0].name: TritonValue(acc, torch.int64, frozenset({"x"}))}
-        self.line(f"{acc} = {self._reduce(kind, v, dtype)}[:, None]")
+        self.line(f"{acc} = {self._reduce(kind, v, dtype)}[:, None]{_keep_int(dtype)}")
         if dtype is torch.bool:
             self.line(f"{acc} = {acc} != 0")
         return {members[0].name: TritonValue(acc, out_dtype[members[0].name]
@@ -529,7 +529,7 @@ class TritonKernel(Kernel):
             self.line(self._arg_reduce(acc, kind, dtype, acc, f"{acc}_i", f"{acc}_row"))
             self.line(f"{acc}_row = {acc}_row[:, None].to(tl.int64)")
             return {members[0].name: TritonValue(f"{acc}_row", torch.int64, frozenset({"x"}))}
-        self.line(f"{acc}_row = {self._reduce(kind, acc, dtype)}[:, None]")
+        self.line(f"{acc}_row = {self._reduce(kind, acc, dtype)}[:, None]{_keep_int(dtype)}")
         if dtype is torch.bool:
             self.line(f"{acc}_row = {acc}_row != 0")
         return {members[0].name: TritonValue(f"{acc}_row", dtype, frozenset({"x"}))}
@@ -571,6 +571,15 @@ class TritonKernel(Kernel):
         return [f"{flag} = torch.zeros(1, dtype=torch.int32)",
                 f"{self.name}({args}, {flag})  # grid={grid}, {config}",
                 f"if {flag}.item(): raise RuntimeError('ZeroDivisionError')"]
+
+
+def _keep_int(dtype: torch.dtype) -> str:
+    """A cast of an integer reduction's result back to its dtype: the interpreter's tl.max
+    of uint8 values is int32, which then divides nothing of uint8 ("different
+    signedness")."""
+    if dtype.is_floating_point or dtype is torch.bool:
+        return ""
+    return f".to({TL_TYPES[dtype]})"
 
 
 def _tl_reduce(kind: str, value: str) -> str:
