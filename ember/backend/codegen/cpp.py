@@ -8,6 +8,12 @@ writes one ``auto tmpN = ...;`` per distinct expression (common subexpressions a
 within a scope). Values are cast to their dtype's C++ type after every arithmetic operation,
 so C++'s integer promotion never changes a result; max/min/relu propagate NaN like eager.
 
+Errors eager raises are flags, not branches: a kernel that checks indirect indices or
+integer divisors ORs each failed check into an OpenMP reduction (``_flag_errors``), and the
+wrapper raises eager's IndexError or ``RuntimeError: ZeroDivisionError`` after the call. A
+checked integer division divides by 1 where the divisor is 0 or -1 (negating for -1,
+wrapping), so no kernel traps (SIGFPE; g++ compiles a constant 0 divisor to ud2, SIGILL).
+
 FMA contraction: kernels are compiled with ``-ffp-contract=off`` (see build.py) because eager
 PyTorch computes ``a * b + c`` with two roundings; contracting to FMA would change results.
 """

@@ -10,6 +10,14 @@ Math goes through ``tl`` where Triton has the function; the rest through libdevi
 GPU. Triton's interpreter (``TRITON_INTERPRET=1``, used to run generated code on CPUs) has
 no libdevice: there the same names are small ``@triton.jit`` helpers computed in float64
 (``INTERPRETER_MATH``), accurate well past float32's rounding.
+
+Integer division (``//``, ``%``, fmod, trunc and floor division) by anything but a constant
+other than 0 and -1 divides by a safe divisor (1 where the divisor is 0 or -1; the
+quotient by -1 is the wrapping negation): no kernel traps or overflows. Under the
+interpreter (CPU tensors) a zero divisor also sets a flag the kernel is passed, and the
+wrapper raises eager's ``RuntimeError: ZeroDivisionError``; on a GPU nothing is raised
+(eager's CUDA kernels do not raise either, and a flag would cost a synchronisation), and a
+zero divisor's quotient is the dividend (remainder 0).
 """
 from __future__ import annotations
 
