@@ -80,10 +80,10 @@ class CppTarget(Target):
         namespace = {}
         for kernel, lib in zip(kernels, libs):
             namespace[kernel.name] = build.kernel_function(lib, kernel.name, len(kernel.args))
-            if kernel.uses_indirect:
-                oob = getattr(lib, f"{kernel.name}_oob")
-                oob.restype, oob.argtypes = ctypes.c_int, []
-                namespace[f"{kernel.name}_oob"] = oob
+            if kernel.uses_indirect:     # it checks indices or divisors (codegen/cpp.py)
+                flags = getattr(lib, f"{kernel.name}_flags")
+                flags.restype, flags.argtypes = ctypes.c_int, []
+                namespace[f"{kernel.name}_flags"] = flags
         return namespace
 
 
@@ -247,3 +247,13 @@ def target_for(device: torch.device, cpu_backend: str = "cpp", debug: bool = Fal
     if device.type == "cuda":
         return TritonTarget(interpret=False, debug=debug, device=device, autotune=autotune)
     raise NotImplementedError(f"no code generation target for device {device.type!r}")
+
+
+def variance_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
+    """The dtype eager's var, std, var_mean and std_mean keep their statistics in, for
+    inputs of ``dtype`` on ``device``: on the CPU float64 (ATen's CPU Welford reduction holds
+    double state for float32: the variance of float32 values up to ~1e19 is finite, where
+    float32 sums of squared deviations overflow), on CUDA float32 (half precision too)."""
+    if device.type == "cpu" and dtype in (torch.float32, torch.float64):
+        return torch.float64
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype

@@ -28,6 +28,7 @@ precedence over torch's.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable
 
 import torch
@@ -125,11 +126,64 @@ def core_decompositions() -> dict:
     return {**_cache, **_EMBER_DECOMPS}
 
 
+# > 0 while a layer_norm or group_norm decomposition runs (see _float_statistics)
+_float_statistics_depth = 0
+
+
 @register_decomposition(aten.var_mean.correction)
 def _var_mean(x, dim=None, *, correction=None, keepdim=False):
-    return (aten.var.correction(x, dim, correction=correction, keepdim=keepdim),
-            aten.mean.dim(x, dim, keepdim) if dim is not None else
-            aten.mean.dim(x, list(range(x.dim())), keepdim))
+    """var and mean from statistics in eager's dtype (``targets.variance_dtype``: float64
+    for float32 on the CPU, where ATen's var_mean keeps double Welford state). The mean is
+    summed in that dtype and rounded once (exact for a constant row). Where the result is
+    one value, eager's plain var takes its mean in the input dtype, var_mean's does not:
+    that var is of ``x`` in the statistics dtype. Inside layer_norm and group_norm, whose
+    CPU kernels keep float32 statistics, the statistics are of the input dtype."""
+    from ember.backend.targets import variance_dtype
+    dims = list(range(x.dim())) if dim is None else list(dim)
+    c = 1 if correction is None else correction
+    stats = variance_dtype(x.device, x.dtype)
+    if _float_statistics_depth:
+        # the mean summed in the statistics dtype, rounded once: exact for a constant row
+        # (as eager's Welford mean), whose normalised values are then 0, not +-1
+        mean = aten.mean.dim(x, dims, True, dtype=stats)
+        if stats != x.dtype:
+            mean = aten._to_copy.default(mean, dtype=x.dtype)
+        dev = aten.sub.Tensor(x, mean)
+        n = math.prod(x.shape[d] for d in dims)
+        var = aten.div.Scalar(aten.sum.dim_IntList(aten.mul.Tensor(dev, dev), dims, keepdim),
+                              max(n - c, 0))
+        return var, (mean if keepdim else aten.squeeze.dims(mean, dims))
+    reduced = {d % max(x.dim(), 1) for d in dims}
+    one_result = all(x.shape[d] == 1 for d in range(x.dim()) if d not in reduced)
+    src = aten._to_copy.default(x, dtype=stats) if one_result and stats != x.dtype else x
+    var = aten.var.correction(src, dims, correction=c, keepdim=keepdim)
+    mean = aten.mean.dim(x, dims, keepdim, dtype=stats)
+    if stats != x.dtype:
+        var = aten._to_copy.default(var, dtype=x.dtype)
+        mean = aten._to_copy.default(mean, dtype=x.dtype)
+    return var, mean
+
+
+def _float_statistics(op):
+    """torch's decomposition of ``op``, whose ``var_mean`` keeps the input dtype: eager's
+    CPU layer_norm and group_norm accumulate float32 (their statistics overflow to inf
+    where a float64 var would not, and float32 sums keep these norms fast); batch_norm's
+    CPU kernel accumulates in double, as var_mean does."""
+    reference = get_decompositions([op])[op.default]
+
+    @register_decomposition(op.default)
+    def decomposition(*args, **kwargs):
+        global _float_statistics_depth
+        _float_statistics_depth += 1
+        try:
+            return reference(*args, **kwargs)
+        finally:
+            _float_statistics_depth -= 1
+    return decomposition
+
+
+_float_statistics(aten.native_layer_norm)
+_float_statistics(aten.native_group_norm)
 
 
 @register_decomposition(aten._safe_softmax.default)

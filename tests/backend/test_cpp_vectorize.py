@@ -79,10 +79,10 @@ def test_gather_loop_with_range_checks_vectorises(tmp_path):
     fn = lambda x: F.interpolate(x, size=(224, 224), mode="bilinear")   # noqa: E731
     out, sources = run_and_get_code(fn, x)
     torch.testing.assert_close(out, fn(x))
-    kernel = next(s for s in sources if 'extern "C"' in s and "ember_oob_r |=" in s)
+    kernel = next(s for s in sources if 'extern "C"' in s and "ember_flags_r |=" in s)
     lines = kernel.splitlines()
     inner = max(i for i, line in enumerate(lines, 1) if "for (int64_t r0" in line)
-    assert "reduction(|:ember_oob_r)" in lines[inner - 2], kernel
+    assert "reduction(|:ember_flags_r)" in lines[inner - 2], kernel
     # g++ names the loop by its pragma, its header or its first statement
     assert _vectorised_lines(kernel, tmp_path) & {inner - 1, inner, inner + 1}, kernel
 

@@ -8,6 +8,12 @@ writes one ``auto tmpN = ...;`` per distinct expression (common subexpressions a
 within a scope). Values are cast to their dtype's C++ type after every arithmetic operation,
 so C++'s integer promotion never changes a result; max/min/relu propagate NaN like eager.
 
+Errors eager raises are flags, not branches: a kernel that checks indirect indices or
+integer divisors ORs each failed check into an OpenMP reduction (``_flag_errors``), and the
+wrapper raises eager's IndexError or ``RuntimeError: ZeroDivisionError`` after the call. A
+checked integer division divides by 1 where the divisor is 0 or -1 (negating for -1,
+wrapping), so no kernel traps (SIGFPE; g++ compiles a constant 0 divisor to ud2, SIGILL).
+
 FMA contraction: kernels are compiled with ``-ffp-contract=off`` (see build.py) because eager
 PyTorch computes ``a * b + c`` with two roundings; contracting to FMA would change results.
 """
@@ -56,6 +62,7 @@ PRELUDE = "#define EMBER_CASCADE %d\n" % CASCADE + r"""
 #include <cstdint>
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 // float exp, erf, tanh and sigmoid inline, in straight-line code g++ vectorises without a
 // call (glibc's vector expf was 4x slower than eager's exp here, 12x on -inf lanes; its erff
 // and tanhf 2x); double keeps libm's
@@ -155,6 +162,30 @@ template <typename T> static inline T ember_remainder(T a, T b) {
   if constexpr (std::is_floating_point<T>::value) {
     T m = std::fmod(a, b); if (m != 0 && ((m < 0) != (b < 0))) m += b; return m; }
   else { T m = a % b; if (m != 0 && ((m < 0) != (b < 0))) m += b; return m; } }
+// Integer division as eager's: a zero divisor sets EMBER_ZERO_DIVISION in ``flags`` (the
+// wrapper then raises eager's ZeroDivisionError) and divides by 1 instead, and a divisor of
+// -1 negates, wrapping: x86's idiv traps on both, and on INT_MIN / -1
+#define EMBER_BAD_INDEX 1
+#define EMBER_ZERO_DIVISION 2
+template <typename T> static inline bool ember_minus_one(T b) {
+  if constexpr (std::is_signed<T>::value) return b == T(-1); else return false; }
+template <typename T> static inline T ember_divisor(T b, int& flags) {
+  flags |= b == 0 ? EMBER_ZERO_DIVISION : 0;
+  return (b == 0 || ember_minus_one(b)) ? T(1) : b; }
+template <typename T> static inline T ember_wrapping_neg(T a) {
+  using U = typename std::make_unsigned<T>::type;
+  return static_cast<T>(static_cast<U>(0) - static_cast<U>(a)); }
+template <typename T> static inline T ember_negated_by(T b, T q) {
+  if constexpr (std::is_signed<T>::value) { if (b == T(-1)) return ember_wrapping_neg(q); }
+  return q; }
+template <typename T> static inline T ember_checked_truncdiv(T a, T b, int& flags) {
+  return ember_negated_by(b, static_cast<T>(a / ember_divisor(b, flags))); }
+template <typename T> static inline T ember_checked_floordiv(T a, T b, int& flags) {
+  return ember_negated_by(b, ember_floordiv(a, ember_divisor(b, flags))); }
+template <typename T> static inline T ember_checked_remainder(T a, T b, int& flags) {
+  return ember_remainder(a, ember_divisor(b, flags)); }   // x % -1 == x % 1 == 0
+template <typename T> static inline T ember_checked_fmod(T a, T b, int& flags) {
+  return static_cast<T>(a % ember_divisor(b, flags)); }
 template <typename T> static inline void ember_welford_update(T& mean, T& m2, int64_t& n,
                                                           T v) {
   n += 1; T d = v - mean; mean = mean + d / static_cast<T>(n); m2 = m2 + d * (v - mean); }
@@ -220,8 +251,7 @@ _UNARY_CPP = {
 }
 _BINARY_CPP = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
-    "floordiv": "ember_floordiv({0}, {1})", "remainder": "ember_remainder({0}, {1})",
-    "fmod": "std::fmod({0}, {1})", "pow": "std::pow({0}, {1})",
+    "pow": "std::pow({0}, {1})",
     "maximum": "ember_max({0}, {1})", "minimum": "ember_min({0}, {1})",
     "atan2": "std::atan2({0}, {1})", "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}",
     "bitwise_xor": "{0} ^ {1}", "bitwise_left_shift": "{0} << {1}",
@@ -294,15 +324,17 @@ class _RangeProbe:
         return lambda *args, **kwargs: self._opaque
 
 
-def _flag_bad_indices(lines: list[str]) -> list[str]:
-    """A kernel with indirect indices ORs each one's range check into ``ember_oob_r``: a
-    reduction of every OpenMP loop (one private copy per thread and per SIMD lane), stored
-    to the library's flag once, at the end. A per-index ``if`` that stores the flag (the
-    old form) kept g++ from vectorising the loop: deeplabv3's bilinear upsampling, 4 gathers
-    an element, took 2.8x as long."""
-    body = [_OMP_LOOP.sub(r"\1 reduction(|:ember_oob_r)", line) for line in lines]
-    return ["  int ember_oob_r = 0;", *body,
-            "  if (ember_oob_r) __atomic_store_n(&ember_oob, 1, __ATOMIC_RELAXED);"]
+def _flag_errors(lines: list[str]) -> list[str]:
+    """A kernel that checks its indirect indices or integer divisors ORs each check's
+    EMBER_BAD_INDEX or EMBER_ZERO_DIVISION bit into ``ember_flags_r``: a reduction of every
+    OpenMP loop (one private copy per thread and per SIMD lane), ORed into the library's
+    flags once, at the end. A per-index ``if`` that stores the flag (the old form) kept g++
+    from vectorising the loop: deeplabv3's bilinear upsampling, 4 gathers an element, took
+    2.8x as long."""
+    body = [_OMP_LOOP.sub(r"\1 reduction(|:ember_flags_r)", line) for line in lines]
+    return ["  int ember_flags_r = 0;", *body,
+            "  if (ember_flags_r) __atomic_fetch_or(&ember_flags, ember_flags_r, "
+            "__ATOMIC_RELAXED);"]
 
 
 def _widen_vectors(text: str) -> str:
@@ -450,8 +482,36 @@ class CppOpsHandler:
         return self._emit(f"std::isinf({a})", torch.bool)
 
     def truncdiv(self, a, b):
-        text = f"std::trunc({a} / {b})" if a.dtype.is_floating_point else f"{a} / {b}"
-        return self._typed(text, a.dtype)
+        if a.dtype.is_floating_point:
+            return self._typed(f"std::trunc({a} / {b})", a.dtype)
+        return self._int_division("truncdiv", f"{a} / {b}", a, b)
+
+    def floordiv(self, a, b):
+        text = f"ember_floordiv({a}, {b})"
+        return self._typed(text, a.dtype) if a.dtype.is_floating_point else \
+            self._int_division("floordiv", text, a, b)
+
+    def remainder(self, a, b):
+        text = f"ember_remainder({a}, {b})"
+        return self._typed(text, a.dtype) if a.dtype.is_floating_point else \
+            self._int_division("remainder", text, a, b)
+
+    def fmod(self, a, b):
+        if a.dtype.is_floating_point:
+            return self._typed(f"std::fmod({a}, {b})", a.dtype)
+        return self._int_division("fmod", f"{a} % {b}", a, b)   # not through double
+
+    def _int_division(self, name: str, fast: str, a, b):
+        """An integer division whose divisor is a constant other than 0 and -1 as ``fast``
+        (g++ multiplies by the inverse, and vectorises). Any other divisor is checked
+        (``ember_checked_*``): the kernel never traps, a zero divisor sets the flag that the
+        wrapper turns into eager's ZeroDivisionError, ``INT_MIN / -1`` wraps."""
+        known = self.k.bounds.get(b.name)
+        if known is not None and known[0] == known[1] and known[0] not in (0, -1):
+            return self._typed(fast, a.dtype)
+        self.k.uses_indirect = True
+        return self._typed(f"ember_checked_{name}<{CPP_TYPES[a.dtype]}>({a}, {b}, "
+                           f"ember_flags_r)", a.dtype)
 
     def _typed(self, text, dtype):
         return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({text})", dtype)
@@ -506,7 +566,7 @@ class CppOpsHandler:
         # branch-free, so the loop stays vectorised: the flag is a reduction of every loop
         # (``_flag_bad_indices``)
         k.line(f"{{ bool bad = static_cast<uint64_t>({var}) >= static_cast<uint64_t>({n}); "
-               f"ember_oob_r |= bad; {var} = bad ? 0 : {var}; }}")
+               f"ember_flags_r |= bad; {var} = bad ? 0 : {var}; }}")
         k.uses_indirect = True
         return sympy.Symbol(var, integer=True)
 
@@ -530,6 +590,8 @@ class CppKernel(Kernel):
     def __init__(self, kernel: FusedKernel, name: str, dtypes: dict[str, torch.dtype]):
         super().__init__(name, dtypes)
         self.kernel = kernel
+        # the kernel checks indirect indices or integer divisors: its library exports
+        # ``<name>_flags`` (see _flag_errors), which the wrapper reads after each call
         self.uses_indirect = False
         self.block = False              # a column kernel (see _generate_blocked)
         self.hoist: _Hoist | None = None    # where loop-invariant values go (see cse)
@@ -599,7 +661,10 @@ class CppKernel(Kernel):
         ptrs = ", ".join(f"{refs[a]}.data_ptr()" for a in self.args)
         lines = [f"{self.name}({ptrs})"]
         if self.uses_indirect:
-            lines.append(f"if {self.name}_oob(): raise IndexError('index out of range in a "
+            # eager's exceptions: ZeroDivisionError (a RuntimeError) for integer division
+            lines.append(f"if (flags := {self.name}_flags()) & 2: raise RuntimeError("
+                         f"'ZeroDivisionError')")
+            lines.append(f"if flags: raise IndexError('index out of range in a "
                          f"gather/index/embedding of {self.name}')")
         return lines
 
@@ -690,13 +755,14 @@ class CppKernel(Kernel):
                     self.pop()
                     self.indent -= 1
                     self.line("}")
-        lines = _flag_bad_indices(self.lines) if self.uses_indirect else self.lines
+        lines = _flag_errors(self.lines) if self.uses_indirect else self.lines
         text = _widen_vectors(self._signature() + " {\n" + "\n".join(lines) + "\n}\n")
         if self.uses_indirect:
-            # one flag per kernel library: set by any call that met a bad index
-            text = ("static int ember_oob = 0;\n" + text +
-                    f'extern "C" int {self.name}_oob() {{ int v = ember_oob; ember_oob = 0; '
-                    f"return v; }}\n")
+            # one word of flags per kernel library, ORed by any call that met a bad index or a
+            # zero divisor, read and cleared by the wrapper after each call
+            text = ("static int ember_flags = 0;\n" + text +
+                    f'extern "C" int {self.name}_flags() {{ int v = ember_flags; '
+                    f"ember_flags = 0; return v; }}\n")
         return text
 
     # -- column kernels: the last outer dim in SIMD blocks -------------------------------------

@@ -83,6 +83,8 @@ class TritonKernel(Kernel):
         self.grid = 1
         self.local: set[str] = set(kernel.local)
         self.numels: dict[str, int] = {}    # storage name -> elements (set by the target)
+        self.int_constants: dict[str, int] = {}    # value name -> its integer constant
+        self.checks_division = False     # stores to the zero-division flag (interpreter)
 
     def declare(self, var: str, text: str) -> str:
         return f"{var} = {text}"
@@ -153,6 +155,20 @@ class TritonKernel(Kernel):
         shape = "[XBLOCK, RBLOCK]" if "r" in dims else "[XBLOCK, 1]"
         return f" + tl.zeros({shape}, tl.int32)"
 
+    # set by generate(): under the interpreter, integer divisions set a flag when a divisor
+    # is 0 (a kernel whose parameters another generate() writes, a matmul's, does not)
+    flags_division = False
+    FLAG = "p_ember_zero_division"
+
+    def flag_zero_division(self, divisor: TritonValue, dims: frozenset) -> None:
+        """Store 1 to the flag where ``divisor`` is 0 in an element the kernel computes."""
+        mask = self.mask(dims)
+        zero = f"tl.where({mask}, {divisor}, 1) == 0" if mask else f"{divisor} == 0"
+        var = self.new_var("zdiv")
+        self.line(f"{var} = {zero}")
+        self.line(f"tl.store({self.FLAG} + {var}.to(tl.int32) * 0, 1, {var})")
+        self.checks_division = True
+
     def indirect_indexing(self, value: TritonValue, size, wrap_negative=False) -> sympy.Symbol:
         """An index read from memory. Out-of-range values are clamped so memory stays safe;
         with ``debug`` a device-side assertion reports them (eager raises)."""
@@ -181,6 +197,7 @@ class TritonKernel(Kernel):
         scatter = any(n.role == "scatter" for n in k.nodes)
         flat = not reductions and not scatter and all(n.role == "inner" for n in k.nodes)
         self.index_type = "tl.int64" if self._needs_int64() else "tl.int32"
+        self.flags_division = self.interpret
         split = self._transposed_split(x, r) if flat else None
         with use_handler(TritonOpsHandler(self)):
             # a reduction over size-1 dims (no inner loop) still reduces: a flat kernel would
@@ -192,6 +209,7 @@ class TritonKernel(Kernel):
                 self.mode = "tiled"
                 self._generate_tiled(x, r, split)
         params = [f"p_{n}" for n in self._arg_names()] + \
+            ([self.FLAG] if self.checks_division else []) + \
             [f"{c}: tl.constexpr" for c in self.config if c != "num_warps"]
         # tl.device_assert (debug's index checks) runs only in kernels compiled for debug
         jit = "@triton.jit(debug=True)" if self.debug else "@triton.jit"
@@ -451,7 +469,7 @@ class TritonKernel(Kernel):
             self.line(self._arg_reduce(acc, kind, dtype, v, f"{acc}_i", acc))
             self.line(f"{acc} = {acc}[:, None].to(tl.int64)")
             return {members[0].name: TritonValue(acc, torch.int64, frozenset({"x"}))}
-        self.line(f"{acc} = {self._reduce(kind, v, dtype)}[:, None]")
+        self.line(f"{acc} = {self._reduce(kind, v, dtype)}[:, None]{_keep_int(dtype)}")
         if dtype is torch.bool:
             self.line(f"{acc} = {acc} != 0")
         return {members[0].name: TritonValue(acc, out_dtype[members[0].name]
@@ -463,8 +481,8 @@ class TritonKernel(Kernel):
         ctype = compute_type(dtype) if dtype is not torch.bool else "tl.int8"
         init = _reduction_init(kind, dtype)
         if kind == "welford":
-            for f in ("mean", "m2", "n"):
-                self.line(f"{acc}_{f} = tl.zeros([XBLOCK, RBLOCK], tl.float32)")
+            for f, t in (("mean", ctype), ("m2", ctype), ("n", "tl.float32")):
+                self.line(f"{acc}_{f} = tl.zeros([XBLOCK, RBLOCK], {t})")
             return
         self.line(f"{acc} = tl.full([XBLOCK, RBLOCK], {init}, {ctype})")
         if kind in ("argmax", "argmin"):
@@ -511,7 +529,7 @@ class TritonKernel(Kernel):
             self.line(self._arg_reduce(acc, kind, dtype, acc, f"{acc}_i", f"{acc}_row"))
             self.line(f"{acc}_row = {acc}_row[:, None].to(tl.int64)")
             return {members[0].name: TritonValue(f"{acc}_row", torch.int64, frozenset({"x"}))}
-        self.line(f"{acc}_row = {self._reduce(kind, acc, dtype)}[:, None]")
+        self.line(f"{acc}_row = {self._reduce(kind, acc, dtype)}[:, None]{_keep_int(dtype)}")
         if dtype is torch.bool:
             self.line(f"{acc}_row = {acc}_row != 0")
         return {members[0].name: TritonValue(f"{acc}_row", dtype, frozenset({"x"}))}
@@ -547,7 +565,21 @@ class TritonKernel(Kernel):
         config = ", ".join(f"{k}={v}" for k, v in self.config.items())
         args = ", ".join(refs[a] for a in self.args)
         grid = self.grid if isinstance(self.grid, tuple) else (self.grid,)
-        return [f"{self.name}({args})  # grid={grid}, {config}"]
+        if not self.checks_division:
+            return [f"{self.name}({args})  # grid={grid}, {config}"]
+        flag = f"{self.name}_zero_division"
+        return [f"{flag} = torch.zeros(1, dtype=torch.int32)",
+                f"{self.name}({args}, {flag})  # grid={grid}, {config}",
+                f"if {flag}.item(): raise RuntimeError('ZeroDivisionError')"]
+
+
+def _keep_int(dtype: torch.dtype) -> str:
+    """A cast of an integer reduction's result back to its dtype: the interpreter's tl.max
+    of uint8 values is int32, which then divides nothing of uint8 ("different
+    signedness")."""
+    if dtype.is_floating_point or dtype is torch.bool:
+        return ""
+    return f".to({TL_TYPES[dtype]})"
 
 
 def _tl_reduce(kind: str, value: str) -> str:

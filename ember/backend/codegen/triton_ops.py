@@ -10,6 +10,14 @@ Math goes through ``tl`` where Triton has the function; the rest through libdevi
 GPU. Triton's interpreter (``TRITON_INTERPRET=1``, used to run generated code on CPUs) has
 no libdevice: there the same names are small ``@triton.jit`` helpers computed in float64
 (``INTERPRETER_MATH``), accurate well past float32's rounding.
+
+Integer division (``//``, ``%``, fmod, trunc and floor division) by anything but a constant
+other than 0 and -1 divides by a safe divisor (1 where the divisor is 0 or -1; the
+quotient by -1 is the wrapping negation): no kernel traps or overflows. Under the
+interpreter (CPU tensors) a zero divisor also sets a flag the kernel is passed, and the
+wrapper raises eager's ``RuntimeError: ZeroDivisionError``; on a GPU nothing is raised
+(eager's CUDA kernels do not raise either, and a flag would cost a synchronisation), and a
+zero divisor's quotient is the dividend (remainder 0).
 """
 from __future__ import annotations
 
@@ -347,7 +355,11 @@ class TritonOpsHandler:
         return self.k.load(name, index)
 
     def constant(self, value, dtype) -> TritonValue:
-        return self._emit(triton_constant(value, dtype), dtype)
+        out = self._emit(triton_constant(value, dtype), dtype)
+        if not dtype.is_floating_point and dtype is not torch.bool and (
+                isinstance(value, int) or (isinstance(value, sympy.Expr) and value.is_Integer)):
+            self.k.int_constants[out.name] = int(value)
+        return out
 
     def index_expr(self, expr, dtype) -> TritonValue:
         if not sympy.sympify(expr).free_symbols:   # a Python int has no .to()
@@ -428,19 +440,45 @@ class TritonOpsHandler:
     def floordiv(self, a, b):
         if a.dtype.is_floating_point:
             return self._emit(f"ember_floordiv_float({a}, {b})", a.dtype, a, b)
-        return self._emit(f"ember_floordiv_int({a}, {b})", a.dtype, a, b)
+        return self._int_division("ember_floordiv_int({0}, {1})", a, b, negate=True)
 
     def truncdiv(self, a, b):
         if a.dtype.is_floating_point:
             q = self._emit(f"{a} / {b}", a.dtype, a, b)
             return self._emit(f"tl.where({q} < 0, tl.ceil({q}), tl.floor({q}))", a.dtype, q)
-        return self._emit(f"{a} // {b}", a.dtype, a, b)      # Triton divides like C
+        return self._int_division("{0} // {1}", a, b, negate=True)   # Triton divides like C
 
     def remainder(self, a, b):
-        return self._emit(f"ember_remainder({a}, {b})", a.dtype, a, b)
+        if a.dtype.is_floating_point:
+            return self._emit(f"ember_remainder({a}, {b})", a.dtype, a, b)
+        return self._int_division("ember_remainder({0}, {1})", a, b)   # x % -1 == x % 1
 
     def fmod(self, a, b):
-        return self._emit(f"{a} % {b}", a.dtype, a, b)
+        if a.dtype.is_floating_point:
+            return self._emit(f"{a} % {b}", a.dtype, a, b)
+        return self._int_division("{0} % {1}", a, b)
+
+    def _int_division(self, template: str, a, b, negate: bool = False) -> TritonValue:
+        """An integer division (``template`` of the operands): by a constant other than 0
+        and -1 as it is; otherwise by a safe divisor, 1 where ``b`` is 0 or -1 (a quotient
+        by -1 is the wrapping negation; INT_MIN / -1 overflows), and under the interpreter
+        each zero divisor of an element computed sets the kernel's flag, which the wrapper
+        turns into eager's ZeroDivisionError. On a GPU a zero divisor gives what the kernel
+        gives (eager's CUDA kernels do not raise either), but never a trap."""
+        known = self.k.int_constants.get(b.name)
+        if known is not None and known not in (0, -1):
+            return self._emit(template.format(a, b), a.dtype, a, b)
+        one = triton_constant(1, a.dtype)
+        signed = a.dtype.is_signed
+        safe = f"tl.where({b} == 0, {one}, tl.where({b} == -1, {one}, {b}))" if signed else \
+            f"tl.where({b} == 0, {one}, {b})"
+        divisor = self._emit(safe, a.dtype, b)
+        q = self._emit(template.format(a, divisor), a.dtype, a, divisor)
+        if negate and signed:
+            q = self._emit(f"tl.where({b} == -1, -{q}, {q})", a.dtype, b, q)
+        if self.k.interpret and self.k.flags_division:
+            self.k.flag_zero_division(b, a.dims | b.dims)
+        return q
 
     def pow(self, a, b):
         return self._libm("pow", a.dtype, a, b)

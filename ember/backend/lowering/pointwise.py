@@ -166,6 +166,8 @@ def _where(ctx, cond, a, b):
 def _clamp(ctx, x, min=None, max=None):
     args = [x] + [v for v in (min, max) if v is not None]
     compute = compute_dtype(args, ctx.dtype)
+    if any(_overflows(v, compute) for v in (min, max)):
+        return NotImplemented     # ATen's kernel raises eager's error on every call
 
     def fn(v, *bounds):
         bounds = list(bounds)
@@ -175,6 +177,17 @@ def _clamp(ctx, x, min=None, max=None):
             v = ops.minimum(v, bounds.pop(0))
         return v
     return make_pointwise(ctx, fn, args, compute=compute)
+
+
+def _overflows(bound, dtype: torch.dtype) -> bool:
+    """Whether eager refuses the scalar ``bound`` for integer ``dtype`` ("value cannot be
+    converted to type int8_t without overflow"); the values it accepts wrap (c10 lets an
+    unsigned type take negative values down to -max)."""
+    if is_ir(bound) or bound is None or isinstance(bound, bool) or \
+            not isinstance(bound, int) or dtype.is_floating_point or dtype is torch.bool:
+        return False
+    info = torch.iinfo(dtype)
+    return bound > info.max or bound < (info.min if dtype.is_signed else -info.max)
 
 
 @register_lowering(aten.clamp_min.default, aten.clamp_min.Tensor)

@@ -12,6 +12,7 @@ from ember.backend.ir import Layout, Pointwise, Reduction, ReinterpretView, prod
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
 from ember.backend.sizevars import is_static
+from ember.backend.targets import variance_dtype
 
 
 def _dims(x, dim) -> list[int]:
@@ -191,7 +192,9 @@ def _contiguous_dim(x) -> int | None:
         for i, var in enumerate(index):
             if sympy.diff(expr, var) == 1:
                 counts[i] += 1
-    best = max(range(ndim), key=lambda i: counts[i], default=None)
+    # on a tie the inner dim: a row's own loads outweigh a broadcast statistic's (layer and
+    # group norm's ``x - mean``, whose mean runs along a kept dim)
+    best = max(range(ndim), key=lambda i: (counts[i], i), default=None)
     return best if best is not None and counts[best] else None
 
 
@@ -299,55 +302,77 @@ def _any_all(ctx, x, dim=None, keepdim=False):
 
 @register_lowering(aten.mean.dim, aten.mean.default)
 def _mean(ctx, x, dim=None, keepdim=False, *, dtype=None):
-    dims = _dims(x, dim)
-    found = ctx.graph.reductions.get((id(x), tuple(dims), "welford", ctx.dtype))
+    return _mean_in(ctx, x, _dims(x, dim), keepdim, ctx.dtype)
+
+
+def _mean_in(ctx, x, dims, keepdim, dt):
+    """The mean of ``x`` over ``dims``, summed and divided in ``dt``."""
+    found = ctx.graph.reductions.get((id(x), tuple(dims), "welford", dt))
     if found is not None:
         mean = found[0][0]
         return _keepdim_view(mean, x.get_size(), dims) if keepdim else mean
-    total = reduce(ctx, x, dims, "sum", ctx.dtype, ctx.dtype, keepdim)
+    total = reduce(ctx, x, dims, "sum", dt, dt, keepdim)
     n = product([x.get_size()[d] for d in dims])
     load = total.make_loader()
-    dt = ctx.dtype
     return Pointwise(ctx.device, dt, lambda index: ops.truediv(load(index), ops.constant(n, dt)),
                      total.get_size())
 
 
-def _variance(ctx, x, dim, correction, keepdim):
+def _variance(ctx, x, dim, correction, keepdim, one_result_mean=True):
+    """The sum of squared deviations of ``x`` over ``dim`` (a buffer in the statistics dtype,
+    ``targets.variance_dtype``: float64 on the CPU, as eager's), its loader, and the
+    divisor. Where the result is one value, eager's CPU var and std (``one_result_mean``;
+    not var_mean and std_mean) take the mean in the input dtype first, then the squared
+    deviations from it in double: a float32 sum that overflows makes the variance inf or
+    NaN there, as it does here."""
     dims = _dims(x, dim)
     dt = ctx.dtype
+    acc = variance_dtype(ctx.device, dt)
     n = product([x.get_size()[d] for d in dims])
     denom = n - (1 if correction is None else correction)
+    outputs = product([s for i, s in enumerate(x.get_size()) if i not in dims])
+    float_mean = one_result_mean and acc != dt and outputs == 1
     plan = _split_plan(ctx, x, dims) if n.is_Integer else None
-    if n.is_Integer and (int(n) >= max(WELFORD_MIN_NUMEL, 1) or plan is not None):
-        m2 = welford(ctx, x, dims, dt, plan)[1]
+    if n.is_Integer and not float_mean and (int(n) >= max(WELFORD_MIN_NUMEL, 1) or
+                                            plan is not None):
+        m2 = welford(ctx, x, dims, acc, plan)[1]
         sq = _keepdim_view(m2, x.get_size(), dims) if keepdim else m2
         return sq, sq.make_loader(), denom
-    total = reduce(ctx, x, dims, "sum", dt, dt, True)
+    mean_dtype = dt if float_mean else acc
+    total = reduce(ctx, x, dims, "sum", mean_dtype, mean_dtype, True)
     load_total = _keep(x, dims, total)
 
     def squared_deviation(value, full):
-        dev = ops.sub(value, ops.truediv(load_total(full), ops.constant(n, dt)))
+        mean = ops.truediv(load_total(full), ops.constant(n, mean_dtype))
+        dev = ops.sub(value, mean if mean_dtype == acc else ops.to_dtype(mean, acc))
         return ops.mul(dev, dev)
-    sq = reduce(ctx, x, dims, "sum", dt, dt, keepdim, map_fn=squared_deviation)
+    sq = reduce(ctx, x, dims, "sum", acc, acc, keepdim, map_fn=squared_deviation)
     return sq, sq.make_loader(), denom
+
+
+def _from_m2(ctx, x, dim, correction, keepdim, finish=None, one_result_mean=True):
+    """var (``finish`` None) or std (``ops.sqrt``) from ``_variance``: divided, finished
+    in the statistics dtype, then rounded to the output dtype."""
+    sq, load, denom = _variance(ctx, x, dim, correction, keepdim, one_result_mean)
+    dt = ctx.dtype
+    acc = sq.get_dtype()
+    denom = sympy.Max(denom, 0)     # once: sympy.Max costs ~ms, and loaders run often
+
+    def inner(i):
+        v = ops.truediv(load(i), ops.constant(denom, acc))
+        v = v if finish is None else finish(v)
+        return v if acc == dt else ops.to_dtype(v, dt)
+    return Pointwise(ctx.device, dt, inner, sq.get_size())
 
 
 @register_lowering(aten.var.correction)
 def _var(ctx, x, dim=None, *, correction=None, keepdim=False):
-    sq, load, denom = _variance(ctx, x, dim, correction, keepdim)
-    dt = ctx.dtype
-    denom = sympy.Max(denom, 0)     # once: sympy.Max costs ~ms, and loaders run often
-    return Pointwise(ctx.device, dt, lambda i: ops.truediv(load(i), ops.constant(denom, dt)),
-                     sq.get_size())
+    return _from_m2(ctx, x, dim, correction, keepdim)
 
 
 @register_lowering(aten.std.correction)
 def _std(ctx, x, dim=None, *, correction=None, keepdim=False):
-    sq, load, denom = _variance(ctx, x, dim, correction, keepdim)
-    dt = ctx.dtype
-    denom = sympy.Max(denom, 0)
-    return Pointwise(ctx.device, dt, lambda i: ops.sqrt(ops.truediv(load(i), ops.constant(
-        denom, dt))), sq.get_size())
+    return _from_m2(ctx, x, dim, correction, keepdim, ops.sqrt)
 
 
 def _softmax_parts(ctx, x, dim, compute):
@@ -412,7 +437,10 @@ def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
     compute = torch.float32 if out_dtype in (torch.float16, torch.bfloat16) else out_dtype
     dims = _dims(x, dim)
     p = float(ord)
-    if p == float("inf") or p == float("-inf"):
+    if p != 0 and product([x.get_size()[d] for d in dims]) == 1:
+        # eager's norm of one element is its magnitude, never squared (1e20 stays finite)
+        kind, element, finish = "sum", ops.abs, None
+    elif p == float("inf") or p == float("-inf"):
         kind, element, finish = ("max" if p > 0 else "min"), ops.abs, None
     elif p == 0:
         kind, finish = "sum", None
@@ -438,9 +466,17 @@ def _vector_norm(ctx, x, ord=2, dim=None, keepdim=False, *, dtype=None):
 
 @register_lowering(aten.std_mean.correction)
 def _std_mean(ctx, x, dim=None, *, correction=None, keepdim=False):
-    """One Welford pass gives both (the mean reuses the variance's reduction)."""
-    return (_std(ctx.output(0), x, dim, correction=correction, keepdim=keepdim),
-            _mean(ctx.output(1), x, dim, keepdim))
+    """One Welford pass (or the two passes of short rows) gives both: the mean, in the
+    statistics dtype as eager's, reuses the variance's reduction."""
+    std = _from_m2(ctx.output(0), x, dim, correction, keepdim, ops.sqrt, one_result_mean=False)
+    out = ctx.output(1)
+    acc = variance_dtype(out.device, out.dtype)
+    mean = _mean_in(out, x, _dims(x, dim), keepdim, acc)
+    if acc == out.dtype:
+        return std, mean
+    load = mean.make_loader()
+    return std, Pointwise(out.device, out.dtype, lambda i: ops.to_dtype(load(i), out.dtype),
+                          mean.get_size())
 
 
 @register_lowering(aten.aminmax.default)

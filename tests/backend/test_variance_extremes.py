@@ -1,0 +1,77 @@
+"""var, std, var_mean, std_mean and the norms' statistics of huge and constant values,
+against eager on both CPU targets. Eager's CPU var/std keep float64 statistics for float32
+(Ember's float32 sums of squared deviations overflowed: inf where eager has 1e34, NaN for
+a constant row of 1e20); its layer_norm and group_norm keep float32 ones (eager's
+variance is inf there, its output 0); a constant row normalises to exactly 0. Each case
+runs one pass (Welford) and two passes (``WELFORD_MIN_NUMEL``)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+from ember.backend.lowering import reductions
+
+pytestmark = pytest.mark.usefixtures("cpu_backend", "fresh_no_grad")
+
+
+@pytest.fixture(params=["two_pass", "welford"])
+def passes(request, monkeypatch):
+    if request.param == "welford":
+        monkeypatch.setattr(reductions, "WELFORD_MIN_NUMEL", 1)
+    return request.param
+
+
+def assert_like_eager(got, want, scale: float):
+    """Values within float32 rounding of statistics of values of magnitude ``scale``
+    (a variance's error grows with the mean squared), inf and NaN where eager has them."""
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        assert torch.equal(g.isnan(), w.isnan()) and torch.equal(g.isinf(), w.isinf()), (g, w)
+        finite = w.isfinite()
+        torch.testing.assert_close(g[finite], w[finite], rtol=1e-4, atol=1e-10 * scale)
+
+
+def check(fn, x, scale):
+    want = fn(x)
+    got = ember.compile(fn, backend="ember")(x)
+    assert_like_eager(got, want, scale)
+
+
+def test_variance_of_huge_values(passes):
+    torch.manual_seed(0)
+    x = torch.randn(3, 2000) * 1e18          # sums of squared deviations pass 1e39
+    check(lambda t: (t.var(-1), t.std(-1, correction=0), *torch.var_mean(t, -1),
+                     *torch.std_mean(t, 1, correction=0, keepdim=True)), x, 1e36)
+    check(lambda t: (t.var((0, 2), keepdim=True), t.std(0)), x.view(3, 40, 50), 1e36)
+
+
+def test_variance_of_constant_rows(passes):
+    x = torch.tensor([1e20, 1000.1, -3.5, 0.1]).repeat_interleave(3000).view(4, 3000)
+    check(lambda t: (t.var(-1), t.std(-1), *torch.var_mean(t, -1, correction=0)), x, 1e40)
+
+
+def test_variance_of_one_result_takes_eager_float_mean():
+    # eager's var of one value: the mean in float32 (whose sum overflows here: NaN), then
+    # double deviations; var_mean's mean is double (finite)
+    x = torch.full((2, 600), 1e36)
+    check(lambda t: (t.var(), t.std(), *torch.var_mean(t)), x, 1e72)
+    check(lambda t: (t.var(),), torch.randn(2, 600) * 1e17, 1e34)
+
+
+def test_norm_statistics_of_huge_and_constant_values():
+    torch.manual_seed(0)
+    big = torch.randn(4, 3, 1000) * 1e18
+    const = torch.tensor([0.1, 1000.1, 3.3e7, 1e19]).repeat_interleave(3000).view(4, 3, 1000)
+    for x in (big, const):
+        check(lambda t: (F.layer_norm(t, (1000,)), F.group_norm(t, 3),
+                         F.batch_norm(t, None, None, training=True)), x, 1.0)
+
+
+def test_norm_of_one_element_is_its_magnitude():
+    # found by fuzz_int_extremes.py: a 2-norm over a dim of size 1 squared 1e20 (inf);
+    # eager's is |x| for every order but 0
+    x = torch.tensor([[1e20], [0.0], [-2.0], [float("nan")], [float("-inf")]])
+    check(lambda t: tuple(torch.linalg.vector_norm(t, p, dim=-1)
+                          for p in (0, 1, 2, 3, 0.5, -1, float("inf"), float("-inf"))), x, 1.0)
