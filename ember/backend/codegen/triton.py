@@ -160,6 +160,7 @@ class TritonKernel(Kernel):
     # elements it computes; the wrapper raises eager's exception after the launch. (A
     # kernel whose parameters another generate() writes, a matmul's, flags nothing.)
     flags_errors = False
+    is_epilogue = False       # set by triton_matmul for a matmul's epilogue kernel
     FLAGS = "p_ember_flags"
 
     def flag_error(self, slot: int, condition: str, dims: frozenset) -> None:
@@ -205,7 +206,8 @@ class TritonKernel(Kernel):
         scatter = any(n.role == "scatter" for n in k.nodes)
         flat = not reductions and not scatter and all(n.role == "inner" for n in k.nodes)
         self.index_type = "tl.int64" if self._needs_int64() else "tl.int32"
-        self.flags_errors = self.interpret
+        # a matmul's epilogue is launched with the template's arguments: no flags there
+        self.flags_errors = self.interpret and not self.is_epilogue
         split = self._transposed_split(x, r) if flat else None
         with use_handler(TritonOpsHandler(self)):
             # a reduction over size-1 dims (no inner loop) still reduces: a flat kernel would
