@@ -139,7 +139,7 @@ def _var_mean(x, dim=None, *, correction=None, keepdim=False):
     that var is of ``x`` in the statistics dtype. Inside layer_norm and group_norm, whose
     CPU kernels keep float32 statistics, the statistics are of the input dtype."""
     from ember.backend.targets import variance_dtype
-    dims = list(range(x.dim())) if dim is None else list(dim)
+    dims = list(dim) if dim else list(range(x.dim()))     # None or []: every dim
     c = 1 if correction is None else correction
     stats = variance_dtype(x.device, x.dtype)
     if _float_statistics_depth:

@@ -84,7 +84,7 @@ class TritonKernel(Kernel):
         self.local: set[str] = set(kernel.local)
         self.numels: dict[str, int] = {}    # storage name -> elements (set by the target)
         self.int_constants: dict[str, int] = {}    # value name -> its integer constant
-        self.checks_division = False     # stores to the zero-division flag (interpreter)
+        self.checks_errors = False     # stores to the error flags (interpreter, see FLAGS)
 
     def declare(self, var: str, text: str) -> str:
         return f"{var} = {text}"
@@ -155,19 +155,26 @@ class TritonKernel(Kernel):
         shape = "[XBLOCK, RBLOCK]" if "r" in dims else "[XBLOCK, 1]"
         return f" + tl.zeros({shape}, tl.int32)"
 
-    # set by generate(): under the interpreter, integer divisions set a flag when a divisor
-    # is 0 (a kernel whose parameters another generate() writes, a matmul's, does not)
-    flags_division = False
-    FLAG = "p_ember_zero_division"
+    # set by generate(): under the interpreter (CPU tensors, where eager raises), a kernel
+    # flags a zero integer divisor (FLAGS[0]) and an index out of range (FLAGS[1]) of the
+    # elements it computes; the wrapper raises eager's exception after the launch. (A
+    # kernel whose parameters another generate() writes, a matmul's, flags nothing.)
+    flags_errors = False
+    is_epilogue = False       # set by triton_matmul for a matmul's epilogue kernel
+    FLAGS = "p_ember_flags"
+
+    def flag_error(self, slot: int, condition: str, dims: frozenset) -> None:
+        """Store 1 to flag ``slot`` where ``condition`` (text of a bool value over the
+        axes ``dims``) holds in an element the kernel computes."""
+        mask = self.mask(dims)
+        var = self.new_var("flag")
+        self.line(f"{var} = tl.where({mask}, {condition}, False)" if mask else
+                  f"{var} = {condition}")
+        self.line(f"tl.store({self.FLAGS} + {slot} + {var}.to(tl.int32) * 0, 1, {var})")
+        self.checks_errors = True
 
     def flag_zero_division(self, divisor: TritonValue, dims: frozenset) -> None:
-        """Store 1 to the flag where ``divisor`` is 0 in an element the kernel computes."""
-        mask = self.mask(dims)
-        zero = f"tl.where({mask}, {divisor}, 1) == 0" if mask else f"{divisor} == 0"
-        var = self.new_var("zdiv")
-        self.line(f"{var} = {zero}")
-        self.line(f"tl.store({self.FLAG} + {var}.to(tl.int32) * 0, 1, {var})")
-        self.checks_division = True
+        self.flag_error(0, f"{divisor} == 0", dims)
 
     def indirect_indexing(self, value: TritonValue, size, wrap_negative=False) -> sympy.Symbol:
         """An index read from memory. Out-of-range values are clamped so memory stays safe;
@@ -178,6 +185,8 @@ class TritonKernel(Kernel):
         if wrap_negative:
             text = f"tl.where({value} < 0, {value} + {n}, {value}).to({self.index_type})"
         self.line(f"{var} = {text}")
+        if self.interpret and self.flags_errors:
+            self.flag_error(1, f"({var} < 0) | ({var} >= {n})", value.dims)
         if self.debug:
             mask = self.mask(value.dims)
             bad = f"(({var} >= 0) & ({var} < {n}))"
@@ -197,7 +206,8 @@ class TritonKernel(Kernel):
         scatter = any(n.role == "scatter" for n in k.nodes)
         flat = not reductions and not scatter and all(n.role == "inner" for n in k.nodes)
         self.index_type = "tl.int64" if self._needs_int64() else "tl.int32"
-        self.flags_division = self.interpret
+        # a matmul's epilogue is launched with the template's arguments: no flags there
+        self.flags_errors = self.interpret and not self.is_epilogue
         split = self._transposed_split(x, r) if flat else None
         with use_handler(TritonOpsHandler(self)):
             # a reduction over size-1 dims (no inner loop) still reduces: a flat kernel would
@@ -209,7 +219,7 @@ class TritonKernel(Kernel):
                 self.mode = "tiled"
                 self._generate_tiled(x, r, split)
         params = [f"p_{n}" for n in self._arg_names()] + \
-            ([self.FLAG] if self.checks_division else []) + \
+            ([self.FLAGS] if self.checks_errors else []) + \
             [f"{c}: tl.constexpr" for c in self.config if c != "num_warps"]
         # tl.device_assert (debug's index checks) runs only in kernels compiled for debug
         jit = "@triton.jit(debug=True)" if self.debug else "@triton.jit"
@@ -565,12 +575,15 @@ class TritonKernel(Kernel):
         config = ", ".join(f"{k}={v}" for k, v in self.config.items())
         args = ", ".join(refs[a] for a in self.args)
         grid = self.grid if isinstance(self.grid, tuple) else (self.grid,)
-        if not self.checks_division:
+        if not self.checks_errors:
             return [f"{self.name}({args})  # grid={grid}, {config}"]
-        flag = f"{self.name}_zero_division"
-        return [f"{flag} = torch.zeros(1, dtype=torch.int32)",
-                f"{self.name}({args}, {flag})  # grid={grid}, {config}",
-                f"if {flag}.item(): raise RuntimeError('ZeroDivisionError')"]
+        flags = f"{self.name}_flags"
+        return [f"{flags} = torch.zeros(2, dtype=torch.int32)",
+                f"{self.name}({args}, {flags})  # grid={grid}, {config}",
+                f"{flags} = {flags}.tolist()",
+                f"if {flags}[0]: raise RuntimeError('ZeroDivisionError')",
+                f"if {flags}[1]: raise IndexError('index out of range in a gather/index/"
+                f"embedding of {self.name}')"]
 
 
 def _keep_int(dtype: torch.dtype) -> str:

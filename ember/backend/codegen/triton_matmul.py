@@ -62,6 +62,7 @@ class TritonMatmulKernel(TritonKernel):
         super().__init__(kernel, name, dtypes, interpret=interpret, debug=debug)
         self.epilogue = TritonKernel(kernel, f"{name}_epilogue", dtypes, interpret=interpret,
                                      debug=debug)
+        self.epilogue.is_epilogue = True
         self.matmul_spec: dict = {}
 
     def generate(self) -> str:

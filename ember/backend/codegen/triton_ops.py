@@ -476,7 +476,7 @@ class TritonOpsHandler:
         q = self._emit(template.format(a, divisor), a.dtype, a, divisor)
         if negate and signed:
             q = self._emit(f"tl.where({b} == -1, -{q}, {q})", a.dtype, b, q)
-        if self.k.interpret and self.k.flags_division:
+        if self.k.interpret and self.k.flags_errors:
             self.k.flag_zero_division(b, a.dims | b.dims)
         return q
 
