@@ -357,9 +357,8 @@ class NNModuleVariable(VariableTracker):
         return f"NNModuleVariable({type(self.value).__name__})"
 
 
-class ModuleGetattrVariable(VariableTracker):
-    """``nn.Module.__getattr__`` bound to a module (``super().__getattr__(name)`` in a class
-    that overrides ``__getattr__``): its parameters, buffers and submodules."""
+class _BoundModuleMethod(VariableTracker):
+    """An ``nn.Module`` method bound to a module, reached through ``super()``."""
 
     def __init__(self, module: NNModuleVariable):
         super().__init__()
@@ -370,6 +369,11 @@ class ModuleGetattrVariable(VariableTracker):
 
     def truthy(self, tx):
         return True
+
+
+class ModuleGetattrVariable(_BoundModuleMethod):
+    """``nn.Module.__getattr__`` bound to a module (``super().__getattr__(name)`` in a class
+    that overrides ``__getattr__``): its parameters, buffers and submodules."""
 
     def call_function(self, tx, args, kwargs):
         if len(args) != 1 or kwargs or not args[0].is_python_constant():
@@ -377,19 +381,9 @@ class ModuleGetattrVariable(VariableTracker):
         return self.module.module_getattr(tx, args[0].as_python_constant())
 
 
-class ModuleCallVariable(VariableTracker):
+class ModuleCallVariable(_BoundModuleMethod):
     """``nn.Module.__call__`` bound to a module (``super().__call__`` in a class that
     overrides ``__call__``): hooks and ``forward``, as the module's own call runs them."""
-
-    def __init__(self, module: NNModuleVariable):
-        super().__init__()
-        self.module = module
-
-    def python_type(self):
-        return types.MethodType
-
-    def truthy(self, tx):
-        return True
 
     def call_function(self, tx, args, kwargs):
         return self.module.module_call(tx, args, kwargs)
