@@ -1,9 +1,12 @@
-"""RSS of a process that compiles a small model and calls ``ember.reset()`` again and
+"""RSS of a process that compiles a model and calls ``ember.reset()`` again and
 again (a long-running server recompiling, a notebook re-running a cell), with a warm
 on-disk cache. Prints the resident set size, the generated sources kept and the kernel
 libraries loaded, every ``--every`` cycles; flat numbers mean nothing accumulates.
 
-    PYTHONPATH=. python benchmarks/cache_memory.py [--cycles 200] [--every 20]
+    PYTHONPATH=. python benchmarks/cache_memory.py [--cycles 200] [--every 20] [--model resnet18]
+
+``--model mlp`` (default) is a small MLP; ``resnet18`` is torchvision's (random weights,
+batch 2 at 64x64), a real model of 60 kernels.
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=200)
     parser.add_argument("--every", type=int, default=20)
+    parser.add_argument("--model", choices=["mlp", "resnet18"], default="mlp")
     args = parser.parse_args()
     os.environ.setdefault("EMBER_CACHE_DIR", tempfile.mkdtemp(prefix="ember-cache-memory-"))
     import torch
@@ -31,9 +35,13 @@ def main() -> None:
     from ember.backend import build
     from ember.backend import compile as backend_compile
 
-    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
-                                torch.nn.LayerNorm(128), torch.nn.Linear(128, 10)).eval()
-    x = torch.randn(32, 64)
+    if args.model == "resnet18":
+        from ember.bench.compat import import_torchvision
+        model, x = import_torchvision().models.resnet18().eval(), torch.randn(2, 3, 64, 64)
+    else:
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(),
+                                    torch.nn.LayerNorm(128), torch.nn.Linear(128, 10)).eval()
+        x = torch.randn(32, 64)
     with torch.no_grad():
         want = model(x)
     print(f"cache {os.environ['EMBER_CACHE_DIR']}")
