@@ -25,6 +25,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import linecache
 import threading
 import types
 import weakref
@@ -355,6 +356,31 @@ def reset() -> None:
     metrics.reset()
     from ember.backend import metrics as backend_metrics
     backend_metrics.reset()
+    _forget_sources_of_dead_code()
+
+
+_PRUNE_AFTER = 64     # new fx sources since the last prune (a prune scans the heap: ~0.2 s)
+_sources_kept = 0
+
+
+def _forget_sources_of_dead_code() -> None:
+    """torch.fx keeps the source of every GraphModule's code it ever generated (its linecache
+    loader, for tracebacks: ~20 KB a graph, and the globals it ran with, which held fake
+    tensors): a process that compiled and reset again and again grew on every cycle. Once
+    64 sources have come since the last prune, drop those no live function's code comes
+    from."""
+    global _sources_kept
+    from torch.fx import graph_module
+    sources = getattr(getattr(graph_module, "_loader", None), "eval_cache", None)
+    if not isinstance(sources, dict) or len(sources) < _sources_kept + _PRUNE_AFTER:
+        return
+    gc.collect()
+    live = {obj.__code__.co_filename for obj in gc.get_objects()
+            if type(obj) is types.FunctionType}
+    for key in [key for key in sources if key not in live]:
+        del sources[key]
+        linecache.cache.pop(key, None)
+    _sources_kept = len(sources)
 
 
 def _drop_entries(option: str) -> None:

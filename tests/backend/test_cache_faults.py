@@ -324,17 +324,23 @@ def test_a_failing_disk_compiles_without_the_cache(cache, ember_log, monkeypatch
 
 # -- 5. bounded memory and disk ---------------------------------------------------------------
 
-def test_compile_and_reset_cycles_keep_memory_bounded(cache):
-    """ember.reset() forgets generated sources, and kernel libraries no graph uses are
-    unloaded: neither grows with the number of compile + reset cycles."""
+def test_compile_and_reset_cycles_keep_memory_bounded(cache, monkeypatch):
+    """ember.reset() forgets generated sources (Ember's, and torch.fx's of the graphs it
+    made), and kernel libraries no graph uses are unloaded: none grows with the number of
+    compile + reset cycles."""
+    from torch.fx import graph_module
+
+    from ember import api
     from ember.backend import compile as backend_compile
     model, x = Net().eval(), torch.randn(4, 8)
     counts = []
+    monkeypatch.setattr(api, "_PRUNE_AFTER", 1)
     for _ in range(8):
         _run(model, x)
         ember.reset()
         gc.collect()
-        counts.append((len(backend_compile.generated_sources), build.loaded_count()))
+        counts.append((len(backend_compile.generated_sources), build.loaded_count(),
+                       len(graph_module._loader.eval_cache)))
     assert counts[-1] == counts[2] and counts[-1][0] == 0 and counts[-1][1] <= 1, counts
 
 
