@@ -21,6 +21,19 @@ INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 @pytest.fixture
+def received(monkeypatch):
+    """The keywords each compile_graph call received (the graph then runs as captured)."""
+    from ember.backend import compile as backend_compile
+    calls: list[dict] = []
+
+    def fake_compile_graph(gm, example_inputs, **options):
+        calls.append(options)
+        return gm.forward
+    monkeypatch.setattr(backend_compile, "compile_graph", fake_compile_graph)
+    return calls
+
+
+@pytest.fixture
 def fresh_no_grad():
     import torch
 

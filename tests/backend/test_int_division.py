@@ -10,23 +10,13 @@ import torch
 
 import ember
 from ember.testing import run_and_get_code
+from fuzz_int_extremes import ZERO_DIVISIONS, ZERO_PLACES
 
 pytestmark = pytest.mark.usefixtures("cpu_backend", "fresh_no_grad")
 
-DIVISIONS = {
-    "floordiv": lambda a, b: a // b,
-    "remainder": lambda a, b: a % b,
-    "fmod": torch.fmod,
-    "trunc": lambda a, b: torch.div(a, b, rounding_mode="trunc"),
-    "floor": lambda a, b: torch.div(a, b, rounding_mode="floor"),
-}
-# how the zero reaches the division: a tensor divisor, a Python 0, a broadcast row inside a
-# kernel that also reduces
-ZERO_DIVISORS = {
-    "tensor": lambda op: lambda a, b: op(a, b),
-    "scalar": lambda op: lambda a, b: op(a + 1, 0),
-    "fused": lambda op: lambda a, b: (op(a * 3, b[0]).sum(-1), a.amax(-1)),
-}
+# the divisions, and the ways a zero reaches them (a tensor divisor, a Python 0, a broadcast
+# row inside a kernel that also reduces...): the fuzzer's tables
+DIVISIONS, ZERO_DIVISORS = ZERO_DIVISIONS, ZERO_PLACES
 
 
 def _eager_error(fn, *args):

@@ -33,18 +33,6 @@ def _reset():
     ember.reset()
 
 
-@pytest.fixture
-def received(monkeypatch):
-    """The keywords each compile_graph call received (the graph then runs as captured)."""
-    calls: list[dict] = []
-
-    def fake_compile_graph(gm, example_inputs, **options):
-        calls.append(options)
-        return gm.forward
-    monkeypatch.setattr(backend_compile, "compile_graph", fake_compile_graph)
-    return calls
-
-
 # -- the option table and compile_graph agree --------------------------------------------------
 
 def test_compile_graph_takes_exactly_the_options_as_keywords_with_their_defaults():

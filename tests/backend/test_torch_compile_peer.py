@@ -63,17 +63,11 @@ def _ember_by_name():
 
 
 @pytest.fixture
-def received(monkeypatch):
-    """The keywords each compile_graph call received (the graph then runs as captured)."""
-    from ember.backend import compile as backend_compile
-    calls: list[dict] = []
-
-    def fake_compile_graph(gm, example_inputs, **options):
-        calls.append(options)
-        return gm.forward
-    monkeypatch.setattr(backend_compile, "compile_graph", fake_compile_graph)
+def dynamo_reset():
+    """torch.compile's caches emptied before and after (``received``, in
+    tests/backend/conftest.py, must see each compile)."""
     torch._dynamo.reset()
-    yield calls
+    yield
     torch._dynamo.reset()
 
 
@@ -83,8 +77,8 @@ def received(monkeypatch):
     dict(options={"debug": True, "fallback_random": False}),
     dict(options={"cpu_backend": "triton", "max_autotune": True})],
     ids=lambda kwargs: str(kwargs))
-def test_torch_compile_mode_and_options_reach_the_backend_as_from_ember_compile(received,
-                                                                                kwargs):
+def test_torch_compile_mode_and_options_reach_the_backend_as_from_ember_compile(
+        received, dynamo_reset, kwargs):
     x = torch.randn(3)
     with torch.no_grad():
         assert torch.equal(torch.compile(_add_one, backend=_ember_by_name(), dynamic=False,
@@ -131,7 +125,7 @@ def test_torch_compile_bad_mode_or_options_raise_ember_compiles_errors(kwargs, e
     assert type(error) is exc and words in str(error), info.value
 
 
-def test_backend_called_with_mode_and_options_keywords(received):
+def test_backend_called_with_mode_and_options_keywords(received, dynamo_reset):
     gm = torch.fx.symbolic_trace(_add_one)
     x = torch.randn(3)
     assert torch.equal(ember_backend(gm, [x], mode="reduce-overhead")(x), x + 1)
