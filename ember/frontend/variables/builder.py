@@ -21,7 +21,8 @@ from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_
 from ember.frontend.variables import iterators, numpy  # noqa: F401 (register handlers)
 from ember.frontend.variables.builtins import handler_for
 from ember.frontend.variables.containers import (DequeVariable, DictVariable, ListVariable,
-                                                 NamedTupleVariable, SetVariable, SizeVariable,
+                                                 NamedTupleVariable, ResumedDictIterator,
+                                                 SetVariable, SizeVariable,
                                                  TupleVariable, is_namedtuple_class,
                                                  is_plain_dict_subclass, is_structseq_class)
 from ember.frontend.variables.functions import (GetterVariable, GraphCallableVariable,
@@ -95,6 +96,21 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         add(guards.constant_match(AttrSource(source, "args"), value.args))
         enter_fn, exit_fn = GLOBAL_CONTEXTS[value.py_type]
         return GlobalContextVariable(enter_fn, exit_fn, value.args, value.py_type)
+    if type(value) is ResumedDictIterator and source is not None:
+        # a loop over a dict continued by a resume function: tracked again as the frame's
+        # live iterator, at the same position over the same dict
+        if not value.unchanged():
+            raise Unsupported("a dict iterator whose dict changed (its next step raises)")
+        add(guards.type_match(source, ResumedDictIterator))
+        add(guards.call_result_match(source, ResumedDictIterator.unchanged, (), True))
+        for attr in ("kind", "reverse", "pos"):
+            add(guards.constant_match(AttrSource(source, attr), getattr(value, attr)))
+        dict_vt = wrap(tx, value.dict, AttrSource(source, "dict"))
+        if not isinstance(dict_vt, DictVariable):
+            raise Unsupported("a dict iterator over a dict that cannot be tracked")
+        it = dict_vt.live_iterator(value.kind, value.reverse)
+        it.index = value.pos
+        return it
     if type(value) is GradModeExit:
         add(guards.type_match(source, GradModeExit))
         add(guards.constant_match(AttrSource(source, "mode"), value.mode))
