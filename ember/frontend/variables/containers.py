@@ -434,7 +434,7 @@ class LazyIteratorVariable(ListIteratorVariable):
             out.append(item)
         return out
 
-    def real_iterator(self, cg, before_replay: bool = False) -> str:
+    def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
         if self.exhausted:
             return f"{cg.const(iter)}(())"
         if self.remake is None:
