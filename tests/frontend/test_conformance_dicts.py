@@ -9,6 +9,7 @@ Dicts with tensor values compare by keys and values. ``fromkeys`` on dict, Order
 defaultdict (the class or an instance) of dicts, lists, iterators and views.
 """
 import collections
+import itertools
 
 import pytest
 import torch
@@ -609,3 +610,84 @@ def b_last_step_insert(x):
                                 b_enumerate_insert_after_break, b_last_step_insert])
 def test_dict_loop_graph_break_size_change_raises(fn):
     check(fn, (torch.randn(3),), graphs=None, raises=RuntimeError)
+
+
+def i_chain(x):
+    d = {"a": x, "b": x + 1}
+    out = []
+    for v in itertools.chain([x * 0], d.values(), [x * 5]):
+        d["b"] = v * 3
+        out.append(v)
+    return out
+
+
+def i_islice(x):
+    d = {"a": x, "b": x + 1, "c": x + 2, "d": x + 3}
+    out = []
+    for k, v in itertools.islice(d.items(), 1, None, 2):
+        d["d"] = v * 3
+        out.append(v)
+    return out
+
+
+def i_starmap(x):
+    d = {"a": x, "b": x + 1}
+    out = []
+    for y in itertools.starmap(lambda k, v: v * 2, d.items()):
+        d["b"] = y * 3
+        out.append(y)
+    return out
+
+
+def i_zip_longest(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    out = []
+    for n, v in itertools.zip_longest([1], d.values(), fillvalue=7):
+        d["c"] = v * n
+        out.append(v)
+    return out
+
+
+def i_pairwise(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    out = []
+    for v, w in itertools.pairwise(d.values()):
+        d["c"] = v * 4
+        out.append(v + w)
+    return out
+
+
+def i_accumulate(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    out = []
+    for total in itertools.accumulate(d.values(), initial=x):
+        d["c"] = total * 2
+        out.append(total)
+    return out
+
+
+def i_islice_chain_break(x):
+    d = {"a": x, "b": x + 1, "c": x + 2, "d": x + 3, "e": x + 4}
+    out = []
+    for v in itertools.islice(itertools.chain(d.values(), [x]), 1, 5, 2):
+        print("at")
+        d["d"] = v * 3
+        out.append(v)
+    return out
+
+
+@pytest.mark.parametrize("fn", [i_islice_chain_break, i_chain, i_islice, i_starmap, i_zip_longest, i_pairwise,
+                                i_accumulate])
+def test_itertools_over_dict_sees_stores(fn):
+    check(fn, (torch.randn(3),), graphs=1)   # with a break: the rest runs eagerly
+
+
+def i_chain_insert(x):
+    d = {"a": x}
+    for v in itertools.chain(d.values(), [x]):
+        d[len(d)] = v
+    return d
+
+
+def test_itertools_over_dict_size_change_raises():
+    check(i_chain_insert, (torch.randn(3),), graphs=None, raises=RuntimeError)
