@@ -407,7 +407,7 @@ def _remaining_items(vt: ListIteratorVariable, cg: EntryCodegen) -> str:
         name = cg.iterator_names.get(id(vt))
         if name is None:
             name = cg.iterator_names[id(vt)] = cg.fresh("___it")
-            made = vt.real_iterator(cg, resumed=isinstance(vt, DictIteratorVariable))
+            made = vt.real_iterator(cg, resumed=True)
             cg.iterator_lines.append(f"{name} = {made}")
         return name
     items = [cg.reconstruct(v) for v in vt.items[vt.index:]]

@@ -22,6 +22,7 @@ from ember.frontend.variables import iterators, numpy  # noqa: F401 (register ha
 from ember.frontend.variables.builtins import handler_for
 from ember.frontend.variables.containers import (DequeVariable, DictVariable, ListVariable,
                                                  NamedTupleVariable, ResumedDictIterator,
+                                                 ResumedWrapperIterator,
                                                  SetVariable, SizeVariable,
                                                  TupleVariable, is_namedtuple_class,
                                                  is_plain_dict_subclass, is_structseq_class)
@@ -111,6 +112,22 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         it = dict_vt.live_iterator(value.kind, value.reverse)
         it.index = value.pos
         return it
+    if type(value) is ResumedWrapperIterator and source is not None:
+        # enumerate/zip/map/filter over a dict iterator, continued by a resume function:
+        # made again by the builtin's handler over its sources, tracked again
+        if not value.fresh:
+            raise Unsupported("a wrapped dict iterator already advanced outside the graph")
+        add(guards.type_match(source, ResumedWrapperIterator))
+        add(guards.constant_match(AttrSource(source, "fresh"), True))
+        add(guards.id_match(AttrSource(source, "fn"), value.fn))
+        head = wrap(tx, value.head, AttrSource(source, "head"))
+        sources = [tx.get_iter(s) for s in
+                   wrap(tx, value.sources, AttrSource(source, "sources")).unpack(tx)]
+        if value.fn is zip:
+            return handler_for(zip)(tx, sources, {})
+        if value.fn is enumerate:
+            return handler_for(enumerate)(tx, [sources[0], head], {})
+        return handler_for(value.fn)(tx, [head, *sources], {})
     if type(value) is GradModeExit:
         add(guards.type_match(source, GradModeExit))
         add(guards.constant_match(AttrSource(source, "mode"), value.mode))

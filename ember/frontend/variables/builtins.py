@@ -552,6 +552,17 @@ def next_of_each(tx, sources) -> list[VariableTracker] | None:
     return items
 
 
+def _resumed_head(fn):
+    """How a ResumedWrapperIterator gets map's or filter's function: None (it is then passed
+    as the plain wrapper, and its resume function runs eagerly) for one made in the frame,
+    whose identity would change at every call and fail the resume's guards."""
+    if fn is None:
+        return lambda cg: "None"
+    if fn.source is None and getattr(fn, "value", None) is None:
+        return None
+    return lambda cg: cg.reconstruct(fn)
+
+
 def _lazy_enumerate(tx, iterable, start: int) -> LazyIteratorVariable:
     src = tx.get_iter(iterable)
     count = [start]
@@ -563,7 +574,8 @@ def _lazy_enumerate(tx, iterable, start: int) -> LazyIteratorVariable:
         count[0] += 1
         return TupleVariable([ConstantVariable(count[0] - 1), item])
     return LazyIteratorVariable(
-        [src], step, lambda cg, s: f"{cg.const(enumerate)}({s[0]}, {count[0]})", enumerate)
+        [src], step, lambda cg, s: f"{cg.const(enumerate)}({s[0]}, {count[0]})", enumerate,
+        head=lambda cg: str(count[0]))
 
 
 def _lazy_zip(tx, iterables, fn=None) -> LazyIteratorVariable:
@@ -580,7 +592,8 @@ def _lazy_zip(tx, iterables, fn=None) -> LazyIteratorVariable:
         if fn is None:
             return f"{cg.const(zip)}({', '.join(s)})"
         return f"{cg.const(map)}({', '.join([cg.reconstruct(fn), *s])})"
-    return LazyIteratorVariable(sources, step, remake, zip if fn is None else map)
+    return LazyIteratorVariable(sources, step, remake, zip if fn is None else map,
+                                head=_resumed_head(fn))
 
 
 @builtin(enumerate)
@@ -638,7 +651,8 @@ def _filter(tx, args, kwargs):
 
         def remake(cg, s):
             return f"{cg.const(filter)}({'None' if is_none else cg.reconstruct(fn)}, {s[0]})"
-        return LazyIteratorVariable([src], step, remake, filter)
+        return LazyIteratorVariable([src], step, remake, filter,
+                                    head=_resumed_head(None if is_none else fn))
     return ListIteratorVariable([item for item in tx.unpack_iterable(iterable)
                                  if kept(tx, item)])
 

@@ -369,6 +369,32 @@ class ResumedDictIterator:
         return tuple(self.dict) == self.keys
 
 
+class ResumedWrapperIterator:
+    """``enumerate``/``zip``/``map``/``filter`` over a dict iterator that a resume function
+    continues a loop with: the real wrapper over its sources (a ResumedDictIterator or
+    another of these, or the tuple of a plain iterator's remaining items), keeping them so
+    capture can track it again (``builder``). ``head``: enumerate's count, the function of
+    map and filter."""
+
+    __slots__ = ("fn", "head", "sources", "it", "fresh")
+
+    def __init__(self, fn, head, sources: tuple):
+        self.fn, self.head, self.sources, self.fresh = fn, head, sources, True
+        iters = [iter(s) for s in sources]
+        self.it = (fn(*iters) if fn is zip else fn(iters[0], head) if fn is enumerate
+                   else fn(head, *iters))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.fresh = False
+        return next(self.it)
+
+
+RESUMABLE_WRAPPERS = (enumerate, zip, map, filter)
+
+
 class DictIteratorVariable(ListIteratorVariable):
     """An iterator over a dict or one of its views (``DictVariable.live_iterator``).
     Outside the graph it is a real iterator over the real dict, advanced past the items
@@ -412,11 +438,13 @@ class LazyIteratorVariable(ListIteratorVariable):
     at creation would not see it). Outside the graph it is the real wrapper made again
     (``remake``) around the sources' real iterators."""
 
-    def __init__(self, sources: list[ListIteratorVariable], step, remake=None, py_type=None):
+    def __init__(self, sources: list[ListIteratorVariable], step, remake=None, py_type=None,
+                 head=None):
         super().__init__([])
         self.sources = sources
         self.step = step        # tx -> the next item, None at the end
         self.remake = remake    # (cg, sources' expressions) -> expression; None: cannot
+        self.head = head        # cg -> ResumedWrapperIterator's head (RESUMABLE_WRAPPERS)
         if py_type is not None:
             self.py_type = py_type
 
@@ -437,16 +465,22 @@ class LazyIteratorVariable(ListIteratorVariable):
     def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
         if self.exhausted:
             return f"{cg.const(iter)}(())"
-        if self.remake is None:
+        resumed = resumed and self.py_type in RESUMABLE_WRAPPERS and self.head is not None
+        if self.remake is None and not resumed:
             raise Unsupported(f"{self.py_type.__name__} over a dict outliving the graph")
         sources = []
         for src in self.sources:
             if src.passed_as_items:   # one object with a name of its own: not made twice
                 raise Unsupported("an iterator both wrapped and named at a graph break")
             if isinstance(src, (DictIteratorVariable, LazyIteratorVariable)):
-                sources.append(src.real_iterator(cg, before_replay))
+                sources.append(src.real_iterator(cg, before_replay, resumed))
+            elif resumed and type(src) is ListIteratorVariable:
+                sources.append(f"({cg.items(src.items[src.index:])})")
             else:
                 sources.append(cg.reconstruct(src))
+        if resumed:
+            return (f"{cg.const(ResumedWrapperIterator)}({cg.const(self.py_type)}, "
+                    f"{self.head(cg)}, ({', '.join(sources)},))")
         return self.remake(cg, sources)
 
     def rebuild(self, cg):
