@@ -691,3 +691,35 @@ def i_chain_insert(x):
 
 def test_itertools_over_dict_size_change_raises():
     check(i_chain_insert, (torch.randn(3),), graphs=None, raises=RuntimeError)
+
+
+# ------------------------------------------------------ one iterator passed to zip twice
+
+def z_grouper_list(x):
+    xs = [x, x + 1, x + 2, x + 3, x + 4]
+    return [v + w for v, w in zip(*[iter(xs)] * 2)]
+
+
+def z_grouper_dict(x):
+    d = {"a": x, "b": x + 1, "c": x + 2, "d": x + 3}
+    out = []
+    for v, w in zip(*[iter(d.values())] * 2):
+        d["d"] = v * 10
+        out.append(v + w)
+    return out
+
+
+def z_grouper_dict_break(x):
+    d = {"a": x, "b": x + 1, "c": x + 2, "d": x + 3}
+    out = []
+    for v, w in zip(*[iter(d.values())] * 2):
+        print("pair")             # the resume function cannot get one iterator twice:
+        d["d"] = v * 10           # the frame runs eagerly
+        out.append(v + w)
+    return out
+
+
+@pytest.mark.parametrize("fn, graphs", [(z_grouper_list, 1), (z_grouper_dict, 1),
+                                        (z_grouper_dict_break, 0)])
+def test_zip_one_iterator_twice(fn, graphs):
+    check(fn, (torch.randn(3),), graphs=graphs)

@@ -552,6 +552,14 @@ def next_of_each(tx, sources) -> list[VariableTracker] | None:
     return items
 
 
+def _lazily(iterables) -> bool:
+    """zip/map take their items step by step: over a dict (live), or when one iterator is
+    passed twice (``zip(*[iter(xs)] * 2)`` pairs consecutive items; unpacking each
+    argument in turn would give the first all of them)."""
+    ids = [id(a) for a in iterables if isinstance(a, ListIteratorVariable)]
+    return any(is_live_iterable(a) for a in iterables) or len(ids) != len(set(ids))
+
+
 def _resumed_head(fn):
     """How a ResumedWrapperIterator gets map's or filter's function: None (it is then passed
     as the plain wrapper, and its resume function runs eagerly) for one made in the frame,
@@ -610,7 +618,7 @@ def _enumerate(tx, args, kwargs):
 @builtin(zip)
 def _zip(tx, args, kwargs):
     strict = kwargs.get("strict") is not None and kwargs["strict"].as_python_constant()
-    if any(is_live_iterable(a) for a in args):
+    if _lazily(args):
         if strict:
             raise Unsupported("zip(strict=True) over a dict")
         return _lazy_zip(tx, args)
@@ -626,7 +634,7 @@ def _zip(tx, args, kwargs):
 @builtin(map)
 def _map(tx, args, kwargs):
     fn, *iterables = args
-    if any(is_live_iterable(a) for a in iterables):
+    if _lazily(iterables):
         return _lazy_zip(tx, iterables, fn)
     from ember.frontend.variables.iterators import finite_lists
     lists = finite_lists(tx, iterables)

@@ -335,6 +335,14 @@ class ListIteratorVariable(VariableTracker):
         raise Unsupported(f"iterator.{name}()")
 
 
+def claim_iterator(cg, it: ListIteratorVariable) -> None:
+    """Each iterator is made once outside the graph: one reached twice through wrappers
+    (``zip(*[iter(d)] * 2)``) would become two iterators that do not advance together."""
+    if id(it) in cg.made_iterators:
+        raise Unsupported("one iterator over a dict reached twice at a graph break")
+    cg.made_iterators.add(id(it))
+
+
 def skip_items(it, n: int):
     """``it`` advanced by ``n`` items (a dict iterator rebuilt where the frame's was)."""
     for _ in range(n):
@@ -409,6 +417,7 @@ class DictIteratorVariable(ListIteratorVariable):
         replayed (a dict made by the frame is rebuilt as it is now); ``before_replay``:
         for where they were not (unsupported if there are any); ``resumed``: a
         ResumedDictIterator, for a resume function to track again."""
+        claim_iterator(cg, self)
         if self.invalid is not None:   # its next step raises: the frame runs eagerly
             raise Unsupported(f"an iterator over a changed dict ({self.invalid}) outliving "
                               f"the graph")
@@ -463,8 +472,9 @@ class LazyIteratorVariable(ListIteratorVariable):
         return out
 
     def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
+        claim_iterator(cg, self)
         if self.exhausted:
-            return f"{cg.const(iter)}(())"
+            return "()" if resumed else f"{cg.const(iter)}(())"
         resumed = resumed and self.py_type in RESUMABLE_WRAPPERS and self.head is not None
         if self.remake is None and not resumed:
             raise Unsupported(f"{self.py_type.__name__} over a dict outliving the graph")
@@ -475,6 +485,7 @@ class LazyIteratorVariable(ListIteratorVariable):
             if isinstance(src, (DictIteratorVariable, LazyIteratorVariable)):
                 sources.append(src.real_iterator(cg, before_replay, resumed))
             elif resumed and type(src) is ListIteratorVariable:
+                claim_iterator(cg, src)
                 sources.append(f"({cg.items(src.items[src.index:])})")
             else:
                 sources.append(cg.reconstruct(src))
