@@ -4,7 +4,8 @@ Dict views (keys(), values(), items()) are live views of their dict: every progr
 view, then changes the dict, then uses the view: comparisons with sets, frozensets, other
 views and lists, set operators, membership, len, iteration and isdisjoint must all see the
 dict as it is at the use, as in Python. Iterators over a dict read each value when they
-reach it, and raise RuntimeError after the dict changes size (or an OrderedDict moves a key).
+reach it, and raise RuntimeError after the dict changes size (or an OrderedDict moves a key),
+also wrapped in enumerate/zip/map/filter/itertools and across a graph break in the loop.
 Dicts with tensor values compare by keys and values. ``fromkeys`` on dict, OrderedDict and
 defaultdict (the class or an instance) of dicts, lists, iterators and views.
 """
@@ -675,8 +676,8 @@ def i_islice_chain_break(x):
     return out
 
 
-@pytest.mark.parametrize("fn", [i_islice_chain_break, i_chain, i_islice, i_starmap, i_zip_longest, i_pairwise,
-                                i_accumulate])
+@pytest.mark.parametrize("fn", [i_islice_chain_break, i_chain, i_islice, i_starmap,
+                                i_zip_longest, i_pairwise, i_accumulate])
 def test_itertools_over_dict_sees_stores(fn):
     check(fn, (torch.randn(3),), graphs=1)   # with a break: the rest runs eagerly (no
     # ResumedWrapperIterator for itertools)
