@@ -75,6 +75,10 @@ class EntryCodegen:
         self.graph_outputs: dict[int, int] = {}
         self.output_nodes: list[torch.fx.Node] = []
         self._reconstructed: dict[int, str] = {}
+        # iterators over dicts passed to a resume function (convert._remaining_items)
+        self.iterator_names: dict[int, str] = {}
+        self.iterator_lines: list[str] = []
+        self.made_iterators: set[int] = set()   # containers.claim_iterator
 
     # -- names ---------------------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:

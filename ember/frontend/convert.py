@@ -36,7 +36,8 @@ from ember.frontend.output_graph import OutputGraph
 from ember.frontend.source import AttrSource, ClosureCellSource, GetItemSource, LocalSource
 from ember.frontend.translator import NULL, InstructionTranslator, _LazyLocal
 from ember.frontend.variables.base import VariableTracker
-from ember.frontend.variables.containers import ListIteratorVariable
+from ember.frontend.variables.containers import (DictIteratorVariable, LazyIteratorVariable,
+                                                 ListIteratorVariable)
 from ember.frontend.variables.functions import (CellRefVariable, CellVariable,
                                                 NestedUserFunctionVariable,
                                                 UserFunctionVariable)
@@ -296,6 +297,7 @@ def _break_tail(fn, capture: _Capture, inst, found, inlined: bool, callees: Call
         lines = capture.output.side_effects.codegen(cg)
         if capture.grad_mode_at_end != capture.output.initial_grad_mode:
             lines.insert(0, graph_break.grad_mode_line(cg, capture.grad_mode_at_end))
+        replayed_at = len(lines)
         run_lines = emitted.lines
         if capture.reentered:   # the instruction runs inside the blocks the graph closed
             managers = ", ".join(m.reentry_text(cg) for m in capture.reentered)
@@ -322,6 +324,8 @@ def _break_tail(fn, capture: _Capture, inst, found, inlined: bool, callees: Call
                                    for e in outcome.pushed]
             call = call_resume(cg, outcome.target, stack)
             lines.append(f"if {outcome.when}: {call}" if outcome.when else call)
+        # real iterators over dicts: made after the replay, before the instruction runs
+        lines[replayed_at:replayed_at] = cg.iterator_lines
         return lines
     return tail
 
@@ -333,7 +337,7 @@ def _stack_item(vt: VariableTracker, cg: EntryCodegen) -> tuple[str, str | None]
     if isinstance(vt, CtxMethodVariable) and vt.name == "__exit__" and \
             isinstance(vt.ctx, GlobalContextVariable):   # entered again by the resume
         return resume.CONTEXT, vt.ctx.reentry_text(cg)
-    if type(vt) is ListIteratorVariable:   # a for loop's: its remaining items
+    if _passed_as_iterator(vt):   # a for loop's: its remaining items
         return resume.ITERATOR, _remaining_items(vt, cg)
     return resume.VALUE, cg.reconstruct(vt)
 
@@ -371,7 +375,7 @@ def _live_locals(tx, target: int, cg: EntryCodegen, on_stack: dict[int, int]
         value = tx.symbolic_locals[name]
         if value is NULL:
             continue
-        if type(value) is ListIteratorVariable:
+        if _passed_as_iterator(value):
             if id(value) in on_stack:
                 iterators.append((name, "stack", on_stack[id(value)]))
                 continue
@@ -389,7 +393,23 @@ def _live_locals(tx, target: int, cg: EntryCodegen, on_stack: dict[int, int]
     return names, values, iterators
 
 
+def _passed_as_iterator(vt: VariableTracker) -> bool:
+    return type(vt) is ListIteratorVariable or isinstance(
+        vt, (DictIteratorVariable, LazyIteratorVariable))
+
+
 def _remaining_items(vt: ListIteratorVariable, cg: EntryCodegen) -> str:
+    """What the resume function makes the iterator from: the tuple of its remaining items,
+    or, for one over a dict (live: values read when reached, size changes raise), the real
+    iterator over the real dict where the frame's was (made once, after the mutations are
+    replayed: ``cg.iterator_lines``)."""
+    if isinstance(vt, (DictIteratorVariable, LazyIteratorVariable)):
+        name = cg.iterator_names.get(id(vt))
+        if name is None:
+            name = cg.iterator_names[id(vt)] = cg.fresh("___it")
+            made = vt.real_iterator(cg, resumed=True)
+            cg.iterator_lines.append(f"{name} = {made}")
+        return name
     items = [cg.reconstruct(v) for v in vt.items[vt.index:]]
     return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
 

@@ -4,11 +4,13 @@ Dict views (keys(), values(), items()) are live views of their dict: every progr
 view, then changes the dict, then uses the view: comparisons with sets, frozensets, other
 views and lists, set operators, membership, len, iteration and isdisjoint must all see the
 dict as it is at the use, as in Python. Iterators over a dict read each value when they
-reach it, and raise RuntimeError after the dict changes size (or an OrderedDict moves a key).
+reach it, and raise RuntimeError after the dict changes size (or an OrderedDict moves a key),
+also wrapped in enumerate/zip/map/filter/itertools and across a graph break in the loop.
 Dicts with tensor values compare by keys and values. ``fromkeys`` on dict, OrderedDict and
 defaultdict (the class or an instance) of dicts, lists, iterators and views.
 """
 import collections
+import itertools
 
 import pytest
 import torch
@@ -330,3 +332,395 @@ FROMKEYS = [
 @pytest.mark.parametrize("fn,make", FROMKEYS, ids=[f.__name__ for f, _ in FROMKEYS])
 def test_fromkeys(fn, make):
     check(fn, make())
+
+
+# ------------------------------------------------- wrapped dict iterators (enumerate, zip, ...)
+# Python's enumerate/zip/map/filter take each item from the dict iterator when they reach
+# it: a value stored into the dict during the loop is seen at its key, and a change of size
+# raises RuntimeError at the next step. Each program stores into "b" while at "a".
+
+def w_enumerate_items(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    out = []
+    for i, (k, v) in enumerate(d.items()):
+        if k == "a":
+            d["b"] = v * 100
+        out.append(v + i)
+    return out
+
+
+def w_enumerate_values(x):
+    d = {"a": x, "b": x + 1}
+    out = []
+    for i, v in enumerate(d.values(), 3):
+        d["b"] = v * 7
+        out.append(v * i)
+    return out
+
+
+def w_zip_list_and_values(x):
+    d = {"a": x, "b": x + 1}
+    out = []
+    for n, v in zip([10, 20, 30], d.values()):
+        d["b"] = v * n
+        out.append(v + n)
+    return out
+
+
+def w_zip_two_views(x):
+    d = {"a": x, "b": x + 1}
+    e = {"p": x * 2, "q": x * 3}
+    out = []
+    for (k, v), w in zip(d.items(), e.values()):
+        e["q"] = v + w
+        d["b"] = w * 5
+        out.append((k, v, w))
+    return out
+
+
+def w_zip_dict_itself(x):
+    d = {"a": x, "b": x + 1}
+    out = []
+    for k, v in zip(d, d.values()):
+        d["b"] = v * 4
+        out.append((k, v))
+    return out
+
+
+def w_map_values(x):
+    d = {"a": x, "b": x + 1}
+    out = []
+    for y in map(lambda v: v * 2, d.values()):
+        d["b"] = y * 3
+        out.append(y)
+    return out
+
+
+def w_filter_items(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    out = []
+    for k, v in filter(lambda kv: kv[0] != "c", d.items()):
+        d["b"] = v * 9
+        out.append(v)
+    return out
+
+
+def w_next_on_enumerate(x):
+    d = {"a": x, "b": x + 1}
+    it = enumerate(d.values())
+    first = next(it)
+    d["b"] = x * 8
+    return first, next(it), list(it)
+
+
+WRAPPED_STORES = [w_enumerate_items, w_enumerate_values, w_zip_list_and_values,
+                  w_zip_two_views, w_zip_dict_itself, w_map_values,
+                  w_filter_items, w_next_on_enumerate]
+
+
+@pytest.mark.parametrize("fn", WRAPPED_STORES)
+def test_wrapped_dict_iterator_sees_stores(fn):
+    check(fn, (torch.randn(3),), graphs=1)
+
+
+def w_enumerate_insert(x):
+    d = {"a": x, "b": x + 1}
+    for i, k in enumerate(d):
+        d[k + "z"] = x * i        # RuntimeError: dictionary changed size during iteration
+    return d
+
+
+def w_zip_delete(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    total = x * 0
+    for n, v in zip(range(5), d.values()):
+        total = total + v * n
+        d.pop("c", None)
+    return total
+
+
+def w_map_keys_insert(x):
+    d = {"a": x, "b": x + 1}
+    out = []
+    for k in map(lambda k: k + "!", d.keys()):
+        d[k] = x
+        out.append(k)
+    return out
+
+
+def w_zip_items_clear(x):
+    d = {"a": x, "b": x + 1}
+    for (k, v), n in zip(d.items(), [1, 2]):
+        d.clear()
+    return x
+
+
+@pytest.mark.parametrize("fn", [w_enumerate_insert, w_zip_delete, w_map_keys_insert,
+                                w_zip_items_clear])
+def test_wrapped_dict_iterator_size_change_raises(fn):
+    check(fn, (torch.randn(3),), graphs=None, raises=RuntimeError)
+
+
+# --------------------------------------------------------- dict loops across a graph break
+# The resume function continues over the real dict: stores made before or after the break
+# are seen when the loop reaches their key, and size changes raise.
+
+def b_items_break_before_store(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    out = []
+    for k, v in d.items():
+        print("at", k)
+        if k == "a":
+            d["b"] = v * 100
+        out.append(v + 1)
+    return out
+
+
+def b_items_break_after_store(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    out = []
+    for k, v in d.items():
+        if k == "a":
+            d["c"] = v * 100
+        print("at", k)
+        if k == "b":
+            d["c"] = v * 50
+        out.append(v + 1)
+    return out
+
+
+def b_values_input_dict(x, d):
+    out = []
+    for v in d.values():
+        print("value")
+        d["c"] = v * 3        # replayed into the caller's dict at the next break
+        out.append(v + x)
+    return out, d
+
+
+def b_reversed_items(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    out = []
+    for k, v in reversed(d.items()):
+        print("at", k)
+        d["a"] = v * 10
+        out.append(v)
+    return out
+
+
+def b_enumerate_items(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    out = []
+    for i, (k, v) in enumerate(d.items()):
+        print("at", k)
+        d["c"] = v * (i + 5)
+        out.append(v)
+    return out
+
+
+def b_zip_list_and_items(x):
+    d = {"a": x, "b": x + 1}
+    out = []
+    for n, (k, v) in zip([3, 4, 5], d.items()):
+        d["b"] = v * n
+        print("at", k)
+        out.append(v)
+    return out
+
+
+def b_map_values(x):
+    d = {"a": x, "b": x + 1}
+    out = []
+    for y in map(torch.neg, d.values()):
+        print("y")
+        d["b"] = y * 6
+        out.append(y)
+    return out
+
+
+def b_iterator_local(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    it = iter(d.values())
+    out = [next(it)]
+    print("break")
+    d["c"] = x * 9
+    out.append(next(it))
+    out.extend(it)
+    return out
+
+
+BREAK_STORES = [b_items_break_before_store, b_items_break_after_store, b_reversed_items,
+                b_enumerate_items, b_zip_list_and_items, b_map_values, b_iterator_local]
+
+
+# graphs: the loop's rest is captured again by each resume function (a graph per item and
+# one after, where they have tensor ops), also when enumerate, zip or map wrap the iterator
+BREAK_GRAPHS = {b_items_break_before_store: 4, b_items_break_after_store: 4,
+                b_reversed_items: 4, b_enumerate_items: 4, b_zip_list_and_items: 2,
+                b_map_values: 3, b_iterator_local: 2}
+
+
+@pytest.mark.parametrize("fn", BREAK_STORES)
+def test_dict_loop_graph_break_sees_stores(fn):
+    check(fn, (torch.randn(3),), graphs=BREAK_GRAPHS[fn])
+
+
+def test_dict_loop_graph_break_input_dict():
+    # the caller's dict: stores captured in one resume function are replayed before the
+    # next break makes the iterator the following one continues with
+    d = {"a": torch.randn(3), "b": torch.randn(3), "c": torch.randn(3)}
+    check(b_values_input_dict, (torch.randn(3), d), graphs=3)
+
+
+def b_insert_after_break(x):
+    d = {"a": x, "b": x + 1}
+    for k in d:
+        print("at", k)
+        d[k + "z"] = x        # RuntimeError at the next step, in the resume function
+    return d
+
+
+def b_delete_before_break(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    for k, v in d.items():
+        if k == "b":
+            del d["c"]        # RuntimeError at the next step
+        print("at", k)
+    return d
+
+
+def b_enumerate_insert_after_break(x):
+    d = {"a": x, "b": x + 1}
+    for i, v in enumerate(d.values()):
+        print("at", i)
+        d[i] = v
+    return d
+
+
+def b_last_step_insert(x):
+    d = {"a": x, "b": x + 1}
+    for k in d:
+        print("at", k)
+        if k == "b":
+            d["c"] = x       # after the last item, before StopIteration: still raises
+    return d
+
+
+@pytest.mark.parametrize("fn", [b_insert_after_break, b_delete_before_break,
+                                b_enumerate_insert_after_break, b_last_step_insert])
+def test_dict_loop_graph_break_size_change_raises(fn):
+    check(fn, (torch.randn(3),), graphs=None, raises=RuntimeError)
+
+
+def i_chain(x):
+    d = {"a": x, "b": x + 1}
+    out = []
+    for v in itertools.chain([x * 0], d.values(), [x * 5]):
+        d["b"] = v * 3
+        out.append(v)
+    return out
+
+
+def i_islice(x):
+    d = {"a": x, "b": x + 1, "c": x + 2, "d": x + 3}
+    out = []
+    for k, v in itertools.islice(d.items(), 1, None, 2):
+        d["d"] = v * 3
+        out.append(v)
+    return out
+
+
+def i_starmap(x):
+    d = {"a": x, "b": x + 1}
+    out = []
+    for y in itertools.starmap(lambda k, v: v * 2, d.items()):
+        d["b"] = y * 3
+        out.append(y)
+    return out
+
+
+def i_zip_longest(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    out = []
+    for n, v in itertools.zip_longest([1], d.values(), fillvalue=7):
+        d["c"] = v * n
+        out.append(v)
+    return out
+
+
+def i_pairwise(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    out = []
+    for v, w in itertools.pairwise(d.values()):
+        d["c"] = v * 4
+        out.append(v + w)
+    return out
+
+
+def i_accumulate(x):
+    d = {"a": x, "b": x + 1, "c": x + 2}
+    out = []
+    for total in itertools.accumulate(d.values(), initial=x):
+        d["c"] = total * 2
+        out.append(total)
+    return out
+
+
+def i_islice_chain_break(x):
+    d = {"a": x, "b": x + 1, "c": x + 2, "d": x + 3, "e": x + 4}
+    out = []
+    for v in itertools.islice(itertools.chain(d.values(), [x]), 1, 5, 2):
+        print("at")
+        d["d"] = v * 3
+        out.append(v)
+    return out
+
+
+@pytest.mark.parametrize("fn", [i_islice_chain_break, i_chain, i_islice, i_starmap,
+                                i_zip_longest, i_pairwise, i_accumulate])
+def test_itertools_over_dict_sees_stores(fn):
+    check(fn, (torch.randn(3),), graphs=1)   # with a break: the rest runs eagerly (no
+    # ResumedWrapperIterator for itertools)
+
+
+def i_chain_insert(x):
+    d = {"a": x}
+    for v in itertools.chain(d.values(), [x]):
+        d[len(d)] = v
+    return d
+
+
+def test_itertools_over_dict_size_change_raises():
+    check(i_chain_insert, (torch.randn(3),), graphs=None, raises=RuntimeError)
+
+
+# ------------------------------------------------------ one iterator passed to zip twice
+
+def z_grouper_list(x):
+    xs = [x, x + 1, x + 2, x + 3, x + 4]
+    return [v + w for v, w in zip(*[iter(xs)] * 2)]
+
+
+def z_grouper_dict(x):
+    d = {"a": x, "b": x + 1, "c": x + 2, "d": x + 3}
+    out = []
+    for v, w in zip(*[iter(d.values())] * 2):
+        d["d"] = v * 10
+        out.append(v + w)
+    return out
+
+
+def z_grouper_dict_break(x):
+    d = {"a": x, "b": x + 1, "c": x + 2, "d": x + 3}
+    out = []
+    for v, w in zip(*[iter(d.values())] * 2):
+        print("pair")             # the resume function cannot get one iterator twice:
+        d["d"] = v * 10           # the frame runs eagerly
+        out.append(v + w)
+    return out
+
+
+@pytest.mark.parametrize("fn, graphs", [(z_grouper_list, 1), (z_grouper_dict, 1),
+                                        (z_grouper_dict_break, 0)])
+def test_zip_one_iterator_twice(fn, graphs):
+    check(fn, (torch.randn(3),), graphs=graphs)

@@ -21,7 +21,9 @@ from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_
 from ember.frontend.variables import iterators, numpy  # noqa: F401 (register handlers)
 from ember.frontend.variables.builtins import handler_for
 from ember.frontend.variables.containers import (DequeVariable, DictVariable, ListVariable,
-                                                 NamedTupleVariable, SetVariable, SizeVariable,
+                                                 NamedTupleVariable, ResumedDictIterator,
+                                                 ResumedWrapperIterator,
+                                                 SetVariable, SizeVariable,
                                                  TupleVariable, is_namedtuple_class,
                                                  is_plain_dict_subclass, is_structseq_class)
 from ember.frontend.variables.functions import (GetterVariable, GraphCallableVariable,
@@ -95,6 +97,37 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         add(guards.constant_match(AttrSource(source, "args"), value.args))
         enter_fn, exit_fn = GLOBAL_CONTEXTS[value.py_type]
         return GlobalContextVariable(enter_fn, exit_fn, value.args, value.py_type)
+    if type(value) is ResumedDictIterator and source is not None:
+        # a loop over a dict continued by a resume function: tracked again as the frame's
+        # live iterator, at the same position over the same dict
+        if not value.unchanged():
+            raise Unsupported("a dict iterator whose dict changed (its next step raises)")
+        add(guards.type_match(source, ResumedDictIterator))
+        add(guards.call_result_match(source, ResumedDictIterator.unchanged, (), True))
+        for attr in ("kind", "reverse", "pos"):
+            add(guards.constant_match(AttrSource(source, attr), getattr(value, attr)))
+        dict_vt = wrap(tx, value.dict, AttrSource(source, "dict"))
+        if not isinstance(dict_vt, DictVariable):
+            raise Unsupported("a dict iterator over a dict that cannot be tracked")
+        it = dict_vt.live_iterator(value.kind, value.reverse)
+        it.index = value.pos
+        return it
+    if type(value) is ResumedWrapperIterator and source is not None:
+        # enumerate/zip/map/filter over a dict iterator, continued by a resume function:
+        # made again by the builtin's handler over its sources, tracked again
+        if not value.fresh:
+            raise Unsupported("a wrapped dict iterator already advanced outside the graph")
+        add(guards.type_match(source, ResumedWrapperIterator))
+        add(guards.constant_match(AttrSource(source, "fresh"), True))
+        add(guards.id_match(AttrSource(source, "fn"), value.fn))
+        head = wrap(tx, value.head, AttrSource(source, "head"))
+        sources = [tx.get_iter(s) for s in
+                   wrap(tx, value.sources, AttrSource(source, "sources")).unpack(tx)]
+        if value.fn is zip:
+            return handler_for(zip)(tx, sources, {})
+        if value.fn is enumerate:
+            return handler_for(enumerate)(tx, [sources[0], head], {})
+        return handler_for(value.fn)(tx, [head, *sources], {})
     if type(value) is GradModeExit:
         add(guards.type_match(source, GradModeExit))
         add(guards.constant_match(AttrSource(source, "mode"), value.mode))

@@ -24,10 +24,12 @@ from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
 from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVariable,
                                                  DictVariable, DictViewVariable,
+                                                 LazyIteratorVariable,
                                                  ListIteratorVariable, ListVariable,
                                                  NamedTupleVariable, SetVariable,
                                                  SizeVariable, SliceVariable, TupleVariable,
-                                                 compare_dicts, compare_sets)
+                                                 compare_dicts, compare_sets,
+                                                 is_live_iterable)
 from ember.frontend.variables.functions import (BaseUserFunctionVariable,
                                                 HandlerFunctionVariable, PartialVariable,
                                                 UserMethodVariable)
@@ -539,10 +541,75 @@ def _deque(tx, args, kwargs):
     return out
 
 
+def next_of_each(tx, sources) -> list[VariableTracker] | None:
+    """One item of each source in turn, as ``zip`` takes them; None once one ends."""
+    items = []
+    for src in sources:
+        item = src.next(tx)
+        if item is None:
+            return None
+        items.append(item)
+    return items
+
+
+def _lazily(iterables) -> bool:
+    """zip/map take their items step by step: over a dict (live), or when one iterator is
+    passed twice (``zip(*[iter(xs)] * 2)`` pairs consecutive items; unpacking each
+    argument in turn would give the first all of them)."""
+    ids = [id(a) for a in iterables if isinstance(a, ListIteratorVariable)]
+    return any(is_live_iterable(a) for a in iterables) or len(ids) != len(set(ids))
+
+
+def _resumed_head(fn):
+    """How a ResumedWrapperIterator gets map's or filter's function: None (it is then passed
+    as the plain wrapper, and its resume function runs eagerly) for one made in the frame,
+    whose identity would change at every call and fail the resume's guards."""
+    if fn is None:
+        return lambda cg: "None"
+    if fn.source is None and getattr(fn, "value", None) is None:
+        return None
+    return lambda cg: cg.reconstruct(fn)
+
+
+def _lazy_enumerate(tx, iterable, start: int) -> LazyIteratorVariable:
+    src = tx.get_iter(iterable)
+    count = [start]
+
+    def step(tx):
+        item = src.next(tx)
+        if item is None:
+            return None
+        count[0] += 1
+        return TupleVariable([ConstantVariable(count[0] - 1), item])
+    return LazyIteratorVariable(
+        [src], step, lambda cg, s: f"{cg.const(enumerate)}({s[0]}, {count[0]})", enumerate,
+        head=lambda cg: str(count[0]))
+
+
+def _lazy_zip(tx, iterables, fn=None) -> LazyIteratorVariable:
+    """``zip(*iterables)``, or ``map(fn, *iterables)``."""
+    sources = [tx.get_iter(a) for a in iterables]
+
+    def step(tx):
+        items = next_of_each(tx, sources)
+        if items is None:
+            return None
+        return TupleVariable(items) if fn is None else fn.call_function(tx, items, {})
+
+    def remake(cg, s):
+        if fn is None:
+            return f"{cg.const(zip)}({', '.join(s)})"
+        return f"{cg.const(map)}({', '.join([cg.reconstruct(fn), *s])})"
+    return LazyIteratorVariable(sources, step, remake, zip if fn is None else map,
+                                head=_resumed_head(fn))
+
+
 @builtin(enumerate)
 def _enumerate(tx, args, kwargs):
     start = (args[1] if len(args) > 1 else kwargs.get("start", ConstantVariable(0)))
     start = start.as_python_constant()
+    if is_live_iterable(args[0]):
+        return _lazy_enumerate(tx, args[0], start)
     items = tx.unpack_iterable(args[0])
     return ListIteratorVariable([TupleVariable([ConstantVariable(i + start), v])
                                  for i, v in enumerate(items)])
@@ -550,7 +617,12 @@ def _enumerate(tx, args, kwargs):
 
 @builtin(zip)
 def _zip(tx, args, kwargs):
-    if kwargs.get("strict") is not None and kwargs["strict"].as_python_constant():
+    strict = kwargs.get("strict") is not None and kwargs["strict"].as_python_constant()
+    if _lazily(args):
+        if strict:
+            raise Unsupported("zip(strict=True) over a dict")
+        return _lazy_zip(tx, args)
+    if strict:
         lists = [tx.unpack_iterable(a) for a in args]
         if len({len(x) for x in lists}) > 1:
             raise Unsupported("zip(strict=True) of unequal lengths")
@@ -562,6 +634,8 @@ def _zip(tx, args, kwargs):
 @builtin(map)
 def _map(tx, args, kwargs):
     fn, *iterables = args
+    if _lazily(iterables):
+        return _lazy_zip(tx, iterables, fn)
     from ember.frontend.variables.iterators import finite_lists
     lists = finite_lists(tx, iterables)
     return ListIteratorVariable([fn.call_function(tx, list(t), {}) for t in zip(*lists)])
@@ -570,13 +644,25 @@ def _map(tx, args, kwargs):
 @builtin(filter)
 def _filter(tx, args, kwargs):
     fn, iterable = args
-    out = []
-    for item in tx.unpack_iterable(iterable):
-        keep = item if fn.is_python_constant() and fn.as_python_constant() is None \
-            else fn.call_function(tx, [item], {})
-        if keep.truthy(tx):
-            out.append(item)
-    return ListIteratorVariable(out)
+    is_none = fn.is_python_constant() and fn.as_python_constant() is None
+
+    def kept(tx, item) -> bool:
+        return (item if is_none else fn.call_function(tx, [item], {})).truthy(tx)
+    if is_live_iterable(iterable):
+        src = tx.get_iter(iterable)
+
+        def step(tx):
+            while (item := src.next(tx)) is not None:
+                if kept(tx, item):
+                    return item
+            return None
+
+        def remake(cg, s):
+            return f"{cg.const(filter)}({'None' if is_none else cg.reconstruct(fn)}, {s[0]})"
+        return LazyIteratorVariable([src], step, remake, filter,
+                                    head=_resumed_head(None if is_none else fn))
+    return ListIteratorVariable([item for item in tx.unpack_iterable(iterable)
+                                 if kept(tx, item)])
 
 
 @builtin(reversed)

@@ -335,6 +335,178 @@ class ListIteratorVariable(VariableTracker):
         raise Unsupported(f"iterator.{name}()")
 
 
+def claim_iterator(cg, it: ListIteratorVariable) -> None:
+    """Each iterator is made once outside the graph: one reached twice through wrappers
+    (``zip(*[iter(d)] * 2)``) would become two iterators that do not advance together."""
+    if id(it) in cg.made_iterators:
+        raise Unsupported("one iterator over a dict reached twice at a graph break")
+    cg.made_iterators.add(id(it))
+
+
+def skip_items(it, n: int):
+    """``it`` advanced by ``n`` items (a dict iterator rebuilt where the frame's was)."""
+    for _ in range(n):
+        next(it)
+    return it
+
+
+class ResumedDictIterator:
+    """The iterator over a dict that a resume function continues a loop with: a real
+    iterator over the real dict, advanced past what the frame consumed (so it raises as
+    eager's does if the dict then changes size), holding what capture needs to track it
+    again (``builder``): the dict, which view, the position, the keys it iterates."""
+
+    __slots__ = ("dict", "kind", "reverse", "pos", "keys", "it")
+
+    def __init__(self, d: dict, kind: str, reverse: bool, pos: int):
+        self.dict, self.kind, self.reverse, self.pos = d, kind, reverse, pos
+        self.keys = tuple(d)
+        self.it = skip_items((reversed if reverse else iter)(getattr(d, kind)()), pos)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self.it)
+        self.pos += 1
+        return item
+
+    def unchanged(self) -> bool:
+        """The dict has the keys it had when the iteration began: its next step cannot
+        raise, and continues at ``pos`` in that order."""
+        return tuple(self.dict) == self.keys
+
+
+class ResumedWrapperIterator:
+    """``enumerate``/``zip``/``map``/``filter`` over a dict iterator that a resume function
+    continues a loop with: the real wrapper over its sources (a ResumedDictIterator or
+    another of these, or the tuple of a plain iterator's remaining items), keeping them so
+    capture can track it again (``builder``). ``head``: enumerate's count, the function of
+    map and filter."""
+
+    __slots__ = ("fn", "head", "sources", "it", "fresh")
+
+    def __init__(self, fn, head, sources: tuple):
+        self.fn, self.head, self.sources, self.fresh = fn, head, sources, True
+        iters = [iter(s) for s in sources]
+        self.it = (fn(*iters) if fn is zip else fn(iters[0], head) if fn is enumerate
+                   else fn(head, *iters))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.fresh = False
+        return next(self.it)
+
+
+RESUMABLE_WRAPPERS = (enumerate, zip, map, filter)
+
+
+class DictIteratorVariable(ListIteratorVariable):
+    """An iterator over a dict or one of its views (``DictVariable.live_iterator``).
+    Outside the graph it is a real iterator over the real dict, advanced past the items
+    the frame consumed, so the rest of a loop sees the dict as it is then, as in eager."""
+
+    def __init__(self, items, dict_vt: "DictVariable", kind: str, reverse: bool):
+        super().__init__(items)
+        self.dict_vt, self.kind, self.reverse = dict_vt, kind, reverse
+
+    def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
+        """An expression making the real iterator, for where the dict's mutations were
+        replayed (a dict made by the frame is rebuilt as it is now); ``before_replay``:
+        for where they were not (unsupported if there are any); ``resumed``: a
+        ResumedDictIterator, for a resume function to track again."""
+        claim_iterator(cg, self)
+        if self.invalid is not None:   # its next step raises: the frame runs eagerly
+            raise Unsupported(f"an iterator over a changed dict ({self.invalid}) outliving "
+                              f"the graph")
+        if before_replay and self.dict_vt.source is not None and self.dict_vt.stored:
+            raise Unsupported("an iterator over a dict changed by the frame outliving the "
+                              "graph")
+        if self.exhausted:   # Python's stops checking its dict once it ended
+            return "()" if resumed else f"{cg.const(iter)}(())"
+        if resumed:
+            return (f"{cg.const(ResumedDictIterator)}({cg.reconstruct(self.dict_vt)}, "
+                    f"{self.kind!r}, {self.reverse}, {self.index})")
+        view = f"{cg.reconstruct(self.dict_vt)}.{self.kind}()"
+        make = f"{cg.const(reversed if self.reverse else iter)}({view})"
+        return f"{cg.const(skip_items)}({make}, {self.index})"
+
+    def rebuild(self, cg):
+        if self.passed_as_items:
+            raise Unsupported("an iterator reached both from the frame's stack or locals and "
+                              "from another value at a graph break")
+        return cg.temp(self, self.real_iterator(cg, before_replay=True))
+
+
+class LazyIteratorVariable(ListIteratorVariable):
+    """``enumerate``/``zip``/``map``/``filter``/``itertools`` over a live iterator (one
+    over a dict or its view): each step takes its items from the sources when it is
+    reached, as Python's do, so a value stored into the dict meanwhile is seen (a snapshot
+    at creation would not see it). Outside the graph it is the real wrapper made again
+    (``remake``) around the sources' real iterators."""
+
+    def __init__(self, sources: list[ListIteratorVariable], step, remake=None, py_type=None,
+                 head=None):
+        super().__init__([])
+        self.sources = sources
+        self.step = step        # tx -> the next item, None at the end
+        self.remake = remake    # (cg, sources' expressions) -> expression; None: cannot
+        self.head = head        # cg -> ResumedWrapperIterator's head (RESUMABLE_WRAPPERS)
+        if py_type is not None:
+            self.py_type = py_type
+
+    def next(self, tx):
+        if self.exhausted:
+            return None
+        item = self.step(tx)
+        if item is None:
+            self.exhausted = True
+        return item
+
+    def unpack(self, tx):
+        out = []
+        while (item := self.next(tx)) is not None:
+            out.append(item)
+        return out
+
+    def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
+        claim_iterator(cg, self)
+        if self.exhausted:
+            return "()" if resumed else f"{cg.const(iter)}(())"
+        resumed = resumed and self.py_type in RESUMABLE_WRAPPERS and self.head is not None
+        if self.remake is None and not resumed:
+            raise Unsupported(f"{self.py_type.__name__} over a dict outliving the graph")
+        sources = []
+        for src in self.sources:
+            if src.passed_as_items:   # one object with a name of its own: not made twice
+                raise Unsupported("an iterator both wrapped and named at a graph break")
+            if isinstance(src, (DictIteratorVariable, LazyIteratorVariable)):
+                sources.append(src.real_iterator(cg, before_replay, resumed))
+            elif resumed and type(src) is ListIteratorVariable:
+                claim_iterator(cg, src)
+                sources.append(f"({cg.items(src.items[src.index:])})")
+            else:
+                sources.append(cg.reconstruct(src))
+        if resumed:
+            return (f"{cg.const(ResumedWrapperIterator)}({cg.const(self.py_type)}, "
+                    f"{self.head(cg)}, ({', '.join(sources)},))")
+        return self.remake(cg, sources)
+
+    def rebuild(self, cg):
+        if self.passed_as_items:
+            raise Unsupported("an iterator reached both from the frame's stack or locals and "
+                              "from another value at a graph break")
+        return cg.temp(self, self.real_iterator(cg, before_replay=True))
+
+
+def is_live_iterable(vt: VariableTracker) -> bool:
+    """Iterating it reads a dict as it is at each step (see ``LazyIteratorVariable``)."""
+    return isinstance(vt, (DictVariable, DictViewVariable, DictIteratorVariable,
+                           LazyIteratorVariable))
+
+
 def hashable_key(vt: VariableTracker, among: dict | None = None) -> Any:
     """The Python key a tracker stands for in a dict or set (``among``: the keys of that
     dict or set, when it is looked up in)."""
@@ -384,7 +556,7 @@ class DictVariable(VariableTracker):
         is the one in the dict when the iterator reaches it, and a change of the dict's
         size (or keys) makes its next step raise RuntimeError (the graph breaks there)."""
         order = tuple(reversed(self.items) if reverse else self.items)
-        it = ListIteratorVariable(self._items_of(kind, order))
+        it = DictIteratorVariable(self._items_of(kind, order), self, kind, reverse)
         it.py_type = self._ITER_TYPES[kind, reverse]
         self.iterators.append((it, kind, order))
         return it
@@ -396,8 +568,11 @@ class DictVariable(VariableTracker):
             return [self.items[k] for k in order]
         return [TupleVariable([self.keys[k], self.items[k]]) for k in order]
 
+    stored = False   # changed during capture: the real dict differs until the replay
+
     def _changed(self, reordered: bool = False) -> None:
         """After a store, deletion or move: the live iterators see it."""
+        self.stored = True
         self.iterators = [entry for entry in self.iterators if not entry[0].exhausted]
         for it, kind, order in self.iterators:
             if it.invalid is not None:
@@ -479,6 +654,7 @@ class DictVariable(VariableTracker):
         if name == "__reversed__":
             return self.live_iterator("keys", reverse=True)
         tx.check_mutation(self)
+        self.stored = True
         if name == "__setitem__":
             self.setitem(args[0], args[1])
         elif name == "__delitem__":

@@ -6,6 +6,11 @@ item positions (``product(range(2), range(3))``), so ordering and edge cases are
 own, and the result is a :class:`ListIteratorVariable` over the trackers at those positions.
 ``repeat(x)`` and ``count()`` without an end are :class:`EndlessIteratorVariable`: ``zip``,
 ``islice`` and ``for`` loops with a ``break`` take what they need from them.
+
+Over a dict, its views or its iterators, the lazy ones (``chain``, ``islice``, ``starmap``,
+``zip_longest``, ``pairwise``, ``accumulate``) are :class:`LazyIteratorVariable`: each item
+is read from the dict when reached, as Python's are (``product``, ``combinations`` and
+``permutations`` read their whole input at creation in Python too).
 """
 from __future__ import annotations
 
@@ -16,7 +21,8 @@ import operator
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.builtins import HANDLERS, apply_operator, builtin
-from ember.frontend.variables.containers import (ListIteratorVariable, TupleVariable,
+from ember.frontend.variables.containers import (LazyIteratorVariable, ListIteratorVariable,
+                                                 TupleVariable, is_live_iterable,
                                                  make_fromkeys)
 
 
@@ -77,8 +83,25 @@ def _product(tx, args, kwargs):
     return ListIteratorVariable(out)
 
 
+def _lazy(tx, fn, iterables, step, remake=None) -> LazyIteratorVariable:
+    sources = [tx.get_iter(a) for a in iterables]
+    return LazyIteratorVariable(sources, lambda tx: step(tx, sources), remake, fn)
+
+
 @builtin(itertools.chain)
 def _chain(tx, args, kwargs):
+    if any(is_live_iterable(a) for a in args):
+        at = [0]
+
+        def step(tx, sources):
+            while at[0] < len(sources):
+                item = sources[at[0]].next(tx)
+                if item is not None:
+                    return item
+                at[0] += 1
+            return None
+        return _lazy(tx, itertools.chain, args, step,
+                     lambda cg, s: f"{cg.const(itertools.chain)}({', '.join(s[at[0]:])})")
     return ListIteratorVariable([item for a in args for item in tx.unpack_iterable(a)])
 
 
@@ -107,6 +130,18 @@ for _fn in (itertools.combinations, itertools.permutations,
 @builtin(itertools.zip_longest)
 def _zip_longest(tx, args, kwargs):
     fill = kwargs.get("fillvalue", ConstantVariable(None))
+    if any(is_live_iterable(a) for a in args):
+        done: set[int] = set()
+
+        def step(tx, sources):
+            items = []
+            for i, src in enumerate(sources):
+                item = None if i in done else src.next(tx)
+                if item is None:
+                    done.add(i)
+                items.append(fill if item is None else item)
+            return None if len(done) == len(sources) else TupleVariable(items)
+        return _lazy(tx, itertools.zip_longest, args, step)
     lists = [tx.unpack_iterable(a) for a in args]
     n = max((len(items) for items in lists), default=0)
     return ListIteratorVariable([TupleVariable([items[i] if i < len(items) else fill
@@ -115,7 +150,6 @@ def _zip_longest(tx, args, kwargs):
 
 @builtin(itertools.accumulate)
 def _accumulate(tx, args, kwargs):
-    items = tx.unpack_iterable(args[0])
     func = args[1] if len(args) > 1 else kwargs.get("func")
     if func is not None and func.is_python_constant() and func.as_python_constant() is None:
         func = None
@@ -123,14 +157,29 @@ def _accumulate(tx, args, kwargs):
     if initial is not None and initial.is_python_constant() and \
             initial.as_python_constant() is None:
         initial = None
+
+    def combine(total, item):
+        if func is None:
+            return apply_operator(tx, operator.add, [total, item])
+        return tx.call(func, [total, item], {})
+    if is_live_iterable(args[0]):
+        total = [initial]
+        started = [False]
+
+        def step(tx, sources):
+            if not started[0]:
+                started[0] = True
+                if initial is not None:
+                    return initial
+            item = sources[0].next(tx)
+            if item is None:
+                return None
+            total[0] = item if total[0] is None else combine(total[0], item)
+            return total[0]
+        return _lazy(tx, itertools.accumulate, args[:1], step)
     out = [] if initial is None else [initial]
-    for item in items:
-        if not out:
-            out.append(item)
-        elif func is None:
-            out.append(apply_operator(tx, operator.add, [out[-1], item]))
-        else:
-            out.append(tx.call(func, [out[-1], item], {}))
+    for item in tx.unpack_iterable(args[0]):
+        out.append(combine(out[-1], item) if out else item)
     return ListIteratorVariable(out)
 
 
@@ -139,6 +188,8 @@ def _islice(tx, args, kwargs):
     bounds = [_constant(a) for a in args[1:]]
     window = slice(*bounds) if len(bounds) > 1 else slice(bounds[0])
     source = args[0]
+    if is_live_iterable(source):
+        return _lazy_islice(tx, source, window)
     if isinstance(source, EndlessIteratorVariable):
         if window.stop is None:
             raise Unsupported("itertools.islice without a stop over an endless iterator")
@@ -152,6 +203,32 @@ def _islice(tx, args, kwargs):
     picked = list(itertools.islice(range(len(items)), *(
         (window.start, window.stop, window.step) if len(bounds) > 1 else (window.stop,))))
     return ListIteratorVariable([items[i] for i in picked])
+
+
+def _lazy_islice(tx, source, window: slice) -> LazyIteratorVariable:
+    start, stop, stride = window.start or 0, window.stop, window.step or 1
+    pos, want = [0], [start]     # items read from the source; the next one to yield
+
+    def step(tx, sources):
+        if stop is not None and want[0] >= stop:
+            return None
+        while pos[0] < want[0]:
+            if sources[0].next(tx) is None:
+                return None
+            pos[0] += 1
+        item = sources[0].next(tx)
+        if item is None:
+            return None
+        pos[0] += 1
+        want[0] += stride
+        return item
+
+    def remake(cg, s):
+        if stop is not None and want[0] >= stop:
+            return f"{cg.const(iter)}(())"
+        end = "None" if stop is None else stop - pos[0]
+        return f"{cg.const(itertools.islice)}({s[0]}, {want[0] - pos[0]}, {end}, {stride})"
+    return _lazy(tx, itertools.islice, [source], step, remake)
 
 
 @builtin(itertools.repeat)
@@ -177,12 +254,34 @@ def _count(tx, args, kwargs):
 @builtin(itertools.starmap)
 def _starmap(tx, args, kwargs):
     fn, iterable = args
+    if is_live_iterable(iterable):
+        def step(tx, sources):
+            item = sources[0].next(tx)
+            return None if item is None else tx.call(fn, tx.unpack_iterable(item), {})
+
+        def remake(cg, s):
+            return f"{cg.const(itertools.starmap)}({cg.reconstruct(fn)}, {s[0]})"
+        return _lazy(tx, itertools.starmap, [iterable], step, remake)
     return ListIteratorVariable([tx.call(fn, tx.unpack_iterable(item), {})
                                  for item in tx.unpack_iterable(iterable)])
 
 
 @builtin(itertools.pairwise)
 def _pairwise(tx, args, kwargs):
+    if is_live_iterable(args[0]):
+        last = [None]
+
+        def step(tx, sources):
+            if last[0] is None:
+                last[0] = sources[0].next(tx)
+                if last[0] is None:
+                    return None
+            item = sources[0].next(tx)
+            if item is None:
+                return None
+            pair, last[0] = TupleVariable([last[0], item]), item
+            return pair
+        return _lazy(tx, itertools.pairwise, args[:1], step)
     items = tx.unpack_iterable(args[0])
     return ListIteratorVariable([TupleVariable([a, b]) for a, b in zip(items, items[1:])])
 
