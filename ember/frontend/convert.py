@@ -37,7 +37,8 @@ from ember.frontend.source import AttrSource, ClosureCellSource, GetItemSource, 
 from ember.frontend.translator import NULL, InstructionTranslator, _LazyLocal
 from ember.frontend.variables.base import VariableTracker
 from ember.frontend.variables.containers import (DictIteratorVariable, LazyIteratorVariable,
-                                                 ListIteratorVariable)
+                                                 ListIteratorVariable,
+                                                 LiveListIteratorVariable)
 from ember.frontend.variables.functions import (CellRefVariable, CellVariable,
                                                 NestedUserFunctionVariable,
                                                 UserFunctionVariable)
@@ -395,7 +396,10 @@ def _live_locals(tx, target: int, cg: EntryCodegen, on_stack: dict[int, int]
 
 def _passed_as_iterator(vt: VariableTracker) -> bool:
     return type(vt) is ListIteratorVariable or isinstance(
-        vt, (DictIteratorVariable, LazyIteratorVariable))
+        vt, _LIVE_ITERATORS)
+
+
+_LIVE_ITERATORS = (DictIteratorVariable, LazyIteratorVariable, LiveListIteratorVariable)
 
 
 def _remaining_items(vt: ListIteratorVariable, cg: EntryCodegen) -> str:
@@ -403,7 +407,7 @@ def _remaining_items(vt: ListIteratorVariable, cg: EntryCodegen) -> str:
     or, for one over a dict (live: values read when reached, size changes raise), the real
     iterator over the real dict where the frame's was (made once, after the mutations are
     replayed: ``cg.iterator_lines``)."""
-    if isinstance(vt, (DictIteratorVariable, LazyIteratorVariable)):
+    if isinstance(vt, _LIVE_ITERATORS):
         name = cg.iterator_names.get(id(vt))
         if name is None:
             name = cg.iterator_names[id(vt)] = cg.fresh("___it")

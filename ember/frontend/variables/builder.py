@@ -22,6 +22,7 @@ from ember.frontend.variables import iterators, numpy  # noqa: F401 (register ha
 from ember.frontend.variables.builtins import handler_for
 from ember.frontend.variables.containers import (DequeVariable, DictVariable, ListVariable,
                                                  NamedTupleVariable, ResumedDictIterator,
+                                                 ResumedListIterator,
                                                  ResumedWrapperIterator,
                                                  SetVariable, SizeVariable,
                                                  TupleVariable, is_namedtuple_class,
@@ -111,6 +112,17 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
             raise Unsupported("a dict iterator over a dict that cannot be tracked")
         it = dict_vt.live_iterator(value.kind, value.reverse)
         it.index = value.pos
+        return it
+    if type(value) is ResumedListIterator and source is not None:
+        # a loop over a list continued by a resume function: the frame's live iterator
+        add(guards.type_match(source, ResumedListIterator))
+        for attr in ("pos", "reverse", "done"):
+            add(guards.constant_match(AttrSource(source, attr), getattr(value, attr)))
+        list_vt = wrap(tx, value.list, AttrSource(source, "list"))
+        if type(list_vt) is not ListVariable:
+            raise Unsupported("a list iterator over a list that cannot be tracked")
+        it = list_vt.live_iterator(value.reverse)
+        it.index, it.exhausted = value.pos, value.done
         return it
     if type(value) is ResumedWrapperIterator and source is not None:
         # enumerate/zip/map/filter over a dict iterator, continued by a resume function:

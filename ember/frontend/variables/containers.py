@@ -158,7 +158,14 @@ class ListVariable(BaseSequenceVariable):
     py_type = list
     mutable = True
 
+    def live_iterator(self, reverse: bool = False) -> "LiveListIteratorVariable":
+        """``iter(lst)`` or ``reversed(lst)``: reads the list as it is at each step."""
+        return LiveListIteratorVariable(self, reverse)
+
     def call_method(self, tx, name, args, kwargs):
+        if type(self) is ListVariable and not args and not kwargs and \
+                name in ("__iter__", "__reversed__"):
+            return self.live_iterator(reverse=name == "__reversed__")
         tx.check_mutation(self)
         if name == "append":
             self.items.append(args[0])
@@ -339,7 +346,7 @@ def claim_iterator(cg, it: ListIteratorVariable) -> None:
     """Each iterator is made once outside the graph: one reached twice through wrappers
     (``zip(*[iter(d)] * 2)``) would become two iterators that do not advance together."""
     if id(it) in cg.made_iterators:
-        raise Unsupported("one iterator over a dict reached twice at a graph break")
+        raise Unsupported("one iterator over a dict or list reached twice at a graph break")
     cg.made_iterators.add(id(it))
 
 
@@ -375,6 +382,37 @@ class ResumedDictIterator:
         """The dict has the keys it had when the iteration began: its next step cannot
         raise, and continues at ``pos`` in that order."""
         return tuple(self.dict) == self.keys
+
+
+class ResumedListIterator:
+    """The iterator over a list that a resume function continues a loop with (or that
+    outlives the graph): over the real list, at the frame's index, stepping as CPython's
+    list iterator and reverse iterator do (the item at the index if it is within the list
+    as it is then, else the end, for good), so the list's later changes are seen as in
+    eager. Unlike ``list_iterator.__setstate__`` the index is not clamped to the length at
+    creation (items removed behind the index, then appended, are reached as in eager).
+    ``builder`` tracks it again from its list and position."""
+
+    __slots__ = ("list", "pos", "reverse", "done")
+
+    def __init__(self, lst: list, pos: int, reverse: bool, done: bool = False):
+        self.list, self.pos, self.reverse, self.done = lst, pos, reverse, done
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        pos = self.pos
+        if not self.done and 0 <= pos < len(self.list):
+            self.pos = pos - 1 if self.reverse else pos + 1
+            return self.list[pos]
+        self.done = True
+        raise StopIteration
+
+    def __length_hint__(self):
+        if self.done:
+            return 0
+        return max(0, self.pos + 1) if self.reverse else max(0, len(self.list) - self.pos)
 
 
 class ResumedWrapperIterator:
@@ -440,6 +478,53 @@ class DictIteratorVariable(ListIteratorVariable):
         return cg.temp(self, self.real_iterator(cg, before_replay=True))
 
 
+class LiveListIteratorVariable(ListIteratorVariable):
+    """``iter(lst)`` / ``reversed(lst)`` over a list: as CPython's, an index into the list
+    as it is at each step (no snapshot), so stores, appends and removals during the loop
+    act as in eager. Outside the graph it is a ResumedListIterator over the real list (its
+    mutations replayed, or the list rebuilt as it is now) at the same index."""
+
+    def __init__(self, list_vt: ListVariable, reverse: bool = False):
+        VariableTracker.__init__(self, None)
+        self.list_vt, self.reverse = list_vt, reverse
+        self.index = len(list_vt.items) - 1 if reverse else 0
+        self.py_type = type(reversed([])) if reverse else type(iter([]))
+
+    @property
+    def items(self) -> list[VariableTracker]:
+        return self.list_vt.items
+
+    def next(self, tx):
+        items = self.list_vt.items
+        if not self.exhausted and 0 <= self.index < len(items):
+            item = items[self.index]
+            self.index += -1 if self.reverse else 1
+            return item
+        self.exhausted = True    # CPython's drops its list at the end: later appends unseen
+        return None
+
+    def unpack(self, tx):
+        out = []
+        while (item := self.next(tx)) is not None:
+            out.append(item)
+        return out
+
+    def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
+        """The real iterator; made before or after the list's replay alike (it reads the
+        list only when stepped)."""
+        claim_iterator(cg, self)
+        if self.exhausted:
+            return "()" if resumed else f"{cg.const(iter)}(())"
+        return (f"{cg.const(ResumedListIterator)}({cg.reconstruct(self.list_vt)}, "
+                f"{self.index}, {self.reverse})")
+
+    def rebuild(self, cg):
+        if self.passed_as_items:
+            raise Unsupported("an iterator reached both from the frame's stack or locals and "
+                              "from another value at a graph break")
+        return cg.temp(self, self.real_iterator(cg))
+
+
 class LazyIteratorVariable(ListIteratorVariable):
     """``enumerate``/``zip``/``map``/``filter``/``itertools`` over a live iterator (one
     over a dict or its view): each step takes its items from the sources when it is
@@ -482,7 +567,8 @@ class LazyIteratorVariable(ListIteratorVariable):
         for src in self.sources:
             if src.passed_as_items:   # one object with a name of its own: not made twice
                 raise Unsupported("an iterator both wrapped and named at a graph break")
-            if isinstance(src, (DictIteratorVariable, LazyIteratorVariable)):
+            if isinstance(src, (DictIteratorVariable, LazyIteratorVariable,
+                                LiveListIteratorVariable)):
                 sources.append(src.real_iterator(cg, before_replay, resumed))
             elif resumed and type(src) is ListIteratorVariable:
                 claim_iterator(cg, src)
@@ -502,9 +588,11 @@ class LazyIteratorVariable(ListIteratorVariable):
 
 
 def is_live_iterable(vt: VariableTracker) -> bool:
-    """Iterating it reads a dict as it is at each step (see ``LazyIteratorVariable``)."""
-    return isinstance(vt, (DictVariable, DictViewVariable, DictIteratorVariable,
-                           LazyIteratorVariable))
+    """Iterating it reads a dict or list as it is at each step (see
+    ``LazyIteratorVariable``)."""
+    return type(vt) is ListVariable or isinstance(vt, (
+        DictVariable, DictViewVariable, DictIteratorVariable, LazyIteratorVariable,
+        LiveListIteratorVariable))
 
 
 def hashable_key(vt: VariableTracker, among: dict | None = None) -> Any:
