@@ -1,0 +1,383 @@
+"""Conformance: loops over a list that the loop changes.
+
+Python's list iterator is an index into the live list: each step reads ``lst[i]`` if ``i``
+is below the list's length at that moment, so a store ahead of the index is seen, appends
+extend the loop, removals before the index shift it; ``reversed(lst)`` steps down the same
+way and stops once its index is past the end. Every program changes the list it iterates,
+plainly and wrapped in enumerate/zip/map/filter/itertools, with the list made in the frame
+or received, and across a graph break (a print) before or after the change: the resume
+function continues over the real list at the same index. Loops over lists they do not
+change stay one graph.
+"""
+import itertools
+
+import pytest
+import torch
+
+from conformance_util import _seed_rng, check  # noqa: F401  (autouse fixture)
+
+
+def _three(x):
+    return [x, x + 1, x + 2]
+
+
+# ------------------------------------------------------------------- within one graph
+
+def p_store_ahead(x):
+    lst = _three(x)
+    out = []
+    for v in lst:
+        if len(out) == 0:
+            lst[1] = v * 100
+        out.append(v + 1)
+    return out
+
+
+def p_store_behind_and_ahead(x):
+    lst = _three(x)
+    out = []
+    for v in lst:
+        if len(out) == 1:
+            lst[0] = v * 100        # behind: not seen by the loop, seen in the returned list
+            lst[2] = v * 50         # ahead: seen
+        out.append(v + 1)
+    return out, lst
+
+
+def p_enumerate_store(x):
+    lst = _three(x)
+    out = []
+    for i, v in enumerate(lst):
+        if i == 0:
+            lst[2] = v * 7
+        out.append(v * i)
+    return out
+
+
+def p_append_worklist(x):
+    lst = _three(x)
+    out = []
+    for v in lst:
+        if len(lst) < 6:
+            lst.append(v * 10)
+        out.append(v)
+    return out
+
+
+def p_pop_shortens(x):
+    lst = [x, x + 1, x + 2, x + 3]
+    out = []
+    for v in lst:
+        lst.pop()
+        out.append(v)
+    return out, lst
+
+
+def p_remove_before_index(x):
+    lst = [x, x + 1, x + 2, x + 3]
+    out = []
+    for v in lst:
+        if len(out) == 1:
+            lst.remove(lst[0])       # the next item shifts under the index: skipped
+        out.append(v)
+    return out
+
+
+def p_insert_front(x):
+    lst = _three(x)
+    out = []
+    for v in lst:
+        if len(out) == 1:
+            lst.insert(0, v * 5)     # the item just seen is seen again
+        out.append(v)
+    return out
+
+
+def p_del_ahead(x):
+    lst = [x, x + 1, x + 2, x + 3]
+    out = []
+    for v in lst:
+        if len(out) == 0:
+            del lst[2]
+        out.append(v)
+    return out
+
+
+def p_clear(x):
+    lst = _three(x)
+    out = []
+    for v in lst:
+        lst.clear()
+        out.append(v * 2)
+    return out, lst
+
+
+def p_zip_store(x):
+    lst = _three(x)
+    out = []
+    for a, b in zip(lst, (1, 2, 3)):
+        lst[1] = a * 11
+        out.append(a * b)
+    return out
+
+
+def p_map_append(x):
+    lst = [x, x + 1]
+    out = []
+    for y in map(torch.neg, lst):
+        if len(lst) < 4:
+            lst.append(y)
+        out.append(y)
+    return out
+
+
+def p_filter_store(x):
+    lst = [1, 2, 3, 4]
+    out = []
+    for v in filter(lambda n: n % 2 == 0, lst):
+        lst[3] = 9                   # 4 replaced by 9: filtered out
+        out.append(x * v)
+    return out
+
+
+def p_islice_append(x):
+    lst = [x, x + 1]
+    out = []
+    for v in itertools.islice(lst, 3):
+        lst.append(v * 2)
+        out.append(v)
+    return out
+
+
+def p_reversed_store(x):
+    lst = _three(x)
+    out = []
+    for v in reversed(lst):
+        lst[0] = v * 9
+        out.append(v)
+    return out
+
+
+def p_reversed_append_and_pop(x):
+    lst = [x, x + 1, x + 2, x + 3]
+    out = []
+    for v in reversed(lst):
+        lst.append(v)                # not reached: the index only goes down
+        out.append(v)
+        if len(out) == 2:
+            del lst[:5]              # index 1 now past the end: the loop stops
+    return out, lst
+
+
+def p_nested_same_list(x):
+    lst = [x, x + 1]
+    out = []
+    for a in lst:
+        for b in lst:
+            if len(lst) < 4:
+                lst.append(a + b)
+            out.append(a * b)
+    return out
+
+
+def p_next_after_exhausted(x):
+    lst = [x]
+    it = iter(lst)
+    out = [next(it) * 2]
+    lst.append(x + 1)                # reached: the iterator has not ended yet
+    out += [next(it, None), next(it, None)]
+    lst.append(x + 2)                # an ended list iterator stays ended
+    out.append(next(it, None))
+    return out, lst
+
+
+def p_iterator_kept_after_append(x):
+    lst = [x, x + 1]
+    it = iter(lst)
+    first = next(it)
+    lst.append(x * 3)
+    return first, list(it)
+
+
+WITHIN = [p_store_ahead, p_store_behind_and_ahead, p_enumerate_store, p_append_worklist,
+          p_pop_shortens, p_remove_before_index, p_insert_front, p_del_ahead, p_clear,
+          p_zip_store, p_map_append, p_filter_store, p_islice_append, p_reversed_store,
+          p_reversed_append_and_pop, p_nested_same_list, p_next_after_exhausted,
+          p_iterator_kept_after_append]
+
+
+@pytest.mark.parametrize("fn", WITHIN)
+def test_list_loop_sees_mutations(fn):
+    check(fn, (torch.randn(3),), graphs=1)
+
+
+def a_input_store(x, lst):
+    out = []
+    for i, v in enumerate(lst):
+        if i == 0:
+            lst[1] = v * 100
+        out.append(v + x)
+    return out
+
+
+def a_input_append(x, lst):
+    out = []
+    for v in lst:
+        if len(lst) < 4:
+            lst.append(v * 2)
+        out.append(v + x)
+    return out
+
+
+@pytest.mark.parametrize("fn", [a_input_store, a_input_append])
+def test_input_list_loop_sees_mutations(fn):
+    check(fn, (torch.randn(3), [torch.randn(3), torch.randn(3)]), graphs=1)
+
+
+# ------------------------------------------------------------------ across a graph break
+
+def b_store_after_break(x, lst):
+    out = []
+    for v in lst:
+        print("at")
+        if len(out) == 0:
+            lst[1] = v * 100
+        out.append(v + x)
+    return out
+
+
+def b_store_before_break(x, lst):
+    out = []
+    for v in lst:
+        if len(out) == 0:
+            lst[1] = v * 100         # replayed into the caller's list before the resume
+        print("at")
+        out.append(v + x)
+    return out
+
+
+def b_append_frame_list(x):
+    lst = _three(x)
+    out = []
+    for v in lst:
+        if len(lst) < 5:
+            lst.append(v * 10)
+        print("at")
+        out.append(v)
+    return out
+
+
+def b_pop_after_break(x, lst):
+    out = []
+    for v in lst:
+        print("at")
+        lst.pop()
+        out.append(v + x)
+    return out, lst
+
+
+def b_enumerate_insert(x):
+    lst = _three(x)
+    out = []
+    for i, v in enumerate(lst):
+        print("at")
+        if i == 1:
+            lst.insert(0, v * 4)
+        out.append(v * i)
+    return out
+
+
+def b_zip_store(x, lst):
+    out = []
+    for a, n in zip(lst, [2, 3, 4]):
+        lst[-1] = a * n
+        print("at")
+        out.append(a)
+    return out
+
+
+def b_map_append(x):
+    lst = [x, x + 1]
+    out = []
+    for y in map(torch.neg, lst):
+        print("y")
+        if len(lst) < 4:
+            lst.append(y * 3)
+        out.append(y)
+    return out
+
+
+def b_reversed_store(x, lst):
+    out = []
+    for v in reversed(lst):
+        print("at")
+        lst[0] = v * 9
+        out.append(v)
+    return out
+
+
+def b_clear_before_break(x):
+    lst = _three(x)
+    out = []
+    for v in lst:
+        lst.clear()
+        print("at")
+        out.append(v * 2)
+    return out
+
+
+def b_nested_same_list(x):
+    lst = [x, x + 1]
+    out = []
+    for a in lst:
+        for b in lst:
+            if len(lst) < 3:
+                lst.append(a - b)
+            print("inner")
+            out.append(a * b)
+    return out
+
+
+def b_iterator_local(x, lst):
+    it = iter(lst)
+    out = [next(it)]
+    print("break")
+    lst.append(x * 9)
+    out.extend(it)
+    return out
+
+
+def _input_list():
+    return [torch.randn(3), torch.randn(3), torch.randn(3)]
+
+
+# (function, takes the input list, graphs): each resume function captures the loop's rest
+# again (a graph per step with tensor ops, and the entry's if it has any), so none runs
+# eagerly
+BREAKS = [(b_store_after_break, True, 3), (b_store_before_break, True, 4),
+          (b_append_frame_list, False, 2), (b_pop_after_break, True, 2),
+          (b_enumerate_insert, False, 5), (b_zip_store, True, 3), (b_map_append, False, 4),
+          (b_reversed_store, True, 3), (b_clear_before_break, False, 1),
+          (b_nested_same_list, False, 10), (b_iterator_local, True, 1)]
+
+
+@pytest.mark.parametrize("fn, takes_list, graphs", BREAKS)
+def test_list_loop_graph_break_sees_mutations(fn, takes_list, graphs):
+    args = (torch.randn(3), _input_list()) if takes_list else (torch.randn(3),)
+    check(fn, args, graphs=graphs)
+
+
+# ------------------------------------------------ unchanged lists: one graph, few guards
+
+def u_sum_list(x, lst):
+    total = x
+    for i, v in enumerate(lst):
+        total = total + v * i
+    for a, b in zip(lst, reversed(lst)):
+        total = total - a * b
+    return total
+
+
+def test_unchanged_list_loop_is_one_graph():
+    # not a bug test: loops over lists they do not change stay one unrolled graph
+    check(u_sum_list, (torch.randn(3), _input_list()), graphs=1)
