@@ -381,3 +381,45 @@ def u_sum_list(x, lst):
 def test_unchanged_list_loop_is_one_graph():
     # not a bug test: loops over lists they do not change stay one unrolled graph
     check(u_sum_list, (torch.randn(3), _input_list()), graphs=1)
+
+
+# ------------------------- wrappers continued by a resume function: a graph per step
+
+def r_chain_append(x, lst):
+    out = []
+    for v in itertools.chain(lst, (x * 5,)):
+        print("at")
+        if len(lst) < 4:
+            lst.append(v * 2)
+        out.append(v + x)
+    return out
+
+
+def r_islice_store(x, lst):
+    out = []
+    for v in itertools.islice(lst, 0, None, 2):
+        print("at")
+        if len(out) == 0:
+            lst[2] = v * 7
+        out.append(v + x)
+    return out
+
+
+def r_islice_past_stop(x):
+    lst = [x, x + 1, x + 2, x + 3, x + 4]
+    it = iter(lst)
+    s = itertools.islice(it, 0, 4, 2)
+    out = [next(s), next(s)]
+    print("at")
+    out.append(next(s, None))        # skips x + 3 on its way to the stop
+    out.append(next(it))
+    return out
+
+
+@pytest.mark.parametrize("fn, graphs", [(r_chain_append, 6), (r_islice_store, 2)])
+def test_wrapped_list_loop_resumes_compiled(fn, graphs):
+    check(fn, (torch.randn(3), _input_list()), graphs=graphs)
+
+
+def test_islice_skips_to_its_stop():
+    check(r_islice_past_stop, (torch.randn(3),), graphs=None)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import operator
 import types
 
@@ -135,8 +136,10 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         head = wrap(tx, value.head, AttrSource(source, "head"))
         sources = [tx.get_iter(s) for s in
                    wrap(tx, value.sources, AttrSource(source, "sources")).unpack(tx)]
-        if value.fn is zip:
-            return handler_for(zip)(tx, sources, {})
+        if value.fn in (zip, itertools.chain):
+            return handler_for(value.fn)(tx, sources, {})
+        if value.fn is itertools.islice:
+            return handler_for(value.fn)(tx, [sources[0], *head.unpack(tx)], {})
         if value.fn is enumerate:
             return handler_for(enumerate)(tx, [sources[0], head], {})
         return handler_for(value.fn)(tx, [head, *sources], {})

@@ -8,6 +8,7 @@ the graph runs.
 from __future__ import annotations
 
 import collections
+import itertools
 import operator
 from typing import Any
 
@@ -416,18 +417,21 @@ class ResumedListIterator:
 
 
 class ResumedWrapperIterator:
-    """``enumerate``/``zip``/``map``/``filter`` over a dict iterator that a resume function
+    """``enumerate``/``zip``/``map``/``filter``/``chain``/``islice`` over a live iterator (of a
+    dict or list) that a resume function
     continues a loop with: the real wrapper over its sources (a ResumedDictIterator or
     another of these, or the tuple of a plain iterator's remaining items), keeping them so
     capture can track it again (``builder``). ``head``: enumerate's count, the function of
-    map and filter."""
+    map and filter, islice's (start, stop, step) from where it is."""
 
     __slots__ = ("fn", "head", "sources", "it", "fresh")
 
     def __init__(self, fn, head, sources: tuple):
         self.fn, self.head, self.sources, self.fresh = fn, head, sources, True
         iters = [iter(s) for s in sources]
-        self.it = (fn(*iters) if fn is zip else fn(iters[0], head) if fn is enumerate
+        self.it = (fn(*iters) if fn in (zip, itertools.chain) else
+                   fn(iters[0], *head) if fn is itertools.islice else
+                   fn(iters[0], head) if fn is enumerate
                    else fn(head, *iters))
 
     def __iter__(self):
@@ -438,7 +442,7 @@ class ResumedWrapperIterator:
         return next(self.it)
 
 
-RESUMABLE_WRAPPERS = (enumerate, zip, map, filter)
+RESUMABLE_WRAPPERS = (enumerate, zip, map, filter, itertools.chain, itertools.islice)
 
 
 class DictIteratorVariable(ListIteratorVariable):
