@@ -421,5 +421,14 @@ def test_wrapped_list_loop_resumes_compiled(fn, graphs):
     check(fn, (torch.randn(3), _input_list()), graphs=graphs)
 
 
-def test_islice_skips_to_its_stop():
-    check(r_islice_past_stop, (torch.randn(3),), graphs=None)
+def r_islice_past_stop_dict(x):
+    d = {"a": x, "b": x + 1, "c": x + 2, "d": x + 3, "e": x + 4}
+    it = iter(d.values())
+    s = itertools.islice(it, 0, 4, 2)
+    out = [next(s), next(s), next(s, None), next(it)]
+    return out
+
+
+@pytest.mark.parametrize("fn", [r_islice_past_stop, r_islice_past_stop_dict])
+def test_islice_skips_to_its_stop(fn):
+    check(fn, (torch.randn(3),), graphs=None)
