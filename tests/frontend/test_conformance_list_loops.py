@@ -432,3 +432,32 @@ def r_islice_past_stop_dict(x):
 @pytest.mark.parametrize("fn", [r_islice_past_stop, r_islice_past_stop_dict])
 def test_islice_skips_to_its_stop(fn):
     check(fn, (torch.randn(3),), graphs=None)
+
+
+# ------------------------------------------------- in-place operators change the list itself
+
+def o_imul_in_loop(x):
+    lst = [x, x + 1]
+    out = []
+    for v in lst:
+        if len(lst) < 4:
+            lst *= 2
+        out.append(v * 2)
+    return out
+
+
+def o_constant_list_inplace(x, lst, other):
+    alias = lst
+    alias += "ab"
+    alias += (3,)
+    other *= 2
+    return x + len(lst), lst, other
+
+
+def test_imul_in_loop():
+    check(o_imul_in_loop, (torch.randn(3),), graphs=1)
+
+
+def test_inplace_operators_on_constant_lists():
+    # folding them as constants made new lists: the caller's lists were left unchanged
+    check(o_constant_list_inplace, (torch.randn(3), [1, 2], [4]), graphs=1)

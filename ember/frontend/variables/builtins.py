@@ -132,15 +132,20 @@ def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
         return on_arrays(tx, op, args)
     if any(isinstance(a, TensorVariable) for a in args):
         return tx.output.call_function(op, args, {})
+    base_op = INPLACE.get(op)
+    a = args[0]
+    # in place, also on a list of constants: aliases, the caller and iterators see it
+    if base_op is operator.add and isinstance(a, ListVariable):
+        a.call_method(tx, "extend", [args[1]], {})
+        return a
+    if base_op is operator.mul and type(a) is ListVariable and args[1].is_python_constant():
+        tx.check_mutation(a)
+        a.items[:] = a.items * operator.index(args[1].as_python_constant())
+        return a
     folded = fold(tx, op, args, {})
     if folded is not None:
         return folded
-    base_op = INPLACE.get(op)
     if base_op is not None:
-        a = args[0]
-        if isinstance(a, ListVariable) and base_op is operator.add:
-            a.call_method(tx, "extend", [args[1]], {})
-            return a
         if isinstance(a, (ListVariable, DictVariable, SetVariable)) or _user_object(a):
             method = _lookup_dunder(a, "__" + op.__name__.strip("_") + "__")
             if method is not None:
