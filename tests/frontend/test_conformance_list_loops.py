@@ -461,3 +461,41 @@ def test_imul_in_loop():
 def test_inplace_operators_on_constant_lists():
     # folding them as constants made new lists: the caller's lists were left unchanged
     check(o_constant_list_inplace, (torch.randn(3), [1, 2], [4]), graphs=1)
+
+
+# ------------------------------------------------------------- zip(strict=True) over lists
+
+def s_strict_zip(x, lst):
+    out = []
+    for u, n in zip(lst, [1, 2, 3], strict=True):
+        out.append(u * n)
+    return out
+
+
+def s_strict_zip_append(x, lst):
+    out = []
+    for u, n in zip(lst, [1, 2, 3, 4], strict=True):
+        if len(lst) < 4:
+            lst.append(u * 2)        # now as long as the other: no error
+        out.append(u * n)
+    return out
+
+
+def s_strict_zip_break(x, lst):
+    out = []
+    for u, n in zip(lst, [1, 2, 3], strict=True):
+        print("at")
+        out.append(u * n)
+    return out
+
+
+@pytest.mark.parametrize("fn, graphs", [(s_strict_zip, 1), (s_strict_zip_append, 1),
+                                        (s_strict_zip_break, 3)])
+def test_strict_zip_over_list(fn, graphs):
+    check(fn, (torch.randn(3), _input_list()), graphs=graphs)
+
+
+def test_strict_zip_over_list_unequal_raises():
+    check(s_strict_zip, (torch.randn(3), _input_list()[:2]), graphs=None, raises=ValueError)
+    check(s_strict_zip_break, (torch.randn(3), _input_list()[:2]), graphs=None,
+          raises=ValueError)

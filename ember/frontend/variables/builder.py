@@ -136,7 +136,9 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         head = wrap(tx, value.head, AttrSource(source, "head"))
         sources = [tx.get_iter(s) for s in
                    wrap(tx, value.sources, AttrSource(source, "sources")).unpack(tx)]
-        if value.fn in (zip, itertools.chain):
+        if value.fn is zip:
+            return handler_for(zip)(tx, sources, {"strict": head})
+        if value.fn is itertools.chain:
             return handler_for(value.fn)(tx, sources, {})
         if value.fn is itertools.islice:
             return handler_for(value.fn)(tx, [sources[0], *head.unpack(tx)], {})

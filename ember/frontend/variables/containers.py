@@ -422,14 +422,15 @@ class ResumedWrapperIterator:
     continues a loop with: the real wrapper over its sources (a ResumedDictIterator or
     another of these, or the tuple of a plain iterator's remaining items), keeping them so
     capture can track it again (``builder``). ``head``: enumerate's count, the function of
-    map and filter, islice's (start, stop, step) from where it is."""
+    map and filter, islice's (start, stop, step) from where it is, zip's strict."""
 
     __slots__ = ("fn", "head", "sources", "it", "fresh")
 
     def __init__(self, fn, head, sources: tuple):
         self.fn, self.head, self.sources, self.fresh = fn, head, sources, True
         iters = [iter(s) for s in sources]
-        self.it = (fn(*iters) if fn in (zip, itertools.chain) else
+        self.it = (fn(*iters, strict=bool(head)) if fn is zip else
+                   fn(*iters) if fn is itertools.chain else
                    fn(iters[0], *head) if fn is itertools.islice else
                    fn(iters[0], head) if fn is enumerate
                    else fn(head, *iters))
