@@ -404,9 +404,9 @@ _LIVE_ITERATORS = (DictIteratorVariable, LazyIteratorVariable, LiveListIteratorV
 
 def _remaining_items(vt: ListIteratorVariable, cg: EntryCodegen) -> str:
     """What the resume function makes the iterator from: the tuple of its remaining items,
-    or, for one over a dict (live: values read when reached, size changes raise), the real
-    iterator over the real dict where the frame's was (made once, after the mutations are
-    replayed: ``cg.iterator_lines``)."""
+    or, for one over a dict (live: values read when reached, size changes raise) or a list
+    (live: an index into it), the real iterator over the real container where the frame's
+    was (made once, after the mutations are replayed: ``cg.iterator_lines``)."""
     if isinstance(vt, _LIVE_ITERATORS):
         name = cg.iterator_names.get(id(vt))
         if name is None:

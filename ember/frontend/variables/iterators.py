@@ -7,10 +7,11 @@ own, and the result is a :class:`ListIteratorVariable` over the trackers at thos
 ``repeat(x)`` and ``count()`` without an end are :class:`EndlessIteratorVariable`: ``zip``,
 ``islice`` and ``for`` loops with a ``break`` take what they need from them.
 
-Over a dict, its views or its iterators, the lazy ones (``chain``, ``islice``, ``starmap``,
-``zip_longest``, ``pairwise``, ``accumulate``) are :class:`LazyIteratorVariable`: each item
-is read from the dict when reached, as Python's are (``product``, ``combinations`` and
-``permutations`` read their whole input at creation in Python too).
+Over a list, a dict, its views or their iterators, the lazy ones (``chain``, ``islice``,
+``starmap``, ``zip_longest``, ``pairwise``, ``accumulate``) are :class:`LazyIteratorVariable`:
+each item is read from the list or dict when reached, as Python's are (``product``,
+``combinations`` and ``permutations`` read their whole input at creation in Python too);
+``chain`` and ``islice`` continue in resume functions after a graph break in their loop.
 """
 from __future__ import annotations
 
