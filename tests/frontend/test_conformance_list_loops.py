@@ -499,3 +499,38 @@ def test_strict_zip_over_list_unequal_raises():
     check(s_strict_zip, (torch.randn(3), _input_list()[:2]), graphs=None, raises=ValueError)
     check(s_strict_zip_break, (torch.randn(3), _input_list()[:2]), graphs=None,
           raises=ValueError)
+
+
+# ----------------------------------- ResumedListIterator steps as CPython's list iterators
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_resumed_list_iterator_matches_cpython(reverse):
+    import random
+    from ember.frontend.variables.containers import ResumedListIterator
+    rng = random.Random(0)
+    for _ in range(300):
+        real_list, ours_list = list(range(5)), list(range(5))
+        real = reversed(real_list) if reverse else iter(real_list)
+        ours = ResumedListIterator(ours_list, len(ours_list) - 1 if reverse else 0, reverse)
+        for _ in range(12):
+            op = rng.choice(["next", "next", "append", "pop", "insert", "del", "set"])
+            if rng.random() < 0.05:
+                op = "clear"
+            for lst in (real_list, ours_list):
+                r = random.Random(len(lst) * 7 + len(op))
+                if op == "append":
+                    lst.append(r.randint(10, 99))
+                elif op == "pop" and lst:
+                    lst.pop(r.randrange(len(lst)))
+                elif op == "insert":
+                    lst.insert(r.randint(0, len(lst)), r.randint(10, 99))
+                elif op == "del":
+                    del lst[:2]
+                elif op == "clear":
+                    lst.clear()
+                elif op == "set" and lst:
+                    lst[r.randrange(len(lst))] = r.randint(10, 99)
+            if op == "next":
+                assert next(real, None) == next(ours, None)
+            assert real.__length_hint__() == ours.__length_hint__()
+        assert list(real) == list(ours)

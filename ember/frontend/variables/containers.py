@@ -413,7 +413,9 @@ class ResumedListIterator:
     def __length_hint__(self):
         if self.done:
             return 0
-        return max(0, self.pos + 1) if self.reverse else max(0, len(self.list) - self.pos)
+        if self.reverse:
+            return self.pos + 1 if self.pos < len(self.list) else 0
+        return max(0, len(self.list) - self.pos)
 
 
 class ResumedWrapperIterator:
