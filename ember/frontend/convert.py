@@ -227,7 +227,8 @@ def _return_tail(capture: _Capture):
     def tail(cg: EntryCodegen) -> list[str]:
         return_expr = cg.reconstruct(capture.result)
         effects = capture.output.side_effects.codegen(cg)
-        return effects + [f"return {return_expr}"]
+        # list iterators positioned once their lists are replayed (LiveListIteratorVariable)
+        return effects + cg.iterator_lines + [f"return {return_expr}"]
     return tail
 
 

@@ -534,3 +534,48 @@ def test_resumed_list_iterator_matches_cpython(reverse):
                 assert next(real, None) == next(ours, None)
             assert real.__length_hint__() == ours.__length_hint__()
         assert list(real) == list(ours)
+
+
+# ---------------------------------------- an iterator over a list returned by the frame
+
+def e_returned(x, lst):
+    it = iter(lst)
+    next(it)
+    return x + 1, it
+
+
+def e_returned_after_appends(x, lst):
+    lst.append(x)
+    lst.append(x * 2)
+    it = iter(lst)
+    for _ in range(4):
+        next(it)
+    return x + 1, it
+
+
+def e_returned_reversed(x, lst):
+    it = reversed(lst)
+    next(it)
+    lst.pop(0)
+    return x + 1, it
+
+
+def e_returned_exhausted(x, lst):
+    it = iter(lst)
+    for _ in it:
+        pass
+    return x + 1, it
+
+
+@pytest.mark.parametrize("fn", [e_returned, e_returned_after_appends, e_returned_reversed,
+                                e_returned_exhausted])
+def test_returned_list_iterator_is_a_real_one(fn):
+    import ember
+    ember.reset()
+    compiled = ember.compile(fn, backend="eager")
+    lists = [[torch.full((2,), float(i)) for i in range(3)] for _ in range(2)]
+    (_, want), (_, got) = fn(torch.ones(2), lists[0]), compiled(torch.ones(2), lists[1])
+    assert type(got) is type(want)
+    for lst in lists:               # it reads the caller's list as it is then
+        lst.append(torch.full((2,), 7.0))
+    assert [t.tolist() for t in got] == [t.tolist() for t in want]

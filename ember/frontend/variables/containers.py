@@ -518,18 +518,33 @@ class LiveListIteratorVariable(ListIteratorVariable):
 
     def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
         """The real iterator; made before or after the list's replay alike (it reads the
-        list only when stepped)."""
+        list only when stepped). ``resumed``: a ResumedListIterator, for a resume function
+        to track again."""
         claim_iterator(cg, self)
         if self.exhausted:
-            return "()" if resumed else f"{cg.const(iter)}(())"
+            return "()" if resumed else f"{cg.const(iter)}([])"
         return (f"{cg.const(ResumedListIterator)}({cg.reconstruct(self.list_vt)}, "
                 f"{self.index}, {self.reverse})")
 
     def rebuild(self, cg):
+        """Outliving the graph: a real list iterator, positioned by ``__setstate__`` once
+        the list's mutations are replayed (``cg.iterator_lines``: it clamps the index to
+        the list's length then); a ResumedListIterator where the index is past the end."""
         if self.passed_as_items:
             raise Unsupported("an iterator reached both from the frame's stack or locals and "
                               "from another value at a graph break")
-        return cg.temp(self, self.real_iterator(cg))
+        size = len(self.list_vt.items)
+        if not self.exhausted and not (0 <= self.index < size or
+                                       (self.index == size and not self.reverse)):
+            return cg.temp(self, self.real_iterator(cg))
+        if self.exhausted:   # an ended list iterator acts as one over an empty list
+            claim_iterator(cg, self)
+            return cg.temp(self, f"{cg.const(iter)}([])")
+        claim_iterator(cg, self)
+        make = cg.const(reversed if self.reverse else iter)
+        name = cg.temp(self, f"{make}({cg.reconstruct(self.list_vt)})")
+        cg.iterator_lines.append(f"{name}.__setstate__({self.index})")
+        return name
 
 
 class LazyIteratorVariable(ListIteratorVariable):
