@@ -347,6 +347,29 @@ def b_iterator_local(x, lst):
     return out
 
 
+def b_named_iterator_in_loop(x, lst):
+    it = iter(lst)                   # one iterator: the loop's and the name's
+    out = []
+    for v in it:
+        print("at")
+        if len(lst) < 5:
+            lst.append(v * 2)
+        out.append(v + x)
+        if len(out) == 2:
+            out.append(next(it))
+    return out
+
+
+def b_outer_loop_shrinks(x, lst):
+    out = []
+    for v in lst:
+        for w in reversed(lst):
+            out.append(v * w)
+        print("at")
+        del lst[-1]
+    return out
+
+
 def _input_list():
     return [torch.randn(3), torch.randn(3), torch.randn(3)]
 
@@ -358,7 +381,8 @@ BREAKS = [(b_store_after_break, True, 3), (b_store_before_break, True, 4),
           (b_append_frame_list, False, 2), (b_pop_after_break, True, 2),
           (b_enumerate_insert, False, 5), (b_zip_store, True, 3), (b_map_append, False, 4),
           (b_reversed_store, True, 3), (b_clear_before_break, False, 1),
-          (b_nested_same_list, False, 10), (b_iterator_local, True, 1)]
+          (b_nested_same_list, False, 10), (b_iterator_local, True, 1),
+          (b_named_iterator_in_loop, True, 4), (b_outer_loop_shrinks, True, 2)]
 
 
 @pytest.mark.parametrize("fn, takes_list, graphs", BREAKS)
