@@ -420,9 +420,9 @@ class ResumedListIterator:
 
 class ResumedWrapperIterator:
     """``enumerate``/``zip``/``map``/``filter``/``chain``/``islice`` over a live iterator (of a
-    dict or list) that a resume function
-    continues a loop with: the real wrapper over its sources (a ResumedDictIterator or
-    another of these, or the tuple of a plain iterator's remaining items), keeping them so
+    dict or list) that a resume function continues a loop with: the real wrapper over its
+    sources (a ResumedDictIterator, ResumedListIterator or another of these, or the tuple
+    of a plain iterator's remaining items), keeping them so
     capture can track it again (``builder``). ``head``: enumerate's count, the function of
     map and filter, islice's (start, stop, step) from where it is, zip's strict."""
 
@@ -488,8 +488,9 @@ class DictIteratorVariable(ListIteratorVariable):
 class LiveListIteratorVariable(ListIteratorVariable):
     """``iter(lst)`` / ``reversed(lst)`` over a list: as CPython's, an index into the list
     as it is at each step (no snapshot), so stores, appends and removals during the loop
-    act as in eager. Outside the graph it is a ResumedListIterator over the real list (its
-    mutations replayed, or the list rebuilt as it is now) at the same index."""
+    act as in eager. Outside the graph it is an iterator over the real list (its mutations
+    replayed, or the list rebuilt as it is now) at the same index: a real list iterator
+    where it outlives the frame, a ResumedListIterator for a resume function."""
 
     def __init__(self, list_vt: ListVariable, reverse: bool = False):
         VariableTracker.__init__(self, None)
@@ -549,7 +550,7 @@ class LiveListIteratorVariable(ListIteratorVariable):
 
 class LazyIteratorVariable(ListIteratorVariable):
     """``enumerate``/``zip``/``map``/``filter``/``itertools`` over a live iterator (one
-    over a dict or its view): each step takes its items from the sources when it is
+    over a list, a dict or its view): each step takes its items from the sources when it is
     reached, as Python's do, so a value stored into the dict meanwhile is seen (a snapshot
     at creation would not see it). Outside the graph it is the real wrapper made again
     (``remake``) around the sources' real iterators."""
