@@ -37,7 +37,8 @@ from ember.frontend.source import AttrSource, ClosureCellSource, GetItemSource, 
 from ember.frontend.translator import NULL, InstructionTranslator, _LazyLocal
 from ember.frontend.variables.base import VariableTracker
 from ember.frontend.variables.containers import (DictIteratorVariable, LazyIteratorVariable,
-                                                 ListIteratorVariable)
+                                                 ListIteratorVariable,
+                                                 LiveListIteratorVariable)
 from ember.frontend.variables.functions import (CellRefVariable, CellVariable,
                                                 NestedUserFunctionVariable,
                                                 UserFunctionVariable)
@@ -226,7 +227,8 @@ def _return_tail(capture: _Capture):
     def tail(cg: EntryCodegen) -> list[str]:
         return_expr = cg.reconstruct(capture.result)
         effects = capture.output.side_effects.codegen(cg)
-        return effects + [f"return {return_expr}"]
+        # list iterators positioned once their lists are replayed (LiveListIteratorVariable)
+        return effects + cg.iterator_lines + [f"return {return_expr}"]
     return tail
 
 
@@ -395,15 +397,18 @@ def _live_locals(tx, target: int, cg: EntryCodegen, on_stack: dict[int, int]
 
 def _passed_as_iterator(vt: VariableTracker) -> bool:
     return type(vt) is ListIteratorVariable or isinstance(
-        vt, (DictIteratorVariable, LazyIteratorVariable))
+        vt, _LIVE_ITERATORS)
+
+
+_LIVE_ITERATORS = (DictIteratorVariable, LazyIteratorVariable, LiveListIteratorVariable)
 
 
 def _remaining_items(vt: ListIteratorVariable, cg: EntryCodegen) -> str:
     """What the resume function makes the iterator from: the tuple of its remaining items,
-    or, for one over a dict (live: values read when reached, size changes raise), the real
-    iterator over the real dict where the frame's was (made once, after the mutations are
-    replayed: ``cg.iterator_lines``)."""
-    if isinstance(vt, (DictIteratorVariable, LazyIteratorVariable)):
+    or, for one over a dict (live: values read when reached, size changes raise) or a list
+    (live: an index into it), the real iterator over the real container where the frame's
+    was (made once, after the mutations are replayed: ``cg.iterator_lines``)."""
+    if isinstance(vt, _LIVE_ITERATORS):
         name = cg.iterator_names.get(id(vt))
         if name is None:
             name = cg.iterator_names[id(vt)] = cg.fresh("___it")

@@ -357,6 +357,8 @@ class InstructionTranslator:
             return vt
         if isinstance(vt, (DictVariable, DictViewVariable)):   # live: sees the dict's changes
             return vt.call_method(self, "__iter__", [], {})
+        if type(vt) is ListVariable:   # live: an index into the list as it is at each step
+            return vt.live_iterator()
         return ListIteratorVariable(self.unpack_iterable(vt))
 
     def is_same_object(self, a: VariableTracker, b: VariableTracker) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import operator
 import types
 
@@ -22,6 +23,7 @@ from ember.frontend.variables import iterators, numpy  # noqa: F401 (register ha
 from ember.frontend.variables.builtins import handler_for
 from ember.frontend.variables.containers import (DequeVariable, DictVariable, ListVariable,
                                                  NamedTupleVariable, ResumedDictIterator,
+                                                 ResumedListIterator,
                                                  ResumedWrapperIterator,
                                                  SetVariable, SizeVariable,
                                                  TupleVariable, is_namedtuple_class,
@@ -112,6 +114,17 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         it = dict_vt.live_iterator(value.kind, value.reverse)
         it.index = value.pos
         return it
+    if type(value) is ResumedListIterator and source is not None:
+        # a loop over a list continued by a resume function: the frame's live iterator
+        add(guards.type_match(source, ResumedListIterator))
+        for attr in ("pos", "reverse", "done"):
+            add(guards.constant_match(AttrSource(source, attr), getattr(value, attr)))
+        list_vt = wrap(tx, value.list, AttrSource(source, "list"))
+        if type(list_vt) is not ListVariable:
+            raise Unsupported("a list iterator over a list that cannot be tracked")
+        it = list_vt.live_iterator(value.reverse)
+        it.index, it.exhausted = value.pos, value.done
+        return it
     if type(value) is ResumedWrapperIterator and source is not None:
         # enumerate/zip/map/filter over a dict iterator, continued by a resume function:
         # made again by the builtin's handler over its sources, tracked again
@@ -124,7 +137,11 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         sources = [tx.get_iter(s) for s in
                    wrap(tx, value.sources, AttrSource(source, "sources")).unpack(tx)]
         if value.fn is zip:
-            return handler_for(zip)(tx, sources, {})
+            return handler_for(zip)(tx, sources, {"strict": head})
+        if value.fn is itertools.chain:
+            return handler_for(value.fn)(tx, sources, {})
+        if value.fn is itertools.islice:
+            return handler_for(value.fn)(tx, [sources[0], *head.unpack(tx)], {})
         if value.fn is enumerate:
             return handler_for(enumerate)(tx, [sources[0], head], {})
         return handler_for(value.fn)(tx, [head, *sources], {})

@@ -132,15 +132,20 @@ def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
         return on_arrays(tx, op, args)
     if any(isinstance(a, TensorVariable) for a in args):
         return tx.output.call_function(op, args, {})
+    base_op = INPLACE.get(op)
+    a = args[0]
+    # in place, also on a list of constants: aliases, the caller and iterators see it
+    if base_op is operator.add and isinstance(a, ListVariable):
+        a.call_method(tx, "extend", [args[1]], {})
+        return a
+    if base_op is operator.mul and type(a) is ListVariable and args[1].is_python_constant():
+        tx.check_mutation(a)
+        a.items[:] = a.items * operator.index(args[1].as_python_constant())
+        return a
     folded = fold(tx, op, args, {})
     if folded is not None:
         return folded
-    base_op = INPLACE.get(op)
     if base_op is not None:
-        a = args[0]
-        if isinstance(a, ListVariable) and base_op is operator.add:
-            a.call_method(tx, "extend", [args[1]], {})
-            return a
         if isinstance(a, (ListVariable, DictVariable, SetVariable)) or _user_object(a):
             method = _lookup_dunder(a, "__" + op.__name__.strip("_") + "__")
             if method is not None:
@@ -541,17 +546,6 @@ def _deque(tx, args, kwargs):
     return out
 
 
-def next_of_each(tx, sources) -> list[VariableTracker] | None:
-    """One item of each source in turn, as ``zip`` takes them; None once one ends."""
-    items = []
-    for src in sources:
-        item = src.next(tx)
-        if item is None:
-            return None
-        items.append(item)
-    return items
-
-
 def _lazily(iterables) -> bool:
     """zip/map take their items step by step: over a dict (live), or when one iterator is
     passed twice (``zip(*[iter(xs)] * 2)`` pairs consecutive items; unpacking each
@@ -586,22 +580,28 @@ def _lazy_enumerate(tx, iterable, start: int) -> LazyIteratorVariable:
         head=lambda cg: str(count[0]))
 
 
-def _lazy_zip(tx, iterables, fn=None) -> LazyIteratorVariable:
+def _lazy_zip(tx, iterables, fn=None, strict=False) -> LazyIteratorVariable:
     """``zip(*iterables)``, or ``map(fn, *iterables)``."""
     sources = [tx.get_iter(a) for a in iterables]
 
     def step(tx):
-        items = next_of_each(tx, sources)
-        if items is None:
-            return None
+        items = []
+        for i, src in enumerate(sources):
+            item = src.next(tx)
+            if item is None:
+                if strict and (i > 0 or any(s.next(tx) is not None for s in sources[1:])):
+                    # Python raises ValueError here: the frame runs eagerly
+                    raise Unsupported("zip(strict=True) of unequal lengths")
+                return None
+            items.append(item)
         return TupleVariable(items) if fn is None else fn.call_function(tx, items, {})
 
     def remake(cg, s):
         if fn is None:
-            return f"{cg.const(zip)}({', '.join(s)})"
+            return f"{cg.const(zip)}({', '.join(s)}{', strict=True' if strict else ''})"
         return f"{cg.const(map)}({', '.join([cg.reconstruct(fn), *s])})"
-    return LazyIteratorVariable(sources, step, remake, zip if fn is None else map,
-                                head=_resumed_head(fn))
+    head = (lambda cg: "True") if strict else _resumed_head(fn)   # zip's: strict
+    return LazyIteratorVariable(sources, step, remake, zip if fn is None else map, head=head)
 
 
 @builtin(enumerate)
@@ -619,9 +619,7 @@ def _enumerate(tx, args, kwargs):
 def _zip(tx, args, kwargs):
     strict = kwargs.get("strict") is not None and kwargs["strict"].as_python_constant()
     if _lazily(args):
-        if strict:
-            raise Unsupported("zip(strict=True) over a dict")
-        return _lazy_zip(tx, args)
+        return _lazy_zip(tx, args, strict=strict)
     if strict:
         lists = [tx.unpack_iterable(a) for a in args]
         if len({len(x) for x in lists}) > 1:
@@ -669,6 +667,8 @@ def _filter(tx, args, kwargs):
 def _reversed(tx, args, kwargs):
     if isinstance(args[0], (DictVariable, DictViewVariable)):   # live, as iter()
         return args[0].call_method(tx, "__reversed__", [], {})
+    if type(args[0]) is ListVariable:   # live, as iter()
+        return args[0].live_iterator(reverse=True)
     return ListIteratorVariable(list(reversed(tx.unpack_iterable(args[0]))))
 
 

@@ -8,6 +8,7 @@ the graph runs.
 from __future__ import annotations
 
 import collections
+import itertools
 import operator
 from typing import Any
 
@@ -158,7 +159,14 @@ class ListVariable(BaseSequenceVariable):
     py_type = list
     mutable = True
 
+    def live_iterator(self, reverse: bool = False) -> "LiveListIteratorVariable":
+        """``iter(lst)`` or ``reversed(lst)``: reads the list as it is at each step."""
+        return LiveListIteratorVariable(self, reverse)
+
     def call_method(self, tx, name, args, kwargs):
+        if type(self) is ListVariable and not args and not kwargs and \
+                name in ("__iter__", "__reversed__"):
+            return self.live_iterator(reverse=name == "__reversed__")
         tx.check_mutation(self)
         if name == "append":
             self.items.append(args[0])
@@ -339,7 +347,7 @@ def claim_iterator(cg, it: ListIteratorVariable) -> None:
     """Each iterator is made once outside the graph: one reached twice through wrappers
     (``zip(*[iter(d)] * 2)``) would become two iterators that do not advance together."""
     if id(it) in cg.made_iterators:
-        raise Unsupported("one iterator over a dict reached twice at a graph break")
+        raise Unsupported("one iterator over a dict or list reached twice at a graph break")
     cg.made_iterators.add(id(it))
 
 
@@ -377,19 +385,56 @@ class ResumedDictIterator:
         return tuple(self.dict) == self.keys
 
 
+class ResumedListIterator:
+    """The iterator over a list that a resume function continues a loop with (or that
+    outlives the graph): over the real list, at the frame's index, stepping as CPython's
+    list iterator and reverse iterator do (the item at the index if it is within the list
+    as it is then, else the end, for good), so the list's later changes are seen as in
+    eager. Unlike ``list_iterator.__setstate__`` the index is not clamped to the length at
+    creation (items removed behind the index, then appended, are reached as in eager).
+    ``builder`` tracks it again from its list and position."""
+
+    __slots__ = ("list", "pos", "reverse", "done")
+
+    def __init__(self, lst: list, pos: int, reverse: bool, done: bool = False):
+        self.list, self.pos, self.reverse, self.done = lst, pos, reverse, done
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        pos = self.pos
+        if not self.done and 0 <= pos < len(self.list):
+            self.pos = pos - 1 if self.reverse else pos + 1
+            return self.list[pos]
+        self.done = True
+        raise StopIteration
+
+    def __length_hint__(self):
+        if self.done:
+            return 0
+        if self.reverse:
+            return self.pos + 1 if self.pos < len(self.list) else 0
+        return max(0, len(self.list) - self.pos)
+
+
 class ResumedWrapperIterator:
-    """``enumerate``/``zip``/``map``/``filter`` over a dict iterator that a resume function
-    continues a loop with: the real wrapper over its sources (a ResumedDictIterator or
-    another of these, or the tuple of a plain iterator's remaining items), keeping them so
+    """``enumerate``/``zip``/``map``/``filter``/``chain``/``islice`` over a live iterator (of a
+    dict or list) that a resume function continues a loop with: the real wrapper over its
+    sources (a ResumedDictIterator, ResumedListIterator or another of these, or the tuple
+    of a plain iterator's remaining items), keeping them so
     capture can track it again (``builder``). ``head``: enumerate's count, the function of
-    map and filter."""
+    map and filter, islice's (start, stop, step) from where it is, zip's strict."""
 
     __slots__ = ("fn", "head", "sources", "it", "fresh")
 
     def __init__(self, fn, head, sources: tuple):
         self.fn, self.head, self.sources, self.fresh = fn, head, sources, True
         iters = [iter(s) for s in sources]
-        self.it = (fn(*iters) if fn is zip else fn(iters[0], head) if fn is enumerate
+        self.it = (fn(*iters, strict=bool(head)) if fn is zip else
+                   fn(*iters) if fn is itertools.chain else
+                   fn(iters[0], *head) if fn is itertools.islice else
+                   fn(iters[0], head) if fn is enumerate
                    else fn(head, *iters))
 
     def __iter__(self):
@@ -400,7 +445,7 @@ class ResumedWrapperIterator:
         return next(self.it)
 
 
-RESUMABLE_WRAPPERS = (enumerate, zip, map, filter)
+RESUMABLE_WRAPPERS = (enumerate, zip, map, filter, itertools.chain, itertools.islice)
 
 
 class DictIteratorVariable(ListIteratorVariable):
@@ -440,9 +485,72 @@ class DictIteratorVariable(ListIteratorVariable):
         return cg.temp(self, self.real_iterator(cg, before_replay=True))
 
 
+class LiveListIteratorVariable(ListIteratorVariable):
+    """``iter(lst)`` / ``reversed(lst)`` over a list: as CPython's, an index into the list
+    as it is at each step (no snapshot), so stores, appends and removals during the loop
+    act as in eager. Outside the graph it is an iterator over the real list (its mutations
+    replayed, or the list rebuilt as it is now) at the same index: a real list iterator
+    where it outlives the frame, a ResumedListIterator for a resume function."""
+
+    def __init__(self, list_vt: ListVariable, reverse: bool = False):
+        VariableTracker.__init__(self, None)
+        self.list_vt, self.reverse = list_vt, reverse
+        self.index = len(list_vt.items) - 1 if reverse else 0
+        self.py_type = type(reversed([])) if reverse else type(iter([]))
+
+    @property
+    def items(self) -> list[VariableTracker]:
+        return self.list_vt.items
+
+    def next(self, tx):
+        items = self.list_vt.items
+        if not self.exhausted and 0 <= self.index < len(items):
+            item = items[self.index]
+            self.index += -1 if self.reverse else 1
+            return item
+        self.exhausted = True    # CPython's drops its list at the end: later appends unseen
+        return None
+
+    def unpack(self, tx):
+        out = []
+        while (item := self.next(tx)) is not None:
+            out.append(item)
+        return out
+
+    def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
+        """The real iterator; made before or after the list's replay alike (it reads the
+        list only when stepped). ``resumed``: a ResumedListIterator, for a resume function
+        to track again."""
+        claim_iterator(cg, self)
+        if self.exhausted:
+            return "()" if resumed else f"{cg.const(iter)}([])"
+        return (f"{cg.const(ResumedListIterator)}({cg.reconstruct(self.list_vt)}, "
+                f"{self.index}, {self.reverse})")
+
+    def rebuild(self, cg):
+        """Outliving the graph: a real list iterator, positioned by ``__setstate__`` once
+        the list's mutations are replayed (``cg.iterator_lines``: it clamps the index to
+        the list's length then); a ResumedListIterator where the index is past the end."""
+        if self.passed_as_items:
+            raise Unsupported("an iterator reached both from the frame's stack or locals and "
+                              "from another value at a graph break")
+        size = len(self.list_vt.items)
+        if not self.exhausted and not (0 <= self.index < size or
+                                       (self.index == size and not self.reverse)):
+            return cg.temp(self, self.real_iterator(cg))
+        if self.exhausted:   # an ended list iterator acts as one over an empty list
+            claim_iterator(cg, self)
+            return cg.temp(self, f"{cg.const(iter)}([])")
+        claim_iterator(cg, self)
+        make = cg.const(reversed if self.reverse else iter)
+        name = cg.temp(self, f"{make}({cg.reconstruct(self.list_vt)})")
+        cg.iterator_lines.append(f"{name}.__setstate__({self.index})")
+        return name
+
+
 class LazyIteratorVariable(ListIteratorVariable):
     """``enumerate``/``zip``/``map``/``filter``/``itertools`` over a live iterator (one
-    over a dict or its view): each step takes its items from the sources when it is
+    over a list, a dict or its view): each step takes its items from the sources when it is
     reached, as Python's do, so a value stored into the dict meanwhile is seen (a snapshot
     at creation would not see it). Outside the graph it is the real wrapper made again
     (``remake``) around the sources' real iterators."""
@@ -482,7 +590,8 @@ class LazyIteratorVariable(ListIteratorVariable):
         for src in self.sources:
             if src.passed_as_items:   # one object with a name of its own: not made twice
                 raise Unsupported("an iterator both wrapped and named at a graph break")
-            if isinstance(src, (DictIteratorVariable, LazyIteratorVariable)):
+            if isinstance(src, (DictIteratorVariable, LazyIteratorVariable,
+                                LiveListIteratorVariable)):
                 sources.append(src.real_iterator(cg, before_replay, resumed))
             elif resumed and type(src) is ListIteratorVariable:
                 claim_iterator(cg, src)
@@ -502,9 +611,11 @@ class LazyIteratorVariable(ListIteratorVariable):
 
 
 def is_live_iterable(vt: VariableTracker) -> bool:
-    """Iterating it reads a dict as it is at each step (see ``LazyIteratorVariable``)."""
-    return isinstance(vt, (DictVariable, DictViewVariable, DictIteratorVariable,
-                           LazyIteratorVariable))
+    """Iterating it reads a dict or list as it is at each step (see
+    ``LazyIteratorVariable``)."""
+    return type(vt) is ListVariable or isinstance(vt, (
+        DictVariable, DictViewVariable, DictIteratorVariable, LazyIteratorVariable,
+        LiveListIteratorVariable))
 
 
 def hashable_key(vt: VariableTracker, among: dict | None = None) -> Any:

@@ -7,10 +7,11 @@ own, and the result is a :class:`ListIteratorVariable` over the trackers at thos
 ``repeat(x)`` and ``count()`` without an end are :class:`EndlessIteratorVariable`: ``zip``,
 ``islice`` and ``for`` loops with a ``break`` take what they need from them.
 
-Over a dict, its views or its iterators, the lazy ones (``chain``, ``islice``, ``starmap``,
-``zip_longest``, ``pairwise``, ``accumulate``) are :class:`LazyIteratorVariable`: each item
-is read from the dict when reached, as Python's are (``product``, ``combinations`` and
-``permutations`` read their whole input at creation in Python too).
+Over a list, a dict, its views or their iterators, the lazy ones (``chain``, ``islice``,
+``starmap``, ``zip_longest``, ``pairwise``, ``accumulate``) are :class:`LazyIteratorVariable`:
+each item is read from the list or dict when reached, as Python's are (``product``,
+``combinations`` and ``permutations`` read their whole input at creation in Python too);
+``chain`` and ``islice`` continue in resume functions after a graph break in their loop.
 """
 from __future__ import annotations
 
@@ -91,17 +92,17 @@ def _lazy(tx, fn, iterables, step, remake=None) -> LazyIteratorVariable:
 @builtin(itertools.chain)
 def _chain(tx, args, kwargs):
     if any(is_live_iterable(a) for a in args):
-        at = [0]
-
         def step(tx, sources):
-            while at[0] < len(sources):
-                item = sources[at[0]].next(tx)
+            while sources:
+                item = sources[0].next(tx)
                 if item is not None:
                     return item
-                at[0] += 1
+                del sources[0]     # ended: what is left is the chain of the rest
             return None
-        return _lazy(tx, itertools.chain, args, step,
-                     lambda cg, s: f"{cg.const(itertools.chain)}({', '.join(s[at[0]:])})")
+        it = _lazy(tx, itertools.chain, args, step,
+                   lambda cg, s: f"{cg.const(itertools.chain)}({', '.join(s)})")
+        it.head = lambda cg: "None"   # resumable (ResumedWrapperIterator) over the rest
+        return it
     return ListIteratorVariable([item for a in args for item in tx.unpack_iterable(a)])
 
 
@@ -211,6 +212,9 @@ def _lazy_islice(tx, source, window: slice) -> LazyIteratorVariable:
 
     def step(tx, sources):
         if stop is not None and want[0] >= stop:
+            # Python's next index is clamped to stop: it still skips up to there
+            while pos[0] < stop and sources[0].next(tx) is not None:
+                pos[0] += 1
             return None
         while pos[0] < want[0]:
             if sources[0].next(tx) is None:
@@ -223,12 +227,16 @@ def _lazy_islice(tx, source, window: slice) -> LazyIteratorVariable:
         want[0] += stride
         return item
 
+    def bounds() -> str:   # a fresh islice in the state this one is in
+        if stop is None:
+            return f"{want[0] - pos[0]}, None, {stride}"
+        return f"{min(want[0], stop) - pos[0]}, {stop - pos[0]}, {stride}"
+
     def remake(cg, s):
-        if stop is not None and want[0] >= stop:
-            return f"{cg.const(iter)}(())"
-        end = "None" if stop is None else stop - pos[0]
-        return f"{cg.const(itertools.islice)}({s[0]}, {want[0] - pos[0]}, {end}, {stride})"
-    return _lazy(tx, itertools.islice, [source], step, remake)
+        return f"{cg.const(itertools.islice)}({s[0]}, {bounds()})"
+    it = _lazy(tx, itertools.islice, [source], step, remake)
+    it.head = lambda cg: f"({bounds()})"    # resumable (ResumedWrapperIterator)
+    return it
 
 
 @builtin(itertools.repeat)
