@@ -485,7 +485,17 @@ class DictIteratorVariable(ListIteratorVariable):
         return cg.temp(self, self.real_iterator(cg, before_replay=True))
 
 
-class LiveListIteratorVariable(ListIteratorVariable):
+class _SteppedIterator(ListIteratorVariable):
+    """An iterator whose items are taken one step at a time (never sliced from ``items``)."""
+
+    def unpack(self, tx):
+        out = []
+        while (item := self.next(tx)) is not None:
+            out.append(item)
+        return out
+
+
+class LiveListIteratorVariable(_SteppedIterator):
     """``iter(lst)`` / ``reversed(lst)`` over a list: as CPython's, an index into the list
     as it is at each step (no snapshot), so stores, appends and removals during the loop
     act as in eager. Outside the graph it is an iterator over the real list (its mutations
@@ -510,12 +520,6 @@ class LiveListIteratorVariable(ListIteratorVariable):
             return item
         self.exhausted = True    # CPython's drops its list at the end: later appends unseen
         return None
-
-    def unpack(self, tx):
-        out = []
-        while (item := self.next(tx)) is not None:
-            out.append(item)
-        return out
 
     def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
         """The real iterator; made before or after the list's replay alike (it reads the
@@ -548,7 +552,7 @@ class LiveListIteratorVariable(ListIteratorVariable):
         return name
 
 
-class LazyIteratorVariable(ListIteratorVariable):
+class LazyIteratorVariable(_SteppedIterator):
     """``enumerate``/``zip``/``map``/``filter``/``itertools`` over a live iterator (one
     over a list, a dict or its view): each step takes its items from the sources when it is
     reached, as Python's do, so a value stored into the dict meanwhile is seen (a snapshot
@@ -572,12 +576,6 @@ class LazyIteratorVariable(ListIteratorVariable):
         if item is None:
             self.exhausted = True
         return item
-
-    def unpack(self, tx):
-        out = []
-        while (item := self.next(tx)) is not None:
-            out.append(item)
-        return out
 
     def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
         claim_iterator(cg, self)
