@@ -159,8 +159,8 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str |
     """The Ember compiler: ATen tracing, loop IR, fusion, generated C++ kernels (CPU).
 
     ``resolved``: every option's value, as ``ember.compile`` passes them. ``mode`` and
-    ``options``: what ``torch.compile(..., backend="ember", mode=..., options=...)`` passes,
-    resolved and checked here as ``ember.compile`` resolves and checks them."""
+    ``options``: what torch's own frontend passes a backend registered under its entry
+    point, resolved and checked here as ``ember.compile`` resolves and checks them."""
     if resolved and (mode is not None or options is not None):
         raise TypeError(f"ember backend: got mode=/options= and resolved options "
                         f"({', '.join(sorted(resolved))}) together; pass one or the other")

@@ -24,6 +24,7 @@ import torch
 import ember
 from ember import config
 from ember.backend import build, disk_cache, graph_cache
+from test_graph_cache import Net   # the graph cache tests' model (a constant tensor, a softmax)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -46,15 +47,6 @@ def cache(tmp_path, monkeypatch):
 def _warnings(log) -> list[str]:
     """The distinct warnings (ember_log's caplog sees each record through two handlers)."""
     return sorted({r.getMessage() for r in log.records if r.levelno >= logging.WARNING})
-
-
-class Net(torch.nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = torch.nn.Linear(8, 8)
-
-    def forward(self, x):
-        return torch.softmax(torch.relu(self.fc(x)) * 2 + 1, dim=-1) + torch.tensor([0.5])
 
 
 def _run(model, x, cpu_backend="cpp"):
