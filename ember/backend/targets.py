@@ -69,12 +69,12 @@ class CppTarget(Target):
         return CppKernel(step, name, dtypes)
 
     def full_source(self, kernels):
-        from ember.backend.codegen.cpp import PRELUDE
+        from ember.backend.codegen.cpp_prelude import PRELUDE
         return PRELUDE + "\n" + "\n".join(k.source for k in kernels)
 
     def build(self, kernels):
         from ember.backend import build
-        from ember.backend.codegen.cpp import PRELUDE
+        from ember.backend.codegen.cpp_prelude import PRELUDE
         libs = build.compile_many([PRELUDE + "\n" + k.source for k in kernels]) \
             if kernels else []
         namespace = {}

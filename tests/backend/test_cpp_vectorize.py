@@ -12,7 +12,7 @@ import torch.nn.functional as F
 import ember
 from ember import config
 from ember.backend import build
-from ember.backend.codegen.cpp import PRELUDE
+from ember.backend.codegen.cpp_prelude import PRELUDE
 from ember.testing import run_and_get_code
 
 

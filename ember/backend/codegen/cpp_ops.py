@@ -1,0 +1,384 @@
+"""C++ text for the ops a kernel body calls: :class:`CppOpsHandler` (run under
+``use_handler`` by :class:`~ember.backend.codegen.cpp.CppKernel`, into whose current scope
+it writes), constants and index expressions, the range probe that finds where a split
+loop's conditions change, and the C++ of reduction states (fields, merges, OpenMP
+clauses). Loop strategies stay in ``cpp.py``; this module does not import it.
+"""
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import sympy
+import torch
+
+from ember.backend.codegen.common import IndexPrinter, Value
+
+if TYPE_CHECKING:
+    from ember.backend.codegen.cpp import CppKernel
+
+CPP_TYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
+             torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",
+             torch.uint8: "uint8_t", torch.bool: "bool"}
+
+_REDUCTION_CLAUSE = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}
+_UNARY_CPP = {
+    "neg": "-{0}", "abs": "std::abs({0})", "exp": "ember_exp({0})", "exp2": "std::exp2({0})",
+    "expm1": "std::expm1({0})", "log": "std::log({0})", "log2": "std::log2({0})",
+    "log10": "std::log10({0})", "log1p": "std::log1p({0})", "sqrt": "std::sqrt({0})",
+    "rsqrt": "{1}(1) / std::sqrt({0})", "sin": "std::sin({0})", "cos": "std::cos({0})",
+    "tan": "std::tan({0})", "asin": "std::asin({0})", "acos": "std::acos({0})",
+    "atan": "std::atan({0})", "sinh": "std::sinh({0})", "cosh": "std::cosh({0})",
+    "tanh": "ember_tanh({0})", "asinh": "std::asinh({0})", "acosh": "std::acosh({0})",
+    "atanh": "std::atanh({0})", "erf": "ember_erf({0})", "erfc": "std::erfc({0})",
+    "sigmoid": "ember_sigmoid({0})", "relu": "ember_relu({0})",
+    "reciprocal": "{1}(1) / {0}", "floor": "std::floor({0})", "ceil": "std::ceil({0})",
+    "round": "std::nearbyint({0})", "trunc": "std::trunc({0})", "sign": "ember_sign({0})",
+    "bitwise_not": "~{0}", "square": "{0} * {0}", "frac": "{0} - std::trunc({0})",
+}
+_BINARY_CPP = {
+    "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
+    "pow": "std::pow({0}, {1})",
+    "maximum": "ember_max({0}, {1})", "minimum": "ember_min({0}, {1})",
+    "atan2": "std::atan2({0}, {1})", "bitwise_and": "{0} & {1}", "bitwise_or": "{0} | {1}",
+    "bitwise_xor": "{0} ^ {1}", "bitwise_left_shift": "{0} << {1}",
+    "bitwise_right_shift": "{0} >> {1}", "copysign": "std::copysign({0}, {1})",
+    "hypot": "std::hypot({0}, {1})", "nextafter": "std::nextafter({0}, {1})",
+}
+_COMPARE_CPP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
+
+
+class _RangeProbe:
+    """An ops handler that records where ``var + c`` is compared with an integer constant:
+    the cuts of the var's range at which such a condition can change."""
+
+    def __init__(self, var: sympy.Symbol):
+        self.var = var
+        self.cuts: set[int] = set()
+        self._opaque = object()
+
+    def index_expr(self, expr, dtype):
+        shift = sympy.expand(expr - self.var)
+        return ("at", int(shift)) if shift.is_Integer else self._opaque
+
+    def constant(self, value, dtype):
+        if isinstance(value, (bool, int)) or (isinstance(value, sympy.Expr) and
+                                              value.is_Integer):
+            return ("const", int(value))
+        return self._opaque
+
+    def to_dtype(self, value, dtype):
+        return value if isinstance(value, tuple) and not dtype.is_floating_point \
+            else self._opaque
+
+    _FLIPPED = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+
+    def _compare(self, name, a, b):
+        if isinstance(a, tuple) and isinstance(b, tuple) and {a[0], b[0]} == {"at", "const"}:
+            if a[0] == "const":
+                a, b, name = b, a, self._FLIPPED[name]
+            at = b[1] - a[1]       # var + shift against value: var against value - shift
+            # where the condition can change: var == at starts the true (ge, lt: false)
+            # side, var == at + 1 the one after it (gt, le); eq and ne both
+            self.cuts.update({"ge": {at}, "lt": {at}, "gt": {at + 1}, "le": {at + 1}}.get(
+                name, {at, at + 1}))
+        return self._opaque
+
+    def masked(self, mask, body, other):
+        body()
+        return self._opaque
+
+    def indirect_indexing(self, value, size, wrap_negative=False):
+        return sympy.Symbol("probe_ix", integer=True)
+
+    def __getattr__(self, name):
+        if name in _COMPARE_CPP:
+            return lambda a, b: self._compare(name, a, b)
+        return lambda *args, **kwargs: self._opaque
+
+
+class CppIndexPrinter(IndexPrinter):
+    def integer(self, value: int) -> str:
+        return f"{value}L" if abs(value) > 2**31 - 1 else str(value)
+
+    fold_template = "std::{fn}<int64_t>({a}, {b})"
+
+
+cpp_index = CppIndexPrinter()   # C++ for an index expression (int64 arithmetic)
+
+
+def cpp_constant(value, dtype: torch.dtype) -> str:
+    ctype = CPP_TYPES[dtype]
+    if isinstance(value, sympy.Expr):
+        value = int(value) if value.is_Integer else float(value)
+    if dtype is torch.bool:
+        return "true" if value else "false"
+    if dtype.is_floating_point:
+        value = float(value)
+        if math.isnan(value):
+            return f"std::numeric_limits<{ctype}>::quiet_NaN()"
+        if math.isinf(value):
+            sign = "-" if value < 0 else ""
+            return f"{sign}std::numeric_limits<{ctype}>::infinity()"
+        text = repr(value)
+        return f"static_cast<{ctype}>({text})"
+    return f"static_cast<{ctype}>({int(value)}L)"
+
+
+CppValue = Value
+
+
+class CppOpsHandler:
+    """Emits C++ for the ops a body calls, into the kernel's current scope."""
+
+    def __init__(self, kernel: "CppKernel"):
+        self.k = kernel
+
+    def _emit(self, text: str, dtype: torch.dtype) -> CppValue:
+        return self.k.cse(text, dtype)
+
+    def load(self, name: str, index) -> CppValue:
+        return self.k.load(name, index)
+
+    def constant(self, value, dtype) -> CppValue:
+        out = self._emit(cpp_constant(value, dtype), dtype)
+        if not dtype.is_floating_point and (isinstance(value, (bool, int)) or (
+                isinstance(value, sympy.Expr) and value.is_Integer)):
+            self.k.bounds[out.name] = (int(value), int(value))
+        return out
+
+    def index_expr(self, expr, dtype) -> CppValue:
+        out = self._emit(f"static_cast<{CPP_TYPES[dtype]}>({cpp_index(expr)})", dtype)
+        piece = self.k.piece
+        if piece is not None and not dtype.is_floating_point:
+            var, start, end = piece
+            shift = sympy.expand(expr - var)
+            if shift.is_Integer:        # var + c over the piece
+                self.k.bounds[out.name] = (start + int(shift), end - 1 + int(shift))
+        return out
+
+    def _known(self, value) -> bool | None:
+        """A condition's value where the piece's bounds decide it, else None."""
+        b = self.k.bounds.get(getattr(value, "name", None))
+        return None if b is None or b[0] != b[1] else bool(b[0])
+
+    def _fold(self, sign: str, a, b):
+        """``a sign b`` as a constant when the bounds of both decide it (a concatenation's
+        ``index >= start`` inside one piece of a split loop), else None."""
+        ba, bb = (self.k.bounds.get(getattr(v, "name", None)) for v in (a, b))
+        if ba is None or bb is None:
+            return None
+        (alo, ahi), (blo, bhi) = ba, bb
+        always, never = {"<": (ahi < blo, alo >= bhi), "<=": (ahi <= blo, alo > bhi),
+                         ">": (alo > bhi, ahi <= blo), ">=": (alo >= bhi, ahi < blo),
+                         "==": (alo == ahi == blo == bhi, ahi < blo or alo > bhi),
+                         "!=": (ahi < blo or alo > bhi, alo == ahi == blo == bhi)}[sign]
+        return self.constant(True, torch.bool) if always else \
+            self.constant(False, torch.bool) if never else None
+
+    def to_dtype(self, x: CppValue, dtype) -> CppValue:
+        if x.dtype == dtype:
+            return x
+        if dtype is torch.bool:
+            return self._emit(f"({x} != 0)", dtype)
+        return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({x})", dtype)
+
+    def where(self, c: CppValue, a: CppValue, b: CppValue) -> CppValue:
+        known = self._known(c)
+        if known is not None and a.dtype == b.dtype:
+            return a if known else b
+        # a condition that does not change in the inner loop (a padded pooling window's
+        # edge) selects bits: with ?: g++ sinks the other operand's load into a branch on
+        # it and leaves the loop scalar. A per-element condition keeps ?:, one blend
+        # (densenet's 32-way concatenation: 0.43 ms, 0.68 with bit selects)
+        if a.dtype in (torch.float32, torch.float64) and b.dtype == a.dtype and \
+                getattr(c, "name", None) in self.k.invariant:
+            return self._emit(f"ember_select({c}, {a}, {b})", a.dtype)
+        return self._emit(f"{c} ? {a} : {b}", a.dtype)
+
+    def logical_not(self, a):
+        return self._emit(f"!static_cast<bool>({a})", torch.bool)
+
+    def logical_and(self, a, b):
+        ka, kb = self._known(a), self._known(b)
+        if ka is False or kb is False or (ka and kb):
+            return self.constant(bool(ka and kb), torch.bool)
+        if ka or kb:
+            return b if ka else a
+        return self._emit(f"static_cast<bool>({a}) && static_cast<bool>({b})", torch.bool)
+
+    def logical_or(self, a, b):
+        ka, kb = self._known(a), self._known(b)
+        if ka or kb or (ka is False and kb is False):
+            return self.constant(bool(ka or kb), torch.bool)
+        if ka is False or kb is False:
+            return b if ka is False else a
+        return self._emit(f"static_cast<bool>({a}) || static_cast<bool>({b})", torch.bool)
+
+    def logical_xor(self, a, b):
+        return self._emit(f"static_cast<bool>({a}) != static_cast<bool>({b})", torch.bool)
+
+    def bitwise_not(self, a):
+        if a.dtype is torch.bool:
+            return self._emit(f"!{a}", torch.bool)
+        return self._typed(f"~{a}", a.dtype)
+
+    def isnan(self, a):
+        return self._emit(f"({a} != {a})", torch.bool)
+
+    def isinf(self, a):
+        return self._emit(f"std::isinf({a})", torch.bool)
+
+    def truncdiv(self, a, b):
+        if a.dtype.is_floating_point:
+            return self._typed(f"std::trunc({a} / {b})", a.dtype)
+        return self._int_division("truncdiv", f"{a} / {b}", a, b)
+
+    def floordiv(self, a, b):
+        text = f"ember_floordiv({a}, {b})"
+        return self._typed(text, a.dtype) if a.dtype.is_floating_point else \
+            self._int_division("floordiv", text, a, b)
+
+    def remainder(self, a, b):
+        text = f"ember_remainder({a}, {b})"
+        return self._typed(text, a.dtype) if a.dtype.is_floating_point else \
+            self._int_division("remainder", text, a, b)
+
+    def fmod(self, a, b):
+        if a.dtype.is_floating_point:
+            return self._typed(f"std::fmod({a}, {b})", a.dtype)
+        return self._int_division("fmod", f"{a} % {b}", a, b)   # not through double
+
+    def _int_division(self, name: str, fast: str, a, b):
+        """An integer division whose divisor is a constant other than 0 and -1 as ``fast``
+        (g++ multiplies by the inverse, and vectorises). Any other divisor is checked
+        (``ember_checked_*``): the kernel never traps, a zero divisor sets the flag that the
+        wrapper turns into eager's ZeroDivisionError, ``INT_MIN / -1`` wraps."""
+        known = self.k.bounds.get(b.name)
+        if known is not None and known[0] == known[1] and known[0] not in (0, -1):
+            return self._typed(fast, a.dtype)
+        self.k.uses_indirect = True
+        return self._typed(f"ember_checked_{name}<{CPP_TYPES[a.dtype]}>({a}, {b}, "
+                           f"ember_flags_r)", a.dtype)
+
+    def _typed(self, text, dtype):
+        return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({text})", dtype)
+
+    def rand(self, seed, offset):
+        return self._emit(f"ember_rand({seed}, {offset})", torch.float32)
+
+    def randn(self, seed, offset):
+        return self._emit(f"ember_randn({seed}, {offset})", torch.float32)
+
+    def masked(self, mask, body, other):
+        """``body()`` computed (its loads made) only where ``mask`` holds; ``other``
+        elsewhere. The body's lines go inside an ``if``; its result is declared before. A
+        mask the piece of a split loop decides is no ``if`` at all."""
+        k = self.k
+        known = self._known(mask)
+        if known:
+            return body()
+        start = len(k.lines)
+        k.indent += 1
+        k.push()
+        hoist, k.hoist = k.hoist, None    # the body's loads are guarded: none moves out
+        value = body()
+        k.hoist = hoist
+        k.pop()
+        k.indent -= 1
+        inner = k.lines[start:]
+        del k.lines[start:]
+        if known is False:
+            return other if isinstance(other, CppValue) else self.constant(other, value.dtype)
+        var = k.new_var()
+        ctype = CPP_TYPES[value.dtype]
+        fill = other if isinstance(other, CppValue) else cpp_constant(other, value.dtype)
+        k.line(f"{ctype} {var} = {fill};")
+        k.line(f"if ({mask}) {{")
+        k.lines.extend(inner)
+        k.line(f"  {var} = {value};")
+        k.line("}")
+        return CppValue(var, value.dtype)
+
+    def indirect_indexing(self, value: CppValue, size, wrap_negative=False) -> sympy.Symbol:
+        """An index read from a tensor (negative values wrap, for Python-style indexing, when
+        ``wrap_negative``); one out of range is clamped, so memory stays safe, and flagged:
+        the wrapper then raises IndexError as eager does."""
+        k = self.k
+        var = f"ix{k.counter}"
+        k.counter += 1
+        n = cpp_index(size)
+        k.line(f"int64_t {var} = static_cast<int64_t>({value});")
+        if wrap_negative:
+            k.line(f"{var} += {var} < 0 ? {n} : 0;")
+        # branch-free, so the loop stays vectorised: the flag is a reduction of every loop
+        # (``_flag_bad_indices``)
+        k.line(f"{{ bool bad = static_cast<uint64_t>({var}) >= static_cast<uint64_t>({n}); "
+               f"ember_flags_r |= bad; {var} = bad ? 0 : {var}; }}")
+        k.uses_indirect = True
+        return sympy.Symbol(var, integer=True)
+
+    def __getattr__(self, name):
+        if name in _UNARY_CPP:
+            template = _UNARY_CPP[name]
+            return lambda a: self._typed(template.format(a, CPP_TYPES[a.dtype]), a.dtype)
+        if name in _BINARY_CPP:
+            template = _BINARY_CPP[name]
+            return lambda a, b: self._typed(template.format(a, b), a.dtype)
+        if name in _COMPARE_CPP:
+            sign = _COMPARE_CPP[name]
+            return lambda a, b: self._fold(sign, a, b) or \
+                self._emit(f"{a} {sign} {b}", torch.bool)
+        raise AttributeError(f"no C++ for ops.{name}")
+
+
+def _fields(kind: str, dtype: torch.dtype) -> list[tuple[str, str, str]]:
+    """(C++ type, name suffix, initial value) of each part of a reduction's state."""
+    ctype = CPP_TYPES[dtype]
+    if kind == "welford":
+        return [(ctype, "_mean", cpp_constant(0, dtype)), (ctype, "_m2", cpp_constant(0, dtype)),
+                ("int64_t", "_n", "0")]
+    if kind in ("argmax", "argmin"):
+        return [(ctype, "", _init(kind[3:], dtype)), ("int64_t", "_i", "0")]
+    fields = [(ctype, "", _init(kind, dtype))]
+    if kind in ("max", "min") and dtype.is_floating_point:
+        fields.append(("int", "_nan", "0"))   # NaNs seen (max/min below skip them)
+    return fields
+
+
+def _merge(acc: str, kind: str, dtype: torch.dtype, part) -> str:
+    """C++ merging a partial state (``part(suffix)`` names its fields) into ``acc``, the
+    state of the elements before it."""
+    if kind == "welford":
+        return (f"ember_welford_combine({acc}_mean, {acc}_m2, {acc}_n, {part('_mean')}, "
+                f"{part('_m2')}, {part('_n')});")
+    value = part("")
+    if kind in ("argmax", "argmin"):
+        better = ">" if kind == "argmax" else "<"
+        return (f"if ({acc} == {acc} && ({value} != {value} || {value} {better} {acc})) "
+                f"{{ {acc} = {value}; {acc}_i = {part('_i')}; }}")
+    if kind in ("max", "min"):
+        sign = ">" if kind == "max" else "<"
+        flag = f" {acc}_nan |= {part('_nan')};" if dtype.is_floating_point else ""
+        return f"{acc} = {acc} {sign} {value} ? {acc} : {value};{flag}"
+    return f"{acc} = {_combine(kind, acc, value)};"
+
+
+def _clause(acc: str, kind: str, dtype: torch.dtype) -> str:
+    if kind in ("max", "min"):
+        flag = f" reduction(|:{acc}_nan)" if dtype.is_floating_point else ""
+        return f"reduction({kind}:{acc}){flag}"
+    return f"reduction({_REDUCTION_CLAUSE[kind]}:{acc})"
+
+
+def _init(reduction_type: str, dtype: torch.dtype) -> str:
+    ctype = CPP_TYPES[dtype]
+    return {"sum": cpp_constant(0, dtype), "prod": cpp_constant(1, dtype),
+            "max": f"ember_lowest<{ctype}>()", "min": f"ember_highest<{ctype}>()",
+            "any": "false", "all": "true"}[reduction_type]
+
+
+def _combine(reduction_type: str, acc: str, value) -> str:
+    return {"sum": f"{acc} + {value}", "prod": f"{acc} * {value}",
+            "max": f"ember_max({acc}, {value})", "min": f"ember_min({acc}, {value})",
+            "any": f"{acc} || {value}", "all": f"{acc} && {value}"}[reduction_type]
