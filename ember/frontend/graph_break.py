@@ -226,12 +226,12 @@ def _operator_emitter(op_of: Callable):
 
 def _binary_op(inst):
     import dis
-    from ember.frontend.translator import _BINARY_OPS
+    from ember.frontend.opcodes_data import _BINARY_OPS
     return _BINARY_OPS[dis._nb_ops[inst.arg][1]]
 
 
 def _compare_op(inst):
-    from ember.frontend.translator import _COMPARE_OPS
+    from ember.frontend.opcodes_data import _COMPARE_OPS
     return _COMPARE_OPS[inst.argval]
 
 
