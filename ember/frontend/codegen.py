@@ -78,7 +78,7 @@ class EntryCodegen:
         # iterators over dicts passed to a resume function (convert._remaining_items)
         self.iterator_names: dict[int, str] = {}
         self.iterator_lines: list[str] = []
-        self.made_iterators: set[int] = set()   # containers.claim_iterator
+        self.made_iterators: set[int] = set()   # container_iterators.claim_iterator
 
     # -- names ---------------------------------------------------------------------------------
     def fresh(self, prefix: str) -> str:

@@ -36,9 +36,10 @@ from ember.frontend.output_graph import OutputGraph
 from ember.frontend.source import AttrSource, ClosureCellSource, GetItemSource, LocalSource
 from ember.frontend.translator import NULL, InstructionTranslator, _LazyLocal
 from ember.frontend.variables.base import VariableTracker
-from ember.frontend.variables.containers import (DictIteratorVariable, LazyIteratorVariable,
-                                                 ListIteratorVariable,
-                                                 LiveListIteratorVariable)
+from ember.frontend.variables.container_iterators import (DictIteratorVariable,
+                                                          LazyIteratorVariable,
+                                                          ListIteratorVariable,
+                                                          LiveListIteratorVariable)
 from ember.frontend.variables.functions import (CellRefVariable, CellVariable,
                                                 NestedUserFunctionVariable,
                                                 UserFunctionVariable)

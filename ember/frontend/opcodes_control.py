@@ -16,7 +16,8 @@ from ember.frontend.source import AttrSource
 from ember.frontend.translator import (HANDLERS, NULL, _VERSION, InstructionTranslator,
                                        _Return, handler)
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
-from ember.frontend.variables.containers import DictVariable, ListIteratorVariable
+from ember.frontend.variables.container_iterators import ListIteratorVariable
+from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.functions import (HandlerFunctionVariable,
                                                 NestedUserFunctionVariable)
 from ember.frontend.variables.objects import SuperVariable

@@ -17,8 +17,8 @@ from ember.frontend.source import GlobalSource, Source
 from ember.frontend.translator import HANDLERS, NULL, PY312, handler
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.builtins import apply_operator
-from ember.frontend.variables.containers import (DictVariable, ListVariable, SetVariable,
-                                                 SliceVariable, TupleVariable)
+from ember.frontend.variables.containers import ListVariable, SliceVariable, TupleVariable
+from ember.frontend.variables.dicts import DictVariable, SetVariable
 from ember.frontend.variables.functions import CellVariable
 from ember.frontend.variables.objects import SuperVariable
 from ember.frontend.variables.tensor import TensorVariable

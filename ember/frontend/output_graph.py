@@ -324,6 +324,7 @@ def remove_dead_nodes(graph: torch.fx.Graph) -> None:
 def _unwrap(vt):
     """(value for the FX node, value for the fake run) of one argument."""
     from ember.frontend.variables import containers as c
+    from ember.frontend.variables.dicts import DictVariable
     from ember.frontend.variables.tensor import TensorVariable
     if isinstance(vt, TensorVariable):
         return vt.node, vt.fake
@@ -339,7 +340,7 @@ def _unwrap(vt):
     if isinstance(vt, c.SliceVariable):
         n, f = _unwrap_all(vt.parts)
         return slice(*n), slice(*f)
-    if isinstance(vt, c.DictVariable):
+    if isinstance(vt, DictVariable):
         n, f = _unwrap_all({k: v for k, v in vt.items.items()})
         return n, f
     if vt.is_python_constant():

@@ -33,10 +33,11 @@ from ember.frontend.source import Source
 from ember.frontend.variables import builder
 from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
 from ember.frontend.variables.builtins import apply_operator
-from ember.frontend.variables.containers import (BaseSequenceVariable, DictVariable,
-                                                 DictViewVariable, ListIteratorVariable,
-                                                 ListVariable, SetVariable, SizeVariable,
-                                                 TupleVariable, hashable_key)
+from ember.frontend.variables.container_iterators import ListIteratorVariable
+from ember.frontend.variables.containers import (BaseSequenceVariable, ListVariable, SizeVariable,
+                                                 TupleVariable)
+from ember.frontend.variables.dicts import (DictVariable, DictViewVariable, SetVariable,
+                                            hashable_key)
 from ember.frontend.variables.functions import (BaseUserFunctionVariable, CellRefVariable,
                                                 CellVariable)
 from ember.frontend.variables.objects import (DataclassDictVariable, ExceptionVariable,

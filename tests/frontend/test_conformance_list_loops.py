@@ -530,7 +530,7 @@ def test_strict_zip_over_list_unequal_raises():
 @pytest.mark.parametrize("reverse", [False, True])
 def test_resumed_list_iterator_matches_cpython(reverse):
     import random
-    from ember.frontend.variables.containers import ResumedListIterator
+    from ember.frontend.variables.container_iterators import ResumedListIterator
     rng = random.Random(0)
     for _ in range(300):
         real_list, ours_list = list(range(5)), list(range(5))

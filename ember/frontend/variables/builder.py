@@ -21,13 +21,12 @@ from ember.frontend.source import AttrSource, GetItemSource, Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_constant_value
 from ember.frontend.variables import iterators, numpy  # noqa: F401 (register handlers)
 from ember.frontend.variables.builtins import handler_for
-from ember.frontend.variables.containers import (DequeVariable, DictVariable, ListVariable,
-                                                 NamedTupleVariable, ResumedDictIterator,
-                                                 ResumedListIterator,
-                                                 ResumedWrapperIterator,
-                                                 SetVariable, SizeVariable,
-                                                 TupleVariable, is_namedtuple_class,
-                                                 is_plain_dict_subclass, is_structseq_class)
+from ember.frontend.variables.container_iterators import (ResumedDictIterator, ResumedListIterator,
+                                                          ResumedWrapperIterator)
+from ember.frontend.variables.containers import (DequeVariable, ListVariable, NamedTupleVariable,
+                                                 SizeVariable, TupleVariable, is_namedtuple_class,
+                                                 is_structseq_class)
+from ember.frontend.variables.dicts import DictVariable, SetVariable, is_plain_dict_subclass
 from ember.frontend.variables.functions import (GetterVariable, GraphCallableVariable,
                                                 HandlerFunctionVariable,
                                                 PartialVariable, UserFunctionVariable,

@@ -153,7 +153,8 @@ def bind_args(code: types.CodeType, name: str, args: list, kwargs: dict,
                 bound[pname] = kwdefaults[pname]
             else:
                 raise Unsupported(f"{name}() missing keyword-only argument {pname!r}")
-    from ember.frontend.variables.containers import DictVariable, TupleVariable
+    from ember.frontend.variables.containers import TupleVariable
+    from ember.frontend.variables.dicts import DictVariable
     idx = nargs + nkwonly
     if has_varargs:
         bound[names[idx]] = TupleVariable(list(extra))
@@ -386,7 +387,8 @@ class PartialVariable(VariableTracker):
         return f"{cg.const(functools.partial)}({cg.reconstruct(self.func)}{args}{kwargs})"
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.containers import DictVariable, TupleVariable
+        from ember.frontend.variables.containers import TupleVariable
+        from ember.frontend.variables.dicts import DictVariable
         if name == "func":
             return self.func
         if name == "args":

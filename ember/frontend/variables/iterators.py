@@ -22,9 +22,10 @@ import operator
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.builtins import HANDLERS, apply_operator, builtin
-from ember.frontend.variables.containers import (LazyIteratorVariable, ListIteratorVariable,
-                                                 TupleVariable, is_live_iterable,
-                                                 make_fromkeys)
+from ember.frontend.variables.container_iterators import (LazyIteratorVariable,
+                                                          ListIteratorVariable, is_live_iterable)
+from ember.frontend.variables.containers import TupleVariable
+from ember.frontend.variables.dicts import make_fromkeys
 
 
 class EndlessIteratorVariable(ListIteratorVariable):

@@ -19,7 +19,7 @@ from ember.frontend import guards
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.source import AttrSource, ModuleDictSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
-from ember.frontend.variables.containers import ListIteratorVariable
+from ember.frontend.variables.container_iterators import ListIteratorVariable
 from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
 from ember.frontend.variables.objects import (_MISSING, _is_data_descriptor, _static_lookup,
                                               class_attribute)
@@ -199,7 +199,8 @@ class NNModuleVariable(VariableTracker):
     def _call_with_hooks(self, tx, args, kwargs):
         """``Module.__call__`` with forward pre-hooks and hooks, in registration order (the
         hook dicts are guarded by their keys, each hook by identity)."""
-        from ember.frontend.variables.containers import DictVariable, TupleVariable
+        from ember.frontend.variables.containers import TupleVariable
+        from ember.frontend.variables.dicts import DictVariable
 
         def table(name):
             return tx.wrap(getattr(self.value, name), AttrSource(self.source, name))
@@ -243,7 +244,7 @@ class NNModuleVariable(VariableTracker):
                 return super().call_method(tx, name, args, kwargs)    # the class's own
             return ConstantVariable(len(mod))
         if name == "__iter__":
-            from ember.frontend.variables.containers import ListIteratorVariable
+            from ember.frontend.variables.container_iterators import ListIteratorVariable
             return ListIteratorVariable(self.unpack(tx))
         if name == "__contains__" and isinstance(mod, torch.nn.ModuleDict):
             self._guard_length(tx)
@@ -559,7 +560,8 @@ def real_module_argument(vt: VariableTracker):
     """The Python value a module built inside the frame may hold: constants, modules built
     inside the frame, and tuples, lists and dicts of them."""
     from ember.frontend.variables.base import NotConstant
-    from ember.frontend.variables.containers import BaseSequenceVariable, DictVariable
+    from ember.frontend.variables.containers import BaseSequenceVariable
+    from ember.frontend.variables.dicts import DictVariable
     if isinstance(vt, NewModuleVariable):
         return vt.value
     if isinstance(vt, BaseSequenceVariable):

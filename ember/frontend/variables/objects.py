@@ -14,7 +14,7 @@ from ember.frontend import guards
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.source import AttrSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
-from ember.frontend.variables.containers import DictVariable
+from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.functions import (UserFunctionVariable, UserMethodVariable,
                                                 bind_args)
 
@@ -397,8 +397,7 @@ class UserDefinedClassVariable(VariableTracker):
         raise Unsupported(f"type object {self.value.__name__!r} has no attribute {name!r}")
 
     def call_function(self, tx, args, kwargs):
-        from ember.frontend.variables.containers import (NamedTupleVariable,
-                                                         is_namedtuple_class)
+        from ember.frontend.variables.containers import NamedTupleVariable, is_namedtuple_class
         cls = self.value
         if is_namedtuple_class(cls):
             new = cls.__new__
@@ -411,7 +410,7 @@ class UserDefinedClassVariable(VariableTracker):
         if issubclass(cls, torch.nn.Module):
             from ember.frontend.variables.modules import create_module
             return create_module(tx, cls, args, kwargs)
-        from ember.frontend.variables.containers import is_plain_dict_subclass
+        from ember.frontend.variables.dicts import is_plain_dict_subclass
         if is_plain_dict_subclass(cls):
             from ember.frontend.variables.builtins import make_dict
             return make_dict(tx, cls, args, kwargs)
@@ -860,7 +859,8 @@ class DataclassDictVariable(VariableTracker):
         raise Unsupported(f"AttributeError: {self.cls.__name__} has no attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.containers import ListIteratorVariable, TupleVariable
+        from ember.frontend.variables.container_iterators import ListIteratorVariable
+        from ember.frontend.variables.containers import TupleVariable
         present = self.present()
         if name == "to_tuple":
             return TupleVariable(list(present.values()))

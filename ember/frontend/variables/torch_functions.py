@@ -252,11 +252,12 @@ def _jit_isinstance(tx, fn, args, kwargs):
 def _stand_in(vt):
     """A real value with ``vt``'s type and structure: fake tensors for tensors."""
     from ember.frontend.variables import containers as c
+    from ember.frontend.variables.dicts import DictVariable
     if isinstance(vt, TensorVariable):
         return vt.fake
     if type(vt) in (c.ListVariable, c.TupleVariable):
         return (list if type(vt) is c.ListVariable else tuple)(_stand_in(v) for v in vt.items)
-    if type(vt) is c.DictVariable and vt.cls is dict:
+    if type(vt) is DictVariable and vt.cls is dict:
         return {_stand_in(vt.keys[k]): _stand_in(v) for k, v in vt.items.items()}
     if vt.is_python_constant():
         return vt.as_python_constant()

@@ -1,0 +1,351 @@
+"""Iterators over tuples, lists, dicts and their views during capture, and the iterators
+that resume such a loop in eager code after a graph break (``Resumed*Iterator``).
+
+(``iterators`` holds the ``itertools`` functions over tracked values.)
+"""
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING
+
+from ember.frontend.exc import Unsupported
+from ember.frontend.variables.base import VariableTracker
+
+if TYPE_CHECKING:
+    from ember.frontend.variables.containers import ListVariable
+    from ember.frontend.variables.dicts import DictVariable
+
+
+class ListIteratorVariable(VariableTracker):
+    """An iterator over a materialised list of items (every iterable is unrolled)."""
+    mutable = True
+
+    def __init__(self, items: list[VariableTracker], source=None):
+        super().__init__(source)
+        self.items = items
+        self.index = 0
+
+    py_type = type(iter([]))
+    # set on an iterator over a dict or its view whose dict changed size or keys since:
+    # Python raises RuntimeError at its next step (see DictVariable.live_iterator)
+    invalid: str | None = None
+    exhausted = False
+
+    def python_type(self):
+        return self.py_type
+
+    def next(self, tx) -> VariableTracker | None:
+        self._check_valid()
+        if self.index >= len(self.items):
+            self.exhausted = True     # Python's dict iterators then stop checking their dict
+            return None
+        item = self.items[self.index]
+        self.index += 1
+        return item
+
+    def unpack(self, tx):
+        self._check_valid()
+        rest = self.items[self.index:]
+        self.index = len(self.items)
+        self.exhausted = True
+        return rest
+
+    def _check_valid(self) -> None:
+        if self.invalid is not None:
+            raise Unsupported(f"RuntimeError: {self.invalid}")
+
+    passed_as_items = False   # set by a graph break that passes it to a resume function
+
+    def rebuild(self, cg):
+        if self.passed_as_items:
+            # the resume function makes it again from its items: a second object here
+            # would not advance with it
+            raise Unsupported("an iterator reached both from the frame's stack or locals and "
+                              "from another value at a graph break")
+        return cg.temp(self, f"iter([{cg.items(self.items[self.index:])}])")
+
+    def call_method(self, tx, name, args, kwargs):
+        if name == "__next__":
+            item = self.next(tx)
+            if item is None:
+                raise Unsupported("StopIteration inside a compiled region")
+            return item
+        if name == "__iter__":
+            return self
+        raise Unsupported(f"iterator.{name}()")
+
+
+def claim_iterator(cg, it: ListIteratorVariable) -> None:
+    """Each iterator is made once outside the graph: one reached twice through wrappers
+    (``zip(*[iter(d)] * 2)``) would become two iterators that do not advance together."""
+    if id(it) in cg.made_iterators:
+        raise Unsupported("one iterator over a dict or list reached twice at a graph break")
+    cg.made_iterators.add(id(it))
+
+
+def skip_items(it, n: int):
+    """``it`` advanced by ``n`` items (a dict iterator rebuilt where the frame's was)."""
+    for _ in range(n):
+        next(it)
+    return it
+
+
+class ResumedDictIterator:
+    """The iterator over a dict that a resume function continues a loop with: a real
+    iterator over the real dict, advanced past what the frame consumed (so it raises as
+    eager's does if the dict then changes size), holding what capture needs to track it
+    again (``builder``): the dict, which view, the position, the keys it iterates."""
+
+    __slots__ = ("dict", "kind", "reverse", "pos", "keys", "it")
+
+    def __init__(self, d: dict, kind: str, reverse: bool, pos: int):
+        self.dict, self.kind, self.reverse, self.pos = d, kind, reverse, pos
+        self.keys = tuple(d)
+        self.it = skip_items((reversed if reverse else iter)(getattr(d, kind)()), pos)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self.it)
+        self.pos += 1
+        return item
+
+    def unchanged(self) -> bool:
+        """The dict has the keys it had when the iteration began: its next step cannot
+        raise, and continues at ``pos`` in that order."""
+        return tuple(self.dict) == self.keys
+
+
+class ResumedListIterator:
+    """The iterator over a list that a resume function continues a loop with (or that
+    outlives the graph): over the real list, at the frame's index, stepping as CPython's
+    list iterator and reverse iterator do (the item at the index if it is within the list
+    as it is then, else the end, for good), so the list's later changes are seen as in
+    eager. Unlike ``list_iterator.__setstate__`` the index is not clamped to the length at
+    creation (items removed behind the index, then appended, are reached as in eager).
+    ``builder`` tracks it again from its list and position."""
+
+    __slots__ = ("list", "pos", "reverse", "done")
+
+    def __init__(self, lst: list, pos: int, reverse: bool, done: bool = False):
+        self.list, self.pos, self.reverse, self.done = lst, pos, reverse, done
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        pos = self.pos
+        if not self.done and 0 <= pos < len(self.list):
+            self.pos = pos - 1 if self.reverse else pos + 1
+            return self.list[pos]
+        self.done = True
+        raise StopIteration
+
+    def __length_hint__(self):
+        if self.done:
+            return 0
+        if self.reverse:
+            return self.pos + 1 if self.pos < len(self.list) else 0
+        return max(0, len(self.list) - self.pos)
+
+
+class ResumedWrapperIterator:
+    """``enumerate``/``zip``/``map``/``filter``/``chain``/``islice`` over a live iterator (of a
+    dict or list) that a resume function continues a loop with: the real wrapper over its
+    sources (a ResumedDictIterator, ResumedListIterator or another of these, or the tuple
+    of a plain iterator's remaining items), keeping them so
+    capture can track it again (``builder``). ``head``: enumerate's count, the function of
+    map and filter, islice's (start, stop, step) from where it is, zip's strict."""
+
+    __slots__ = ("fn", "head", "sources", "it", "fresh")
+
+    def __init__(self, fn, head, sources: tuple):
+        self.fn, self.head, self.sources, self.fresh = fn, head, sources, True
+        iters = [iter(s) for s in sources]
+        self.it = (fn(*iters, strict=bool(head)) if fn is zip else
+                   fn(*iters) if fn is itertools.chain else
+                   fn(iters[0], *head) if fn is itertools.islice else
+                   fn(iters[0], head) if fn is enumerate
+                   else fn(head, *iters))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        self.fresh = False
+        return next(self.it)
+
+
+RESUMABLE_WRAPPERS = (enumerate, zip, map, filter, itertools.chain, itertools.islice)
+
+
+class DictIteratorVariable(ListIteratorVariable):
+    """An iterator over a dict or one of its views (``DictVariable.live_iterator``).
+    Outside the graph it is a real iterator over the real dict, advanced past the items
+    the frame consumed, so the rest of a loop sees the dict as it is then, as in eager."""
+
+    def __init__(self, items, dict_vt: "DictVariable", kind: str, reverse: bool):
+        super().__init__(items)
+        self.dict_vt, self.kind, self.reverse = dict_vt, kind, reverse
+
+    def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
+        """An expression making the real iterator, for where the dict's mutations were
+        replayed (a dict made by the frame is rebuilt as it is now); ``before_replay``:
+        for where they were not (unsupported if there are any); ``resumed``: a
+        ResumedDictIterator, for a resume function to track again."""
+        claim_iterator(cg, self)
+        if self.invalid is not None:   # its next step raises: the frame runs eagerly
+            raise Unsupported(f"an iterator over a changed dict ({self.invalid}) outliving "
+                              f"the graph")
+        if before_replay and self.dict_vt.source is not None and self.dict_vt.stored:
+            raise Unsupported("an iterator over a dict changed by the frame outliving the "
+                              "graph")
+        if self.exhausted:   # Python's stops checking its dict once it ended
+            return "()" if resumed else f"{cg.const(iter)}(())"
+        if resumed:
+            return (f"{cg.const(ResumedDictIterator)}({cg.reconstruct(self.dict_vt)}, "
+                    f"{self.kind!r}, {self.reverse}, {self.index})")
+        view = f"{cg.reconstruct(self.dict_vt)}.{self.kind}()"
+        make = f"{cg.const(reversed if self.reverse else iter)}({view})"
+        return f"{cg.const(skip_items)}({make}, {self.index})"
+
+    def rebuild(self, cg):
+        if self.passed_as_items:
+            raise Unsupported("an iterator reached both from the frame's stack or locals and "
+                              "from another value at a graph break")
+        return cg.temp(self, self.real_iterator(cg, before_replay=True))
+
+
+class _SteppedIterator(ListIteratorVariable):
+    """An iterator whose items are taken one step at a time (never sliced from ``items``)."""
+
+    def unpack(self, tx):
+        out = []
+        while (item := self.next(tx)) is not None:
+            out.append(item)
+        return out
+
+
+class LiveListIteratorVariable(_SteppedIterator):
+    """``iter(lst)`` / ``reversed(lst)`` over a list: as CPython's, an index into the list
+    as it is at each step (no snapshot), so stores, appends and removals during the loop
+    act as in eager. Outside the graph it is an iterator over the real list (its mutations
+    replayed, or the list rebuilt as it is now) at the same index: a real list iterator
+    where it outlives the frame, a ResumedListIterator for a resume function."""
+
+    def __init__(self, list_vt: ListVariable, reverse: bool = False):
+        VariableTracker.__init__(self, None)
+        self.list_vt, self.reverse = list_vt, reverse
+        self.index = len(list_vt.items) - 1 if reverse else 0
+        self.py_type = type(reversed([])) if reverse else type(iter([]))
+
+    @property
+    def items(self) -> list[VariableTracker]:
+        return self.list_vt.items
+
+    def next(self, tx):
+        items = self.list_vt.items
+        if not self.exhausted and 0 <= self.index < len(items):
+            item = items[self.index]
+            self.index += -1 if self.reverse else 1
+            return item
+        self.exhausted = True    # CPython's drops its list at the end: later appends unseen
+        return None
+
+    def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
+        """The real iterator; made before or after the list's replay alike (it reads the
+        list only when stepped). ``resumed``: a ResumedListIterator, for a resume function
+        to track again."""
+        claim_iterator(cg, self)
+        if self.exhausted:
+            return "()" if resumed else f"{cg.const(iter)}([])"
+        return (f"{cg.const(ResumedListIterator)}({cg.reconstruct(self.list_vt)}, "
+                f"{self.index}, {self.reverse})")
+
+    def rebuild(self, cg):
+        """Outliving the graph: a real list iterator, positioned by ``__setstate__`` once
+        the list's mutations are replayed (``cg.iterator_lines``: it clamps the index to
+        the list's length then); a ResumedListIterator where the index is past the end."""
+        if self.passed_as_items:
+            raise Unsupported("an iterator reached both from the frame's stack or locals and "
+                              "from another value at a graph break")
+        size = len(self.list_vt.items)
+        if not self.exhausted and not (0 <= self.index < size or
+                                       (self.index == size and not self.reverse)):
+            return cg.temp(self, self.real_iterator(cg))
+        if self.exhausted:   # an ended list iterator acts as one over an empty list
+            claim_iterator(cg, self)
+            return cg.temp(self, f"{cg.const(iter)}([])")
+        claim_iterator(cg, self)
+        make = cg.const(reversed if self.reverse else iter)
+        name = cg.temp(self, f"{make}({cg.reconstruct(self.list_vt)})")
+        cg.iterator_lines.append(f"{name}.__setstate__({self.index})")
+        return name
+
+
+class LazyIteratorVariable(_SteppedIterator):
+    """``enumerate``/``zip``/``map``/``filter``/``itertools`` over a live iterator (one
+    over a list, a dict or its view): each step takes its items from the sources when it is
+    reached, as Python's do, so a value stored into the dict meanwhile is seen (a snapshot
+    at creation would not see it). Outside the graph it is the real wrapper made again
+    (``remake``) around the sources' real iterators."""
+
+    def __init__(self, sources: list[ListIteratorVariable], step, remake=None, py_type=None,
+                 head=None):
+        super().__init__([])
+        self.sources = sources
+        self.step = step        # tx -> the next item, None at the end
+        self.remake = remake    # (cg, sources' expressions) -> expression; None: cannot
+        self.head = head        # cg -> ResumedWrapperIterator's head (RESUMABLE_WRAPPERS)
+        if py_type is not None:
+            self.py_type = py_type
+
+    def next(self, tx):
+        if self.exhausted:
+            return None
+        item = self.step(tx)
+        if item is None:
+            self.exhausted = True
+        return item
+
+    def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
+        claim_iterator(cg, self)
+        if self.exhausted:
+            return "()" if resumed else f"{cg.const(iter)}(())"
+        resumed = resumed and self.py_type in RESUMABLE_WRAPPERS and self.head is not None
+        if self.remake is None and not resumed:
+            raise Unsupported(f"{self.py_type.__name__} over a dict outliving the graph")
+        sources = []
+        for src in self.sources:
+            if src.passed_as_items:   # one object with a name of its own: not made twice
+                raise Unsupported("an iterator both wrapped and named at a graph break")
+            if isinstance(src, (DictIteratorVariable, LazyIteratorVariable,
+                                LiveListIteratorVariable)):
+                sources.append(src.real_iterator(cg, before_replay, resumed))
+            elif resumed and type(src) is ListIteratorVariable:
+                claim_iterator(cg, src)
+                sources.append(f"({cg.items(src.items[src.index:])})")
+            else:
+                sources.append(cg.reconstruct(src))
+        if resumed:
+            return (f"{cg.const(ResumedWrapperIterator)}({cg.const(self.py_type)}, "
+                    f"{self.head(cg)}, ({', '.join(sources)},))")
+        return self.remake(cg, sources)
+
+    def rebuild(self, cg):
+        if self.passed_as_items:
+            raise Unsupported("an iterator reached both from the frame's stack or locals and "
+                              "from another value at a graph break")
+        return cg.temp(self, self.real_iterator(cg, before_replay=True))
+
+
+def is_live_iterable(vt: VariableTracker) -> bool:
+    """Iterating it reads a dict or list as it is at each step (see
+    ``LazyIteratorVariable``)."""
+    # local: containers and dicts import this module
+    from ember.frontend.variables.containers import ListVariable
+    from ember.frontend.variables.dicts import DictVariable, DictViewVariable
+    return type(vt) is ListVariable or isinstance(vt, (
+        DictVariable, DictViewVariable, DictIteratorVariable, LazyIteratorVariable,
+        LiveListIteratorVariable))
