@@ -91,6 +91,7 @@ def compilers(names: list[str]):
     import ember
     table = {"eager": None,
              "ember": lambda m: ember.compile(m),
+             "ember-triton": lambda m: ember.compile(m, options={"cpu_backend": "triton"}),
              "ember-aot_eager": lambda m: ember.compile(m, backend="aot_eager"),
              "torch.compile": lambda m: torch.compile(m)}
     unknown = set(names) - set(table)
@@ -113,7 +114,8 @@ def main(argv=None) -> int:
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--models", default="layernorm,vit,gpt2")
     parser.add_argument("--compilers", default=None,
-                        help="comma-separated: eager, ember, ember-aot_eager, torch.compile "
+                        help="comma-separated: eager, ember, ember-triton (the Triton target on the CPU), "
+                             "ember-aot_eager, torch.compile "
                              "(default: eager,ember,torch.compile on CUDA, eager,ember,"
                              "ember-aot_eager on the CPU)")
     parser.add_argument("--small", action="store_true", default=None,

@@ -85,6 +85,9 @@ class TritonKernel(Kernel):
         self.numels: dict[str, int] = {}    # storage name -> elements (set by the target)
         self.int_constants: dict[str, int] = {}    # value name -> its integer constant
         self.checks_errors = False     # stores to the error flags (interpreter, see FLAGS)
+        # node name -> the storage it is computed in place of (``reuses``; the wrapper
+        # binds the name to that memory)
+        self.in_place = {n.name: n.writes for n in kernel.nodes if n.buf.reuses}
 
     def declare(self, var: str, text: str) -> str:
         return f"{var} = {text}"
@@ -112,6 +115,13 @@ class TritonKernel(Kernel):
             return known
         if name in self.local:
             raise AssertionError(f"{name} is kept local but read where it is not available")
+        if self.in_place.get(name, name) in self.stored:
+            # Triton orders no load after a store to the same memory (no alias analysis;
+            # the thread that loads an element need not be the one that stored it): on an
+            # H100 a LayerNorm read back a residual sum stored in place of the residual and
+            # got the old values. A barrier orders them within the program, the only one
+            # that wrote these elements.
+            self.line("tl.debug_barrier()")
         self.loaded.add(name)
         text, index_dims = self.index(index)
         dims = index_dims | frozenset().union(*[getattr(m, "dims", frozenset())
