@@ -20,7 +20,7 @@ from ember.frontend.variables.container_iterators import ListIteratorVariable
 from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.functions import (HandlerFunctionVariable,
                                                 NestedUserFunctionVariable)
-from ember.frontend.variables.objects import SuperVariable
+from ember.frontend.variables.super_call import SuperVariable
 
 # ------------------------------------------------------------------------------ iteration
 

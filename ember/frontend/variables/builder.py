@@ -31,14 +31,15 @@ from ember.frontend.variables.functions import (GetterVariable, GraphCallableVar
                                                 HandlerFunctionVariable,
                                                 PartialVariable, UserFunctionVariable,
                                                 UserMethodVariable)
+from ember.frontend.variables.ctx_manager import (GLOBAL_CONTEXTS, GlobalContextReentry,
+                                                  GlobalContextVariable, GradModeExit,
+                                                  GradModeExitVariable)
 from ember.frontend.variables.modules import CompiledModuleVariable, NNModuleVariable
-from ember.frontend.variables.objects import (GLOBAL_CONTEXTS, GlobalContextReentry,
-                                              GlobalContextVariable, GradModeExit,
-                                              GradModeExitVariable, PythonModuleVariable,
-                                              UserDefinedClassVariable,
-                                              UserDefinedObjectVariable)
+from ember.frontend.variables.python_module import PythonModuleVariable
 from ember.frontend.variables.torch_functions import is_graph_callable, special_handler
 from ember.frontend.variables.torch_state import TorchStateObjectVariable, is_torch_state_object
+from ember.frontend.variables.user_defined import (UserDefinedClassVariable,
+                                                   UserDefinedObjectVariable)
 
 
 # Values tracked by identity: one tracker per object, however many names reach it, so a

@@ -154,12 +154,12 @@ def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
 
 
 def _user_object(vt) -> bool:
-    from ember.frontend.variables.objects import UserDefinedObjectVariable
+    from ember.frontend.variables.user_defined import UserDefinedObjectVariable
     return isinstance(vt, UserDefinedObjectVariable)
 
 
 def _lookup_dunder(vt, name):
-    from ember.frontend.variables.objects import _MISSING, _static_lookup
+    from ember.frontend.variables.attribute_lookup import _static_lookup
     if not _user_object(vt):
         return None
     fn = _static_lookup(vt.cls, name)
@@ -380,8 +380,9 @@ def _type(tx, args, kwargs):
 def _callable(tx, args, kwargs):
     from ember.frontend.variables.functions import (BoundMethodVariable,
                                                     GraphCallableVariable)
-    from ember.frontend.variables.objects import (NNModuleVariable, UserDefinedClassVariable,
-                                                  UserDefinedObjectVariable)
+    from ember.frontend.variables.modules import NNModuleVariable
+    from ember.frontend.variables.user_defined import (UserDefinedClassVariable,
+                                                       UserDefinedObjectVariable)
     obj = args[0]
     if isinstance(obj, (BaseUserFunctionVariable, UserMethodVariable, GraphCallableVariable,
                         HandlerFunctionVariable, PartialVariable, BoundMethodVariable,
@@ -431,7 +432,7 @@ def _delattr(tx, args, kwargs):
 
 
 def _plain_object(args, n: int, what: str):
-    from ember.frontend.variables.objects import UserDefinedObjectVariable
+    from ember.frontend.variables.user_defined import UserDefinedObjectVariable
     if len(args) != n or not isinstance(args[0], UserDefinedObjectVariable):
         raise Unsupported(f"object.{what} of {args[0] if args else 'nothing'}")
     return args[0], args[1].as_python_constant()
@@ -794,7 +795,7 @@ def _side_effecting(fn):
 
 @builtin(object.__new__)
 def _object_new(tx, args, kwargs):
-    from ember.frontend.variables.objects import UserDefinedClassVariable, new_plain_object
+    from ember.frontend.variables.user_defined import UserDefinedClassVariable, new_plain_object
     if kwargs or len(args) != 1 or not isinstance(args[0], UserDefinedClassVariable):
         raise Unsupported("object.__new__ with arguments")
     return new_plain_object(tx, args[0].value)
@@ -809,7 +810,7 @@ def _id(tx, args, kwargs):
 
 @builtin(vars)
 def _vars(tx, args, kwargs):
-    from ember.frontend.variables.objects import UserDefinedObjectVariable
+    from ember.frontend.variables.user_defined import UserDefinedObjectVariable
     if len(args) == 1 and not kwargs and isinstance(args[0], UserDefinedObjectVariable) and \
             args[0].is_new:
         return args[0].instance_dict()

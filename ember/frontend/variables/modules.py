@@ -21,8 +21,8 @@ from ember.frontend.source import AttrSource, ModuleDictSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.container_iterators import ListIteratorVariable
 from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
-from ember.frontend.variables.objects import (_MISSING, _is_data_descriptor, _static_lookup,
-                                              class_attribute)
+from ember.frontend.variables.attribute_lookup import (_MISSING, _is_data_descriptor,
+                                                       _static_lookup, class_attribute)
 
 _MODULE_GETATTR = torch.nn.Module.__dict__["__getattr__"]
 _MODULE_METHODS = {"parameters", "named_parameters", "buffers", "named_buffers", "children",

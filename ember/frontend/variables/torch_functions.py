@@ -22,7 +22,7 @@ from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable, NotConstant
 from ember.frontend.variables.builtins import bind_arguments, fold, type_argument
 from ember.frontend.variables.containers import SizeVariable
-from ember.frontend.variables.objects import GlobalContextVariable, GradModeVariable
+from ember.frontend.variables.ctx_manager import GlobalContextVariable, GradModeVariable
 from ember.frontend.variables.tensor import TensorVariable
 
 _NAMESPACES = ("torch", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft",
