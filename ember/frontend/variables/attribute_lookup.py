@@ -12,22 +12,25 @@ from ember.frontend.variables.base import VariableTracker
 from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
 
 
-_MISSING = object()
+# what static_lookup answers for a name no class in the MRO defines (None is a value)
+MISSING = object()
 
 
-def _static_lookup(cls: type, name: str):
+def static_lookup(cls: type, name: str):
+    """``name`` from the first class dict along ``cls.__mro__`` (no descriptor call), or
+    :data:`MISSING`."""
     for klass in cls.__mro__:
         if name in klass.__dict__:
             return klass.__dict__[name]
-    return _MISSING
+    return MISSING
 
 
 def class_attribute(tx, cls: type, name: str, obj: VariableTracker | None, source):
     """What ``obj.name`` (or ``cls.name`` when obj is None) is when ``name`` is found on the
     class: methods bind, properties run their getter, other values are wrapped."""
-    attr = _static_lookup(cls, name)
-    if attr is _MISSING:
-        return _MISSING
+    attr = static_lookup(cls, name)
+    if attr is MISSING:
+        return MISSING
     if isinstance(attr, staticmethod):
         return tx.wrap(attr.__func__, None)
     if isinstance(attr, classmethod):
@@ -49,7 +52,8 @@ def class_attribute(tx, cls: type, name: str, obj: VariableTracker | None, sourc
     return tx.wrap(attr, AttrSource(source, name) if source is not None else None)
 
 
-def _is_data_descriptor(desc) -> bool:
+def is_data_descriptor(desc) -> bool:
+    """Whether ``desc`` takes precedence over an instance ``__dict__`` entry."""
     return isinstance(desc, property) or hasattr(type(desc), "__set__") or \
         hasattr(type(desc), "__delete__")
 

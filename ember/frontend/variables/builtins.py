@@ -159,10 +159,10 @@ def _user_object(vt) -> bool:
 
 
 def _lookup_dunder(vt, name):
-    from ember.frontend.variables.attribute_lookup import _static_lookup
+    from ember.frontend.variables.attribute_lookup import static_lookup
     if not _user_object(vt):
         return None
-    fn = _static_lookup(vt.cls, name)
+    fn = static_lookup(vt.cls, name)
     if isinstance(fn, types.FunctionType):
         from ember.frontend.variables.functions import UserFunctionVariable
         return UserFunctionVariable(fn)

@@ -148,9 +148,9 @@ class NamedTupleVariable(TupleVariable):
                      "logabsdet": 1}
             if name in order:
                 return self.items[order[name]]
-        from ember.frontend.variables.attribute_lookup import _MISSING, class_attribute
+        from ember.frontend.variables.attribute_lookup import MISSING, class_attribute
         found = class_attribute(tx, self.cls, name, self, None)
-        if found is not _MISSING:
+        if found is not MISSING:
             return found
         return super().var_getattr(tx, name)
 

@@ -241,9 +241,9 @@ class DictVariable(VariableTracker):
         if self.cls not in (dict, collections.OrderedDict, collections.defaultdict) and \
                 not hasattr(dict, name):
             # a method a plain dict subclass adds
-            from ember.frontend.variables.attribute_lookup import _MISSING, class_attribute
+            from ember.frontend.variables.attribute_lookup import MISSING, class_attribute
             found = class_attribute(tx, self.cls, name, self, None)
-            if found is not _MISSING:
+            if found is not MISSING:
                 return found
         if hasattr(dict, name):
             return BoundMethodVariable(self, name)

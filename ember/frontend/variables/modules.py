@@ -21,10 +21,11 @@ from ember.frontend.source import AttrSource, ModuleDictSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.container_iterators import ListIteratorVariable
 from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
-from ember.frontend.variables.attribute_lookup import (_MISSING, _is_data_descriptor,
-                                                       _static_lookup, class_attribute)
+from ember.frontend.variables.attribute_lookup import (MISSING, is_data_descriptor,
+                                                       static_lookup, class_attribute)
 
-_MODULE_GETATTR = torch.nn.Module.__dict__["__getattr__"]
+# nn.Module's own __getattr__ (parameters, buffers, submodules), told apart from a subclass's
+MODULE_GETATTR = torch.nn.Module.__dict__["__getattr__"]
 _MODULE_METHODS = {"parameters", "named_parameters", "buffers", "named_buffers", "children",
                    "named_children", "modules", "named_modules"}
 _CONTAINER_METHODS = {"keys", "values", "items", "__len__", "__iter__", "__getitem__",
@@ -83,12 +84,12 @@ class NNModuleVariable(VariableTracker):
         d = mod.__dict__
         if name == "__class__":
             return tx.wrap(cls, None)
-        desc = _static_lookup(cls, name)
-        if desc is not _MISSING and _is_data_descriptor(desc):
+        desc = static_lookup(cls, name)
+        if desc is not MISSING and is_data_descriptor(desc):
             return class_attribute(tx, cls, name, self, self.source)
         if name in d:
             return tx.wrap(d[name], AttrSource(self.source, name) if self.source else None)
-        if desc is not _MISSING:
+        if desc is not MISSING:
             if self.source is not None:   # an instance attribute set later would shadow it
                 tx.output.guards.add(guards.not_in_instance_dict(self.source, name))
             if is_module_call(desc):
@@ -98,8 +99,8 @@ class NNModuleVariable(VariableTracker):
                 from ember.frontend.variables.functions import BoundMethodVariable
                 return BoundMethodVariable(self, name)
             return class_attribute(tx, cls, name, self, self.source)
-        getattr_fn = _static_lookup(cls, "__getattr__")
-        if getattr_fn is not _MODULE_GETATTR:    # the class's own, called as Python would
+        getattr_fn = static_lookup(cls, "__getattr__")
+        if getattr_fn is not MODULE_GETATTR:    # the class's own, called as Python would
             if not isinstance(getattr_fn, types.FunctionType):
                 raise Unsupported(f"{cls.__name__}.__getattr__ is not a Python function")
             return UserFunctionVariable(getattr_fn).call_function(
@@ -156,7 +157,7 @@ class NNModuleVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         """``module(*args)``: ``type(module).__call__``, which is nn.Module's (hooks around
         ``forward``) unless the class overrides it."""
-        call = _static_lookup(type(self.value), "__call__")
+        call = static_lookup(type(self.value), "__call__")
         if not is_module_call(call):
             if not isinstance(call, types.FunctionType):
                 raise Unsupported(f"{type(self.value).__name__}.__call__ is not a Python "
@@ -189,7 +190,7 @@ class NNModuleVariable(VariableTracker):
         if "forward" in mod.__dict__:
             return tx.wrap(mod.__dict__["forward"], AttrSource(self.source, "forward")
                            if self.source else None).call_function(tx, args, kwargs)
-        forward = _static_lookup(type(mod), "forward")
+        forward = static_lookup(type(mod), "forward")
         if not isinstance(forward, types.FunctionType):
             raise Unsupported(f"{type(mod).__name__}.forward is not a Python function")
         if self.source is not None:   # a forward assigned to the instance later replaces it
@@ -240,7 +241,7 @@ class NNModuleVariable(VariableTracker):
         if name == "__len__":
             if isinstance(mod, _CONTAINERS):
                 self._guard_length(tx)
-            elif _static_lookup(type(mod), "__len__") is not _MISSING:
+            elif static_lookup(type(mod), "__len__") is not MISSING:
                 return super().call_method(tx, name, args, kwargs)    # the class's own
             return ConstantVariable(len(mod))
         if name == "__iter__":
@@ -590,7 +591,7 @@ def create_module(tx, cls: type, args, kwargs) -> NewModuleVariable:
         module = cls.__new__(cls)
         torch.nn.Module.__init__(module)
         vt = NewModuleVariable(module)
-        init = _static_lookup(cls, "__init__")
+        init = static_lookup(cls, "__init__")
         if isinstance(init, types.FunctionType) and init is not torch.nn.Module.__init__:
             vt.initialising = True
             with torch.random.fork_rng(devices=[]):

@@ -19,7 +19,7 @@ class SuperVariable(VariableTracker):
         self.obj = obj
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.modules import (_MODULE_GETATTR, ModuleCallVariable,
+        from ember.frontend.variables.modules import (MODULE_GETATTR, ModuleCallVariable,
                                                       ModuleGetattrVariable,
                                                       NewModuleVariable, NNModuleVariable,
                                                       is_module_call)
@@ -38,7 +38,7 @@ class SuperVariable(VariableTracker):
                     return _NoOpVariable()   # create_module already ran it for real
                 if is_module_call(attr) and isinstance(self.obj, NNModuleVariable):
                     return ModuleCallVariable(self.obj)   # hooks and forward
-                if attr is _MODULE_GETATTR and isinstance(self.obj, NNModuleVariable):
+                if attr is MODULE_GETATTR and isinstance(self.obj, NNModuleVariable):
                     return ModuleGetattrVariable(self.obj)
                 if isinstance(attr, types.FunctionType):
                     return UserMethodVariable(UserFunctionVariable(attr), self.obj)

@@ -14,8 +14,8 @@ import torch
 from ember.frontend import guards
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.source import AttrSource
-from ember.frontend.variables.attribute_lookup import (_MISSING, RealMethodVariable,
-                                                       _is_data_descriptor, _static_lookup,
+from ember.frontend.variables.attribute_lookup import (MISSING, RealMethodVariable,
+                                                       is_data_descriptor, static_lookup,
                                                        class_attribute)
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.dicts import DictVariable
@@ -41,7 +41,7 @@ class UserDefinedObjectVariable(VariableTracker):
         return self.cls
 
     def var_getattr(self, tx, name):
-        getattribute = _static_lookup(self.cls, "__getattribute__")
+        getattribute = static_lookup(self.cls, "__getattribute__")
         if isinstance(getattribute, types.FunctionType) and (
                 self.is_new or tx.output.side_effects.attr_stores.get(id(self))):
             # a Python __getattribute__ (config classes remapping names) on an object whose
@@ -85,8 +85,8 @@ class UserDefinedObjectVariable(VariableTracker):
                 raise ObservedException(AttributeError, [ConstantVariable(str(e))],
                                         str(e)) from None
             return tx.wrap(value, AttrSource(self.source, name) if self.source else None)
-        desc = _static_lookup(cls, name)
-        is_data_descriptor = desc is not _MISSING and (
+        desc = static_lookup(cls, name)
+        is_data_descriptor = desc is not MISSING and (
             isinstance(desc, property) or hasattr(type(desc), "__set__"))
         if not is_data_descriptor and not self.is_new:
             inst_dict = getattr(self.value, "__dict__", None)
@@ -94,16 +94,16 @@ class UserDefinedObjectVariable(VariableTracker):
                 return tx.wrap(inst_dict[name],
                                AttrSource(self.source, name) if self.source else None)
             if isinstance(inst_dict, dict) and self.source is not None and \
-                    desc is not _MISSING:
+                    desc is not MISSING:
                 # read from the class: an instance attribute set later would shadow it
                 tx.output.guards.add(guards.not_in_instance_dict(self.source, name))
         if isinstance(desc, types.MemberDescriptorType) and not self.is_new:
             return tx.wrap(getattr(self.value, name),
                            AttrSource(self.source, name) if self.source else None)
         found = class_attribute(tx, cls, name, self, self.source)
-        if found is not _MISSING:
+        if found is not MISSING:
             return found
-        getattr_fn = _static_lookup(cls, "__getattr__")
+        getattr_fn = static_lookup(cls, "__getattr__")
         if isinstance(getattr_fn, types.FunctionType):
             return UserFunctionVariable(getattr_fn).call_function(
                 tx, [self, ConstantVariable(name)], {})
@@ -118,25 +118,25 @@ class UserDefinedObjectVariable(VariableTracker):
             tx.output.guards.add(guards.hasattr_match(self.source, name, False))
 
     def call_function(self, tx, args, kwargs):
-        call = _static_lookup(self.cls, "__call__")
+        call = static_lookup(self.cls, "__call__")
         if isinstance(call, types.FunctionType):
             return UserFunctionVariable(call).call_function(tx, [self, *args], kwargs)
         raise Unsupported(f"calling a {self.cls.__name__} object")
 
     def truthy(self, tx):
         for name in ("__bool__", "__len__"):
-            fn = _static_lookup(self.cls, name)
+            fn = static_lookup(self.cls, name)
             if isinstance(fn, types.FunctionType):
                 out = UserFunctionVariable(fn).call_function(tx, [self], {})
                 return bool(out.as_python_constant())
-            if fn is not _MISSING:
+            if fn is not MISSING:
                 raise Unsupported(f"truth value of {self.cls.__name__}")
         return True
 
     def store_attr(self, tx, name, value):
         """``obj.name = value``: through the class's Python ``__setattr__`` if it has one."""
-        setter = _static_lookup(self.cls, "__setattr__")
-        if setter is _MISSING or setter is object.__setattr__:
+        setter = static_lookup(self.cls, "__setattr__")
+        if setter is MISSING or setter is object.__setattr__:
             self.generic_setattr(tx, name, value)
         elif isinstance(setter, types.FunctionType):
             UserFunctionVariable(setter).call_function(tx, [self, ConstantVariable(name), value],
@@ -147,11 +147,11 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def generic_setattr(self, tx, name, value):
         """``object.__setattr__(self, name, value)``."""
-        desc = _static_lookup(self.cls, name)
+        desc = static_lookup(self.cls, name)
         if isinstance(desc, property) and isinstance(desc.fset, types.FunctionType):
             UserFunctionVariable(desc.fset).call_function(tx, [self, value], {})
             return
-        if desc is not _MISSING and hasattr(type(desc), "__set__"):
+        if desc is not MISSING and hasattr(type(desc), "__set__"):
             raise Unsupported(f"setting {self.cls.__name__}.{name}, a data descriptor")
         if self.is_new:
             self.attrs[name] = value
@@ -160,8 +160,8 @@ class UserDefinedObjectVariable(VariableTracker):
 
     def del_attr(self, tx, name):
         """``del obj.name``: through the class's Python ``__delattr__`` if it has one."""
-        deleter = _static_lookup(self.cls, "__delattr__")
-        if deleter is _MISSING or deleter is object.__delattr__:
+        deleter = static_lookup(self.cls, "__delattr__")
+        if deleter is MISSING or deleter is object.__delattr__:
             self.generic_delattr(tx, name)
         elif isinstance(deleter, types.FunctionType):
             UserFunctionVariable(deleter).call_function(tx, [self, ConstantVariable(name)], {})
@@ -172,9 +172,9 @@ class UserDefinedObjectVariable(VariableTracker):
     def generic_delattr(self, tx, name):
         """``object.__delattr__(self, name)``, for objects made during capture (a deletion
         on an object from outside the frame is not a replayable side effect yet)."""
-        desc = _static_lookup(self.cls, name)
+        desc = static_lookup(self.cls, name)
         if not self.is_new or name not in self.attrs or (
-                desc is not _MISSING and hasattr(type(desc), "__delete__")):
+                desc is not MISSING and hasattr(type(desc), "__delete__")):
             raise Unsupported(f"deleting attribute {name!r} of a {self.cls.__name__}")
         del self.attrs[name]
 
@@ -226,13 +226,13 @@ class InstanceDictVariable(DictVariable):
 def plain_reduce(cls: type) -> bool:
     """True when ``cls`` pickles and copies by ``object``'s own protocol: instances are
     ``copyreg.__newobj__(cls)`` plus the instance ``__dict__`` as state."""
-    return (_static_lookup(cls, "__reduce_ex__") is object.__reduce_ex__
-            and _static_lookup(cls, "__reduce__") is object.__reduce__
-            and _static_lookup(cls, "__getstate__") in (_MISSING, getattr(object, "__getstate__",
-                                                                             _MISSING))
-            and _static_lookup(cls, "__getnewargs_ex__") is _MISSING
-            and _static_lookup(cls, "__getnewargs__") is _MISSING
-            and _static_lookup(cls, "__new__") is object.__new__
+    return (static_lookup(cls, "__reduce_ex__") is object.__reduce_ex__
+            and static_lookup(cls, "__reduce__") is object.__reduce__
+            and static_lookup(cls, "__getstate__") in (MISSING, getattr(object, "__getstate__",
+                                                                             MISSING))
+            and static_lookup(cls, "__getnewargs_ex__") is MISSING
+            and static_lookup(cls, "__getnewargs__") is MISSING
+            and static_lookup(cls, "__new__") is object.__new__
             and not any("__slots__" in k.__dict__ for k in cls.__mro__)
             and not issubclass(cls, (list, dict)))
 
@@ -303,9 +303,9 @@ class UserDefinedClassVariable(VariableTracker):
         if name in ("__name__", "__qualname__", "__module__"):
             return ConstantVariable(getattr(self.value, name))
         meta = type(self.value)
-        meta_attr = _static_lookup(meta, name)
-        if meta.__getattribute__ is type.__getattribute__ and meta_attr is not _MISSING and \
-                _is_data_descriptor(meta_attr) and not isinstance(meta_attr, property):
+        meta_attr = static_lookup(meta, name)
+        if meta.__getattribute__ is type.__getattribute__ and meta_attr is not MISSING and \
+                is_data_descriptor(meta_attr) and not isinstance(meta_attr, property):
             # what ``type`` itself answers first: __class__, __mro__, __bases__, __dict__...
             try:
                 value = getattr(self.value, name)
@@ -313,13 +313,13 @@ class UserDefinedClassVariable(VariableTracker):
                 raise ObservedException(AttributeError, [ConstantVariable(str(e))],
                                         str(e)) from None
             return tx.wrap(value, None)
-        attr = _static_lookup(self.value, name)
+        attr = static_lookup(self.value, name)
         if isinstance(attr, classmethod):
             return UserMethodVariable(tx.wrap(attr.__func__, None), self)
         found = class_attribute(tx, self.value, name, None, self.source)
-        if found is not _MISSING:
+        if found is not MISSING:
             return found
-        if isinstance(_static_lookup(type(self.value), name), property):
+        if isinstance(static_lookup(type(self.value), name), property):
             # a metaclass property: state behind the class (GroupMember.WORLD)
             from ember.frontend.variables.torch_state import read_state
             return read_state(tx, self.value, name, f"{self.value.__qualname__}.{name}")
@@ -355,12 +355,12 @@ class UserDefinedClassVariable(VariableTracker):
             raise Unsupported(f"creating a {cls.__name__} (metaclass {type(cls).__name__})")
         obj = UserDefinedObjectVariable(None, cls=cls)
         tx.output.side_effects.track_new_object(obj)
-        init = _static_lookup(cls, "__init__")
+        init = static_lookup(cls, "__init__")
         if isinstance(init, types.FunctionType):
             UserFunctionVariable(init).call_function(tx, [obj, *args], kwargs)
         elif args or kwargs:
             raise Unsupported(f"{cls.__name__}() takes no arguments")
-        post = _static_lookup(cls, "__post_init__")
+        post = static_lookup(cls, "__post_init__")
         if isinstance(post, types.FunctionType) and not dataclasses.is_dataclass(cls):
             pass  # only dataclass __init__ calls __post_init__, and it does so itself
         return obj
@@ -396,8 +396,8 @@ class DataclassDictVariable(VariableTracker):
                     values[f.name] = tx.wrap_constant(f.default_factory())
                 else:
                     raise Unsupported(f"missing field {f.name!r} for {cls.__name__}")
-        post = _static_lookup(cls, "__post_init__")
-        if post is not _MISSING and getattr(post, "__module__", "").split(".")[0] \
+        post = static_lookup(cls, "__post_init__")
+        if post is not MISSING and getattr(post, "__module__", "").split(".")[0] \
                 not in ("transformers",):
             raise Unsupported(f"{cls.__name__}.__post_init__ is not understood")
         return cls_(cls, values)
@@ -420,7 +420,7 @@ class DataclassDictVariable(VariableTracker):
             from ember.frontend.variables.functions import BoundMethodVariable
             return BoundMethodVariable(self, name)
         found = class_attribute(tx, self.cls, name, self, None)
-        if found is not _MISSING:
+        if found is not MISSING:
             return found
         raise Unsupported(f"AttributeError: {self.cls.__name__} has no attribute {name!r}")
 
