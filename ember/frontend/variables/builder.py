@@ -26,16 +26,17 @@ from ember.frontend.variables.container_iterators import (ResumedDictIterator, R
 from ember.frontend.variables.containers import (DequeVariable, ListVariable, NamedTupleVariable,
                                                  SizeVariable, TupleVariable, is_namedtuple_class,
                                                  is_structseq_class)
+from ember.frontend.variables.ctx_manager import (GLOBAL_CONTEXTS, GlobalContextReentry,
+                                                  GlobalContextVariable, GradModeExit,
+                                                  GradModeExitVariable)
 from ember.frontend.variables.dicts import DictVariable, SetVariable, is_plain_dict_subclass
 from ember.frontend.variables.functions import (GetterVariable, GraphCallableVariable,
                                                 HandlerFunctionVariable,
                                                 PartialVariable, UserFunctionVariable,
                                                 UserMethodVariable)
-from ember.frontend.variables.ctx_manager import (GLOBAL_CONTEXTS, GlobalContextReentry,
-                                                  GlobalContextVariable, GradModeExit,
-                                                  GradModeExitVariable)
 from ember.frontend.variables.modules import CompiledModuleVariable, NNModuleVariable
 from ember.frontend.variables.python_module import PythonModuleVariable
+from ember.frontend.variables.tensor import TensorMethodVariable
 from ember.frontend.variables.torch_functions import is_graph_callable, special_handler
 from ember.frontend.variables.torch_state import TorchStateObjectVariable, is_torch_state_object
 from ember.frontend.variables.user_defined import (UserDefinedClassVariable,
@@ -294,7 +295,6 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
         owner = getattr(value, "__self__", None)
         if isinstance(owner, torch.Tensor) and hasattr(torch.Tensor, value.__name__):
             # ``x.mul`` held as a value (e.g. across a graph break)
-            from ember.frontend.variables.functions import TensorMethodVariable
             add(guards.type_match(source, type(value)))
             obj = wrap(tx, owner, AttrSource(source, "__self__") if source else None)
             return TensorMethodVariable(obj, value.__name__)

@@ -378,8 +378,8 @@ def _type(tx, args, kwargs):
 
 @builtin(callable)
 def _callable(tx, args, kwargs):
-    from ember.frontend.variables.functions import (BoundMethodVariable,
-                                                    GraphCallableVariable)
+    from ember.frontend.variables.base import BoundMethodVariable
+    from ember.frontend.variables.functions import GraphCallableVariable
     from ember.frontend.variables.modules import NNModuleVariable
     from ember.frontend.variables.user_defined import (UserDefinedClassVariable,
                                                        UserDefinedObjectVariable)

@@ -13,7 +13,8 @@ import collections
 import torch
 
 from ember.frontend.exc import Unsupported
-from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
+from ember.frontend.variables.base import (BoundMethodVariable, ConstantVariable, NotConstant,
+                                           VariableTracker)
 from ember.frontend.variables.container_iterators import (ListIteratorVariable,
                                                           LiveListIteratorVariable)
 
@@ -77,7 +78,6 @@ class BaseSequenceVariable(VariableTracker):
             raise Unsupported(f"{self.py_type.__name__} method on non-constant items") from None
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
         if hasattr(self.py_type, name):
             return BoundMethodVariable(self, name)
         raise Unsupported(f"{self.py_type.__name__}.{name}")

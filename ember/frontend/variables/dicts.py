@@ -9,7 +9,7 @@ import operator
 from typing import Any
 
 from ember.frontend.exc import ObservedException, Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import BoundMethodVariable, ConstantVariable, VariableTracker
 from ember.frontend.variables.container_iterators import (DictIteratorVariable,
                                                           ListIteratorVariable)
 from ember.frontend.variables.containers import ListVariable, TupleVariable
@@ -235,7 +235,6 @@ class DictVariable(VariableTracker):
         return ConstantVariable(None)
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
         if name == "move_to_end" and issubclass(self.cls, collections.OrderedDict):
             return BoundMethodVariable(self, name)
         if self.cls not in (dict, collections.OrderedDict, collections.defaultdict) and \
@@ -319,7 +318,6 @@ class DictViewVariable(VariableTracker):
         raise Unsupported(f"dict_{self.kind}.{name}()")
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
         if name == "mapping":
             raise Unsupported(f"dict_{self.kind}.mapping")
         if hasattr(self.python_type(), name):
@@ -401,7 +399,6 @@ class SetVariable(VariableTracker):
         return ConstantVariable(None)
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
         if hasattr(set, name):
             return BoundMethodVariable(self, name)
         raise Unsupported(f"set.{name}")

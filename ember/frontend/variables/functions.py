@@ -313,60 +313,6 @@ class UserMethodVariable(VariableTracker):
         return f"UserMethodVariable({self.fn_var}, {self.obj})"
 
 
-class BoundMethodVariable(VariableTracker):
-    """``obj.name`` on a tracker that implements ``call_method`` (containers, constants)."""
-
-    def __init__(self, obj: VariableTracker, name: str):
-        super().__init__()
-        self.obj = obj
-        self.name = name
-
-    def python_type(self):
-        return types.BuiltinMethodType
-
-    def truthy(self, tx):
-        return True
-
-    def call_function(self, tx, args, kwargs):
-        return self.obj.call_method(tx, self.name, args, kwargs)
-
-    def rebuild(self, cg):
-        return f"getattr({cg.reconstruct(self.obj)}, {self.name!r})"
-
-
-class ConstantMethodVariable(BoundMethodVariable):
-    """A method of a constant (``"a,b".split``, ``dtype.to_complex``): evaluated for real."""
-
-    def call_function(self, tx, args, kwargs):
-        try:
-            const_args = [a.as_python_constant() for a in args]
-            const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
-        except Exception:
-            raise Unsupported(f"{self.name}() of a constant with non-constant arguments") \
-                from None
-        try:
-            result = getattr(self.obj.value, self.name)(*const_args, **const_kwargs)
-        except Exception as e:
-            raise Unsupported(f"{type(e).__name__} in {self.name}(): {e}") from None
-        return tx.wrap_constant(result)
-
-
-class TensorMethodVariable(BoundMethodVariable):
-    """``tensor.method`` before it is called."""
-
-    def call_function(self, tx, args, kwargs):
-        return self.obj.call_method(tx, self.name, args, kwargs)
-
-    def var_getattr(self, tx, name):
-        if name == "__name__":
-            return ConstantVariable(self.name)
-        if name == "__qualname__":   # a bound method's: its object's class, then the name
-            return ConstantVariable(f"{self.obj.python_type().__qualname__}.{self.name}")
-        if name == "__self__":
-            return self.obj
-        return super().var_getattr(tx, name)
-
-
 class PartialVariable(VariableTracker):
     def __init__(self, func: VariableTracker, args: list, kwargs: dict, source=None):
         super().__init__(source)

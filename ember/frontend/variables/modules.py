@@ -18,7 +18,7 @@ import torch
 from ember.frontend import guards
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.source import AttrSource, ModuleDictSource
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import BoundMethodVariable, ConstantVariable, VariableTracker
 from ember.frontend.variables.container_iterators import ListIteratorVariable
 from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
 from ember.frontend.variables.attribute_lookup import (MISSING, is_data_descriptor,
@@ -96,7 +96,6 @@ class NNModuleVariable(VariableTracker):
                 return ModuleCallVariable(self)
             if (name in _MODULE_METHODS and desc is torch.nn.Module.__dict__[name]) or (
                     name in _CONTAINER_METHODS and isinstance(mod, _CONTAINERS)):
-                from ember.frontend.variables.functions import BoundMethodVariable
                 return BoundMethodVariable(self, name)
             return class_attribute(tx, cls, name, self, self.source)
         getattr_fn = static_lookup(cls, "__getattr__")

@@ -18,7 +18,8 @@ import numpy as np
 import torch
 
 from ember.frontend.exc import Unsupported
-from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
+from ember.frontend.variables.base import (BoundMethodVariable, ConstantVariable, NotConstant,
+                                           VariableTracker)
 from ember.frontend.variables.builtins import HANDLERS, INPLACE, fold
 from ember.frontend.variables.containers import BaseSequenceVariable, TupleVariable
 from ember.frontend.variables.tensor import TensorVariable
@@ -69,7 +70,6 @@ class NDArrayVariable(VariableTracker):
         if name == "T":
             return transpose(tx, [self], {})
         if name in METHODS:
-            from ember.frontend.variables.functions import BoundMethodVariable
             return BoundMethodVariable(self, name)
         raise Unsupported(f"ndarray.{name} inside a compiled region")
 

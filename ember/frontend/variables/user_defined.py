@@ -17,7 +17,7 @@ from ember.frontend.source import AttrSource
 from ember.frontend.variables.attribute_lookup import (MISSING, RealMethodVariable,
                                                        is_data_descriptor, static_lookup,
                                                        class_attribute)
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import BoundMethodVariable, ConstantVariable, VariableTracker
 from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.functions import (UserFunctionVariable, UserMethodVariable,
                                                 bind_args)
@@ -417,7 +417,6 @@ class DataclassDictVariable(VariableTracker):
             return self.fields[name]
         if name in ("to_tuple", "keys", "values", "items", "get", "__getitem__", "__len__",
                     "__contains__", "__iter__"):
-            from ember.frontend.variables.functions import BoundMethodVariable
             return BoundMethodVariable(self, name)
         found = class_attribute(tx, self.cls, name, self, None)
         if found is not MISSING:
