@@ -22,13 +22,12 @@ import torch
 
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
-from ember.frontend.variables.container_iterators import (LazyIteratorVariable,
-                                                          ListIteratorVariable, is_live_iterable)
+from ember.frontend.variables.container_iterators import LazyIteratorVariable, ListIteratorVariable
 from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVariable, ListVariable,
                                                  NamedTupleVariable, SizeVariable, SliceVariable,
                                                  TupleVariable)
 from ember.frontend.variables.dicts import (DictVariable, DictViewVariable, SetVariable,
-                                            compare_dicts, compare_sets)
+                                            compare_dicts, compare_sets, is_live_iterable)
 from ember.frontend.variables.functions import (BaseUserFunctionVariable,
                                                 HandlerFunctionVariable, PartialVariable,
                                                 UserMethodVariable)

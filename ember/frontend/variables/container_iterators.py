@@ -338,14 +338,3 @@ class LazyIteratorVariable(_SteppedIterator):
             raise Unsupported("an iterator reached both from the frame's stack or locals and "
                               "from another value at a graph break")
         return cg.temp(self, self.real_iterator(cg, before_replay=True))
-
-
-def is_live_iterable(vt: VariableTracker) -> bool:
-    """Iterating it reads a dict or list as it is at each step (see
-    ``LazyIteratorVariable``)."""
-    # local: containers and dicts import this module
-    from ember.frontend.variables.containers import ListVariable
-    from ember.frontend.variables.dicts import DictVariable, DictViewVariable
-    return type(vt) is ListVariable or isinstance(vt, (
-        DictVariable, DictViewVariable, DictIteratorVariable, LazyIteratorVariable,
-        LiveListIteratorVariable))

@@ -11,7 +11,9 @@ from typing import Any
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.variables.base import BoundMethodVariable, ConstantVariable, VariableTracker
 from ember.frontend.variables.container_iterators import (DictIteratorVariable,
-                                                          ListIteratorVariable)
+                                                          LazyIteratorVariable,
+                                                          ListIteratorVariable,
+                                                          LiveListIteratorVariable)
 from ember.frontend.variables.containers import ListVariable, TupleVariable
 
 
@@ -516,3 +518,11 @@ def is_plain_dict_subclass(cls) -> bool:
         if any(name in vars(klass) for name in _DICT_PROTOCOL) or "__slots__" in vars(klass):
             return False
     return True
+
+
+def is_live_iterable(vt: VariableTracker) -> bool:
+    """Iterating it reads a dict or list as it is at each step (see
+    ``LazyIteratorVariable``)."""
+    return type(vt) is ListVariable or isinstance(vt, (
+        DictVariable, DictViewVariable, DictIteratorVariable, LazyIteratorVariable,
+        LiveListIteratorVariable))
