@@ -20,7 +20,7 @@ from ember.frontend.exc import Unsupported
 from ember.frontend.source import AttrSource, GetItemSource, Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_constant_value
 from ember.frontend.variables import iterators, numpy  # noqa: F401 (register handlers)
-from ember.frontend.variables.builtins import handler_for
+from ember.frontend.variables.builtins import GetterVariable
 from ember.frontend.variables.container_iterators import (ResumedDictIterator, ResumedListIterator,
                                                           ResumedWrapperIterator)
 from ember.frontend.variables.containers import (DequeVariable, ListVariable, NamedTupleVariable,
@@ -30,10 +30,9 @@ from ember.frontend.variables.ctx_manager import (GLOBAL_CONTEXTS, GlobalContext
                                                   GlobalContextVariable, GradModeExit,
                                                   GradModeExitVariable)
 from ember.frontend.variables.dicts import DictVariable, SetVariable, is_plain_dict_subclass
-from ember.frontend.variables.functions import (GetterVariable, GraphCallableVariable,
-                                                HandlerFunctionVariable,
-                                                PartialVariable, UserFunctionVariable,
-                                                UserMethodVariable)
+from ember.frontend.variables.functions import (GraphCallableVariable, PartialVariable,
+                                                UserFunctionVariable, UserMethodVariable)
+from ember.frontend.variables.handlers import HandlerFunctionVariable, handler_for
 from ember.frontend.variables.modules import CompiledModuleVariable, NNModuleVariable
 from ember.frontend.variables.python_module import PythonModuleVariable
 from ember.frontend.variables.tensor import TensorMethodVariable

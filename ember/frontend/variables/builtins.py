@@ -1,6 +1,6 @@
 """Capture-time behaviour of Python builtins and the ``operator`` and ``math`` modules.
 
-Handlers are registered per callable (``@builtin(len)``). A call whose arguments are all
+Handlers are registered per callable (``@builtin(len)``, into ``handlers.HANDLERS``). A call whose arguments are all
 constants is evaluated for real (these functions are pure); otherwise the handler decides:
 tensors go into the graph, containers are handled structurally, user objects through their
 dunder methods.
@@ -16,7 +16,6 @@ import operator
 import sys
 import types
 import typing
-from typing import Any, Callable
 
 import torch
 
@@ -28,22 +27,11 @@ from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVari
                                                  TupleVariable)
 from ember.frontend.variables.dicts import (DictVariable, DictViewVariable, SetVariable,
                                             compare_dicts, compare_sets, is_live_iterable)
-from ember.frontend.variables.functions import (BaseUserFunctionVariable,
-                                                HandlerFunctionVariable, PartialVariable,
+from ember.frontend.variables.functions import (BaseUserFunctionVariable, PartialVariable,
                                                 UserMethodVariable)
+from ember.frontend.variables.handlers import HANDLERS, HandlerFunctionVariable, builtin
 from ember.frontend.variables.scalars import IdVariable
 from ember.frontend.variables.tensor import TensorVariable
-
-Handler = Callable[[Any, list, dict], VariableTracker]
-HANDLERS: dict[Any, Handler] = {}
-
-
-def builtin(*fns):
-    def deco(handler: Handler) -> Handler:
-        for fn in fns:
-            HANDLERS[fn] = handler
-        return handler
-    return deco
 
 
 def constants(args, kwargs):
@@ -313,9 +301,42 @@ def _setitem(tx, args, kwargs):
     return tx.store_subscr(args[0], args[1], args[2])
 
 
+class GetterVariable(VariableTracker):
+    """``operator.itemgetter(*keys)`` or ``operator.attrgetter(*names)`` with constant keys."""
+
+    def __init__(self, cls: type, keys: list, source=None):
+        super().__init__(source)
+        self.cls = cls
+        self.keys = keys
+
+    def python_type(self):
+        return self.cls
+
+    def truthy(self, tx):
+        return True
+
+    def as_python_constant(self):
+        return self.cls(*self.keys)
+
+    def rebuild(self, cg):
+        return cg.const(self.as_python_constant())
+
+    def call_function(self, tx, args, kwargs):
+        obj = args[0]
+        results = []
+        for key in self.keys:
+            if self.cls is operator.itemgetter:
+                results.append(getitem(tx, obj, ConstantVariable(key)))
+            else:
+                value = obj
+                for part in key.split("."):
+                    value = tx.getattr(value, part)
+                results.append(value)
+        return results[0] if len(results) == 1 else TupleVariable(results)
+
+
 def _getter_factory(cls):
     def handler(tx, args, kwargs):
-        from ember.frontend.variables.functions import GetterVariable
         if kwargs or not args:
             raise Unsupported(f"operator.{cls.__name__} with keywords or no arguments")
         return GetterVariable(cls, [a.as_python_constant() for a in args])
@@ -906,9 +927,3 @@ for _name in dir(math):
     if callable(_fn):
         HANDLERS[_fn] = _math_handler(_fn)
 
-
-def handler_for(value) -> Handler | None:
-    try:
-        return HANDLERS.get(value)
-    except TypeError:   # unhashable
-        return None

@@ -1,9 +1,9 @@
-"""Callables during capture: user functions (inlined), builtins, torch functions (graph
-nodes), bound methods, ``functools.partial`` and closure cells."""
+"""Callables during capture: user functions (inlined), torch functions (graph nodes), user
+methods, ``functools.partial`` and closure cells. (Handled builtins: ``handlers``; methods of
+trackers: ``base.BoundMethodVariable``.)"""
 from __future__ import annotations
 
 import inspect
-import operator
 import types
 from typing import Any, Callable
 
@@ -378,74 +378,3 @@ class GraphCallableVariable(VariableTracker):
 
     def __repr__(self):
         return f"GraphCallableVariable({getattr(self.value, '__name__', self.value)})"
-
-
-class HandlerFunctionVariable(VariableTracker):
-    """A Python callable whose capture-time behaviour is a handler (builtins, ``math``,
-    ``operator``, special torch functions). ``handler(tx, args, kwargs) -> tracker``."""
-
-    def __init__(self, fn: Callable, handler: Callable, source=None):
-        super().__init__(source)
-        self.value = fn
-        self.handler = handler
-
-    def as_python_constant(self):
-        return self.value
-
-    def python_type(self):
-        return type(self.value)
-
-    def truthy(self, tx):
-        return True
-
-    def call_function(self, tx, args, kwargs):
-        return self.handler(tx, args, kwargs)
-
-    def var_getattr(self, tx, name):
-        if name in ("__name__", "__qualname__", "__module__"):
-            return ConstantVariable(getattr(self.value, name))
-        # a class-level function of a handled class (``dict.fromkeys``)
-        from ember.frontend.variables.builtins import handler_for
-        handler = handler_for(getattr(self.value, name, None))
-        if handler is not None:
-            return HandlerFunctionVariable(getattr(self.value, name), handler)
-        return super().var_getattr(tx, name)
-
-    def __repr__(self):
-        return f"HandlerFunctionVariable({getattr(self.value, '__name__', self.value)})"
-
-
-class GetterVariable(VariableTracker):
-    """``operator.itemgetter(*keys)`` or ``operator.attrgetter(*names)`` with constant keys."""
-
-    def __init__(self, cls: type, keys: list, source=None):
-        super().__init__(source)
-        self.cls = cls
-        self.keys = keys
-
-    def python_type(self):
-        return self.cls
-
-    def truthy(self, tx):
-        return True
-
-    def as_python_constant(self):
-        return self.cls(*self.keys)
-
-    def rebuild(self, cg):
-        return cg.const(self.as_python_constant())
-
-    def call_function(self, tx, args, kwargs):
-        from ember.frontend.variables.builtins import getitem
-        from ember.frontend.variables.containers import TupleVariable
-        obj = args[0]
-        results = []
-        for key in self.keys:
-            if self.cls is operator.itemgetter:
-                results.append(getitem(tx, obj, ConstantVariable(key)))
-            else:
-                value = obj
-                for part in key.split("."):
-                    value = tx.getattr(value, part)
-                results.append(value)
-        return results[0] if len(results) == 1 else TupleVariable(results)

@@ -21,10 +21,11 @@ import operator
 
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
-from ember.frontend.variables.builtins import HANDLERS, apply_operator, builtin
+from ember.frontend.variables.builtins import apply_operator
 from ember.frontend.variables.container_iterators import LazyIteratorVariable, ListIteratorVariable
 from ember.frontend.variables.containers import TupleVariable
 from ember.frontend.variables.dicts import is_live_iterable, make_fromkeys
+from ember.frontend.variables.handlers import HANDLERS, builtin
 
 
 class EndlessIteratorVariable(ListIteratorVariable):

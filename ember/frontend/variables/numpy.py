@@ -20,8 +20,9 @@ import torch
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import (BoundMethodVariable, ConstantVariable, NotConstant,
                                            VariableTracker)
-from ember.frontend.variables.builtins import HANDLERS, INPLACE, fold
+from ember.frontend.variables.builtins import INPLACE, fold
 from ember.frontend.variables.containers import BaseSequenceVariable, TupleVariable
+from ember.frontend.variables.handlers import HANDLERS
 from ember.frontend.variables.tensor import TensorVariable
 
 
