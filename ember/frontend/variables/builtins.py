@@ -21,7 +21,8 @@ import torch
 
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
-from ember.frontend.variables.container_iterators import LazyIteratorVariable, ListIteratorVariable
+from ember.frontend.variables.container_iterators import (LazyIteratorVariable, ListIteratorVariable,
+                                                          finite_lists)
 from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVariable, ListVariable,
                                                  NamedTupleVariable, SizeVariable, SliceVariable,
                                                  TupleVariable)
@@ -644,7 +645,6 @@ def _zip(tx, args, kwargs):
         lists = [tx.unpack_iterable(a) for a in args]
         if len({len(x) for x in lists}) > 1:
             raise Unsupported("zip(strict=True) of unequal lengths")
-    from ember.frontend.variables.iterators import finite_lists
     lists = finite_lists(tx, args)
     return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*lists)])
 
@@ -654,7 +654,6 @@ def _map(tx, args, kwargs):
     fn, *iterables = args
     if _lazily(iterables):
         return _lazy_zip(tx, iterables, fn)
-    from ember.frontend.variables.iterators import finite_lists
     lists = finite_lists(tx, iterables)
     return ListIteratorVariable([fn.call_function(tx, list(t), {}) for t in zip(*lists)])
 
