@@ -16,6 +16,7 @@ import operator
 import sys
 import types
 import typing
+from typing import Any, Callable
 
 import torch
 
@@ -27,7 +28,8 @@ from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVari
                                                  NamedTupleVariable, SizeVariable, SliceVariable,
                                                  TupleVariable)
 from ember.frontend.variables.dicts import (DictVariable, DictViewVariable, SetVariable,
-                                            compare_dicts, compare_sets, is_live_iterable)
+                                            compare_dicts, compare_sets, is_live_iterable,
+                                            make_dict)
 from ember.frontend.variables.functions import (BaseUserFunctionVariable, PartialVariable,
                                                 UserMethodVariable)
 from ember.frontend.variables.handlers import HANDLERS, HandlerFunctionVariable, builtin
@@ -93,6 +95,10 @@ INPLACE = {
     operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
 }
 
+# Tracker types with their own operator semantics, and the function ``apply_operator`` hands
+# an operation with such an operand to: numpy.py registers ndarrays (it builds on this module).
+OPERAND_OPERATORS: dict[type, Callable[[Any, Any, list], VariableTracker]] = {}
+
 
 def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
     """``op(*args)`` for an ``operator`` function, the core of BINARY_OP/COMPARE_OP."""
@@ -114,9 +120,9 @@ def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
     if op in INPLACE and not isinstance(args[0], TensorVariable) and \
             isinstance(args[0], ConstantVariable):
         op = INPLACE[op]   # immutable left side: Python falls back to the plain operator
-    from ember.frontend.variables.numpy import NDArrayVariable, apply_operator as on_arrays
-    if any(isinstance(a, NDArrayVariable) for a in args):
-        return on_arrays(tx, op, args)
+    for operand_type, on_operands in OPERAND_OPERATORS.items():
+        if any(isinstance(a, operand_type) for a in args):
+            return on_operands(tx, op, args)
     if any(isinstance(a, TensorVariable) for a in args):
         return tx.output.call_function(op, args, {})
     base_op = INPLACE.get(op)
@@ -524,21 +530,6 @@ for _cls in (tuple, list, set, frozenset):
 @builtin(dict)
 def _dict(tx, args, kwargs):
     out = DictVariable({})
-    if args:
-        out.call_method(tx, "update", args, {})
-    for k, v in kwargs.items():
-        out.setitem(ConstantVariable(k), v)
-    return out
-
-
-def make_dict(tx, cls, args, kwargs) -> DictVariable:
-    """``cls(...)`` for dict, OrderedDict, defaultdict and plain subclasses of them."""
-    factory = None
-    if issubclass(cls, collections.defaultdict):
-        factory, args = (args[0] if args else ConstantVariable(None)), args[1:]
-        if factory.is_python_constant() and factory.as_python_constant() is None:
-            factory = None
-    out = DictVariable({}, cls=cls, default_factory=factory)
     if args:
         out.call_method(tx, "update", args, {})
     for k, v in kwargs.items():

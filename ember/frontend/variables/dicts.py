@@ -481,6 +481,21 @@ def _argument(args, kwargs, i: int, name: str, default):
     return kwargs[name].as_python_constant() if name in kwargs else default
 
 
+def make_dict(tx, cls, args, kwargs) -> DictVariable:
+    """``cls(...)`` for dict, OrderedDict, defaultdict and plain subclasses of them."""
+    factory = None
+    if issubclass(cls, collections.defaultdict):
+        factory, args = (args[0] if args else ConstantVariable(None)), args[1:]
+        if factory.is_python_constant() and factory.as_python_constant() is None:
+            factory = None
+    out = DictVariable({}, cls=cls, default_factory=factory)
+    if args:
+        out.call_method(tx, "update", args, {})
+    for k, v in kwargs.items():
+        out.setitem(ConstantVariable(k), v)
+    return out
+
+
 def make_fromkeys(cls):
     """The handler of ``cls.fromkeys(iterable, value=None)``: every key maps to the one
     ``value`` object, in the iterable's order (an iterator is consumed)."""

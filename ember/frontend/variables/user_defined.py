@@ -18,7 +18,7 @@ from ember.frontend.variables.attribute_lookup import (MISSING, RealMethodVariab
                                                        is_data_descriptor, static_lookup,
                                                        class_attribute)
 from ember.frontend.variables.base import BoundMethodVariable, ConstantVariable, VariableTracker
-from ember.frontend.variables.dicts import DictVariable
+from ember.frontend.variables.dicts import DictVariable, is_plain_dict_subclass, make_dict
 from ember.frontend.variables.functions import (UserFunctionVariable, UserMethodVariable,
                                                 bind_args)
 
@@ -339,9 +339,7 @@ class UserDefinedClassVariable(VariableTracker):
         if issubclass(cls, torch.nn.Module):
             from ember.frontend.variables.modules import create_module
             return create_module(tx, cls, args, kwargs)
-        from ember.frontend.variables.dicts import is_plain_dict_subclass
         if is_plain_dict_subclass(cls):
-            from ember.frontend.variables.builtins import make_dict
             return make_dict(tx, cls, args, kwargs)
         if dataclasses.is_dataclass(cls) and issubclass(cls, dict):
             return DataclassDictVariable.create(tx, cls, args, kwargs)
