@@ -35,6 +35,7 @@ from ember.frontend.variables.functions import (GraphCallableVariable, PartialVa
 from ember.frontend.variables.handlers import HandlerFunctionVariable, handler_for
 from ember.frontend.variables.modules import CompiledModuleVariable, NNModuleVariable
 from ember.frontend.variables.python_module import PythonModuleVariable
+from ember.frontend.variables.storage import UntypedStorageVariable
 from ember.frontend.variables.tensor import TensorMethodVariable
 from ember.frontend.variables.torch_functions import is_graph_callable, special_handler
 from ember.frontend.variables.torch_state import TorchStateObjectVariable, is_torch_state_object
@@ -186,7 +187,6 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         return TorchStateObjectVariable(value, source.name() if source is not None
                                         else typ.__qualname__, source)
     if typ is torch.UntypedStorage:   # a resume function's local: x.untyped_storage()
-        from ember.frontend.variables.storage import UntypedStorageVariable
         add(guards.type_match(source, typ))
         return UntypedStorageVariable(source=source, real=value)
     if typ.__module__.startswith("torch") and not isinstance(value, torch.nn.Module):

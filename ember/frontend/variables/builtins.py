@@ -1,9 +1,9 @@
 """Capture-time behaviour of Python builtins and the ``operator`` and ``math`` modules.
 
-Handlers are registered per callable (``@builtin(len)``, into ``handlers.HANDLERS``). A call whose arguments are all
-constants is evaluated for real (these functions are pure); otherwise the handler decides:
-tensors go into the graph, containers are handled structurally, user objects through their
-dunder methods.
+Handlers are registered per callable (``@builtin(len)``, into ``handlers.HANDLERS``). A call
+whose arguments are all constants is evaluated for real (these functions are pure); otherwise
+the handler decides: tensors go into the graph, containers are handled structurally, user
+objects through their dunder methods.
 """
 from __future__ import annotations
 
@@ -21,20 +21,26 @@ from typing import Any, Callable
 import torch
 
 from ember.frontend.exc import Unsupported
-from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
-from ember.frontend.variables.container_iterators import (LazyIteratorVariable, ListIteratorVariable,
-                                                          finite_lists)
+from ember.frontend.variables.attribute_lookup import static_lookup
+from ember.frontend.variables.base import (BoundMethodVariable, ConstantVariable, NotConstant,
+                                           VariableTracker)
+from ember.frontend.variables.container_iterators import (LazyIteratorVariable,
+                                                          ListIteratorVariable, finite_lists)
 from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVariable, ListVariable,
                                                  NamedTupleVariable, SizeVariable, SliceVariable,
                                                  TupleVariable)
 from ember.frontend.variables.dicts import (DictVariable, DictViewVariable, SetVariable,
                                             compare_dicts, compare_sets, is_live_iterable,
                                             make_dict)
-from ember.frontend.variables.functions import (BaseUserFunctionVariable, PartialVariable,
-                                                UserMethodVariable)
+from ember.frontend.variables.functions import (BaseUserFunctionVariable, GraphCallableVariable,
+                                                NestedUserFunctionVariable, PartialVariable,
+                                                UserFunctionVariable, UserMethodVariable)
 from ember.frontend.variables.handlers import HANDLERS, HandlerFunctionVariable, builtin
+from ember.frontend.variables.modules import NNModuleVariable
 from ember.frontend.variables.scalars import IdVariable
 from ember.frontend.variables.tensor import TensorVariable
+from ember.frontend.variables.user_defined import (UserDefinedClassVariable,
+                                                   UserDefinedObjectVariable, new_plain_object)
 
 
 def constants(args, kwargs):
@@ -148,17 +154,14 @@ def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
 
 
 def _user_object(vt) -> bool:
-    from ember.frontend.variables.user_defined import UserDefinedObjectVariable
     return isinstance(vt, UserDefinedObjectVariable)
 
 
 def _lookup_dunder(vt, name):
-    from ember.frontend.variables.attribute_lookup import static_lookup
     if not _user_object(vt):
         return None
     fn = static_lookup(vt.cls, name)
     if isinstance(fn, types.FunctionType):
-        from ember.frontend.variables.functions import UserFunctionVariable
         return UserFunctionVariable(fn)
     return None
 
@@ -405,11 +408,6 @@ def _type(tx, args, kwargs):
 
 @builtin(callable)
 def _callable(tx, args, kwargs):
-    from ember.frontend.variables.base import BoundMethodVariable
-    from ember.frontend.variables.functions import GraphCallableVariable
-    from ember.frontend.variables.modules import NNModuleVariable
-    from ember.frontend.variables.user_defined import (UserDefinedClassVariable,
-                                                       UserDefinedObjectVariable)
     obj = args[0]
     if isinstance(obj, (BaseUserFunctionVariable, UserMethodVariable, GraphCallableVariable,
                         HandlerFunctionVariable, PartialVariable, BoundMethodVariable,
@@ -459,7 +457,6 @@ def _delattr(tx, args, kwargs):
 
 
 def _plain_object(args, n: int, what: str):
-    from ember.frontend.variables.user_defined import UserDefinedObjectVariable
     if len(args) != n or not isinstance(args[0], UserDefinedObjectVariable):
         raise Unsupported(f"object.{what} of {args[0] if args else 'nothing'}")
     return args[0], args[1].as_python_constant()
@@ -805,7 +802,6 @@ def _side_effecting(fn):
 
 @builtin(object.__new__)
 def _object_new(tx, args, kwargs):
-    from ember.frontend.variables.user_defined import UserDefinedClassVariable, new_plain_object
     if kwargs or len(args) != 1 or not isinstance(args[0], UserDefinedClassVariable):
         raise Unsupported("object.__new__ with arguments")
     return new_plain_object(tx, args[0].value)
@@ -820,7 +816,6 @@ def _id(tx, args, kwargs):
 
 @builtin(vars)
 def _vars(tx, args, kwargs):
-    from ember.frontend.variables.user_defined import UserDefinedObjectVariable
     if len(args) == 1 and not kwargs and isinstance(args[0], UserDefinedObjectVariable) and \
             args[0].is_new:
         return args[0].instance_dict()
@@ -881,8 +876,6 @@ def _reduce(tx, args, kwargs):
 
 @builtin(inspect.signature)
 def _signature(tx, args, kwargs):
-    from ember.frontend.variables.functions import (NestedUserFunctionVariable,
-                                                    UserFunctionVariable)
     fn = args[0]
     drop_first = False
     if isinstance(fn, UserMethodVariable):

@@ -17,6 +17,7 @@ from ember.frontend.variables.base import (BoundMethodVariable, ConstantVariable
                                            VariableTracker)
 from ember.frontend.variables.container_iterators import (ListIteratorVariable,
                                                           LiveListIteratorVariable)
+from ember.frontend.variables.tensor import TensorVariable
 
 
 class BaseSequenceVariable(VariableTracker):
@@ -42,7 +43,6 @@ class BaseSequenceVariable(VariableTracker):
         try:
             key = index.as_python_constant()
         except NotConstant:
-            from ember.frontend.variables.tensor import TensorVariable
             if isinstance(index, TensorVariable):
                 raise Unsupported(f"indexing a {self.py_type.__name__} with a tensor (the "
                                   f"index is the tensor's value: data-dependent)") from None
@@ -148,6 +148,8 @@ class NamedTupleVariable(TupleVariable):
                      "logabsdet": 1}
             if name in order:
                 return self.items[order[name]]
+        # local: a namedtuple's methods are user functions, whose calls bind *args into tuples
+        # (attribute_lookup -> functions -> containers)
         from ember.frontend.variables.attribute_lookup import MISSING, class_attribute
         found = class_attribute(tx, self.cls, name, self, None)
         if found is not MISSING:

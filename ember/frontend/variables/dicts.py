@@ -15,12 +15,12 @@ from ember.frontend.variables.container_iterators import (DictIteratorVariable,
                                                           ListIteratorVariable,
                                                           LiveListIteratorVariable)
 from ember.frontend.variables.containers import ListVariable, TupleVariable
+from ember.frontend.variables.scalars import IdVariable, identity_key
 
 
 def hashable_key(vt: VariableTracker, among: dict | None = None) -> Any:
     """The Python key a tracker stands for in a dict or set (``among``: the keys of that
     dict or set, when it is looked up in)."""
-    from ember.frontend.variables.scalars import IdVariable, identity_key
     if isinstance(vt, IdVariable):
         if among is not None and any(type(k) is int for k in among):
             # integer keys not made by id() during capture may be real ids: the answer would
@@ -241,7 +241,8 @@ class DictVariable(VariableTracker):
             return BoundMethodVariable(self, name)
         if self.cls not in (dict, collections.OrderedDict, collections.defaultdict) and \
                 not hasattr(dict, name):
-            # a method a plain dict subclass adds
+            # a method a plain dict subclass adds; local: user functions bind **kwargs into
+            # dicts (attribute_lookup -> functions -> dicts)
             from ember.frontend.variables.attribute_lookup import MISSING, class_attribute
             found = class_attribute(tx, self.cls, name, self, None)
             if found is not MISSING:

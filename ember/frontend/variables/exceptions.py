@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import VariableTracker
+from ember.frontend.variables.containers import TupleVariable
 
 
 class ExceptionVariable(VariableTracker):
@@ -21,7 +22,6 @@ class ExceptionVariable(VariableTracker):
         return True
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.containers import TupleVariable
         if name == "args":
             return TupleVariable(list(self.args))
         if name == "__class__":

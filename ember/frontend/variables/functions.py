@@ -10,6 +10,8 @@ from typing import Any, Callable
 from ember.frontend.exc import Unsupported
 from ember.frontend.source import DefaultsSource, FunctionClosureSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.containers import TupleVariable
+from ember.frontend.variables.dicts import DictVariable
 
 
 class _EmptyCell(VariableTracker):
@@ -153,8 +155,6 @@ def bind_args(code: types.CodeType, name: str, args: list, kwargs: dict,
                 bound[pname] = kwdefaults[pname]
             else:
                 raise Unsupported(f"{name}() missing keyword-only argument {pname!r}")
-    from ember.frontend.variables.containers import TupleVariable
-    from ember.frontend.variables.dicts import DictVariable
     idx = nargs + nkwonly
     if has_varargs:
         bound[names[idx]] = TupleVariable(list(extra))
@@ -333,8 +333,6 @@ class PartialVariable(VariableTracker):
         return f"{cg.const(functools.partial)}({cg.reconstruct(self.func)}{args}{kwargs})"
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.containers import TupleVariable
-        from ember.frontend.variables.dicts import DictVariable
         if name == "func":
             return self.func
         if name == "args":

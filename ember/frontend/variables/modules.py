@@ -18,11 +18,15 @@ import torch
 from ember.frontend import guards
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.source import AttrSource, ModuleDictSource
-from ember.frontend.variables.base import BoundMethodVariable, ConstantVariable, VariableTracker
+from ember.frontend.variables.attribute_lookup import (MISSING, class_attribute, is_data_descriptor,
+                                                       static_lookup)
+from ember.frontend.variables.base import (BoundMethodVariable, ConstantVariable, NotConstant,
+                                           VariableTracker)
 from ember.frontend.variables.container_iterators import ListIteratorVariable
+from ember.frontend.variables.containers import BaseSequenceVariable, TupleVariable
+from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
-from ember.frontend.variables.attribute_lookup import (MISSING, is_data_descriptor,
-                                                       static_lookup, class_attribute)
+from ember.frontend.variables.tensor import TensorVariable
 
 # nn.Module's own __getattr__ (parameters, buffers, submodules), told apart from a subclass's
 MODULE_GETATTR = torch.nn.Module.__dict__["__getattr__"]
@@ -199,8 +203,6 @@ class NNModuleVariable(VariableTracker):
     def _call_with_hooks(self, tx, args, kwargs):
         """``Module.__call__`` with forward pre-hooks and hooks, in registration order (the
         hook dicts are guarded by their keys, each hook by identity)."""
-        from ember.frontend.variables.containers import TupleVariable
-        from ember.frontend.variables.dicts import DictVariable
 
         def table(name):
             return tx.wrap(getattr(self.value, name), AttrSource(self.source, name))
@@ -235,7 +237,6 @@ class NNModuleVariable(VariableTracker):
         return output
 
     def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.containers import TupleVariable
         mod = self.value
         if name == "__len__":
             if isinstance(mod, _CONTAINERS):
@@ -244,7 +245,6 @@ class NNModuleVariable(VariableTracker):
                 return super().call_method(tx, name, args, kwargs)    # the class's own
             return ConstantVariable(len(mod))
         if name == "__iter__":
-            from ember.frontend.variables.container_iterators import ListIteratorVariable
             return ListIteratorVariable(self.unpack(tx))
         if name == "__contains__" and isinstance(mod, torch.nn.ModuleDict):
             self._guard_length(tx)
@@ -286,7 +286,6 @@ class NNModuleVariable(VariableTracker):
         tree's items, with the keys of the dicts walked guarded as items are taken: a
         parameter or submodule added, removed or re-registered later changes the items or
         their order."""
-        from ember.frontend.variables.containers import TupleVariable
         try:
             const_args = [a.as_python_constant() for a in args]
             const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
@@ -454,7 +453,6 @@ def initialize_lazy_module(tx, mod, args, kwargs) -> None:
     capture, where eager draws at the call: random ops the graph runs before the call
     would draw in the other order."""
     from torch.utils._python_dispatch import _disable_current_modes
-    from ember.frontend.variables.tensor import TensorVariable
 
     def real(vt):
         if isinstance(vt, TensorVariable):
@@ -559,9 +557,6 @@ class NewModuleVariable(NNModuleVariable):
 def real_module_argument(vt: VariableTracker):
     """The Python value a module built inside the frame may hold: constants, modules built
     inside the frame, and tuples, lists and dicts of them."""
-    from ember.frontend.variables.base import NotConstant
-    from ember.frontend.variables.containers import BaseSequenceVariable
-    from ember.frontend.variables.dicts import DictVariable
     if isinstance(vt, NewModuleVariable):
         return vt.value
     if isinstance(vt, BaseSequenceVariable):

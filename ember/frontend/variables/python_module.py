@@ -6,6 +6,7 @@ import types
 from ember.frontend.exc import Unsupported
 from ember.frontend.source import AttrSource
 from ember.frontend.variables.base import VariableTracker
+from ember.frontend.variables.torch_state import read_state
 
 
 TRUSTED_MODULE_PREFIXES = ("torch", "math", "operator", "builtins", "functools", "itertools",
@@ -34,7 +35,6 @@ class PythonModuleVariable(VariableTracker):
             raise Unsupported(f"AttributeError: {e}") from None
         if self.value.__name__.startswith("torch.backends."):
             # flags users switch between calls (cudnn.enabled, allow_tf32): guarded reads
-            from ember.frontend.variables.torch_state import read_state
             return read_state(tx, self.value, name, f"{self.value.__name__}.{name}")
         trusted = self.value.__name__.split(".")[0] in TRUSTED_MODULE_PREFIXES
         # Library modules are assumed not to be monkeypatched between calls.

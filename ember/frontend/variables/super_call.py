@@ -8,7 +8,11 @@ import torch
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.attribute_lookup import builtin_method
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
-from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
+from ember.frontend.variables.functions import (PartialVariable, UserFunctionVariable,
+                                                UserMethodVariable)
+from ember.frontend.variables.modules import (MODULE_GETATTR, ModuleCallVariable,
+                                              ModuleGetattrVariable, NNModuleVariable,
+                                              NewModuleVariable, is_module_call)
 from ember.frontend.variables.user_defined import UserDefinedClassVariable
 
 
@@ -19,10 +23,6 @@ class SuperVariable(VariableTracker):
         self.obj = obj
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.modules import (MODULE_GETATTR, ModuleCallVariable,
-                                                      ModuleGetattrVariable,
-                                                      NewModuleVariable, NNModuleVariable,
-                                                      is_module_call)
         obj_type = self.obj.python_type()
         if isinstance(self.obj, UserDefinedClassVariable):
             obj_type = self.obj.value
@@ -55,7 +55,6 @@ class SuperVariable(VariableTracker):
                 if real is not None:
                     return real
                 if attr in _OBJECT_ATTRIBUTE_SLOTS:
-                    from ember.frontend.variables.functions import PartialVariable
                     return PartialVariable(tx.wrap(attr, None), [self.obj], {})
                 return tx.wrap(attr, None)
         raise Unsupported(f"super().{name} not found")

@@ -5,6 +5,7 @@ import torch
 
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import BoundMethodVariable, ConstantVariable, VariableTracker
+from ember.frontend.variables.storage import UntypedStorageVariable
 
 # Attribute reads answered from the fake tensor's metadata.
 _CONSTANT_ATTRS = {
@@ -82,10 +83,10 @@ class TensorVariable(VariableTracker):
                 raise Unsupported("len() of a 0-d tensor")
             return ConstantVariable(len(self.fake))
         if name == "numpy" and not args:
+            # local: an ndarray tracker wraps a tensor tracker (numpy imports this module)
             from ember.frontend.variables.numpy import tensor_to_ndarray
             return tensor_to_ndarray(tx, self, args, kwargs)
         if name == "untyped_storage" and not args and not kwargs:
-            from ember.frontend.variables.storage import UntypedStorageVariable
             return UntypedStorageVariable(self)
         if name in _DATA_DEPENDENT_METHODS:
             raise Unsupported(f"Tensor.{name}() reads tensor data (data-dependent)")

@@ -14,13 +14,16 @@ import torch
 from ember.frontend import guards
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.source import AttrSource
-from ember.frontend.variables.attribute_lookup import (MISSING, RealMethodVariable,
-                                                       is_data_descriptor, static_lookup,
-                                                       class_attribute)
+from ember.frontend.variables.attribute_lookup import (MISSING, RealMethodVariable, class_attribute,
+                                                       is_data_descriptor, static_lookup)
 from ember.frontend.variables.base import BoundMethodVariable, ConstantVariable, VariableTracker
+from ember.frontend.variables.container_iterators import ListIteratorVariable
+from ember.frontend.variables.containers import (NamedTupleVariable, TupleVariable,
+                                                 is_namedtuple_class)
 from ember.frontend.variables.dicts import DictVariable, is_plain_dict_subclass, make_dict
-from ember.frontend.variables.functions import (UserFunctionVariable, UserMethodVariable,
-                                                bind_args)
+from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable, bind_args
+from ember.frontend.variables.modules import create_module
+from ember.frontend.variables.torch_state import read_state
 
 
 class UserDefinedObjectVariable(VariableTracker):
@@ -249,7 +252,6 @@ class ReduceExVariable(VariableTracker):
 
     def call_function(self, tx, args, kwargs):
         import copyreg
-        from ember.frontend.variables.containers import TupleVariable
         if kwargs or len(args) != 1 or not args[0].is_python_constant() or \
                 args[0].as_python_constant() < 2:
             raise Unsupported("__reduce_ex__ with a protocol below 2")
@@ -321,12 +323,10 @@ class UserDefinedClassVariable(VariableTracker):
             return found
         if isinstance(static_lookup(type(self.value), name), property):
             # a metaclass property: state behind the class (GroupMember.WORLD)
-            from ember.frontend.variables.torch_state import read_state
             return read_state(tx, self.value, name, f"{self.value.__qualname__}.{name}")
         raise Unsupported(f"type object {self.value.__name__!r} has no attribute {name!r}")
 
     def call_function(self, tx, args, kwargs):
-        from ember.frontend.variables.containers import NamedTupleVariable, is_namedtuple_class
         cls = self.value
         if is_namedtuple_class(cls):
             new = cls.__new__
@@ -337,7 +337,6 @@ class UserDefinedClassVariable(VariableTracker):
             bound = bind_args(code, cls.__name__, [self, *args], kwargs, defaults, None)
             return NamedTupleVariable([bound[f] for f in cls._fields], cls)
         if issubclass(cls, torch.nn.Module):
-            from ember.frontend.variables.modules import create_module
             return create_module(tx, cls, args, kwargs)
         if is_plain_dict_subclass(cls):
             return make_dict(tx, cls, args, kwargs)
@@ -422,8 +421,6 @@ class DataclassDictVariable(VariableTracker):
         raise Unsupported(f"AttributeError: {self.cls.__name__} has no attribute {name!r}")
 
     def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.container_iterators import ListIteratorVariable
-        from ember.frontend.variables.containers import TupleVariable
         present = self.present()
         if name == "to_tuple":
             return TupleVariable(list(present.values()))
