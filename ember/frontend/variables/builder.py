@@ -19,7 +19,8 @@ from ember.frontend import guards, registry
 from ember.frontend.exc import Unsupported
 from ember.frontend.source import AttrSource, GetItemSource, Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_constant_value
-from ember.frontend.variables import iterators, numpy  # noqa: F401 (register handlers)
+# modules whose handlers register on import
+from ember.frontend.variables import introspection, iterators, numpy  # noqa: F401
 from ember.frontend.variables.builtins import GetterVariable
 from ember.frontend.variables.container_iterators import (ResumedDictIterator, ResumedListIterator,
                                                           ResumedWrapperIterator)
