@@ -1,9 +1,10 @@
 """The registry of capture-time handlers for Python callables.
 
 A handler stands in for a callable during capture: ``handler(tx, args, kwargs) -> tracker``.
-``builtins``, ``iterators`` and ``numpy`` register theirs here (``@builtin(len)``); a value
-found in the registry is wrapped as a :class:`HandlerFunctionVariable`. The registry lives
-apart from the handlers so that trackers that only look handlers up need not import them.
+``builtins``, ``introspection``, ``iterators`` and ``numpy`` register theirs here
+(``@builtin(len)``); a value found in the registry is wrapped as a
+:class:`HandlerFunctionVariable`. The registry lives apart from the handlers so that trackers
+that only look handlers up need not import them.
 """
 from __future__ import annotations
 
