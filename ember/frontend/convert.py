@@ -43,7 +43,7 @@ from ember.frontend.variables.container_iterators import (DictIteratorVariable,
 from ember.frontend.variables.functions import (CellRefVariable, CellVariable,
                                                 NestedUserFunctionVariable,
                                                 UserFunctionVariable)
-from ember.frontend.variables.objects import CtxMethodVariable, GlobalContextVariable
+from ember.frontend.variables.ctx_manager import CtxMethodVariable, GlobalContextVariable
 from ember.frontend.variables.scalars import FloatInputVariable
 
 __all__ = ["Unsupported", "convert_frame", "CacheEntry"]

@@ -351,8 +351,8 @@ def check_blocks(tx, inst) -> None:
     user object whose ``__enter__`` ran (inlined, its effects replayed), or the exit of an
     autocast/inference-mode block, which the graph closes and the resume enters again."""
     from ember.frontend.variables.functions import UserMethodVariable
-    from ember.frontend.variables.objects import (CtxMethodVariable, GlobalContextVariable,
-                                                  GradModeExitVariable, GradModeVariable)
+    from ember.frontend.variables.ctx_manager import (CtxMethodVariable, GlobalContextVariable,
+                                                      GradModeExitVariable, GradModeVariable)
     entry = inst.exn_tab_entry
     while entry is not None:
         handler = entry.target

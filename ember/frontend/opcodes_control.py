@@ -18,9 +18,9 @@ from ember.frontend.translator import (HANDLERS, NULL, _VERSION, InstructionTran
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.container_iterators import ListIteratorVariable
 from ember.frontend.variables.dicts import DictVariable
-from ember.frontend.variables.functions import (HandlerFunctionVariable,
-                                                NestedUserFunctionVariable)
-from ember.frontend.variables.objects import SuperVariable
+from ember.frontend.variables.functions import NestedUserFunctionVariable
+from ember.frontend.variables.handlers import HandlerFunctionVariable
+from ember.frontend.variables.super_call import SuperVariable
 
 # ------------------------------------------------------------------------------ iteration
 

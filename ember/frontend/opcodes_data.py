@@ -20,7 +20,7 @@ from ember.frontend.variables.builtins import apply_operator
 from ember.frontend.variables.containers import ListVariable, SliceVariable, TupleVariable
 from ember.frontend.variables.dicts import DictVariable, SetVariable
 from ember.frontend.variables.functions import CellVariable
-from ember.frontend.variables.objects import SuperVariable
+from ember.frontend.variables.super_call import SuperVariable
 from ember.frontend.variables.tensor import TensorVariable
 
 _BINARY_OPS: dict[str, Callable] = {

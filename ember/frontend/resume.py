@@ -98,7 +98,7 @@ _CELL_PARAMS: dict[types.CodeType, tuple[str, ...]] = {}
 # block's): its RERAISE restores that position, so tracebacks point at the raising line.
 # CONTEXT enters the argument's context manager again (BEFORE_WITH, the enter's result
 # dropped): its ``__exit__`` is the item, for a ``with`` block whose manager the graph
-# models (autocast, inference mode: ``objects.GlobalContextReentry``).
+# models (autocast, inference mode: ``ctx_manager.GlobalContextReentry``).
 NULL, VALUE, ITERATOR, LASTI, CONTEXT = "null", "value", "iterator", "lasti", "context"
 
 

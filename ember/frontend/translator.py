@@ -40,10 +40,10 @@ from ember.frontend.variables.dicts import (DictVariable, DictViewVariable, SetV
                                             hashable_key)
 from ember.frontend.variables.functions import (BaseUserFunctionVariable, CellRefVariable,
                                                 CellVariable)
-from ember.frontend.variables.objects import (DataclassDictVariable, ExceptionVariable,
-                                              NewModuleVariable,
-                                              NNModuleVariable, SuperVariable,
-                                              UserDefinedObjectVariable)
+from ember.frontend.variables.exceptions import ExceptionVariable
+from ember.frontend.variables.modules import NewModuleVariable, NNModuleVariable
+from ember.frontend.variables.super_call import SuperVariable
+from ember.frontend.variables.user_defined import DataclassDictVariable, UserDefinedObjectVariable
 from ember.frontend.variables.storage import UntypedStorageVariable, same_storage
 from ember.frontend.variables.tensor import TensorVariable
 

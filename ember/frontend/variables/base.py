@@ -119,7 +119,6 @@ class ConstantVariable(VariableTracker):
         except AttributeError as e:
             raise Unsupported(f"{e}") from None
         if callable(attr) and not isinstance(attr, _CONSTANT_TYPES):
-            from ember.frontend.variables.functions import ConstantMethodVariable
             return ConstantMethodVariable(self, name)
         return tx.wrap_constant(attr)
 
@@ -133,3 +132,41 @@ class ConstantVariable(VariableTracker):
 
     def __repr__(self):
         return f"ConstantVariable({self.value!r})"
+
+
+class BoundMethodVariable(VariableTracker):
+    """``obj.name`` on a tracker that implements ``call_method`` (containers, constants)."""
+
+    def __init__(self, obj: VariableTracker, name: str):
+        super().__init__()
+        self.obj = obj
+        self.name = name
+
+    def python_type(self):
+        return types.BuiltinMethodType
+
+    def truthy(self, tx):
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def rebuild(self, cg):
+        return f"getattr({cg.reconstruct(self.obj)}, {self.name!r})"
+
+
+class ConstantMethodVariable(BoundMethodVariable):
+    """A method of a constant (``"a,b".split``, ``dtype.to_complex``): evaluated for real."""
+
+    def call_function(self, tx, args, kwargs):
+        try:
+            const_args = [a.as_python_constant() for a in args]
+            const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
+        except Exception:
+            raise Unsupported(f"{self.name}() of a constant with non-constant arguments") \
+                from None
+        try:
+            result = getattr(self.obj.value, self.name)(*const_args, **const_kwargs)
+        except Exception as e:
+            raise Unsupported(f"{type(e).__name__} in {self.name}(): {e}") from None
+        return tx.wrap_constant(result)

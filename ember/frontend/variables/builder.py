@@ -19,26 +19,29 @@ from ember.frontend import guards, registry
 from ember.frontend.exc import Unsupported
 from ember.frontend.source import AttrSource, GetItemSource, Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_constant_value
-from ember.frontend.variables import iterators, numpy  # noqa: F401 (register handlers)
-from ember.frontend.variables.builtins import handler_for
+# modules whose handlers register on import
+from ember.frontend.variables import introspection, iterators, numpy  # noqa: F401
+from ember.frontend.variables.builtins import GetterVariable
 from ember.frontend.variables.container_iterators import (ResumedDictIterator, ResumedListIterator,
                                                           ResumedWrapperIterator)
 from ember.frontend.variables.containers import (DequeVariable, ListVariable, NamedTupleVariable,
                                                  SizeVariable, TupleVariable, is_namedtuple_class,
                                                  is_structseq_class)
+from ember.frontend.variables.ctx_manager import (GLOBAL_CONTEXTS, GlobalContextReentry,
+                                                  GlobalContextVariable, GradModeExit,
+                                                  GradModeExitVariable)
 from ember.frontend.variables.dicts import DictVariable, SetVariable, is_plain_dict_subclass
-from ember.frontend.variables.functions import (GetterVariable, GraphCallableVariable,
-                                                HandlerFunctionVariable,
-                                                PartialVariable, UserFunctionVariable,
-                                                UserMethodVariable)
+from ember.frontend.variables.functions import (GraphCallableVariable, PartialVariable,
+                                                UserFunctionVariable, UserMethodVariable)
+from ember.frontend.variables.handlers import HandlerFunctionVariable, handler_for
 from ember.frontend.variables.modules import CompiledModuleVariable, NNModuleVariable
-from ember.frontend.variables.objects import (GLOBAL_CONTEXTS, GlobalContextReentry,
-                                              GlobalContextVariable, GradModeExit,
-                                              GradModeExitVariable, PythonModuleVariable,
-                                              UserDefinedClassVariable,
-                                              UserDefinedObjectVariable)
+from ember.frontend.variables.python_module import PythonModuleVariable
+from ember.frontend.variables.storage import UntypedStorageVariable
+from ember.frontend.variables.tensor import TensorMethodVariable
 from ember.frontend.variables.torch_functions import is_graph_callable, special_handler
 from ember.frontend.variables.torch_state import TorchStateObjectVariable, is_torch_state_object
+from ember.frontend.variables.user_defined import (UserDefinedClassVariable,
+                                                   UserDefinedObjectVariable)
 
 
 # Values tracked by identity: one tracker per object, however many names reach it, so a
@@ -185,7 +188,6 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         return TorchStateObjectVariable(value, source.name() if source is not None
                                         else typ.__qualname__, source)
     if typ is torch.UntypedStorage:   # a resume function's local: x.untyped_storage()
-        from ember.frontend.variables.storage import UntypedStorageVariable
         add(guards.type_match(source, typ))
         return UntypedStorageVariable(source=source, real=value)
     if typ.__module__.startswith("torch") and not isinstance(value, torch.nn.Module):
@@ -293,7 +295,6 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
         owner = getattr(value, "__self__", None)
         if isinstance(owner, torch.Tensor) and hasattr(torch.Tensor, value.__name__):
             # ``x.mul`` held as a value (e.g. across a graph break)
-            from ember.frontend.variables.functions import TensorMethodVariable
             add(guards.type_match(source, type(value)))
             obj = wrap(tx, owner, AttrSource(source, "__self__") if source else None)
             return TensorMethodVariable(obj, value.__name__)

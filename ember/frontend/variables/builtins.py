@@ -1,13 +1,12 @@
 """Capture-time behaviour of Python builtins and the ``operator`` and ``math`` modules.
 
-Handlers are registered per callable (``@builtin(len)``). A call whose arguments are all
-constants is evaluated for real (these functions are pure); otherwise the handler decides:
-tensors go into the graph, containers are handled structurally, user objects through their
-dunder methods.
+Handlers are registered per callable (``@builtin(len)``, into ``handlers.HANDLERS``). A call
+whose arguments are all constants is evaluated for real (these functions are pure); otherwise
+the handler decides: tensors go into the graph, containers are handled structurally, user
+objects through their dunder methods.
 """
 from __future__ import annotations
 
-import builtins
 import collections
 import functools
 import inspect
@@ -21,30 +20,21 @@ from typing import Any, Callable
 import torch
 
 from ember.frontend.exc import Unsupported
+from ember.frontend.variables.attribute_lookup import static_lookup
 from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
 from ember.frontend.variables.container_iterators import (LazyIteratorVariable,
-                                                          ListIteratorVariable, is_live_iterable)
+                                                          ListIteratorVariable, finite_lists)
 from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVariable, ListVariable,
                                                  NamedTupleVariable, SizeVariable, SliceVariable,
                                                  TupleVariable)
 from ember.frontend.variables.dicts import (DictVariable, DictViewVariable, SetVariable,
-                                            compare_dicts, compare_sets)
-from ember.frontend.variables.functions import (BaseUserFunctionVariable,
-                                                HandlerFunctionVariable, PartialVariable,
-                                                UserMethodVariable)
+                                            compare_dicts, compare_sets, is_live_iterable,
+                                            make_dict)
+from ember.frontend.variables.functions import PartialVariable, UserFunctionVariable
+from ember.frontend.variables.handlers import HANDLERS, builtin
 from ember.frontend.variables.scalars import IdVariable
 from ember.frontend.variables.tensor import TensorVariable
-
-Handler = Callable[[Any, list, dict], VariableTracker]
-HANDLERS: dict[Any, Handler] = {}
-
-
-def builtin(*fns):
-    def deco(handler: Handler) -> Handler:
-        for fn in fns:
-            HANDLERS[fn] = handler
-        return handler
-    return deco
+from ember.frontend.variables.user_defined import UserDefinedObjectVariable
 
 
 def constants(args, kwargs):
@@ -67,6 +57,11 @@ def fold(tx, fn, args, kwargs) -> VariableTracker | None:
         raise Unsupported(f"{type(e).__name__} from {getattr(fn, '__name__', fn)}(): {e}") \
             from None
     return tx.wrap_constant(result)
+
+
+def unsupported(msg):
+    """Raise :class:`Unsupported` (``fold(...) or unsupported(...)`` in handlers)."""
+    raise Unsupported(msg)
 
 
 def has_tensor(args) -> bool:
@@ -105,6 +100,10 @@ INPLACE = {
     operator.ilshift: operator.lshift, operator.irshift: operator.rshift,
 }
 
+# Tracker types with their own operator semantics, and the function ``apply_operator`` hands
+# an operation with such an operand to: numpy.py registers ndarrays (it builds on this module).
+OPERAND_OPERATORS: dict[type, Callable[[Any, Any, list], VariableTracker]] = {}
+
 
 def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
     """``op(*args)`` for an ``operator`` function, the core of BINARY_OP/COMPARE_OP."""
@@ -126,9 +125,9 @@ def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
     if op in INPLACE and not isinstance(args[0], TensorVariable) and \
             isinstance(args[0], ConstantVariable):
         op = INPLACE[op]   # immutable left side: Python falls back to the plain operator
-    from ember.frontend.variables.numpy import NDArrayVariable, apply_operator as on_arrays
-    if any(isinstance(a, NDArrayVariable) for a in args):
-        return on_arrays(tx, op, args)
+    for operand_type, on_operands in OPERAND_OPERATORS.items():
+        if any(isinstance(a, operand_type) for a in args):
+            return on_operands(tx, op, args)
     if any(isinstance(a, TensorVariable) for a in args):
         return tx.output.call_function(op, args, {})
     base_op = INPLACE.get(op)
@@ -154,17 +153,14 @@ def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
 
 
 def _user_object(vt) -> bool:
-    from ember.frontend.variables.objects import UserDefinedObjectVariable
     return isinstance(vt, UserDefinedObjectVariable)
 
 
 def _lookup_dunder(vt, name):
-    from ember.frontend.variables.objects import _MISSING, _static_lookup
     if not _user_object(vt):
         return None
-    fn = _static_lookup(vt.cls, name)
+    fn = static_lookup(vt.cls, name)
     if isinstance(fn, types.FunctionType):
-        from ember.frontend.variables.functions import UserFunctionVariable
         return UserFunctionVariable(fn)
     return None
 
@@ -314,9 +310,42 @@ def _setitem(tx, args, kwargs):
     return tx.store_subscr(args[0], args[1], args[2])
 
 
+class GetterVariable(VariableTracker):
+    """``operator.itemgetter(*keys)`` or ``operator.attrgetter(*names)`` with constant keys."""
+
+    def __init__(self, cls: type, keys: list, source=None):
+        super().__init__(source)
+        self.cls = cls
+        self.keys = keys
+
+    def python_type(self):
+        return self.cls
+
+    def truthy(self, tx):
+        return True
+
+    def as_python_constant(self):
+        return self.cls(*self.keys)
+
+    def rebuild(self, cg):
+        return cg.const(self.as_python_constant())
+
+    def call_function(self, tx, args, kwargs):
+        obj = args[0]
+        results = []
+        for key in self.keys:
+            if self.cls is operator.itemgetter:
+                results.append(getitem(tx, obj, ConstantVariable(key)))
+            else:
+                value = obj
+                for part in key.split("."):
+                    value = tx.getattr(value, part)
+                results.append(value)
+        return results[0] if len(results) == 1 else TupleVariable(results)
+
+
 def _getter_factory(cls):
     def handler(tx, args, kwargs):
-        from ember.frontend.variables.functions import GetterVariable
         if kwargs or not args:
             raise Unsupported(f"operator.{cls.__name__} with keywords or no arguments")
         return GetterVariable(cls, [a.as_python_constant() for a in args])
@@ -335,128 +364,6 @@ def _len(tx, args, kwargs):
     if isinstance(obj, ConstantVariable):
         return fold(tx, len, args, kwargs)
     return obj.call_method(tx, "__len__", [], {})
-
-
-def _python_type(vt):
-    return vt.python_type()
-
-
-@builtin(isinstance)
-def _isinstance(tx, args, kwargs):
-    obj, classinfo = args
-    typ = _python_type(obj)
-    try:
-        classes = classinfo.as_python_constant()
-    except NotConstant:
-        raise Unsupported("isinstance() with a non-constant class") from None
-    if isinstance(obj, TensorVariable):
-        if typ is torch.nn.Parameter:
-            return ConstantVariable(builtins.issubclass(torch.nn.Parameter, classes))
-        return ConstantVariable(builtins.issubclass(torch.Tensor, classes) or (
-            isinstance(classes, tuple) and torch.Tensor in classes))
-    try:
-        return ConstantVariable(builtins.issubclass(typ, classes))
-    except TypeError as e:
-        raise Unsupported(f"isinstance(): {e}") from None
-
-
-@builtin(issubclass)
-def _issubclass(tx, args, kwargs):
-    return fold(tx, issubclass, args, kwargs) or _unsupported("issubclass on non-constants")
-
-
-def _unsupported(msg):
-    raise Unsupported(msg)
-
-
-@builtin(type)
-def _type(tx, args, kwargs):
-    if len(args) != 1:
-        raise Unsupported("type() with 3 arguments")
-    return tx.wrap(_python_type(args[0]), None)
-
-
-@builtin(callable)
-def _callable(tx, args, kwargs):
-    from ember.frontend.variables.functions import (BoundMethodVariable,
-                                                    GraphCallableVariable)
-    from ember.frontend.variables.objects import (NNModuleVariable, UserDefinedClassVariable,
-                                                  UserDefinedObjectVariable)
-    obj = args[0]
-    if isinstance(obj, (BaseUserFunctionVariable, UserMethodVariable, GraphCallableVariable,
-                        HandlerFunctionVariable, PartialVariable, BoundMethodVariable,
-                        NNModuleVariable, UserDefinedClassVariable)):
-        return ConstantVariable(True)
-    if isinstance(obj, UserDefinedObjectVariable):
-        return ConstantVariable(callable(obj.cls) and hasattr(obj.cls, "__call__"))
-    return ConstantVariable(callable(obj.as_python_constant()) if obj.is_python_constant()
-                            else False)
-
-
-@builtin(getattr)
-def _getattr(tx, args, kwargs):
-    obj, name = args[0], args[1].as_python_constant()
-    if len(args) == 3:
-        try:
-            return tx.getattr(obj, name)
-        except Unsupported as e:
-            if "AttributeError" in str(e) or "has no attribute" in str(e):
-                return args[2]
-            raise
-    return tx.getattr(obj, name)
-
-
-@builtin(hasattr)
-def _hasattr(tx, args, kwargs):
-    obj, name = args[0], args[1].as_python_constant()
-    try:
-        tx.getattr(obj, name)
-        return ConstantVariable(True)
-    except Unsupported as e:
-        if "AttributeError" in str(e) or "has no attribute" in str(e):
-            return ConstantVariable(False)
-        raise
-
-
-@builtin(setattr)
-def _setattr(tx, args, kwargs):
-    tx.store_attr(args[0], args[1].as_python_constant(), args[2])
-    return ConstantVariable(None)
-
-
-@builtin(delattr)
-def _delattr(tx, args, kwargs):
-    tx.del_attr(args[0], args[1].as_python_constant())
-    return ConstantVariable(None)
-
-
-def _plain_object(args, n: int, what: str):
-    from ember.frontend.variables.objects import UserDefinedObjectVariable
-    if len(args) != n or not isinstance(args[0], UserDefinedObjectVariable):
-        raise Unsupported(f"object.{what} of {args[0] if args else 'nothing'}")
-    return args[0], args[1].as_python_constant()
-
-
-# object's own attribute protocol, called by a class's Python __getattribute__/__setattr__/
-# __delattr__ (``super().__setattr__(k, v)``, ``object.__setattr__(self, k, v)``)
-@builtin(object.__getattribute__)
-def _object_getattribute(tx, args, kwargs):
-    obj, name = _plain_object(args, 2, "__getattribute__")
-    return obj.generic_getattr(tx, name)
-
-
-@builtin(object.__setattr__)
-def _object_setattr(tx, args, kwargs):
-    obj, name = _plain_object(args, 3, "__setattr__")
-    obj.generic_setattr(tx, name, args[2])
-    return ConstantVariable(None)
-
-
-@builtin(object.__delattr__)
-def _object_delattr(tx, args, kwargs):
-    obj, name = _plain_object(args, 2, "__delattr__")
-    obj.generic_delattr(tx, name)
-    return ConstantVariable(None)
 
 
 @builtin(iter)
@@ -481,7 +388,7 @@ def _next(tx, args, kwargs):
 
 @builtin(range)
 def _range(tx, args, kwargs):
-    return fold(tx, range, args, kwargs) or _unsupported("range() of non-constants")
+    return fold(tx, range, args, kwargs) or unsupported("range() of non-constants")
 
 
 def _make_seq_ctor(cls):
@@ -509,21 +416,6 @@ def _dict(tx, args, kwargs):
     return out
 
 
-def make_dict(tx, cls, args, kwargs) -> DictVariable:
-    """``cls(...)`` for dict, OrderedDict, defaultdict and plain subclasses of them."""
-    factory = None
-    if issubclass(cls, collections.defaultdict):
-        factory, args = (args[0] if args else ConstantVariable(None)), args[1:]
-        if factory.is_python_constant() and factory.as_python_constant() is None:
-            factory = None
-    out = DictVariable({}, cls=cls, default_factory=factory)
-    if args:
-        out.call_method(tx, "update", args, {})
-    for k, v in kwargs.items():
-        out.setitem(ConstantVariable(k), v)
-    return out
-
-
 for _cls in (collections.OrderedDict, collections.defaultdict):
     HANDLERS[_cls] = (lambda c: lambda tx, args, kwargs: make_dict(tx, c, args, kwargs))(_cls)
 
@@ -532,7 +424,7 @@ for _cls in (collections.OrderedDict, collections.defaultdict):
 def _namedtuple(tx, args, kwargs):
     """A namedtuple class made inside the frame: made once, at capture (as class statements
     are), from constant field names."""
-    return fold(tx, collections.namedtuple, args, kwargs) or _unsupported(
+    return fold(tx, collections.namedtuple, args, kwargs) or unsupported(
         "collections.namedtuple() of non-constant arguments")
 
 
@@ -623,7 +515,6 @@ def _zip(tx, args, kwargs):
         lists = [tx.unpack_iterable(a) for a in args]
         if len({len(x) for x in lists}) > 1:
             raise Unsupported("zip(strict=True) of unequal lengths")
-    from ember.frontend.variables.iterators import finite_lists
     lists = finite_lists(tx, args)
     return ListIteratorVariable([TupleVariable(list(t)) for t in zip(*lists)])
 
@@ -633,7 +524,6 @@ def _map(tx, args, kwargs):
     fn, *iterables = args
     if _lazily(iterables):
         return _lazy_zip(tx, iterables, fn)
-    from ember.frontend.variables.iterators import finite_lists
     lists = finite_lists(tx, iterables)
     return ListIteratorVariable([fn.call_function(tx, list(t), {}) for t in zip(*lists)])
 
@@ -792,28 +682,11 @@ def _side_effecting(fn):
     return handler
 
 
-@builtin(object.__new__)
-def _object_new(tx, args, kwargs):
-    from ember.frontend.variables.objects import UserDefinedClassVariable, new_plain_object
-    if kwargs or len(args) != 1 or not isinstance(args[0], UserDefinedClassVariable):
-        raise Unsupported("object.__new__ with arguments")
-    return new_plain_object(tx, args[0].value)
-
-
 @builtin(id)
 def _id(tx, args, kwargs):
     if len(args) != 1 or kwargs:
         raise Unsupported("id() takes exactly one argument")
     return IdVariable(args[0])
-
-
-@builtin(vars)
-def _vars(tx, args, kwargs):
-    from ember.frontend.variables.objects import UserDefinedObjectVariable
-    if len(args) == 1 and not kwargs and isinstance(args[0], UserDefinedObjectVariable) and \
-            args[0].is_new:
-        return args[0].instance_dict()
-    raise Unsupported("call to vars(), a builtin with effects outside the graph")
 
 
 for _fn in (print, input, open, breakpoint, exec, eval, compile, globals, locals):
@@ -868,26 +741,6 @@ def _reduce(tx, args, kwargs):
     return acc
 
 
-@builtin(inspect.signature)
-def _signature(tx, args, kwargs):
-    from ember.frontend.variables.functions import (NestedUserFunctionVariable,
-                                                    UserFunctionVariable)
-    fn = args[0]
-    drop_first = False
-    if isinstance(fn, UserMethodVariable):
-        fn, drop_first = fn.fn_var, True
-    if isinstance(fn, UserFunctionVariable):
-        sig = inspect.signature(fn.value, follow_wrapped=kwargs.get(
-            "follow_wrapped", ConstantVariable(True)).as_python_constant())
-    elif isinstance(fn, NestedUserFunctionVariable):
-        sig = inspect.signature(types.FunctionType(fn.code, {}, fn.name))
-    else:
-        raise Unsupported(f"inspect.signature of {fn}")
-    if drop_first:
-        sig = sig.replace(parameters=list(sig.parameters.values())[1:])
-    return ConstantVariable(sig)
-
-
 # ------------------------------------------------------------------------------------ math
 
 def _math_handler(fn):
@@ -906,9 +759,3 @@ for _name in dir(math):
     if callable(_fn):
         HANDLERS[_fn] = _math_handler(_fn)
 
-
-def handler_for(value) -> Handler | None:
-    try:
-        return HANDLERS.get(value)
-    except TypeError:   # unhashable
-        return None

@@ -1,5 +1,6 @@
-"""Iterators over tuples, lists, dicts and their views during capture, and the iterators
-that resume such a loop in eager code after a graph break (``Resumed*Iterator``).
+"""Iterators over tuples, lists, dicts and their views during capture, endless ones
+(``itertools.repeat``/``count``), and the iterators that resume such a loop in eager code after
+a graph break (``Resumed*Iterator``).
 
 (``iterators`` holds the ``itertools`` functions over tracked values.)
 """
@@ -340,12 +341,36 @@ class LazyIteratorVariable(_SteppedIterator):
         return cg.temp(self, self.real_iterator(cg, before_replay=True))
 
 
-def is_live_iterable(vt: VariableTracker) -> bool:
-    """Iterating it reads a dict or list as it is at each step (see
-    ``LazyIteratorVariable``)."""
-    # local: containers and dicts import this module
-    from ember.frontend.variables.containers import ListVariable
-    from ember.frontend.variables.dicts import DictVariable, DictViewVariable
-    return type(vt) is ListVariable or isinstance(vt, (
-        DictVariable, DictViewVariable, DictIteratorVariable, LazyIteratorVariable,
-        LiveListIteratorVariable))
+class EndlessIteratorVariable(ListIteratorVariable):
+    """``itertools.repeat(x)`` or ``itertools.count(start, step)``: items made on demand."""
+
+    def __init__(self, make_item):
+        super().__init__([])
+        self.make_item = make_item   # position -> tracker
+
+    def next(self, tx):
+        self.items.append(self.make_item(tx, len(self.items)))
+        self.index = len(self.items)
+        return self.items[-1]
+
+    def take(self, tx, n: int) -> list[VariableTracker]:
+        return [self.next(tx) for _ in range(n)]
+
+    def unpack(self, tx):
+        raise Unsupported("unrolling an endless iterator (itertools.repeat/count without an end)")
+
+    def rebuild(self, cg):
+        raise Unsupported("an endless iterator outliving the graph")
+
+
+def finite_lists(tx, iterables) -> list[list[VariableTracker]]:
+    """The items of each iterable; endless ones give as many as the shortest finite one
+    (what ``zip`` consumes of them)."""
+    finite = [None if isinstance(a, EndlessIteratorVariable) else tx.unpack_iterable(a)
+              for a in iterables]
+    lengths = [len(items) for items in finite if items is not None]
+    if not lengths:
+        raise Unsupported("zip of endless iterators only")
+    n = min(lengths)
+    return [items if items is not None else a.take(tx, n)
+            for a, items in zip(iterables, finite)]

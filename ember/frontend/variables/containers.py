@@ -13,9 +13,11 @@ import collections
 import torch
 
 from ember.frontend.exc import Unsupported
-from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
+from ember.frontend.variables.base import (BoundMethodVariable, ConstantVariable, NotConstant,
+                                           VariableTracker)
 from ember.frontend.variables.container_iterators import (ListIteratorVariable,
                                                           LiveListIteratorVariable)
+from ember.frontend.variables.tensor import TensorVariable
 
 
 class BaseSequenceVariable(VariableTracker):
@@ -41,7 +43,6 @@ class BaseSequenceVariable(VariableTracker):
         try:
             key = index.as_python_constant()
         except NotConstant:
-            from ember.frontend.variables.tensor import TensorVariable
             if isinstance(index, TensorVariable):
                 raise Unsupported(f"indexing a {self.py_type.__name__} with a tensor (the "
                                   f"index is the tensor's value: data-dependent)") from None
@@ -77,7 +78,6 @@ class BaseSequenceVariable(VariableTracker):
             raise Unsupported(f"{self.py_type.__name__} method on non-constant items") from None
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
         if hasattr(self.py_type, name):
             return BoundMethodVariable(self, name)
         raise Unsupported(f"{self.py_type.__name__}.{name}")
@@ -148,9 +148,11 @@ class NamedTupleVariable(TupleVariable):
                      "logabsdet": 1}
             if name in order:
                 return self.items[order[name]]
-        from ember.frontend.variables.objects import _MISSING, class_attribute
+        # local: a namedtuple's methods are user functions, whose calls bind *args into tuples
+        # (attribute_lookup -> functions -> containers)
+        from ember.frontend.variables.attribute_lookup import MISSING, class_attribute
         found = class_attribute(tx, self.cls, name, self, None)
-        if found is not _MISSING:
+        if found is not MISSING:
             return found
         return super().var_getattr(tx, name)
 

@@ -9,16 +9,18 @@ import operator
 from typing import Any
 
 from ember.frontend.exc import ObservedException, Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import BoundMethodVariable, ConstantVariable, VariableTracker
 from ember.frontend.variables.container_iterators import (DictIteratorVariable,
-                                                          ListIteratorVariable)
+                                                          LazyIteratorVariable,
+                                                          ListIteratorVariable,
+                                                          LiveListIteratorVariable)
 from ember.frontend.variables.containers import ListVariable, TupleVariable
+from ember.frontend.variables.scalars import IdVariable, identity_key
 
 
 def hashable_key(vt: VariableTracker, among: dict | None = None) -> Any:
     """The Python key a tracker stands for in a dict or set (``among``: the keys of that
     dict or set, when it is looked up in)."""
-    from ember.frontend.variables.scalars import IdVariable, identity_key
     if isinstance(vt, IdVariable):
         if among is not None and any(type(k) is int for k in among):
             # integer keys not made by id() during capture may be real ids: the answer would
@@ -235,15 +237,15 @@ class DictVariable(VariableTracker):
         return ConstantVariable(None)
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
         if name == "move_to_end" and issubclass(self.cls, collections.OrderedDict):
             return BoundMethodVariable(self, name)
         if self.cls not in (dict, collections.OrderedDict, collections.defaultdict) and \
                 not hasattr(dict, name):
-            # a method a plain dict subclass adds
-            from ember.frontend.variables.objects import _MISSING, class_attribute
+            # a method a plain dict subclass adds; local: user functions bind **kwargs into
+            # dicts (attribute_lookup -> functions -> dicts)
+            from ember.frontend.variables.attribute_lookup import MISSING, class_attribute
             found = class_attribute(tx, self.cls, name, self, None)
-            if found is not _MISSING:
+            if found is not MISSING:
                 return found
         if hasattr(dict, name):
             return BoundMethodVariable(self, name)
@@ -319,7 +321,6 @@ class DictViewVariable(VariableTracker):
         raise Unsupported(f"dict_{self.kind}.{name}()")
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
         if name == "mapping":
             raise Unsupported(f"dict_{self.kind}.mapping")
         if hasattr(self.python_type(), name):
@@ -401,7 +402,6 @@ class SetVariable(VariableTracker):
         return ConstantVariable(None)
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.functions import BoundMethodVariable
         if hasattr(set, name):
             return BoundMethodVariable(self, name)
         raise Unsupported(f"set.{name}")
@@ -482,6 +482,21 @@ def _argument(args, kwargs, i: int, name: str, default):
     return kwargs[name].as_python_constant() if name in kwargs else default
 
 
+def make_dict(tx, cls, args, kwargs) -> DictVariable:
+    """``cls(...)`` for dict, OrderedDict, defaultdict and plain subclasses of them."""
+    factory = None
+    if issubclass(cls, collections.defaultdict):
+        factory, args = (args[0] if args else ConstantVariable(None)), args[1:]
+        if factory.is_python_constant() and factory.as_python_constant() is None:
+            factory = None
+    out = DictVariable({}, cls=cls, default_factory=factory)
+    if args:
+        out.call_method(tx, "update", args, {})
+    for k, v in kwargs.items():
+        out.setitem(ConstantVariable(k), v)
+    return out
+
+
 def make_fromkeys(cls):
     """The handler of ``cls.fromkeys(iterable, value=None)``: every key maps to the one
     ``value`` object, in the iterable's order (an iterator is consumed)."""
@@ -519,3 +534,11 @@ def is_plain_dict_subclass(cls) -> bool:
         if any(name in vars(klass) for name in _DICT_PROTOCOL) or "__slots__" in vars(klass):
             return False
     return True
+
+
+def is_live_iterable(vt: VariableTracker) -> bool:
+    """Iterating it reads a dict or list as it is at each step (see
+    ``LazyIteratorVariable``)."""
+    return type(vt) is ListVariable or isinstance(vt, (
+        DictVariable, DictViewVariable, DictIteratorVariable, LazyIteratorVariable,
+        LiveListIteratorVariable))

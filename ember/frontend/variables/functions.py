@@ -1,15 +1,17 @@
-"""Callables during capture: user functions (inlined), builtins, torch functions (graph
-nodes), bound methods, ``functools.partial`` and closure cells."""
+"""Callables during capture: user functions (inlined), torch functions (graph nodes), user
+methods, ``functools.partial`` and closure cells. (Handled builtins: ``handlers``; methods of
+trackers: ``base.BoundMethodVariable``.)"""
 from __future__ import annotations
 
 import inspect
-import operator
 import types
 from typing import Any, Callable
 
 from ember.frontend.exc import Unsupported
 from ember.frontend.source import DefaultsSource, FunctionClosureSource
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.containers import TupleVariable
+from ember.frontend.variables.dicts import DictVariable
 
 
 class _EmptyCell(VariableTracker):
@@ -153,8 +155,6 @@ def bind_args(code: types.CodeType, name: str, args: list, kwargs: dict,
                 bound[pname] = kwdefaults[pname]
             else:
                 raise Unsupported(f"{name}() missing keyword-only argument {pname!r}")
-    from ember.frontend.variables.containers import TupleVariable
-    from ember.frontend.variables.dicts import DictVariable
     idx = nargs + nkwonly
     if has_varargs:
         bound[names[idx]] = TupleVariable(list(extra))
@@ -313,60 +313,6 @@ class UserMethodVariable(VariableTracker):
         return f"UserMethodVariable({self.fn_var}, {self.obj})"
 
 
-class BoundMethodVariable(VariableTracker):
-    """``obj.name`` on a tracker that implements ``call_method`` (containers, constants)."""
-
-    def __init__(self, obj: VariableTracker, name: str):
-        super().__init__()
-        self.obj = obj
-        self.name = name
-
-    def python_type(self):
-        return types.BuiltinMethodType
-
-    def truthy(self, tx):
-        return True
-
-    def call_function(self, tx, args, kwargs):
-        return self.obj.call_method(tx, self.name, args, kwargs)
-
-    def rebuild(self, cg):
-        return f"getattr({cg.reconstruct(self.obj)}, {self.name!r})"
-
-
-class ConstantMethodVariable(BoundMethodVariable):
-    """A method of a constant (``"a,b".split``, ``dtype.to_complex``): evaluated for real."""
-
-    def call_function(self, tx, args, kwargs):
-        try:
-            const_args = [a.as_python_constant() for a in args]
-            const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
-        except Exception:
-            raise Unsupported(f"{self.name}() of a constant with non-constant arguments") \
-                from None
-        try:
-            result = getattr(self.obj.value, self.name)(*const_args, **const_kwargs)
-        except Exception as e:
-            raise Unsupported(f"{type(e).__name__} in {self.name}(): {e}") from None
-        return tx.wrap_constant(result)
-
-
-class TensorMethodVariable(BoundMethodVariable):
-    """``tensor.method`` before it is called."""
-
-    def call_function(self, tx, args, kwargs):
-        return self.obj.call_method(tx, self.name, args, kwargs)
-
-    def var_getattr(self, tx, name):
-        if name == "__name__":
-            return ConstantVariable(self.name)
-        if name == "__qualname__":   # a bound method's: its object's class, then the name
-            return ConstantVariable(f"{self.obj.python_type().__qualname__}.{self.name}")
-        if name == "__self__":
-            return self.obj
-        return super().var_getattr(tx, name)
-
-
 class PartialVariable(VariableTracker):
     def __init__(self, func: VariableTracker, args: list, kwargs: dict, source=None):
         super().__init__(source)
@@ -387,8 +333,6 @@ class PartialVariable(VariableTracker):
         return f"{cg.const(functools.partial)}({cg.reconstruct(self.func)}{args}{kwargs})"
 
     def var_getattr(self, tx, name):
-        from ember.frontend.variables.containers import TupleVariable
-        from ember.frontend.variables.dicts import DictVariable
         if name == "func":
             return self.func
         if name == "args":
@@ -432,74 +376,3 @@ class GraphCallableVariable(VariableTracker):
 
     def __repr__(self):
         return f"GraphCallableVariable({getattr(self.value, '__name__', self.value)})"
-
-
-class HandlerFunctionVariable(VariableTracker):
-    """A Python callable whose capture-time behaviour is a handler (builtins, ``math``,
-    ``operator``, special torch functions). ``handler(tx, args, kwargs) -> tracker``."""
-
-    def __init__(self, fn: Callable, handler: Callable, source=None):
-        super().__init__(source)
-        self.value = fn
-        self.handler = handler
-
-    def as_python_constant(self):
-        return self.value
-
-    def python_type(self):
-        return type(self.value)
-
-    def truthy(self, tx):
-        return True
-
-    def call_function(self, tx, args, kwargs):
-        return self.handler(tx, args, kwargs)
-
-    def var_getattr(self, tx, name):
-        if name in ("__name__", "__qualname__", "__module__"):
-            return ConstantVariable(getattr(self.value, name))
-        # a class-level function of a handled class (``dict.fromkeys``)
-        from ember.frontend.variables.builtins import handler_for
-        handler = handler_for(getattr(self.value, name, None))
-        if handler is not None:
-            return HandlerFunctionVariable(getattr(self.value, name), handler)
-        return super().var_getattr(tx, name)
-
-    def __repr__(self):
-        return f"HandlerFunctionVariable({getattr(self.value, '__name__', self.value)})"
-
-
-class GetterVariable(VariableTracker):
-    """``operator.itemgetter(*keys)`` or ``operator.attrgetter(*names)`` with constant keys."""
-
-    def __init__(self, cls: type, keys: list, source=None):
-        super().__init__(source)
-        self.cls = cls
-        self.keys = keys
-
-    def python_type(self):
-        return self.cls
-
-    def truthy(self, tx):
-        return True
-
-    def as_python_constant(self):
-        return self.cls(*self.keys)
-
-    def rebuild(self, cg):
-        return cg.const(self.as_python_constant())
-
-    def call_function(self, tx, args, kwargs):
-        from ember.frontend.variables.builtins import getitem
-        from ember.frontend.variables.containers import TupleVariable
-        obj = args[0]
-        results = []
-        for key in self.keys:
-            if self.cls is operator.itemgetter:
-                results.append(getitem(tx, obj, ConstantVariable(key)))
-            else:
-                value = obj
-                for part in key.split("."):
-                    value = tx.getattr(value, part)
-                results.append(value)
-        return results[0] if len(results) == 1 else TupleVariable(results)

@@ -21,50 +21,13 @@ import operator
 
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
-from ember.frontend.variables.builtins import HANDLERS, apply_operator, builtin
-from ember.frontend.variables.container_iterators import (LazyIteratorVariable,
-                                                          ListIteratorVariable, is_live_iterable)
+from ember.frontend.variables.builtins import apply_operator
+from ember.frontend.variables.container_iterators import (EndlessIteratorVariable,
+                                                          LazyIteratorVariable,
+                                                          ListIteratorVariable)
 from ember.frontend.variables.containers import TupleVariable
-from ember.frontend.variables.dicts import make_fromkeys
-
-
-class EndlessIteratorVariable(ListIteratorVariable):
-    """``itertools.repeat(x)`` or ``itertools.count(start, step)``: items made on demand."""
-
-    def __init__(self, make_item):
-        super().__init__([])
-        self.make_item = make_item   # position -> tracker
-
-    def next(self, tx):
-        self.items.append(self.make_item(tx, len(self.items)))
-        self.index = len(self.items)
-        return self.items[-1]
-
-    def take(self, tx, n: int) -> list[VariableTracker]:
-        return [self.next(tx) for _ in range(n)]
-
-    def unpack(self, tx):
-        raise Unsupported("unrolling an endless iterator (itertools.repeat/count without an end)")
-
-    def rebuild(self, cg):
-        # its items are made on demand: none is left to rebuild it from
-        raise Unsupported("an endless iterator (itertools.repeat/count) live after the graph")
-
-    def rebuild(self, cg):
-        raise Unsupported("an endless iterator outliving the graph")
-
-
-def finite_lists(tx, iterables) -> list[list[VariableTracker]]:
-    """The items of each iterable; endless ones give as many as the shortest finite one
-    (what ``zip`` consumes of them)."""
-    finite = [None if isinstance(a, EndlessIteratorVariable) else tx.unpack_iterable(a)
-              for a in iterables]
-    lengths = [len(items) for items in finite if items is not None]
-    if not lengths:
-        raise Unsupported("zip of endless iterators only")
-    n = min(lengths)
-    return [items if items is not None else a.take(tx, n)
-            for a, items in zip(iterables, finite)]
+from ember.frontend.variables.dicts import is_live_iterable, make_fromkeys
+from ember.frontend.variables.handlers import HANDLERS, builtin
 
 
 def _constant(vt: VariableTracker | None, default=None):

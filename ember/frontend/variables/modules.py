@@ -18,13 +18,18 @@ import torch
 from ember.frontend import guards
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.source import AttrSource, ModuleDictSource
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.attribute_lookup import (MISSING, class_attribute, is_data_descriptor,
+                                                       static_lookup)
+from ember.frontend.variables.base import (BoundMethodVariable, ConstantVariable, NotConstant,
+                                           VariableTracker)
 from ember.frontend.variables.container_iterators import ListIteratorVariable
+from ember.frontend.variables.containers import BaseSequenceVariable, TupleVariable
+from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
-from ember.frontend.variables.objects import (_MISSING, _is_data_descriptor, _static_lookup,
-                                              class_attribute)
+from ember.frontend.variables.tensor import TensorVariable
 
-_MODULE_GETATTR = torch.nn.Module.__dict__["__getattr__"]
+# nn.Module's own __getattr__ (parameters, buffers, submodules), told apart from a subclass's
+MODULE_GETATTR = torch.nn.Module.__dict__["__getattr__"]
 _MODULE_METHODS = {"parameters", "named_parameters", "buffers", "named_buffers", "children",
                    "named_children", "modules", "named_modules"}
 _CONTAINER_METHODS = {"keys", "values", "items", "__len__", "__iter__", "__getitem__",
@@ -83,23 +88,22 @@ class NNModuleVariable(VariableTracker):
         d = mod.__dict__
         if name == "__class__":
             return tx.wrap(cls, None)
-        desc = _static_lookup(cls, name)
-        if desc is not _MISSING and _is_data_descriptor(desc):
+        desc = static_lookup(cls, name)
+        if desc is not MISSING and is_data_descriptor(desc):
             return class_attribute(tx, cls, name, self, self.source)
         if name in d:
             return tx.wrap(d[name], AttrSource(self.source, name) if self.source else None)
-        if desc is not _MISSING:
+        if desc is not MISSING:
             if self.source is not None:   # an instance attribute set later would shadow it
                 tx.output.guards.add(guards.not_in_instance_dict(self.source, name))
             if is_module_call(desc):
                 return ModuleCallVariable(self)
             if (name in _MODULE_METHODS and desc is torch.nn.Module.__dict__[name]) or (
                     name in _CONTAINER_METHODS and isinstance(mod, _CONTAINERS)):
-                from ember.frontend.variables.functions import BoundMethodVariable
                 return BoundMethodVariable(self, name)
             return class_attribute(tx, cls, name, self, self.source)
-        getattr_fn = _static_lookup(cls, "__getattr__")
-        if getattr_fn is not _MODULE_GETATTR:    # the class's own, called as Python would
+        getattr_fn = static_lookup(cls, "__getattr__")
+        if getattr_fn is not MODULE_GETATTR:    # the class's own, called as Python would
             if not isinstance(getattr_fn, types.FunctionType):
                 raise Unsupported(f"{cls.__name__}.__getattr__ is not a Python function")
             return UserFunctionVariable(getattr_fn).call_function(
@@ -156,7 +160,7 @@ class NNModuleVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         """``module(*args)``: ``type(module).__call__``, which is nn.Module's (hooks around
         ``forward``) unless the class overrides it."""
-        call = _static_lookup(type(self.value), "__call__")
+        call = static_lookup(type(self.value), "__call__")
         if not is_module_call(call):
             if not isinstance(call, types.FunctionType):
                 raise Unsupported(f"{type(self.value).__name__}.__call__ is not a Python "
@@ -189,7 +193,7 @@ class NNModuleVariable(VariableTracker):
         if "forward" in mod.__dict__:
             return tx.wrap(mod.__dict__["forward"], AttrSource(self.source, "forward")
                            if self.source else None).call_function(tx, args, kwargs)
-        forward = _static_lookup(type(mod), "forward")
+        forward = static_lookup(type(mod), "forward")
         if not isinstance(forward, types.FunctionType):
             raise Unsupported(f"{type(mod).__name__}.forward is not a Python function")
         if self.source is not None:   # a forward assigned to the instance later replaces it
@@ -199,8 +203,6 @@ class NNModuleVariable(VariableTracker):
     def _call_with_hooks(self, tx, args, kwargs):
         """``Module.__call__`` with forward pre-hooks and hooks, in registration order (the
         hook dicts are guarded by their keys, each hook by identity)."""
-        from ember.frontend.variables.containers import TupleVariable
-        from ember.frontend.variables.dicts import DictVariable
 
         def table(name):
             return tx.wrap(getattr(self.value, name), AttrSource(self.source, name))
@@ -235,16 +237,14 @@ class NNModuleVariable(VariableTracker):
         return output
 
     def call_method(self, tx, name, args, kwargs):
-        from ember.frontend.variables.containers import TupleVariable
         mod = self.value
         if name == "__len__":
             if isinstance(mod, _CONTAINERS):
                 self._guard_length(tx)
-            elif _static_lookup(type(mod), "__len__") is not _MISSING:
+            elif static_lookup(type(mod), "__len__") is not MISSING:
                 return super().call_method(tx, name, args, kwargs)    # the class's own
             return ConstantVariable(len(mod))
         if name == "__iter__":
-            from ember.frontend.variables.container_iterators import ListIteratorVariable
             return ListIteratorVariable(self.unpack(tx))
         if name == "__contains__" and isinstance(mod, torch.nn.ModuleDict):
             self._guard_length(tx)
@@ -286,7 +286,6 @@ class NNModuleVariable(VariableTracker):
         tree's items, with the keys of the dicts walked guarded as items are taken: a
         parameter or submodule added, removed or re-registered later changes the items or
         their order."""
-        from ember.frontend.variables.containers import TupleVariable
         try:
             const_args = [a.as_python_constant() for a in args]
             const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
@@ -454,7 +453,6 @@ def initialize_lazy_module(tx, mod, args, kwargs) -> None:
     capture, where eager draws at the call: random ops the graph runs before the call
     would draw in the other order."""
     from torch.utils._python_dispatch import _disable_current_modes
-    from ember.frontend.variables.tensor import TensorVariable
 
     def real(vt):
         if isinstance(vt, TensorVariable):
@@ -559,9 +557,6 @@ class NewModuleVariable(NNModuleVariable):
 def real_module_argument(vt: VariableTracker):
     """The Python value a module built inside the frame may hold: constants, modules built
     inside the frame, and tuples, lists and dicts of them."""
-    from ember.frontend.variables.base import NotConstant
-    from ember.frontend.variables.containers import BaseSequenceVariable
-    from ember.frontend.variables.dicts import DictVariable
     if isinstance(vt, NewModuleVariable):
         return vt.value
     if isinstance(vt, BaseSequenceVariable):
@@ -590,7 +585,7 @@ def create_module(tx, cls: type, args, kwargs) -> NewModuleVariable:
         module = cls.__new__(cls)
         torch.nn.Module.__init__(module)
         vt = NewModuleVariable(module)
-        init = _static_lookup(cls, "__init__")
+        init = static_lookup(cls, "__init__")
         if isinstance(init, types.FunctionType) and init is not torch.nn.Module.__init__:
             vt.initialising = True
             with torch.random.fork_rng(devices=[]):

@@ -18,9 +18,11 @@ import numpy as np
 import torch
 
 from ember.frontend.exc import Unsupported
-from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
-from ember.frontend.variables.builtins import HANDLERS, INPLACE, fold
+from ember.frontend.variables.base import (BoundMethodVariable, ConstantVariable, NotConstant,
+                                           VariableTracker)
+from ember.frontend.variables.builtins import INPLACE, OPERAND_OPERATORS, fold
 from ember.frontend.variables.containers import BaseSequenceVariable, TupleVariable
+from ember.frontend.variables.handlers import HANDLERS
 from ember.frontend.variables.tensor import TensorVariable
 
 
@@ -69,7 +71,6 @@ class NDArrayVariable(VariableTracker):
         if name == "T":
             return transpose(tx, [self], {})
         if name in METHODS:
-            from ember.frontend.variables.functions import BoundMethodVariable
             return BoundMethodVariable(self, name)
         raise Unsupported(f"ndarray.{name} inside a compiled region")
 
@@ -441,3 +442,4 @@ for _cls in (np.dtype, np.finfo, np.iinfo, np.float16, np.float32, np.float64, n
                        _not_constant(c))(_cls)
 
 HANDLERS.update(FUNCTIONS)
+OPERAND_OPERATORS[NDArrayVariable] = apply_operator

@@ -26,6 +26,7 @@ import torch
 
 from ember.frontend import guards
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.tensor import TensorVariable
 
 # pointwise ops whose float operand may be a 0-d tensor: operator functions and torch
 # functions (the tensor and the float positional, in either order), and Tensor methods
@@ -94,7 +95,6 @@ def _scalar_dtype(tensor_dtype: torch.dtype) -> torch.dtype | None:
 def scalar_operands(kind: str, target, args: list) -> list:
     """``args`` with an unspecialised float operand of a supported op between one tensor
     and it replaced by the float as a 0-d tensor (see the module docstring)."""
-    from ember.frontend.variables.tensor import TensorVariable
     floats = [i for i, a in enumerate(args)
               if type(a) is FloatInputVariable and not a.specialized]
     if not floats:
@@ -119,7 +119,6 @@ def identity_key(vt: VariableTracker):
     """What ``vt`` is the same object as, during capture (the ``is`` test of
     ``InstructionTranslator.is_same_object``): the real object, a tensor's fake, else the
     tracker of an object made during capture."""
-    from ember.frontend.variables.tensor import TensorVariable
     if isinstance(vt, ConstantVariable):
         return ("__object__", id(vt.value))
     if isinstance(vt, TensorVariable):

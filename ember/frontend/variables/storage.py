@@ -18,7 +18,7 @@ import torch
 from ember.frontend import guards
 from ember.frontend.exc import Unsupported
 from ember.frontend.source import ConstantSource
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import BoundMethodVariable, ConstantVariable, VariableTracker
 
 # methods answered with the storage's size in bytes
 _SIZE_QUERIES = ("nbytes", "size", "__len__")
@@ -66,7 +66,6 @@ class UntypedStorageVariable(VariableTracker):
         if name == "device" and self.tensor is not None:
             return ConstantVariable(self.tensor.fake.device)
         if name in _SIZE_QUERIES or name == "element_size":
-            from ember.frontend.variables.functions import BoundMethodVariable
             return BoundMethodVariable(self, name)
         raise Unsupported(f"UntypedStorage.{name} inside a compiled region")
 

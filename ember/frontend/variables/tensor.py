@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from ember.frontend.exc import Unsupported
-from ember.frontend.variables.base import ConstantVariable, VariableTracker
+from ember.frontend.variables.base import BoundMethodVariable, ConstantVariable, VariableTracker
+from ember.frontend.variables.storage import UntypedStorageVariable
 
 # Attribute reads answered from the fake tensor's metadata.
 _CONSTANT_ATTRS = {
@@ -60,7 +61,6 @@ class TensorVariable(VariableTracker):
         if name in ("grad", "data", "grad_fn", "_version", "_base"):
             raise Unsupported(f"tensor attribute .{name} inside a compiled region")
         if hasattr(torch.Tensor, name):
-            from ember.frontend.variables.functions import TensorMethodVariable
             return TensorMethodVariable(self, name)
         raise Unsupported(f"AttributeError: 'Tensor' object has no attribute {name!r}")
 
@@ -83,10 +83,10 @@ class TensorVariable(VariableTracker):
                 raise Unsupported("len() of a 0-d tensor")
             return ConstantVariable(len(self.fake))
         if name == "numpy" and not args:
+            # local: an ndarray tracker wraps a tensor tracker (numpy imports this module)
             from ember.frontend.variables.numpy import tensor_to_ndarray
             return tensor_to_ndarray(tx, self, args, kwargs)
         if name == "untyped_storage" and not args and not kwargs:
-            from ember.frontend.variables.storage import UntypedStorageVariable
             return UntypedStorageVariable(self)
         if name in _DATA_DEPENDENT_METHODS:
             raise Unsupported(f"Tensor.{name}() reads tensor data (data-dependent)")
@@ -101,3 +101,19 @@ class TensorVariable(VariableTracker):
 
     def __repr__(self):
         return f"TensorVariable({self.node.name}, {tuple(self.fake.shape)}, {self.fake.dtype})"
+
+
+class TensorMethodVariable(BoundMethodVariable):
+    """``tensor.method`` before it is called."""
+
+    def call_function(self, tx, args, kwargs):
+        return self.obj.call_method(tx, self.name, args, kwargs)
+
+    def var_getattr(self, tx, name):
+        if name == "__name__":
+            return ConstantVariable(self.name)
+        if name == "__qualname__":   # a bound method's: its object's class, then the name
+            return ConstantVariable(f"{self.obj.python_type().__qualname__}.{self.name}")
+        if name == "__self__":
+            return self.obj
+        return super().var_getattr(tx, name)

@@ -20,9 +20,10 @@ import torch
 from ember.frontend import guards
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable, NotConstant
-from ember.frontend.variables.builtins import bind_arguments, fold, type_argument
-from ember.frontend.variables.containers import SizeVariable
-from ember.frontend.variables.objects import GlobalContextVariable, GradModeVariable
+from ember.frontend.variables.builtins import bind_arguments, constants, fold, type_argument
+from ember.frontend.variables.containers import ListVariable, SizeVariable, TupleVariable
+from ember.frontend.variables.ctx_manager import GlobalContextVariable, GradModeVariable
+from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.tensor import TensorVariable
 
 _NAMESPACES = ("torch", "torch.nn.functional", "torch.special", "torch.linalg", "torch.fft",
@@ -251,12 +252,10 @@ def _jit_isinstance(tx, fn, args, kwargs):
 
 def _stand_in(vt):
     """A real value with ``vt``'s type and structure: fake tensors for tensors."""
-    from ember.frontend.variables import containers as c
-    from ember.frontend.variables.dicts import DictVariable
     if isinstance(vt, TensorVariable):
         return vt.fake
-    if type(vt) in (c.ListVariable, c.TupleVariable):
-        return (list if type(vt) is c.ListVariable else tuple)(_stand_in(v) for v in vt.items)
+    if type(vt) in (ListVariable, TupleVariable):
+        return (list if type(vt) is ListVariable else tuple)(_stand_in(v) for v in vt.items)
     if type(vt) is DictVariable and vt.cls is dict:
         return {_stand_in(vt.keys[k]): _stand_in(v) for k, v in vt.items.items()}
     if vt.is_python_constant():
@@ -276,7 +275,6 @@ def _assert(tx, fn, args, kwargs):
 
 @special(torch.autocast, _maybe("torch.amp.autocast"))
 def _autocast(tx, fn, args, kwargs):
-    from ember.frontend.variables.builtins import constants
     consts = constants(args, kwargs)
     if consts is None:
         raise Unsupported("torch.autocast with non-constant arguments")
@@ -293,7 +291,6 @@ def _autocast(tx, fn, args, kwargs):
 
 @special(torch.inference_mode)
 def _inference_mode(tx, fn, args, kwargs):
-    from ember.frontend.variables.builtins import constants
     consts = constants(args, kwargs)
     if consts is None:
         raise Unsupported("torch.inference_mode with a non-constant mode")

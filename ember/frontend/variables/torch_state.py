@@ -16,6 +16,7 @@ import torch
 from ember.frontend import guards
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_constant_value
+from ember.frontend.variables.handlers import HandlerFunctionVariable
 
 # where the types of objects holding torch's global state live
 _STATE_MODULES = ("torch.backends", "torch._C", "torch.onnx", "torch.distributed",
@@ -63,7 +64,6 @@ class TorchStateObjectVariable(VariableTracker):
         attr = getattr(type(self.value), name, None)
         if callable(attr) and not isinstance(attr, property):
             what = f"{self.what}.{name}"
-            from ember.frontend.variables.functions import HandlerFunctionVariable
 
             def refuse(tx, args, kwargs):
                 raise Unsupported(f"call to {what}(), a method of torch's "
