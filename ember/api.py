@@ -34,8 +34,8 @@ from typing import Any, Callable
 import torch
 
 from ember import config, logs, metrics
-from ember.backends import (check_mode_and_options, ember_backend, lookup_backend,
-                            resolve_options)
+from ember.backend.options import check_mode_and_options, resolve_options
+from ember.backends import ember_backend, lookup_backend
 from ember.frontend import registry
 
 

@@ -16,10 +16,11 @@ from ember import config, logs
 from ember.backend import compile as backend_compile
 from ember.backend import metrics
 from ember.backend.lowering import LOWERINGS
-from ember.backends import EMBER_OPTIONS, MODES, ember_backend, resolve_options
+from ember.backend.options import MODES, OPTIONS, resolve_options
+from ember.backends import ember_backend
 
 aten = torch.ops.aten
-DEFAULTS = {name: spec.default for name, spec in EMBER_OPTIONS.items()}
+DEFAULTS = {name: spec.default for name, spec in OPTIONS.items()}
 
 
 def add_one(x):
@@ -41,7 +42,7 @@ def test_compile_graph_takes_exactly_the_options_as_keywords_with_their_defaults
                 if p.kind is inspect.Parameter.KEYWORD_ONLY}
     assert keywords == DEFAULTS
     assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    for name, spec in EMBER_OPTIONS.items():
+    for name, spec in OPTIONS.items():
         assert spec.doc and isinstance(spec.default, spec.type), name
         assert spec.allowed is None or spec.default in spec.allowed, name
 
@@ -115,8 +116,8 @@ def test_mode_with_another_backend_raises(backend, mode):
 @pytest.fixture
 def freezing_unimplemented(monkeypatch):
     """Every option is implemented today: pretend one is not, to test the machinery."""
-    monkeypatch.setitem(EMBER_OPTIONS, "freezing",
-                        dataclasses.replace(EMBER_OPTIONS["freezing"], implemented=False))
+    monkeypatch.setitem(OPTIONS, "freezing",
+                        dataclasses.replace(OPTIONS["freezing"], implemented=False))
 
 
 @pytest.mark.parametrize("kwargs, words", [

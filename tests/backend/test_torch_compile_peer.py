@@ -7,7 +7,8 @@ import torch
 
 import ember
 from ember.backend import metrics
-from ember.backends import ember_backend, resolve_options
+from ember.backend.options import resolve_options
+from ember.backends import ember_backend
 
 
 def _entry_point_registered() -> bool:
