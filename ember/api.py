@@ -35,7 +35,7 @@ import torch
 
 from ember import config, logs, metrics
 from ember.backend.options import check_mode_and_options, resolve_options
-from ember.backends import ember_backend, lookup_backend
+from ember.backend_registry import ember_backend, lookup_backend
 from ember.frontend import registry
 
 

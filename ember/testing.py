@@ -26,7 +26,7 @@ class CompileCounter:
         self.graphs.append(gm)
         if self.backend is None:
             return gm.forward
-        from ember.backends import lookup_backend
+        from ember.backend_registry import lookup_backend
         return lookup_backend(self.backend)(gm, example_inputs)
 
     def clear(self) -> None:

@@ -59,7 +59,7 @@ import traceback
 
 import torch
 
-from ember.backends import list_backends
+from ember.backend_registry import list_backends
 from ember.bench import compat, harness, kernels, models, report, runner
 from ember.bench.harness import (DEFAULT_COMPILERS, MODES, VARIANTS, Row, is_user_compiler,
                                  resolve_compilers)

@@ -66,7 +66,7 @@ import ember
 import ember.frontend.convert  # noqa: F401  imported now so compile_s excludes module imports
 from ember import metrics
 from ember.backend import metrics as backend_metrics
-from ember.backends import lookup_backend
+from ember.backend_registry import lookup_backend
 from ember.bench import accuracy, kernels, models
 
 VARIANTS = ("eager", "ember", "ember-reduce-overhead", "ember-max-autotune", "torch-inductor",

@@ -58,7 +58,7 @@ import torch
 
 import ember
 from ember.backend import metrics as backend_metrics
-from ember.backends import ember_backend
+from ember.backend_registry import ember_backend
 
 CATEGORIES = ("kernel", "fallback", "eager-graph", "no-graph", "frontend-eager", "skip", "fail")
 

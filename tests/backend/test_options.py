@@ -17,7 +17,7 @@ from ember.backend import compile as backend_compile
 from ember.backend import metrics
 from ember.backend.lowering import LOWERINGS
 from ember.backend.options import MODES, OPTIONS, resolve_options
-from ember.backends import ember_backend
+from ember.backend_registry import ember_backend
 
 aten = torch.ops.aten
 DEFAULTS = {name: spec.default for name, spec in OPTIONS.items()}

@@ -8,7 +8,7 @@ import torch
 import ember
 from ember.backend import metrics
 from ember.backend.options import resolve_options
-from ember.backends import ember_backend
+from ember.backend_registry import ember_backend
 
 
 def _entry_point_registered() -> bool:
