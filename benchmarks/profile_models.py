@@ -19,7 +19,7 @@ import torch
 
 import ember
 from ember import config
-from ember.backend import metrics
+from ember.backend import compile_stats
 from ember.bench import models
 
 
@@ -53,13 +53,14 @@ def main() -> None:
         model, inputs = models.build_model(name, "cuda", dtype=dtype)[:2]
         with torch.no_grad(), config.patch(layout_optimization=args.layout):
             ember.reset()
-            metrics.reset()
+            compile_stats.reset()
             compiled = ember.compile(model, mode=args.mode)
             compiled(*inputs)
             print(f"{name}: eager {median_ms(model, *inputs):.2f} ms, ember "
                   f"{median_ms(compiled, *inputs):.2f} ms; kernels "
-                  f"{metrics.generated_kernel_count}, library {dict(metrics.extern_calls)}, "
-                  f"fallbacks {dict(metrics.fallback_ops)}")
+                  f"{compile_stats.generated_kernel_count}, "
+                  f"library {dict(compile_stats.extern_calls)}, "
+                  f"fallbacks {dict(compile_stats.fallback_ops)}")
             for label, fn in [("ember", compiled)] + [("eager", model)] * args.eager:
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     for _ in range(3):

@@ -354,8 +354,8 @@ def reset() -> None:
     for fn in list(_live_functions):
         fn._reset()
     metrics.reset()
-    from ember.backend import metrics as backend_metrics
-    backend_metrics.reset()
+    from ember.backend import compile_stats
+    compile_stats.reset()
     _forget_sources_of_dead_code()
 
 

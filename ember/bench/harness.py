@@ -31,8 +31,8 @@ Decisions:
   that reuses them (warm).
 - Per compiled Ember variant: graphs the frontend handed to the backend, graph breaks, frames
   run eagerly, kernels generated and ops that fell back to ATen, from ``ember.metrics`` and
-  ``ember.backend.metrics`` counted across its first call. The ``ember`` variant's graphs are
-  also counted by a wrapper around the backend (what the backend really received).
+  ``ember.backend.compile_stats`` counted across its first call. The ``ember`` variant's
+  graphs are also counted by a wrapper around the backend (what the backend really received).
 - Memory: on CUDA each variant's ``peak_mem_mb`` is the most memory one steady-state call
   allocates beyond what was allocated before it (activations and workspace: the weights and
   inputs are shared by all variants; in training also the gradients and what the forward
@@ -65,7 +65,7 @@ import torch
 import ember
 import ember.frontend.convert  # noqa: F401  imported now so compile_s excludes module imports
 from ember import metrics
-from ember.backend import metrics as backend_metrics
+from ember.backend import compile_stats
 from ember.backend_registry import lookup_backend
 from ember.bench import accuracy, kernels, models
 
@@ -571,8 +571,8 @@ def _counters() -> dict[str, int]:
     frontend = metrics.counters["frontend"]
     return {"graphs": frontend["graphs"], "graph_breaks": frontend["graph_breaks"],
             "frames_eager": frontend["frames_eager"],
-            "kernels": backend_metrics.generated_kernel_count,
-            "fallbacks": sum(backend_metrics.fallback_ops.values())}
+            "kernels": compile_stats.generated_kernel_count,
+            "fallbacks": sum(compile_stats.fallback_ops.values())}
 
 
 def _store_counts(result: Variant, before: dict[str, int], after: dict[str, int]) -> None:

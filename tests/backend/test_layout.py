@@ -8,7 +8,7 @@ import torch
 import ember
 from ember import config
 from ember.backend import compile as backend_compile
-from ember.backend import metrics
+from ember.backend import compile_stats
 from ember.bench import models
 from ember.testing import same
 
@@ -44,7 +44,7 @@ def test_channels_last_convnet_matches_eager(options):
     wrapper = _last_wrapper()
     # conv results are channels-last (C has stride 1) and so are the BN+ReLU buffers after them
     assert "with_layout(buf" in wrapper and ", 1, 1024, 16))" in wrapper
-    assert not metrics.fallback_ops
+    assert not compile_stats.fallback_ops
 
 
 def test_auto_on_cpu_converts_inference_graphs_whose_weights_are_small():
