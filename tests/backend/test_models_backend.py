@@ -7,15 +7,15 @@ import torch
 import ember
 from ember import config
 from ember.backend import compile_stats
-from ember.bench import models
+from ember.bench import zoo
 from ember.testing import same
 
 
 @pytest.mark.parametrize("name", ["mlp", "convnet", "transformer_block", "resnet18", "bert"])
 def test_model_matches_eager_with_generated_kernels(name, cpu_backend):
-    if not models.is_available(name):
+    if not zoo.is_available(name):
         pytest.skip(f"{name} needs a package that is not installed")
-    model, inputs = models.build_model(name, "cpu")
+    model, inputs = zoo.build_model(name, "cpu")
     ember.reset()
     with torch.no_grad(), config.patch(suppress_errors=False):
         actual = ember.compile(model, backend="ember")(*inputs)
