@@ -4,8 +4,8 @@ built-in ones, and their lookup.
 
 Named for what it holds, not ``backends.py``: beside the ``ember/backend/`` package (the
 "ember" backend's compiler) that name read as part of it. It stays outside that package:
-the frontend and the API look backends up here without importing the compiler, which
-``ember_backend`` imports only when it compiles a graph.
+``ember.compile`` looks backends up here without importing the compiler, which
+``ember_backend`` imports only when it compiles a graph (``import ember`` stays cheap).
 
 A backend is any callable ``backend(gm: torch.fx.GraphModule, example_inputs: list) ->
 Callable`` (the same contract as torch.compile's, so the two worlds interoperate). The
