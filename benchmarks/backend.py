@@ -12,7 +12,7 @@ Rows (inference only, under ``torch.no_grad()``, float32):
   tensors of 1,000,000 elements: one fused loop against ten passes over memory.
 - ``softmax``: ``torch.softmax(x, -1)``, x of (4096, 1024).
 - ``layer_norm``: ``F.layer_norm`` over the last dim of (4096, 1024), with weight and bias.
-- ``mlp``: the built-in ``mlp`` of ``ember.bench.models`` (4 x Linear 512 + GELU, batch 64).
+- ``mlp``: the built-in ``mlp`` of ``ember.bench.zoo`` (4 x Linear 512 + GELU, batch 64).
 - ``resnet18``: timm resnet18 from the same registry (1 x 3x128x128); skipped with a note
   when timm is not installed.
 
@@ -59,7 +59,7 @@ except ImportError:   # run from a checkout that is not pip-installed
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
     import ember
 import ember.frontend.convert  # noqa: F401  imported now so first calls exclude module imports
-from ember.bench import harness, kernels, models
+from ember.bench import harness, kernels, zoo
 from ember.bench.report import fmt_err, fmt_ms, fmt_ratio, render_table
 
 SCRIPT = pathlib.Path(__file__).resolve()
@@ -96,7 +96,7 @@ def _build_layer_norm(small: bool):
 
 def _build_zoo(name: str):
     def build(small: bool):
-        model, inputs = models.build_model(name, "cpu")
+        model, inputs = zoo.build_model(name, "cpu")
         if small and name == "mlp":
             inputs = (inputs[0][:64 // SMALL_FACTOR].contiguous(),)
         return model, inputs
@@ -108,13 +108,13 @@ class RowSpec:
     name: str
     description: str
     build: Callable[[bool], tuple[Callable, tuple]]   # build(small) -> (fn or module, inputs)
-    zoo_name: str | None = None                        # ember.bench.models name, if any
+    zoo_name: str | None = None                        # ember.bench.zoo name, if any
 
     def unavailable(self) -> str | None:
         """Why this row cannot run here (a missing optional package), or None."""
-        if self.zoo_name is None or models.is_available(self.zoo_name):
+        if self.zoo_name is None or zoo.is_available(self.zoo_name):
             return None
-        return (f"skipped: needs the {models.MODELS[self.zoo_name].requires!r} package "
+        return (f"skipped: needs the {zoo.MODELS[self.zoo_name].requires!r} package "
                 f"(pip install -e '.[bench]')")
 
 

@@ -12,7 +12,7 @@ elements zero in one and not the other, step time and peak memory.
 import statistics, sys, time
 import torch, torch.nn as nn
 import ember
-from ember.bench import models
+from ember.bench import zoo
 from ember.bench.harness import _loss
 
 
@@ -30,7 +30,7 @@ def relative_errors(got, want) -> list[float]:
 
 
 for name in sys.argv[1:] or ["bert_base", "gpt2"]:
-    fn, inputs = models.build_model(name, "cuda", mode="train", amp=torch.bfloat16)
+    fn, inputs = zoo.build_model(name, "cuda", mode="train", amp=torch.bfloat16)
     n = 0
     for m in fn.modules():
         if isinstance(m, nn.Dropout):

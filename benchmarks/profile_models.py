@@ -3,7 +3,7 @@
     python benchmarks/profile_models.py resnet50,bert_base [--layout auto|channels_last|off]
         [--mode reduce-overhead] [--rows 10] [--eager] [--dtype bfloat16]
 
-Models come from the bench zoo (``ember/bench/models.py``) at their default batch, in
+Models come from the bench zoo (``ember/bench/zoo/``) at their default batch, in
 bfloat16 as the GPU library runs measure them (``--dtype float32``: the zoo's own dtype).
 Times are CUDA-event medians of 10 calls; the table is torch.profiler's, sorted by CUDA time
 over 3 calls (``--eager``: eager's table too, to set a model Ember loses on beside it).
@@ -19,8 +19,8 @@ import torch
 
 import ember
 from ember import config
-from ember.backend import metrics
-from ember.bench import models
+from ember.backend import compile_stats
+from ember.bench import zoo
 
 
 def median_ms(fn, *args, n: int = 10) -> float:
@@ -50,16 +50,17 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     from torch.profiler import ProfilerActivity, profile
     for name in args.models.split(","):
-        model, inputs = models.build_model(name, "cuda", dtype=dtype)[:2]
+        model, inputs = zoo.build_model(name, "cuda", dtype=dtype)[:2]
         with torch.no_grad(), config.patch(layout_optimization=args.layout):
             ember.reset()
-            metrics.reset()
+            compile_stats.reset()
             compiled = ember.compile(model, mode=args.mode)
             compiled(*inputs)
             print(f"{name}: eager {median_ms(model, *inputs):.2f} ms, ember "
                   f"{median_ms(compiled, *inputs):.2f} ms; kernels "
-                  f"{metrics.generated_kernel_count}, library {dict(metrics.extern_calls)}, "
-                  f"fallbacks {dict(metrics.fallback_ops)}")
+                  f"{compile_stats.generated_kernel_count}, "
+                  f"library {dict(compile_stats.extern_calls)}, "
+                  f"fallbacks {dict(compile_stats.fallback_ops)}")
             for label, fn in [("ember", compiled)] + [("eager", model)] * args.eager:
                 with profile(activities=[ProfilerActivity.CUDA]) as prof:
                     for _ in range(3):

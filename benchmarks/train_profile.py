@@ -21,7 +21,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import ember
 from ember import config
-from ember.bench import models
+from ember.bench import zoo
 from ember.bench.harness import _loss
 
 
@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--device", default="cuda", help="cpu: a smoke test of the script")
     args = parser.parse_args()
-    fn, inputs = models.build_model(args.model, args.device, mode="train", amp=torch.bfloat16)
+    fn, inputs = zoo.build_model(args.model, args.device, mode="train", amp=torch.bfloat16)
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     activity = ProfilerActivity.CUDA if args.device == "cuda" else ProfilerActivity.CPU
     params = [p for p in fn.parameters() if p.requires_grad]

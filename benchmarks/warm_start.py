@@ -21,9 +21,9 @@ def _child(name, profile=False):
     import torch
 
     import ember
-    from ember.bench import models
+    from ember.bench import zoo
     ember.logs.set_logs("compile_time,perf_hints")
-    model, inputs = models.build_model(name, "cuda", dtype=torch.bfloat16)[:2]
+    model, inputs = zoo.build_model(name, "cuda", dtype=torch.bfloat16)[:2]
     with torch.no_grad():
         start = time.perf_counter()
         model(*inputs)

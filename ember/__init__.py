@@ -6,7 +6,7 @@ from ember import config, logs
 from ember.api import (OptimizedFunction, OptimizedModule, allow_in_graph, compile, disable,
                        explain, reset)
 from ember.frontend.exc import GraphBreakError
-from ember.backends import list_backends, register_backend
+from ember.backend_registry import list_backends, register_backend
 from ember import testing
 
 __all__ = ["compile", "reset", "disable", "allow_in_graph", "explain", "GraphBreakError",

@@ -34,8 +34,8 @@ from typing import Any, Callable
 import torch
 
 from ember import config, logs, metrics
-from ember.backends import (check_mode_and_options, ember_backend, lookup_backend,
-                            resolve_options)
+from ember.backend.options import check_mode_and_options, resolve_options
+from ember.backend_registry import ember_backend, lookup_backend
 from ember.frontend import registry
 
 
@@ -354,8 +354,8 @@ def reset() -> None:
     for fn in list(_live_functions):
         fn._reset()
     metrics.reset()
-    from ember.backend import metrics as backend_metrics
-    backend_metrics.reset()
+    from ember.backend import compile_stats
+    compile_stats.reset()
     _forget_sources_of_dead_code()
 
 

@@ -9,6 +9,10 @@ Assigning an option (``ember.config.layout_optimization = "off"``) checks its ty
 of an option that compiled code depends on (``RECOMPILES``) drops every compiled entry, as
 ``ember.reset()`` does: the next call compiles under the new value instead of running code
 compiled under the old one.
+
+These are process-wide settings. The options of one ``ember.compile`` call (``mode=``,
+``options=``) are another table, ``ember.backend.options``, whose docstring says why the two
+do not share a definition type.
 """
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ class CompileCounter:
         self.graphs.append(gm)
         if self.backend is None:
             return gm.forward
-        from ember.backends import lookup_backend
+        from ember.backend_registry import lookup_backend
         return lookup_backend(self.backend)(gm, example_inputs)
 
     def clear(self) -> None:
@@ -58,10 +58,10 @@ def same(a: Any, b: Any, *, rtol: float = 1e-5, atol: float = 1e-6) -> bool:
 def run_and_get_code(fn, *args, **kwargs):
     """Compile ``fn`` with the ember backend, run it, and return ``(result, sources)``:
     the generated wrapper module and kernel sources of every graph compiled on the way."""
-    import ember
+    from ember import api
     from ember.backend import compile as backend_compile
     backend_compile.generated_sources.clear()
-    result = ember.compile(fn, backend="ember")(*args, **kwargs)
+    result = api.compile(fn, backend="ember")(*args, **kwargs)
     return result, list(backend_compile.generated_sources)
 
 
@@ -69,8 +69,8 @@ def check_generated(fn, *inputs, rtol: float = 1e-5, atol: float = 1e-5) -> str:
     """Compile ``fn`` with the ember backend (after ``ember.reset()``), assert its result on
     ``inputs`` equals eager's, and return the generated sources joined (for assertions on
     the code)."""
-    import ember
-    ember.reset()
+    from ember import api
+    api.reset()
     result, sources = run_and_get_code(fn, *inputs)
     expected = fn(*inputs)
     assert same(expected, result, rtol=rtol, atol=atol), (expected, result)

@@ -19,7 +19,9 @@ import torch
 
 from ember import config, logs
 from ember.aot.autocast import autocast_off, run_without_autocast
-from ember.backend import graph_cache, metrics
+# as ``metrics``: the stages below keep the name while they move out (issue 30)
+from ember.backend import compile_stats as metrics
+from ember.backend import graph_cache
 from ember.backend.constant_folding import fold_constant_fallbacks
 from ember.backend.attention_masks import simplify_constant_masks
 from ember.backend.codegen.common import Kernel
@@ -27,6 +29,7 @@ from ember.backend.codegen.wrapper import WrapperCodegen
 from ember.backend.graph import GraphLowering
 from ember.backend.graph_cache import CompiledArtifact, KernelRecord
 from ember.backend.ir import Buffer, ReinterpretView
+from ember.backend.options import DEFAULTS, check_option
 from ember.backend.conv_taps import drop_dead_taps
 from ember.backend.layout import changed_output, in_best_layout
 from ember.backend.scheduler import FusedKernel, reuse_dying_inputs, schedule
@@ -38,13 +41,16 @@ generated_sources: list[str] = []   # wrapper and kernel sources, for tests and 
 _GENERATED_SOURCES_KEPT = 1000      # the latest ones (bounded memory); ember.reset() clears
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: bool = False,
-                  max_autotune: bool = False, cudagraphs: bool = False, debug: bool = False,
-                  cpu_backend: str = "cpp", fallback_random: bool = True) -> Callable:
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *,
+                  freezing: bool = DEFAULTS["freezing"],
+                  max_autotune: bool = DEFAULTS["max_autotune"],
+                  cudagraphs: bool = DEFAULTS["cudagraphs"], debug: bool = DEFAULTS["debug"],
+                  cpu_backend: str = DEFAULTS["cpu_backend"],
+                  fallback_random: bool = DEFAULTS["fallback_random"]) -> Callable:
     """Compile ``gm`` for inputs like ``example_inputs``.
 
-    The keywords are the ember options, with the names and defaults of
-    ``ember.backends.EMBER_OPTIONS`` (``ember.compile``'s ``mode=`` and ``options=`` arrive
+    The keywords are the ember options, with the names and defaults of the one table,
+    ``ember.backend.options.OPTIONS`` (``ember.compile``'s ``mode=`` and ``options=`` arrive
     here resolved); they are checked as ``ember.compile`` checks them. ``debug``: this graph
     compiles as under ``EMBER_LOGS=output_code`` (its wrapper and kernels are logged).
     ``cudagraphs``: a CUDA graph's launches replay as one CUDA graph (``cudagraphs.py``); a
@@ -53,7 +59,6 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     kernels (same numbers as eager) instead of fused Philox draws.
     """
     from ember.aot import trace_to_aten
-    from ember.backends import check_option
     from ember.decomp import core_decompositions
     options = dict(freezing=freezing, max_autotune=max_autotune, cudagraphs=cudagraphs,
                    debug=debug, cpu_backend=cpu_backend, fallback_random=fallback_random)

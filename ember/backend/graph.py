@@ -16,7 +16,7 @@ import torch
 import torch.fx
 
 from ember import logs
-from ember.backend import metrics
+from ember.backend import compile_stats
 from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, IndexView, InputBuffer,
                               IRNode, Layout, Loops, Pointwise, Reduction, ReinterpretView,
                               contiguous_strides, index_vars, same_strides, sym)
@@ -294,7 +294,7 @@ class GraphLowering:
     def fallback(self, node: torch.fx.Node, args, kwargs):
         """Run the op's ATen kernel from the wrapper; its outputs become ExternBuffers."""
         is_library = node.target in LIBRARY_OPS
-        counter = metrics.extern_calls if is_library else metrics.fallback_ops
+        counter = compile_stats.extern_calls if is_library else compile_stats.fallback_ops
         counter[str(node.target)] += 1
         if isinstance(args[0] if args else None, IRNode):
             args = [self._as_eager_addresses(node, args[0]), *args[1:]]
@@ -334,7 +334,7 @@ class GraphLowering:
     def library_call(self, target, args: list, val: torch.Tensor) -> ExternBuffer:
         """``target(*args)`` by its library (ATen) kernel from the wrapper, with a result
         like ``val`` (a lowering that runs a different library op than its own)."""
-        metrics.extern_calls[str(target)] += 1
+        compile_stats.extern_calls[str(target)] += 1
         return self._extern(val, target, [self._to_memory(a) for a in args], {}, True)
 
     def _extern(self, val, target, args, kwargs, is_library):
@@ -396,7 +396,7 @@ class GraphLowering:
                 # a dtype the target has no kernels for (float16 on the C++ target): ATen
                 # writes the input, as the ops that computed the new value ran there too
                 op = aten_copy if isinstance(src, IRNode) else aten_fill
-                metrics.fallback_ops[str(op)] += 1
+                compile_stats.fallback_ops[str(op)] += 1
                 self.buffers.append(ExternBuffer(self.new_name(), dst.layout, op,
                                                  [dst, self._to_memory(src)], {}, False))
                 continue

@@ -1,9 +1,9 @@
 """Benchmark harness, model zoo and the ``ember`` command (``ember bench``).
 
-``models`` builds seeded models and inputs by name (the built-in models; ``zoo_timm``,
-``zoo_hf`` and ``zoo_torchvision`` register the library suites; a user's ``module:callable``),
-``kernels`` the kernel rows (measured in GB/s against ``copy_``), ``harness`` measures one row
-in one process (eager, ember.compile's modes and torch.compile side by side; correctness
+``zoo`` builds seeded models and inputs by name (its ``registry``; ``builtin``, ``timm``,
+``hf`` and ``torchvision`` register the suites; a user's ``module:callable``), ``kernels``
+the kernel rows (measured in GB/s against ``copy_``), ``harness`` measures one row in one
+process (eager, ember.compile's modes and torch.compile side by side; correctness
 against a float64 reference from ``accuracy``), ``runner`` runs each row in its own process
 under a timeout and measures warm compiles, ``report`` draws the tables, JSON, CSV, chart and
 comparisons, ``cli`` is the command line. ``compat`` imports the optional model libraries.

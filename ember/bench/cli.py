@@ -59,8 +59,8 @@ import traceback
 
 import torch
 
-from ember.backends import list_backends
-from ember.bench import compat, harness, kernels, models, report, runner
+from ember.backend_registry import list_backends
+from ember.bench import compat, harness, kernels, report, runner, zoo
 from ember.bench.harness import (DEFAULT_COMPILERS, MODES, VARIANTS, Row, is_user_compiler,
                                  resolve_compilers)
 
@@ -127,7 +127,7 @@ def build_parser(prog: str = "ember bench") -> argparse.ArgumentParser:
                         help="list the suites' models and exit")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                         choices=("cpu", "cuda"), help="default: cuda when available")
-    parser.add_argument("--dtype", default=None, choices=tuple(models.DTYPES),
+    parser.add_argument("--dtype", default=None, choices=tuple(zoo.DTYPES),
                         help="cast models' floating-point weights and inputs, and kernels' "
                              "tensors (default: each row's own: bfloat16 for the gpu suite, "
                              "float32 otherwise)")
@@ -252,21 +252,21 @@ def select_rows(parser: argparse.ArgumentParser, args) -> list[tuple[str, str, s
         elif suite == "kernels":
             rows += [("kernel", name, suite) for name in kernels.known()]
         else:
-            rows += [("model", name, suite) for name in models.in_suite(suite, args.mode)
-                     if models.missing_package(name) is None]
+            rows += [("model", name, suite) for name in zoo.in_suite(suite, args.mode)
+                     if zoo.missing_package(name) is None]
     for name in _split(args.models):
         if name in kernels.KERNELS:
             rows.append(("kernel", name, None))
-        elif models.is_user_model(name):
+        elif zoo.is_user_model(name):
             check_callable_spec(parser, "--models", name)
             rows.append(("model", name, None))
         else:
             rows.append(("model", name, None))
     try:
-        models.check_names([name for kind, name, _ in rows if kind == "model"])
-    except models.UnknownModelError as e:
+        zoo.check_names([name for kind, name, _ in rows if kind == "model"])
+    except zoo.UnknownModelError as e:
         parser.error(f"--models: {e}; known kernels: {', '.join(kernels.known())}")
-    except models.ModelUnavailableError as e:
+    except zoo.ModelUnavailableError as e:
         parser.error(f"--models: {e}")
     if not rows:
         parser.error("nothing to measure: no suite or model selected (or every selected "
@@ -637,8 +637,8 @@ class RunLog:
 def _preload(rows_to_run, compilers) -> tuple[str, ...]:
     """What the rows' processes should find imported (see ``ember.bench._preload``)."""
     preload = []
-    needs = {models.MODELS[name].requires for kind, name, _ in rows_to_run
-             if kind == "model" and name in models.MODELS}
+    needs = {zoo.MODELS[name].requires for kind, name, _ in rows_to_run
+             if kind == "model" and name in zoo.MODELS}
     preload += [p for p in ("timm", "transformers", "torchvision") if p in needs]
     if any(c.startswith("torch-inductor") for c in compilers):
         preload.append("inductor")
@@ -673,12 +673,12 @@ def _list_models() -> int:
         if suite == "kernels":
             names = kernels.known()
         else:
-            names = models.in_suite(suite)
+            names = zoo.in_suite(suite)
         missing = missing_suite_package(suite)
         print(f"{suite}{f' (needs {missing}, not installed)' if missing else ''}:")
         for name in names:
             description = kernels.KERNELS[name].description if suite == "kernels" else \
-                models.MODELS[name].description
+                zoo.MODELS[name].description
             print(f"  {name:34} {description}")
     return 0
 

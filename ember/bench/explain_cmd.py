@@ -31,14 +31,14 @@ def build_parser(prog: str = "ember explain") -> argparse.ArgumentParser:
 
 def explain_main(argv: list[str], prog: str = "ember explain") -> int:
     import ember
-    from ember.bench import models
+    from ember.bench import zoo
     parser = build_parser(prog)
     args = parser.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda: no CUDA device is available")
     try:
-        model, inputs = models.build_model(args.model, args.device, mode=args.mode,
-                                           batch_size=args.batch_size)
+        model, inputs = zoo.build_model(args.model, args.device, mode=args.mode,
+                                        batch_size=args.batch_size)
     except (ValueError, TypeError, LookupError) as e:
         parser.error(f"{args.model}: {e}")
     grad = torch.enable_grad() if args.mode == "train" else torch.no_grad()

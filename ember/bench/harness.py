@@ -31,8 +31,8 @@ Decisions:
   that reuses them (warm).
 - Per compiled Ember variant: graphs the frontend handed to the backend, graph breaks, frames
   run eagerly, kernels generated and ops that fell back to ATen, from ``ember.metrics`` and
-  ``ember.backend.metrics`` counted across its first call. The ``ember`` variant's graphs are
-  also counted by a wrapper around the backend (what the backend really received).
+  ``ember.backend.compile_stats`` counted across its first call. The ``ember`` variant's
+  graphs are also counted by a wrapper around the backend (what the backend really received).
 - Memory: on CUDA each variant's ``peak_mem_mb`` is the most memory one steady-state call
   allocates beyond what was allocated before it (activations and workspace: the weights and
   inputs are shared by all variants; in training also the gradients and what the forward
@@ -65,9 +65,9 @@ import torch
 import ember
 import ember.frontend.convert  # noqa: F401  imported now so compile_s excludes module imports
 from ember import metrics
-from ember.backend import metrics as backend_metrics
-from ember.backends import lookup_backend
-from ember.bench import accuracy, kernels, models
+from ember.backend import compile_stats
+from ember.backend_registry import lookup_backend
+from ember.bench import accuracy, kernels, zoo
 
 VARIANTS = ("eager", "ember", "ember-reduce-overhead", "ember-max-autotune", "torch-inductor",
             "torch-inductor-reduce-overhead")
@@ -110,7 +110,7 @@ def compiler(name: str) -> Callable[[Callable, Any], Callable]:
     """make(fn, backend) of a variant: a ``COMPILERS`` entry or a user's ``module:callable``."""
     if name in COMPILERS:
         return COMPILERS[name]
-    make = models.load_callable(name)
+    make = zoo.load_callable(name)
     return lambda fn, backend: make(fn)
 
 
@@ -171,7 +171,7 @@ class Row:
     compile_s: float | None = None          # ember's cold first call
     torch_compile_s: float | None = None    # torch.compile's cold first call
     notes: list[str] = dataclasses.field(default_factory=list)
-    kind: str = "model"                     # "model" (ember.bench.models) or "kernel"
+    kind: str = "model"                     # "model" (ember.bench.zoo) or "kernel"
     dtype: str | None = None                # the floating-point dtype of weights and inputs
     batch_size: int | None = None           # models only
     inputs: list[str] = dataclasses.field(default_factory=list)   # "64x3x224x224 bfloat16"
@@ -294,11 +294,11 @@ def benchmark_model(name: str, device: str = "cpu", backend: str | Callable = "e
     """Time ``name`` (a zoo model, or a user's ``module:callable``) eagerly and under each
     compiler of ``compilers`` (see ``resolve_compilers``; default eager, ember and
     torch-inductor), and check each against the float64 reference. ``dtype`` and
-    ``batch_size`` default to the model's own (``models.build_model``). ``amp``: float32
-    weights, autocast to that dtype inside the compiled frame (``models.Autocast``).
+    ``batch_size`` default to the model's own (``zoo.build_model``). ``amp``: float32
+    weights, autocast to that dtype inside the compiled frame (``zoo.Autocast``).
     ``first_calls_only``: compile and run each variant once, no reference and no timing (the
     warm-compile pass)."""
-    spec = models.resolve(name)
+    spec = zoo.resolve(name)
     _check_counts(iters, warmup)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -307,8 +307,8 @@ def benchmark_model(name: str, device: str = "cpu", backend: str | Callable = "e
     device = torch.device(device)
     batch_size = spec.default_batch_size(device, mode) if batch_size is None else batch_size
     _report(progress, "building")
-    model, inputs = models.build_model(name, device, dtype=dtype, batch_size=batch_size,
-                                       mode=mode, amp=amp)
+    model, inputs = zoo.build_model(name, device, dtype=dtype, batch_size=batch_size,
+                                    mode=mode, amp=amp)
     row = Row(name, str(device), _backend_name(backend), eager_ms=None, kind="model",
               dtype=_dtype_name(_weights_dtype(model, inputs)), batch_size=batch_size,
               inputs=[describe(t) for t in inputs], suite=spec.suite, mode=mode,
@@ -397,7 +397,7 @@ def _trainable(fn: Callable) -> list[torch.nn.Parameter]:
 def _reference(fn: Callable, inputs: tuple, mode: str, dtype: torch.dtype) -> Any:
     """The eager result (outputs; in training with gradients) of ``fn`` and ``inputs`` cast
     to ``dtype``: a copy of a module, so ``fn`` keeps its own parameters; without autocast."""
-    if isinstance(fn, models.Autocast):
+    if isinstance(fn, zoo.Autocast):
         fn = fn.model
     ref_fn = copy.deepcopy(fn).to(dtype) if isinstance(fn, torch.nn.Module) else fn
     step = _Step(ref_fn, accuracy.cast_floating(inputs, dtype), mode, _trainable(ref_fn))
@@ -474,8 +474,8 @@ def measure_row(row: Row, fn: Callable, inputs: tuple, device: torch.device, bac
 
 def _floating_dtype(fn: Callable, inputs: tuple) -> torch.dtype:
     """The run's floating-point dtype, which sets the tolerance of its results: the autocast
-    dtype under ``models.Autocast``, else the weights' (``_weights_dtype``)."""
-    if isinstance(fn, models.Autocast):
+    dtype under ``zoo.Autocast``, else the weights' (``_weights_dtype``)."""
+    if isinstance(fn, zoo.Autocast):
         return fn.dtype
     return _weights_dtype(fn, inputs)
 
@@ -571,8 +571,8 @@ def _counters() -> dict[str, int]:
     frontend = metrics.counters["frontend"]
     return {"graphs": frontend["graphs"], "graph_breaks": frontend["graph_breaks"],
             "frames_eager": frontend["frames_eager"],
-            "kernels": backend_metrics.generated_kernel_count,
-            "fallbacks": sum(backend_metrics.fallback_ops.values())}
+            "kernels": compile_stats.generated_kernel_count,
+            "fallbacks": sum(compile_stats.fallback_ops.values())}
 
 
 def _store_counts(result: Variant, before: dict[str, int], after: dict[str, int]) -> None:

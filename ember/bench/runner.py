@@ -47,7 +47,7 @@ from typing import Callable
 
 import torch
 
-from ember.bench import harness, models, report
+from ember.bench import harness, report, zoo
 from ember.bench.harness import Row
 
 # Stages a child reports, for the progress bar and for the error of a row that hangs.
@@ -122,7 +122,7 @@ def run_task(task: Task, first_calls_only: bool = False,
     """Measure ``task`` in this process; a row that cannot be built becomes an error row."""
     if task.threads is not None:
         torch.set_num_threads(task.threads)
-    dtype = models.DTYPES[task.dtype] if task.dtype else None
+    dtype = zoo.DTYPES[task.dtype] if task.dtype else None
     common = dict(iters=task.iters, warmup=task.warmup, compilers=task.compilers,
                   torch_compile_budget_s=task.torch_compile_budget_s, dtype=dtype,
                   first_calls_only=first_calls_only, progress=progress)
@@ -133,7 +133,7 @@ def run_task(task: Task, first_calls_only: bool = False,
         else:
             row = harness.benchmark_model(task.name, task.device, task.backend,
                                           batch_size=task.batch_size, mode=task.mode,
-                                          amp=models.DTYPES[task.amp] if task.amp else None,
+                                          amp=zoo.DTYPES[task.amp] if task.amp else None,
                                           **common)
     except Exception as e:   # the row could not be built: report it, measure the rest
         row = error_row(task, "error", f"not measured: {harness._one_line(e)}")

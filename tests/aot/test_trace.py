@@ -9,7 +9,7 @@ from torch.utils import _pytree as pytree
 
 import ember
 from ember.aot import aot_eager, trace_to_aten
-from ember.bench.models import build_model
+from ember.bench.zoo import build_model
 
 aten = torch.ops.aten
 

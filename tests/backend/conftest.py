@@ -52,9 +52,9 @@ def fresh_no_grad():
                                 "TRITON_INTERPRET=1 (tests/conftest.py sets it without a GPU)")),
 ])
 def cpu_backend(request, monkeypatch):
-    from ember.backends import EMBER_OPTIONS
-    spec = EMBER_OPTIONS["cpu_backend"]
-    monkeypatch.setitem(EMBER_OPTIONS, "cpu_backend",
+    from ember.backend.options import OPTIONS
+    spec = OPTIONS["cpu_backend"]
+    monkeypatch.setitem(OPTIONS, "cpu_backend",
                         dataclasses.replace(spec, default=request.param))
     return request.param
 

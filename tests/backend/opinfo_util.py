@@ -57,8 +57,8 @@ from typing import Any
 import torch
 
 import ember
-from ember.backend import metrics as backend_metrics
-from ember.backends import ember_backend
+from ember.backend import compile_stats
+from ember.backend_registry import ember_backend
 
 CATEGORIES = ("kernel", "fallback", "eager-graph", "no-graph", "frontend-eager", "skip", "fail")
 
@@ -337,7 +337,7 @@ def run_sample(op, callable_, sample, dtype, index: int = 0, variant: str = "out
         return outcome("skip", problem)
 
     ember.reset()
-    backend_metrics.reset()
+    compile_stats.reset()
     counter = _CountingBackend(backend, cpu_backend)
     compiled_fn = ember.compile(fn, backend=counter)
     torch.manual_seed(1234)
@@ -350,8 +350,8 @@ def run_sample(op, callable_, sample, dtype, index: int = 0, variant: str = "out
     eager_reason = getattr(compiled_fn, "_eager_reason", None)
     if eager_reason is None and ember.metrics.counters["frontend"]["frames_eager"]:
         eager_reason = "a frame the graph broke into ran eagerly"
-    fallbacks = dict(backend_metrics.fallback_ops)
-    kernels = backend_metrics.generated_kernel_count
+    fallbacks = dict(compile_stats.fallback_ops)
+    kernels = compile_stats.generated_kernel_count
 
     tol = float_tolerance(op, dtype) if dtype.is_floating_point else None
     if dtype in HALF_TOLERANCE:   # eager rounds each op, Ember only what it stores

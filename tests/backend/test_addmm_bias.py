@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 import ember
 from ember import config
-from ember.backend import metrics
+from ember.backend import compile_stats
 from ember.testing import run_and_get_code
 
 pytestmark = pytest.mark.usefixtures("cpu_backend")
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("cpu_backend")
 @pytest.fixture(autouse=True)
 def _fresh():
     ember.reset()
-    metrics.reset()
+    compile_stats.reset()
     with config.patch(suppress_errors=False), torch.no_grad():
         yield
 
@@ -26,7 +26,7 @@ def _run(fn, *args, dtype=torch.float32):
     args = [a.to(dtype) for a in args]
     out, sources = run_and_get_code(fn, *args)
     torch.testing.assert_close(out, fn(*args))
-    return dict(metrics.extern_calls)
+    return dict(compile_stats.extern_calls)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -34,7 +34,7 @@ def test_linear_then_gelu_runs_mm_and_adds_the_bias_in_the_gelu_kernel(dtype):
     x, w, b = torch.randn(2, 5, 16), torch.randn(24, 16), torch.randn(24)
     calls = _run(lambda x, w, b: F.gelu(F.linear(x, w, b)), x, w, b, dtype=dtype)
     assert calls == {"aten.mm.default": 1}
-    assert metrics.generated_kernel_count == 1
+    assert compile_stats.generated_kernel_count == 1
 
 
 def test_bias_joins_a_residual_add_through_a_permute():

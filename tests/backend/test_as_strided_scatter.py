@@ -106,12 +106,12 @@ def test_random_assignments_match_eager(seed):
     (swin_mask, lambda: (torch.randn(3),)),
 ], ids=["views", "swin_mask"])
 def test_box_views_need_no_fallback(fn, inputs):
-    from ember.backend import metrics
-    metrics.reset()
+    from ember.backend import compile_stats
+    compile_stats.reset()
     ember.reset()
     with torch.no_grad(), config.patch(suppress_errors=False, fallback_on_lowering_error=False):
         ember.compile(fn)(*inputs())
-    assert dict(metrics.fallback_ops) == {}
+    assert dict(compile_stats.fallback_ops) == {}
 
 
 def reshape_alias_of_transposed(x):

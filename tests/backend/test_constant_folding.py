@@ -7,7 +7,7 @@ import torch
 
 import ember
 from ember import config, logs
-from ember.backend import metrics
+from ember.backend import compile_stats
 
 pytestmark = pytest.mark.usefixtures("cpu_backend")
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.usefixtures("cpu_backend")
 @pytest.fixture(autouse=True)
 def _fresh():
     ember.reset()
-    metrics.reset()
+    compile_stats.reset()
     with config.patch(suppress_errors=False, fallback_on_lowering_error=False):
         yield
 
@@ -49,7 +49,7 @@ def test_constant_needing_a_fallback_is_computed_once(ember_log):
             torch.testing.assert_close(compiled(scores, x), positions_scores(scores, x))
     assert "constant folding: 1 value(s)" in ember_log.text
     assert "fallbacks (aten.cumsum.default)" in ember_log.text
-    assert dict(metrics.fallback_ops) == {}
+    assert dict(compile_stats.fallback_ops) == {}
 
 
 def test_swin_mask_is_generated_code(ember_log):
@@ -61,7 +61,7 @@ def test_swin_mask_is_generated_code(ember_log):
         torch.testing.assert_close(ember.compile(shifted_window_scores)(scores, x),
                                    shifted_window_scores(scores, x))
     assert "constant folding" not in ember_log.text
-    assert dict(metrics.fallback_ops) == {}
+    assert dict(compile_stats.fallback_ops) == {}
 
 
 def test_gradients_through_a_folded_constant_match_eager():
@@ -72,7 +72,7 @@ def test_gradients_through_a_folded_constant_match_eager():
     scores.grad = x.grad = None
     positions_scores(scores, x).pow(2).sum().backward()
     torch.testing.assert_close(got, (scores.grad, x.grad))
-    assert dict(metrics.fallback_ops) == {}
+    assert dict(compile_stats.fallback_ops) == {}
 
 
 def test_constants_with_lowerings_are_computed_inline(ember_log):

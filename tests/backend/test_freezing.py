@@ -15,7 +15,7 @@ from ember.aot import trace_to_aten
 from ember.backend import compile as backend_compile
 from ember.backend.compile import compile_aten
 from ember.backend.freezing import FrozenCallable, freeze
-from ember.bench import models
+from ember.bench import zoo
 from ember.decomp import core_decompositions
 from ember.testing import same
 
@@ -93,9 +93,9 @@ def test_conv_bn_relu_matches_eager_and_batch_norm_is_folded(bias):
 
 @pytest.mark.parametrize("name", ["convnet", "resnet18"])
 def test_builtin_models_match_eager_with_batch_norms_folded(name):
-    if not models.is_available(name):
+    if not zoo.is_available(name):
         pytest.skip(f"{name} needs a package that is not installed")
-    model, inputs = models.build_model(name, "cpu")
+    model, inputs = zoo.build_model(name, "cpu")
     with torch.no_grad():
         expected = model(*inputs)
     _, actual, sources = _compile(model, *inputs)

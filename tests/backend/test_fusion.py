@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import ember
 from ember import config
-from ember.backend import metrics
+from ember.backend import compile_stats
 from ember.testing import run_and_get_code, same
 
 
@@ -34,7 +34,7 @@ def run(fn, *inputs, rtol=1e-5, atol=1e-5):
     assert same(expected, actual, rtol=rtol, atol=atol), (expected, actual)
     # a second call takes the cached entry and still matches
     assert same(fn(*inputs), compiled(*inputs), rtol=rtol, atol=atol)
-    return metrics.generated_kernel_count
+    return compile_stats.generated_kernel_count
 
 
 def test_pointwise_chain_of_ten_ops_is_one_kernel():
@@ -42,7 +42,7 @@ def test_pointwise_chain_of_ten_ops_is_one_kernel():
         return ((((x * 2 + 1).sin() * y).relu() / (1 + z.exp())).tanh() - 0.5).abs()
     xs = [torch.randn(64, 33) for _ in range(3)]
     assert run(chain, *xs) == 1
-    assert not metrics.fallback_ops
+    assert not compile_stats.fallback_ops
 
 
 def test_softmax_and_log_softmax_are_one_kernel_each():
@@ -59,7 +59,7 @@ def test_layer_norm_residual_gelu_fuse():
     def block(x, r):
         return F.gelu(F.layer_norm(x + r, (64,), w, b))
     assert run(block, torch.randn(32, 64), torch.randn(32, 64), atol=1e-5) == 1
-    assert not metrics.fallback_ops
+    assert not compile_stats.fallback_ops
 
 
 @pytest.mark.parametrize("reduce", [
@@ -108,14 +108,14 @@ def test_stack_is_a_kernel(dim):
     def f(x, y):
         return (torch.stack([x * 2, y.relu(), x - y], dim=dim) + 1).exp()
     assert run(f, torch.randn(4, 6), torch.randn(4, 6)) == 1
-    assert not metrics.fallback_ops
+    assert not compile_stats.fallback_ops
 
 
 def test_stack_of_mixed_dtypes_promotes_as_eager():
     def f(x, y):
         return torch.stack([x, y], dim=1)
     run(f, torch.randn(3, 5), torch.randint(0, 9, (3, 5)))
-    assert not metrics.fallback_ops
+    assert not compile_stats.fallback_ops
 
 
 def test_input_mutation_is_applied():
@@ -135,7 +135,7 @@ def test_fallback_ops_still_correct():
         s, idx = torch.sort(x, dim=1)
         return s * 2 + idx.float(), torch.cumsum(x, 0)
     run(f, torch.randn(5, 6))
-    assert metrics.fallback_ops
+    assert compile_stats.fallback_ops
 
 
 def test_mlp_uses_library_matmul_and_fuses_the_rest():
@@ -143,7 +143,7 @@ def test_mlp_uses_library_matmul_and_fuses_the_rest():
                                 torch.nn.Linear(64, 8)).eval()
     kernels = run(model, torch.randn(16, 32), atol=1e-5)
     assert kernels >= 1
-    assert metrics.extern_calls
+    assert compile_stats.extern_calls
 
 
 def test_generated_code_is_readable(cpu_backend):
@@ -168,7 +168,7 @@ def test_indirect_indexing_kernels():
     run(lambda t, i: t[:, i].relu(), x, torch.tensor([0, -1, 5]))
     g = torch.randint(0, 12, (10, 5))
     run(lambda t, i: torch.gather(t, 1, i) * 3, x, g)
-    assert not metrics.fallback_ops
+    assert not compile_stats.fallback_ops
 
 
 def test_index_out_of_range_raises_like_eager(cpu_backend):
@@ -186,7 +186,7 @@ def test_argmax_argmin_keep_the_first_extreme_and_nan():
     x = torch.randint(0, 3, (6, 9)).float()          # many ties
     x[2, 4] = float("nan")
     run(lambda t: (t.argmax(1), t.argmin(0), t.argmax(), t.argmin(1, keepdim=True)), x)
-    assert not metrics.fallback_ops
+    assert not compile_stats.fallback_ops
 
 
 def test_scatter_and_index_put_run_sequentially_like_eager():
@@ -204,7 +204,7 @@ def test_scatter_and_index_put_run_sequentially_like_eager():
         return t.relu()
     run(put, x, rows, vals)
     run(lambda t, r, v: t.index_put((r,), v, accumulate=True), x, rows, vals)
-    assert not metrics.fallback_ops
+    assert not compile_stats.fallback_ops
 
 
 def test_max_min_reductions_propagate_nan():
@@ -242,7 +242,8 @@ def test_eval_batch_norm_writes_nothing_back_to_its_running_stats():
     compiled = ember.compile(bn, backend="ember")
     result, sources = run_and_get_code(compiled, x)
     assert same(bn(x), result)
-    assert metrics.generated_kernel_count == 1     # no kernel copying the stats onto themselves
+    # no kernel copying the stats onto themselves
+    assert compile_stats.generated_kernel_count == 1
 
 
 def test_short_contiguous_planes_run_as_one_inner_loop(cpu_backend):
@@ -310,4 +311,4 @@ def test_transcendental_body_read_by_kernels_apart_is_computed_once():
     ember.reset()
     out, sources = run_and_get_code(cheap, x, w)
     assert same(cheap(x, w), out, rtol=1e-5, atol=1e-5)
-    assert metrics.generated_kernel_count == 2
+    assert compile_stats.generated_kernel_count == 2

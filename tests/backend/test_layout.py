@@ -8,8 +8,8 @@ import torch
 import ember
 from ember import config
 from ember.backend import compile as backend_compile
-from ember.backend import metrics
-from ember.bench import models
+from ember.backend import compile_stats
+from ember.bench import zoo
 from ember.testing import same
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -35,7 +35,7 @@ def _channels_last_run(fn, *inputs, options=None):
 
 @pytest.mark.parametrize("options", CPU_TARGETS, ids=["cpp", "triton-interp"])
 def test_channels_last_convnet_matches_eager(options):
-    model, inputs = models.build_model("convnet", batch_size=2)[:2]
+    model, inputs = zoo.build_model("convnet", batch_size=2)[:2]
     model.eval()
     ember.reset()
     with torch.no_grad(), config.patch(layout_optimization="channels_last"):
@@ -44,7 +44,7 @@ def test_channels_last_convnet_matches_eager(options):
     wrapper = _last_wrapper()
     # conv results are channels-last (C has stride 1) and so are the BN+ReLU buffers after them
     assert "with_layout(buf" in wrapper and ", 1, 1024, 16))" in wrapper
-    assert not metrics.fallback_ops
+    assert not compile_stats.fallback_ops
 
 
 def test_auto_on_cpu_converts_inference_graphs_whose_weights_are_small():
@@ -52,7 +52,7 @@ def test_auto_on_cpu_converts_inference_graphs_whose_weights_are_small():
     inference graph runs channels-last (and matches eager); a layer whose 3x3 weights
     dwarf its input stays NCHW, and so do training graphs."""
     from ember.backend.layout import wants_channels_last
-    model, inputs = models.build_model("convnet", batch_size=2)[:2]
+    model, inputs = zoo.build_model("convnet", batch_size=2)[:2]
     model.eval()
     ember.reset()
     with torch.no_grad():
@@ -189,7 +189,7 @@ def test_channels_last_training_matches_eager_gradients(ember_log):
     (values and strides: the conversion's backward returns the parameter's own layout) and
     batch norm's running statistics match eager's over two steps."""
     import copy
-    model, inputs = models.build_model("convnet", batch_size=2)[:2]
+    model, inputs = zoo.build_model("convnet", batch_size=2)[:2]
     model.train()
     reference = copy.deepcopy(model)
     ember.reset()

@@ -106,7 +106,7 @@ def test_inplace_op_with_a_default_its_functional_twin_lacks():
 
 
 def test_unbind_is_a_view_not_a_fallback():
-    from ember.backend import metrics
+    from ember.backend import compile_stats
     w = torch.randn(48, 16)
 
     def attention_inputs(x):
@@ -118,11 +118,11 @@ def test_unbind_is_a_view_not_a_fallback():
     compiled = ember.compile(attention_inputs, backend="ember")
     with torch.no_grad():
         torch.testing.assert_close(compiled(x), attention_inputs(x))
-    assert not any("unbind" in op for op in metrics.fallback_ops)
+    assert not any("unbind" in op for op in compile_stats.fallback_ops)
 
 
 def test_functional_copy_broadcasts_and_casts():
-    from ember.backend import metrics
+    from ember.backend import compile_stats
 
     def fn(x, y):
         z = x * 2
@@ -133,7 +133,7 @@ def test_functional_copy_broadcasts_and_casts():
     compiled = ember.compile(fn, backend="ember")
     with torch.no_grad():
         torch.testing.assert_close(compiled(x, y), fn(x, y))
-    assert not metrics.fallback_ops
+    assert not compile_stats.fallback_ops
 
 
 def test_reduction_of_a_0d_tensor_over_dim_0():
@@ -163,12 +163,12 @@ def test_index_select_and_gather_of_a_0d_tensor(cpu_backend):
 def test_kernel_reads_a_graph_constant():
     """``x[[1, 2]]``: the index list is a constant tensor of the graph, read by the kernel
     (its dtype was missing from the code generator's table: KeyError)."""
-    from ember.backend import metrics
+    from ember.backend import compile_stats
     ember.reset()
     x = torch.randn(4, 3)
     out = ember.compile(lambda t: t[[1, 2]] * 2)(x)
     assert torch.equal(out, x[[1, 2]] * 2)
-    assert metrics.generated_kernel_count == 1
+    assert compile_stats.generated_kernel_count == 1
 
 
 def test_bugs_the_triton_sweep_found():
@@ -198,13 +198,13 @@ def test_bugs_the_triton_sweep_found():
 def test_default_overload_binary_ops_are_lowered(fn):
     """maximum/minimum/atan2/hypot have only a ``.default`` overload: they were never
     registered (every call ran ATen) and now fuse, NaN rules included."""
-    from ember.backend import metrics
+    from ember.backend import compile_stats
     ember.reset()
     a, b = torch.randn(6, 5), torch.randn(5)
     a[0, 0] = float("nan")
     out = ember.compile(lambda x, y: fn(x, y) * 2)(a, b)
     torch.testing.assert_close(out, fn(a, b) * 2, equal_nan=True)
-    assert metrics.generated_kernel_count == 1 and not metrics.fallback_ops
+    assert compile_stats.generated_kernel_count == 1 and not compile_stats.fallback_ops
 
 
 def _splits(x, y):
@@ -215,14 +215,14 @@ def _splits(x, y):
 
 
 def test_split_is_views_not_a_fallback(cpu_backend):
-    from ember.backend import metrics
+    from ember.backend import compile_stats
     x, y = torch.randn(6, 8), torch.randn(8, 12)
     ember.reset()
-    metrics.reset()
+    compile_stats.reset()
     out = ember.compile(_splits, options={"cpu_backend": cpu_backend})(x, y)
     for got, want in zip(out, _splits(x, y)):
         torch.testing.assert_close(got, want)
-    assert not metrics.fallback_ops, dict(metrics.fallback_ops)
+    assert not compile_stats.fallback_ops, dict(compile_stats.fallback_ops)
 
 
 def _lowered_families(x, y, m):
@@ -236,7 +236,7 @@ def _lowered_families(x, y, m):
 def test_norms_triangles_rolls_repeats_fmax_are_kernels(cpu_backend):
     """Lowered, not ATen fallbacks: fmax/fmin (NaN loses to a number), floor_divide,
     tril/triu, roll, repeat, linalg_vector_norm (F.normalize, torch.norm)."""
-    from ember.backend import metrics
+    from ember.backend import compile_stats
     x, y = torch.randn(10), torch.randn(10)
     x[2] = float("nan")
     y[3] = float("nan")
@@ -244,11 +244,11 @@ def test_norms_triangles_rolls_repeats_fmax_are_kernels(cpu_backend):
     m = torch.randn(5, 7)
     m[1, 2] = 0
     ember.reset()
-    metrics.reset()
+    compile_stats.reset()
     out = ember.compile(_lowered_families, options={"cpu_backend": cpu_backend})(x, y, m)
     for got, want in zip(out, _lowered_families(x, y, m)):
         torch.testing.assert_close(got, want, equal_nan=True)
-    assert not metrics.fallback_ops, dict(metrics.fallback_ops)
+    assert not compile_stats.fallback_ops, dict(compile_stats.fallback_ops)
 
 
 def _more_families(x, m, s2):
@@ -259,13 +259,13 @@ def _more_families(x, m, s2):
 
 
 def test_std_mean_aminmax_diagonal_slice_scatter_are_kernels(cpu_backend):
-    from ember.backend import metrics
+    from ember.backend import compile_stats
     x, m, s2 = torch.randn(11), torch.randn(5, 7), torch.randn(5, 3)
     ember.reset()
-    metrics.reset()
+    compile_stats.reset()
     out = ember.compile(_more_families, options={"cpu_backend": cpu_backend})(x, m, s2)
     torch.testing.assert_close(out, _more_families(x, m, s2))
-    assert not metrics.fallback_ops, dict(metrics.fallback_ops)
+    assert not compile_stats.fallback_ops, dict(compile_stats.fallback_ops)
 
 
 def _index_adds(x, i, s, s1):
@@ -274,14 +274,14 @@ def _index_adds(x, i, s, s1):
 
 
 def test_index_add_accumulates_repeated_indices(cpu_backend):
-    from ember.backend import metrics
+    from ember.backend import compile_stats
     x, s, s1 = torch.randn(6, 5), torch.randn(5, 5), torch.randn(6, 3)
     i = torch.tensor([0, 2, 2, 4, 1])
     ember.reset()
-    metrics.reset()
+    compile_stats.reset()
     out = ember.compile(_index_adds, options={"cpu_backend": cpu_backend})(x, i, s, s1)
     torch.testing.assert_close(out, _index_adds(x, i, s, s1))
-    assert not metrics.fallback_ops, dict(metrics.fallback_ops)
+    assert not compile_stats.fallback_ops, dict(compile_stats.fallback_ops)
 
 
 def _used_and_returned(x, w):
@@ -316,13 +316,13 @@ def test_constant_powers_compute_like_eager_without_pow(power, cpu_backend):
 def test_select_scatter_is_a_generated_kernel():
     """``select``'s backward (a ViT's class token): the row or column is replaced, negative
     indices count from the end, and no ATen call remains."""
-    from ember.backend import metrics
+    from ember.backend import compile_stats
     x = torch.randn(4, 5, 6)
     for dim, index in [(0, 2), (1, -1), (-1, 0)]:
         src = torch.randn(x.select(dim, index).shape)
-        metrics.fallback_ops.clear()
+        compile_stats.fallback_ops.clear()
         _check(lambda a, b: torch.select_scatter(a, b, dim, index) * 2, x, src)
-        assert not metrics.fallback_ops, dict(metrics.fallback_ops)
+        assert not compile_stats.fallback_ops, dict(compile_stats.fallback_ops)
 
 
 def _advanced_indexing(x, rows, cols):
@@ -338,15 +338,15 @@ def test_index_tensors_on_adjacent_dims_are_one_gather_kernel(cpu_backend):
     """``x[:, :, rows, cols]`` with broadcast index tensors (and negative ones), and the
     ``_unsafe_index`` a bilinear upsample decomposes into, are generated gathers: they
     were ATen calls, 1.7 ms each in deeplabv3's head (four per upsample)."""
-    from ember.backend import metrics
+    from ember.backend import compile_stats
     x = torch.randn(2, 3, 8, 9)
     rows, cols = torch.tensor([[0], [3], [7], [-1]]), torch.tensor([1, 8, 0, -2, 4])
     ember.reset()
-    metrics.reset()
+    compile_stats.reset()
     out = ember.compile(_advanced_indexing, options={"cpu_backend": cpu_backend})(x, rows, cols)
     for got, want in zip(out, _advanced_indexing(x, rows, cols)):
         torch.testing.assert_close(got, want)
-    assert not metrics.fallback_ops, dict(metrics.fallback_ops)
+    assert not compile_stats.fallback_ops, dict(compile_stats.fallback_ops)
     # index tensors apart from each other (NumPy moves their dims to the front): ATen
     _check(lambda t: t[torch.tensor([0, 1]), :, torch.tensor([2, 5])] * 3, x)
 
@@ -355,17 +355,18 @@ def test_weight_norm_is_a_fused_norm_and_product_not_an_aten_call():
     """``weight_norm`` (Wav2Vec2's positional convolution): ``_weight_norm_interface`` is
     decomposed into a norm reduction and a pointwise op (ATen's CPU kernel took 5.6 ms of an
     80 ms call); results match eager."""
-    from ember.backend import metrics
+    from ember.backend import compile_stats
     torch.manual_seed(0)
     conv = torch.nn.utils.parametrizations.weight_norm(
         torch.nn.Conv1d(8, 8, 5, padding=2, groups=2), name="weight", dim=2)
     x = torch.randn(2, 8, 16)
     ember.reset()
-    metrics.reset()
+    compile_stats.reset()
     with torch.no_grad():
         torch.testing.assert_close(ember.compile(conv)(x), conv(x), rtol=1e-5, atol=1e-5)
-    assert not any("weight_norm" in op for op in metrics.fallback_ops), metrics.fallback_ops
-    assert metrics.generated_kernel_count >= 1
+    fallbacks = compile_stats.fallback_ops
+    assert not any("weight_norm" in op for op in fallbacks), fallbacks
+    assert compile_stats.generated_kernel_count >= 1
 
 
 @pytest.mark.parametrize("variant", ["fast-path", "masked", "with-weights"])
@@ -375,7 +376,7 @@ def test_multi_head_attention_fast_path_runs_as_its_parts(variant):
     the attention weights keeps ATen's kernel (or the module's slow path). All match eager,
     the masked call's undefined weights (None, where the meta kernel gives a tensor)
     included."""
-    from ember.backend import metrics
+    from ember.backend import compile_stats
     torch.manual_seed(0)
     mha = torch.nn.MultiheadAttention(64, 4, batch_first=True).eval()
     mask = torch.rand(10, 10) > 0.8
@@ -386,14 +387,15 @@ def test_multi_head_attention_fast_path_runs_as_its_parts(variant):
         return mha(x, x, x, need_weights=variant == "with-weights")
     x = torch.randn(2, 10, 64)
     ember.reset()
-    metrics.reset()
+    compile_stats.reset()
     with torch.no_grad():
         expected, actual = fn(x), ember.compile(fn)(x)
     torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
     if variant == "masked":
-        assert "aten._native_multi_head_attention.default" in metrics.fallback_ops
+        assert "aten._native_multi_head_attention.default" in compile_stats.fallback_ops
     if variant == "fast-path":
-        assert not any("multi_head" in op for op in metrics.fallback_ops), metrics.fallback_ops
+        fallbacks = compile_stats.fallback_ops
+        assert not any("multi_head" in op for op in fallbacks), fallbacks
 
 
 @pytest.mark.parametrize("fn", [lambda a, b: a // 0.3, lambda a, b: a // b,

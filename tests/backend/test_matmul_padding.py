@@ -46,11 +46,11 @@ def _check(model, x, mode, ember_log):
 
 
 def test_unaligned_columns_are_padded_when_asked(ember_log):
-    from ember.backend import metrics
-    metrics.reset()
+    from ember.backend import compile_stats
+    compile_stats.reset()
     text = _check(LMHead().eval(), torch.randn(7, 32), "always", ember_log)
     assert "[7, 32] x [32, 50] computed with 52 columns" in text
-    assert dict(metrics.extern_calls) == {"aten.mm.default": 2}     # addmm's bias in a kernel
+    assert dict(compile_stats.extern_calls) == {"aten.mm.default": 2}     # addmm's bias in a kernel
 
 
 def test_aligned_columns_and_off_are_left_alone(ember_log):

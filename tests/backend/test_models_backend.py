@@ -6,16 +6,16 @@ import torch
 
 import ember
 from ember import config
-from ember.backend import metrics
-from ember.bench import models
+from ember.backend import compile_stats
+from ember.bench import zoo
 from ember.testing import same
 
 
 @pytest.mark.parametrize("name", ["mlp", "convnet", "transformer_block", "resnet18", "bert"])
 def test_model_matches_eager_with_generated_kernels(name, cpu_backend):
-    if not models.is_available(name):
+    if not zoo.is_available(name):
         pytest.skip(f"{name} needs a package that is not installed")
-    model, inputs = models.build_model(name, "cpu")
+    model, inputs = zoo.build_model(name, "cpu")
     ember.reset()
     with torch.no_grad(), config.patch(suppress_errors=False):
         actual = ember.compile(model, backend="ember")(*inputs)
@@ -23,4 +23,4 @@ def test_model_matches_eager_with_generated_kernels(name, cpu_backend):
     if hasattr(expected, "last_hidden_state"):
         expected, actual = expected.last_hidden_state, actual.last_hidden_state
     assert same(expected, actual, rtol=1e-4, atol=1e-5)
-    assert metrics.generated_kernel_count >= 1
+    assert compile_stats.generated_kernel_count >= 1

@@ -63,15 +63,15 @@ def _wrong_backend(gm, example_inputs):
 
 
 def _kernel_backend(gm, example_inputs):
-    from ember.backend import metrics
-    metrics.generated_kernel_count += 1
+    from ember.backend import compile_stats
+    compile_stats.generated_kernel_count += 1
     return gm.forward
 
 
 def _fallback_backend(gm, example_inputs):
-    from ember.backend import metrics
-    metrics.generated_kernel_count += 1
-    metrics.fallback_ops["aten.add.Tensor"] += 1
+    from ember.backend import compile_stats
+    compile_stats.generated_kernel_count += 1
+    compile_stats.fallback_ops["aten.add.Tensor"] += 1
     return gm.forward
 
 

@@ -14,12 +14,13 @@ import torch
 import ember
 from ember import config, logs
 from ember.backend import compile as backend_compile
-from ember.backend import metrics
+from ember.backend import compile_stats
 from ember.backend.lowering import LOWERINGS
-from ember.backends import EMBER_OPTIONS, MODES, ember_backend, resolve_options
+from ember.backend.options import MODES, OPTIONS, resolve_options
+from ember.backend_registry import ember_backend
 
 aten = torch.ops.aten
-DEFAULTS = {name: spec.default for name, spec in EMBER_OPTIONS.items()}
+DEFAULTS = {name: spec.default for name, spec in OPTIONS.items()}
 
 
 def add_one(x):
@@ -41,7 +42,7 @@ def test_compile_graph_takes_exactly_the_options_as_keywords_with_their_defaults
                 if p.kind is inspect.Parameter.KEYWORD_ONLY}
     assert keywords == DEFAULTS
     assert not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    for name, spec in EMBER_OPTIONS.items():
+    for name, spec in OPTIONS.items():
         assert spec.doc and isinstance(spec.default, spec.type), name
         assert spec.allowed is None or spec.default in spec.allowed, name
 
@@ -115,8 +116,8 @@ def test_mode_with_another_backend_raises(backend, mode):
 @pytest.fixture
 def freezing_unimplemented(monkeypatch):
     """Every option is implemented today: pretend one is not, to test the machinery."""
-    monkeypatch.setitem(EMBER_OPTIONS, "freezing",
-                        dataclasses.replace(EMBER_OPTIONS["freezing"], implemented=False))
+    monkeypatch.setitem(OPTIONS, "freezing",
+                        dataclasses.replace(OPTIONS["freezing"], implemented=False))
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -155,7 +156,7 @@ def test_cudagraphs_on_a_cpu_graph_is_a_logged_perf_hint(ember_log):
     f = ember.compile(add_one, mode="reduce-overhead")
     x = torch.randn(5)
     assert torch.equal(f(x), x + 1)
-    assert metrics.generated_kernel_count == 1      # still compiled
+    assert compile_stats.generated_kernel_count == 1      # still compiled
     assert "CUDA graphs are not used: graph is on cpu" in ember_log.text
 
 
@@ -204,8 +205,8 @@ def test_lowering_error_falls_back_with_a_warning_under_the_lenient_config(broke
     with config.patch(fallback_on_lowering_error=True):
         out = ember.compile(_neg)(x)
     assert torch.equal(out, -x * 2)
-    assert metrics.fallback_ops["aten.neg.default"] == 1
-    assert metrics.generated_kernel_count == 1          # the rest is still compiled
+    assert compile_stats.fallback_ops["aten.neg.default"] == 1
+    assert compile_stats.generated_kernel_count == 1          # the rest is still compiled
     warnings = [r.getMessage() for r in ember_log.records if r.levelno == logging.WARNING]
     assert any("lowering of aten.neg.default" in w and "TypeError: boom" in w
                for w in warnings), warnings
@@ -217,7 +218,7 @@ def test_strict_lowering_error_under_suppress_errors_runs_the_graph_as_captured(
     x = torch.randn(4)
     with config.patch(suppress_errors=True):
         assert torch.equal(ember.compile(_neg)(x), -x * 2)
-    assert metrics.generated_kernel_count == 0
+    assert compile_stats.generated_kernel_count == 0
     assert "lowering of aten.neg.default" in ember_log.text
 
 
@@ -229,6 +230,6 @@ def test_a_lowering_that_declines_falls_back_quietly_even_when_strict(broken_neg
     logs.set_logs("perf_hints")
     x = torch.randn(4)
     assert torch.equal(ember.compile(_neg)(x), -x * 2)
-    assert metrics.fallback_ops["aten.neg.default"] == 1
+    assert compile_stats.fallback_ops["aten.neg.default"] == 1
     assert not [r for r in ember_log.records if r.levelno >= logging.WARNING]
     assert "lowering of aten.neg.default declines" in ember_log.text

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import ember
-from ember.backend import metrics
+from ember.backend import compile_stats
 from ember.backend.lowering import reductions
 from ember.testing import check_generated
 
@@ -52,7 +52,7 @@ def test_welford_var_mean_and_layer_norm_share_one_pass(always_welford, cpu_back
     assert code.count("acc_") and MARKS[cpu_backend]["welford"] in code
     w, b = torch.randn(200), torch.randn(200)
     check(lambda t: F.layer_norm(t, (200,), w, b), x, rtol=1e-4, atol=1e-4)
-    assert metrics.generated_kernel_count == 1
+    assert compile_stats.generated_kernel_count == 1
 
 
 def test_long_rows_use_welford_by_default(cpu_backend):
@@ -102,7 +102,7 @@ def test_welford_is_deterministic_across_thread_counts(always_welford):
 def test_epilogue_joins_its_reduction_past_an_unrelated_kernel(cpu_backend):
     x = torch.randn(8, 64)
     check(lambda t: (torch.var(t, 0), t.std(1, keepdim=True)), x, rtol=1e-4)
-    assert metrics.generated_kernel_count == 2
+    assert compile_stats.generated_kernel_count == 2
 
 
 @pytest.mark.parametrize("shape,fn", [
@@ -136,7 +136,7 @@ def test_welford_over_columns(always_welford, cpu_backend):
 
 def test_softmax_over_dim0_is_one_kernel(cpu_backend):
     check(lambda t: torch.softmax(t, 0), torch.randn(64, 128))
-    assert metrics.generated_kernel_count == 1
+    assert compile_stats.generated_kernel_count == 1
 
 
 @pytest.mark.parametrize("fn", [lambda t: F.silu(torch.abs(torch.softmax(t, 1))),
@@ -147,7 +147,7 @@ def test_softmax_read_again_in_its_kernel(fn, cpu_backend):
     the exponentials' memory as well; its reader then found no value (code generation
     failed, and the whole graph ran as captured)."""
     check(fn, torch.randn(5, 7))
-    assert metrics.generated_kernel_count == 1
+    assert compile_stats.generated_kernel_count == 1
 
 
 @pytest.mark.parametrize("shape,dim", [((8, 1_000_000), 1), ((500_000, 16), 0)],

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ember
-from ember.backend import compile as compile_module, metrics
+from ember.backend import compile as compile_module, compile_stats
 from ember.testing import same
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
@@ -34,7 +34,7 @@ CASES = {   # name: (function, input shape, kernels when split)
 
 
 def _kernels() -> int:
-    return metrics.generated_kernel_count
+    return compile_stats.generated_kernel_count
 
 
 @pytest.mark.parametrize("target", TRITON, ids=["triton-interp", "cuda"])

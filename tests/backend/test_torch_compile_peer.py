@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import ember
-from ember.backend import metrics
-from ember.backends import ember_backend, resolve_options
+from ember.backend import compile_stats
+from ember.backend.options import resolve_options
+from ember.backend_registry import ember_backend
 
 
 def _entry_point_registered() -> bool:
@@ -18,7 +19,7 @@ def _entry_point_registered() -> bool:
 @pytest.mark.slow
 def test_torch_compile_with_ember_backend_matches_eager():
     torch._dynamo.reset()
-    metrics.reset()
+    compile_stats.reset()
 
     def f(x, y):
         return torch.softmax(x * y + 1, -1).sum(0)
@@ -27,7 +28,7 @@ def test_torch_compile_with_ember_backend_matches_eager():
     with torch.no_grad():
         out = torch.compile(f, backend=ember_backend, dynamic=False)(x, y)
     torch.testing.assert_close(out, f(x, y))
-    assert metrics.generated_kernel_count >= 1
+    assert compile_stats.generated_kernel_count >= 1
 
 
 @pytest.mark.slow
@@ -95,7 +96,7 @@ def test_torch_compile_mode_and_options_reach_the_backend_as_from_ember_compile(
                          ids=["reduce-overhead", "triton"])
 def test_torch_compile_with_mode_or_options_compiles_with_ember(kwargs):
     torch._dynamo.reset()
-    metrics.reset()
+    compile_stats.reset()
 
     def f(x):
         return torch.softmax(x * 2 + 1, -1)
@@ -103,7 +104,7 @@ def test_torch_compile_with_mode_or_options_compiles_with_ember(kwargs):
     with torch.no_grad():
         out = torch.compile(f, backend=_ember_by_name(), dynamic=False, **kwargs)(x)
     torch.testing.assert_close(out, f(x))
-    assert metrics.generated_kernel_count >= 1
+    assert compile_stats.generated_kernel_count >= 1
 
 
 @pytest.mark.parametrize("kwargs, exc, words", [

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 import ember
 from ember import config, logs
-from ember.backend import metrics
+from ember.backend import compile_stats
 from ember.backend.codegen import triton as triton_codegen
 from ember.testing import same
 
@@ -48,8 +48,8 @@ def run(target, fn, *inputs, tol=None):
     # later calls launch compiled kernels directly (launch.TritonLauncher's fast path)
     for _ in range(2):
         assert same(expected, compiled(*[t.clone() for t in inputs]), rtol=tol, atol=tol)
-    assert not metrics.fallback_ops, dict(metrics.fallback_ops)
-    return metrics.generated_kernel_count
+    assert not compile_stats.fallback_ops, dict(compile_stats.fallback_ops)
+    return compile_stats.generated_kernel_count
 
 
 @pytest.mark.parametrize("target", TARGETS)

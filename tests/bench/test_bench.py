@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import ember
-from ember.bench import accuracy, cli, compat, harness, models, report
+from ember.bench import accuracy, cli, compat, harness, report, zoo
 
 SMALL_RUN = ["--models", "mlp", "--repeat", "2", "--warmup", "1", "--no-torch-compile",
              "--no-isolate"]
@@ -152,7 +152,7 @@ def test_accuracy_requires_eagers_strides_where_indexing_reads_them():
 
 
 def test_unknown_model_is_a_clear_error():
-    with pytest.raises(models.UnknownModelError, match=r"no_such_model.*known models: mlp"):
+    with pytest.raises(zoo.UnknownModelError, match=r"no_such_model.*known models: mlp"):
         harness.benchmark_model("no_such_model", with_torch_compile=False)
 
 
@@ -176,10 +176,10 @@ def test_model_table_shows_missing_values_as_na():
     assert cells(line) == ["m", "2.00"] + ["n/a"] * 8
 
 
-@pytest.mark.parametrize("name", models.in_suite("builtin"))
+@pytest.mark.parametrize("name", zoo.in_suite("builtin"))
 def test_builtin_models_are_deterministic_and_in_eval_mode(name):
-    model_a, inputs_a = models.build_model(name)
-    model_b, inputs_b = models.build_model(name)
+    model_a, inputs_a = zoo.build_model(name)
+    model_b, inputs_b = zoo.build_model(name)
     assert not model_a.training
     with torch.no_grad():
         assert torch.equal(model_a(*inputs_a), model_b(*inputs_b))
@@ -189,15 +189,15 @@ def test_build_model_leaves_the_callers_random_state_alone():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    models.build_model("mlp")
+    zoo.build_model("mlp")
     assert torch.equal(torch.rand(3), expected)
 
 
 def test_train_mode_models_train_without_dropout():
-    model, _ = models.build_model("transformer_block", mode="train")
+    model, _ = zoo.build_model("transformer_block", mode="train")
     assert model.training
-    if models.is_available("vit_tiny"):
-        model, _ = models.build_model("vit_tiny", mode="train")
+    if zoo.is_available("vit_tiny"):
+        model, _ = zoo.build_model("vit_tiny", mode="train")
         dropouts = [m for m in model.modules() if isinstance(m, torch.nn.Dropout)]
         assert dropouts and all(m.p == 0.0 for m in dropouts)
 
@@ -217,13 +217,13 @@ def test_training_loss_has_gradients_through_a_final_layer_norm():
 
 
 def test_builtin_suite_needs_only_torch_and_the_others_their_package():
-    assert models.in_suite("builtin") == ["mlp", "convnet", "transformer_block", "tiny_gpt"]
-    assert all(models.MODELS[n].requires is None for n in models.in_suite("builtin"))
+    assert zoo.in_suite("builtin") == ["mlp", "convnet", "transformer_block", "tiny_gpt"]
+    assert all(zoo.MODELS[n].requires is None for n in zoo.in_suite("builtin"))
     for suite, package in (("timm", "timm"), ("hf", "transformers"),
                            ("torchvision", "torchvision")):
-        names = models.in_suite(suite)
+        names = zoo.in_suite(suite)
         assert len(names) >= 10, suite
-        assert {models.MODELS[n].requires for n in names} == {package}
+        assert {zoo.MODELS[n].requires for n in names} == {package}
 
 
 def test_torchvision_schemas_are_defined_once():

@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 
-from ember.bench import cli, harness, kernels, models, report
+from ember.bench import cli, harness, kernels, report, zoo
 
 TINY = ["--iters", "2", "--warmup", "1", "--no-isolate"]
 
@@ -76,7 +76,7 @@ def test_suites_and_models_select_rows_in_order():
         return [(kind, name) for kind, name, _ in
                 cli.select_rows(parser, parser.parse_args(list(argv)))]
 
-    builtin = [("model", name) for name in models.in_suite("builtin")]
+    builtin = [("model", name) for name in zoo.in_suite("builtin")]
     assert rows() == builtin                                   # the default
     assert rows("--models", "convnet") == [("model", "convnet")]
     assert rows("--suite", "kernels") == [("kernel", "pointwise"), ("kernel", "softmax"),
@@ -85,13 +85,13 @@ def test_suites_and_models_select_rows_in_order():
         ("kernel", "pointwise"), ("kernel", "softmax"), ("kernel", "layer_norm"),
         ("model", "mlp")]
     assert rows("--models", "bench_fakes:tiny") == [("model", "bench_fakes:tiny")]
-    if all(models.is_available(n) for n in models.in_suite("gpu")):
+    if all(zoo.is_available(n) for n in zoo.in_suite("gpu")):
         assert rows("--suite", "gpu") == [("model", n) for n in
                                           ("resnet50", "mobilenetv3_large_100", "vit_base",
                                            "bert_base", "gpt2")]
     everything = rows("--suite", "all")
     assert everything[:len(builtin)] == builtin
-    assert len(everything) == sum(len(models.in_suite(s)) for s in cli.ALL_SUITES
+    assert len(everything) == sum(len(zoo.in_suite(s)) for s in cli.ALL_SUITES
                                   if cli.missing_suite_package(s) is None)
 
 
@@ -99,7 +99,7 @@ def test_a_suite_whose_package_is_missing_is_skipped_with_a_message(monkeypatch,
     monkeypatch.setitem(cli.SUITE_PACKAGES, "timm", "no_such_package_xyz")
     parser = cli.build_parser()
     rows = cli.select_rows(parser, parser.parse_args(["--suite", "builtin,timm"]))
-    assert [name for _, name, _ in rows] == models.in_suite("builtin")
+    assert [name for _, name, _ in rows] == zoo.in_suite("builtin")
     assert ("skipping suite 'timm': the 'no_such_package_xyz' package is not installed"
             in capsys.readouterr().err)
     with pytest.raises(SystemExit) as exit_info:
@@ -119,15 +119,15 @@ def test_kernel_bytes_accepts_powers_of_two():
 def test_gpu_suite_models_are_bfloat16_with_the_issue_batch_sizes():
     expected = {"resnet50": 64, "mobilenetv3_large_100": 64, "vit_base": 32, "bert_base": 16,
                 "gpt2": 16}
-    assert models.in_suite("gpu") == list(expected)
-    assert models.in_suite("gpu", "infer") == list(expected)
+    assert zoo.in_suite("gpu") == list(expected)
+    assert zoo.in_suite("gpu", "infer") == list(expected)
     for name, batch in expected.items():
-        spec = models.MODELS[name]
+        spec = zoo.MODELS[name]
         assert spec.dtype == torch.bfloat16
         assert spec.default_batch_size("cuda") == batch
         assert spec.default_batch_size("cpu") == 1
         assert spec.default_batch_size("cpu", "train") == 1
-    assert not set(expected) & set(models.in_suite("builtin"))
+    assert not set(expected) & set(zoo.in_suite("builtin"))
 
 
 def test_gpu_suite_in_train_mode_is_the_training_benchmark():
@@ -135,17 +135,17 @@ def test_gpu_suite_in_train_mode_is_the_training_benchmark():
     # GPT-2 (8 x 512) on the H200.
     args = cli.build_parser().parse_args(["--device", "cuda", "--mode", "train", "--suite", "gpu",
                                           "--dtype", "bfloat16"])
-    if not all(models.is_available(n) for n in models.in_suite("gpu")):
+    if not all(zoo.is_available(n) for n in zoo.in_suite("gpu")):
         pytest.skip("timm or transformers is not installed")
     rows = cli.select_rows(cli.build_parser(), args)
     assert [name for _, name, _ in rows] == ["resnet50", "vit_base", "bert_base", "gpt2"]
-    batches = {name: models.MODELS[name].default_batch_size("cuda", "train")
+    batches = {name: zoo.MODELS[name].default_batch_size("cuda", "train")
                for _, name, _ in rows}
     assert batches == {"resnet50": 64, "vit_base": 32, "bert_base": 16, "gpt2": 8}
     # the sizes as built (on the meta device: nothing is allocated)
-    _, (ids,) = models.build_model("gpt2", "meta", batch_size=batches["gpt2"], mode="train")
+    _, (ids,) = zoo.build_model("gpt2", "meta", batch_size=batches["gpt2"], mode="train")
     assert tuple(ids.shape) == (8, 128)   # 512 tokens on CUDA; the meta device gets the CPU's
-    assert models.MODELS["gpt2"].default_batch_size("cuda") == 16     # inference unchanged
+    assert zoo.MODELS["gpt2"].default_batch_size("cuda") == 16     # inference unchanged
 
 
 def test_memory_is_reported_against_eagers_on_cuda():
@@ -167,22 +167,22 @@ def test_memory_is_reported_against_eagers_on_cuda():
 
 
 def test_dtype_casts_weights_buffers_and_float_inputs():
-    model, (x,) = models.build_model("convnet", dtype=torch.bfloat16, batch_size=2)
+    model, (x,) = zoo.build_model("convnet", dtype=torch.bfloat16, batch_size=2)
     assert x.dtype == torch.bfloat16 and x.shape == (2, 3, 64, 64)
     assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
     bn = model.features[0][1]
     assert bn.running_mean.dtype == torch.bfloat16
     assert bn.num_batches_tracked.dtype == torch.int64      # integer buffers stay integer
-    reference, (x32,) = models.build_model("convnet", batch_size=2)
+    reference, (x32,) = zoo.build_model("convnet", batch_size=2)
     assert torch.equal(x, x32.to(torch.bfloat16))            # same seeded values, rounded
     with torch.no_grad():
         assert model(x).dtype == torch.bfloat16
 
 
 def test_token_ids_stay_integer_under_a_float_dtype():
-    if not models.is_available("bert"):
+    if not zoo.is_available("bert"):
         pytest.skip("transformers is not installed")
-    model, (ids,) = models.build_model("bert", dtype=torch.float16, batch_size=3)
+    model, (ids,) = zoo.build_model("bert", dtype=torch.float16, batch_size=3)
     assert ids.dtype == torch.int64 and ids.shape == (3, 64)
     assert {p.dtype for p in model.parameters()} == {torch.float16}
 
@@ -314,8 +314,8 @@ def test_a_row_that_cannot_be_built_is_reported(monkeypatch, capsys):
     def broken(device, batch_size):
         raise RuntimeError("CUDA out of memory")
 
-    monkeypatch.setitem(models.MODELS, "mlp",
-                        models.ModelSpec("mlp", broken, batch_size=64))
+    monkeypatch.setitem(zoo.MODELS, "mlp",
+                        zoo.ModelSpec("mlp", broken, batch_size=64))
     assert cli.main(["bench", "--models", "mlp,softmax", *TINY, "--compilers", "ember",
                      "--kernel-bytes", "1024"]) == cli.EXIT_FAILED
     captured = capsys.readouterr()
@@ -367,12 +367,12 @@ def test_variants_are_timed_round_robin_per_repeat_and_report_the_median(monkeyp
 
 
 def test_amp_keeps_float32_weights_and_autocasts_inside_the_model():
-    model, (x,) = models.build_model("mlp", batch_size=2, amp=torch.bfloat16)
-    assert isinstance(model, models.Autocast) and x.dtype == torch.float32
+    model, (x,) = zoo.build_model("mlp", batch_size=2, amp=torch.bfloat16)
+    assert isinstance(model, zoo.Autocast) and x.dtype == torch.float32
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     assert model(x).dtype == torch.bfloat16                  # the linears ran in bfloat16
     with pytest.raises(ValueError, match="amp autocasts float32 weights"):
-        models.build_model("mlp", amp=torch.bfloat16, dtype=torch.float16)
+        zoo.build_model("mlp", amp=torch.bfloat16, dtype=torch.float16)
 
 
 def test_amp_train_run_checks_results_with_the_autocast_dtypes_tolerance(capsys, tmp_path):

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import ember
-from ember.bench import compat, models
+from ember.bench import compat, zoo
 from ember.testing import CompileCounter, same
 
 # name -> the optional package's importer (None: only torch is needed)
@@ -32,9 +32,9 @@ def comparable(output):
 def test_model_compiles_to_one_graph_and_matches_eager(name):
     importer = REQUIRES[name]
     if importer is not None and importer() is None:
-        pytest.skip(f"{name} needs {models.MODELS[name].requires}, which is not installed")
+        pytest.skip(f"{name} needs {zoo.MODELS[name].requires}, which is not installed")
     ember.reset()
-    model, inputs = models.build_model(name, "cpu")
+    model, inputs = zoo.build_model(name, "cpu")
     counter = CompileCounter()
     compiled = ember.compile(model, backend=counter)
     with torch.no_grad():

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from ember.bench import compat
-from ember.bench.models import no_dropout
+from ember.bench.zoo.hf import no_dropout
 from test_training import train_side_by_side
 
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import ember
 from ember.aot import training
-from ember.bench.models import build_model
+from ember.bench.zoo import build_model
 
 ATOL, RTOL = 1e-5, 1e-4
 

@@ -1,36 +1,37 @@
-"""Backend registry: names the user can pass as ``ember.compile(..., backend=NAME)``, and
-the options of the "ember" backend.
+"""The one table of the "ember" backend's compiler options, the ``mode=`` presets of them, and
+their validation.
 
-A backend is any callable ``backend(gm: torch.fx.GraphModule, example_inputs: list) ->
-Callable`` (the same contract as torch.compile's, so the two worlds interoperate). The
-"ember" backend also takes its options as keywords: ``ember_backend(gm, example_inputs,
-**options)``; the frontend passes them to it alone. Behind torch.compile it gets what
-torch.compile hands every backend instead, ``mode=`` and ``options=`` (when set), and
-resolves them itself.
+``OPTIONS`` holds each option once: its name, type, default, the values allowed (when not
+every value of its type), whether it is implemented, and what it does. Everything else reads
+it: ``ember.compile(..., mode=, options=)`` resolves and checks against it
+(``resolve_options``), the backend registry (``ember.backend_registry``) hands the resolved
+values on, and ``compile_graph``'s keyword defaults are taken from it (``DEFAULTS``). An
+option set to anything but its default before it is implemented raises
+``NotImplementedError`` naming it, so no accepted option is ever silently ignored.
+``resolve_options`` is the one validation of both ways in: ``ember.compile`` calls it when it
+is called, the backend when torch.compile hands it a graph.
 
-Options: ``EMBER_OPTIONS`` is the one table of them (type, default, allowed values,
-whether implemented, doc). ``mode=`` is a preset of options (``MODES``); explicit
-``options=`` override the mode's. ``resolve_options`` validates both and returns every
-option's value; an option set to anything but its default before it is implemented raises
-``NotImplementedError`` naming it, so no accepted option is ever silently ignored. It is the
-one validation of both ways in: ``ember.compile`` calls it when it is called, the backend
-when torch.compile hands it a graph.
+Design: these are not ``ember.config`` options, and the two do not share a definition type.
+A compiler option is an argument of one ``ember.compile`` call: it has no environment
+variable, is resolved from ``mode=`` and ``options=`` per compiled function, keys the graph
+cache, and may be declared before it is implemented. A ``config`` option is a process-wide
+setting: read from ``EMBER_<NAME>`` at import, changed by assignment or ``config.patch``,
+and some of them drop every compiled entry when changed (``config.RECOMPILES``). One type
+would carry fields that mean something to one kind only (environment parsing, recompile on
+change, ``implemented``); what they share (a type check and allowed values) is three lines
+each, with messages worded for where the value came from.
+
+This module imports nothing of Ember, so any layer may read the table.
 """
 from __future__ import annotations
 
 import collections.abc
 import dataclasses
-from typing import Any, Callable
-
-import torch
-
-Backend = Callable[[torch.fx.GraphModule, list], Callable]
-
-_BACKENDS: dict[str, Backend] = {}
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class EmberOption:
+class CompilerOption:
     type: type = dataclasses.field(kw_only=False)
     default: Any = dataclasses.field(kw_only=False)
     allowed: tuple | None = None     # the values accepted, when not every value of `type`
@@ -39,39 +40,43 @@ class EmberOption:
 
 
 # Options the "ember" backend accepts through ``ember.compile(..., options={...})``; each is
-# a keyword argument of ``ember.backend.compile.compile_graph`` with the same default.
-EMBER_OPTIONS: dict[str, EmberOption] = {
-    "freezing": EmberOption(
+# a keyword argument of ``ember.backend.compile.compile_graph``, whose default is taken from
+# here.
+OPTIONS: dict[str, CompilerOption] = {
+    "freezing": CompilerOption(
         bool, False, implemented=True,
         doc="inference (no grad): fold parameters and buffers as constants: batch norm into "
             "the convolution before it, constant subgraphs computed once "
             "(backend/freezing.py). Guarded on each frozen tensor's identity, data pointer "
             "and version counter: a changed weight re-freezes before the next call"),
-    "max_autotune": EmberOption(
+    "max_autotune": CompilerOption(
         bool, False, implemented=True,
         doc="time candidate block sizes and warps of each generated Triton kernel on its "
             "first call and keep the fastest (cached on disk); C++ kernels have none "
             "(EMBER_LOGS=perf_hints says so). Library matmuls are not tuned yet"),
-    "cudagraphs": EmberOption(
+    "cudagraphs": CompilerOption(
         bool, False, implemented=True,
         doc="replay a CUDA graph's kernel launches as one captured CUDA graph "
             "(backend/cudagraphs.py). A CPU graph has none to replay and ignores it "
             "(EMBER_LOGS=perf_hints says so)"),
-    "debug": EmberOption(
+    "debug": CompilerOption(
         bool, False, implemented=True,
         doc="log the generated wrapper and kernels of each graph, as EMBER_LOGS=output_code "
             "does, and check indices in generated Triton kernels"),
-    "fallback_random": EmberOption(
+    "fallback_random": CompilerOption(
         bool, True, implemented=True,
         doc="random ops (rand, randn, bernoulli, dropout) call eager's ATen kernels in "
             "program order, so compiled code draws eager's numbers and leaves the generator "
             "where eager leaves it. False generates them inside fused kernels from a Philox "
             "counter (backend/lowering/random.py): faster, same distributions, other numbers"),
-    "cpu_backend": EmberOption(
+    "cpu_backend": CompilerOption(
         str, "cpp", allowed=("cpp", "triton"), implemented=True,
         doc="kernel language for CPU graphs: C++/OpenMP, or Triton (run by Triton's "
             "interpreter: for testing the Triton code generator without a GPU)"),
 }
+
+# each option's default, as the table states it when this module is imported
+DEFAULTS: dict[str, Any] = {name: spec.default for name, spec in OPTIONS.items()}
 
 # mode= -> the options it sets (explicit options override them).
 MODES: dict[str | None, dict[str, Any]] = {
@@ -88,10 +93,10 @@ def check_option(name: str, value: Any, source: str = "") -> None:
 
     ``source`` says where the value came from, for the message (e.g. ``mode='max-autotune'``).
     """
-    spec = EMBER_OPTIONS.get(name)
+    spec = OPTIONS.get(name)
     if spec is None:
         raise ValueError(f"unknown option {name!r}; known options: "
-                         f"{', '.join(sorted(EMBER_OPTIONS))}")
+                         f"{', '.join(sorted(OPTIONS))}")
     if not isinstance(value, spec.type):
         raise TypeError(f"option {name!r} expects {spec.type.__name__}, "
                         f"got {type(value).__name__}")
@@ -124,70 +129,10 @@ def resolve_options(mode: str | None, options: dict | None) -> dict[str, Any]:
     options = dict(options or {})
     for name, value in options.items():
         check_option(name, value)
-    resolved = {name: spec.default for name, spec in EMBER_OPTIONS.items()}
+    resolved = {name: spec.default for name, spec in OPTIONS.items()}
     for name, value in MODES[mode].items():
         if name not in options:
             check_option(name, value, source=f"mode={mode!r}")
             resolved[name] = value
     resolved.update(options)
     return resolved
-
-
-def register_backend(name: str):
-    def deco(fn: Backend) -> Backend:
-        _BACKENDS[name] = fn
-        return fn
-    return deco
-
-
-@register_backend("eager")
-def eager_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-    """Run the captured FX graph as it is (isolates the frontend)."""
-    return gm.forward
-
-
-@register_backend("aot_eager")
-def aot_eager_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
-    """ATen tracing, functionalization and decomposition, then run eagerly (isolates aot)."""
-    from ember.aot import aot_eager
-    return aot_eager(gm, example_inputs)
-
-
-@register_backend("ember")
-def ember_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str | None = None,
-                  options: dict | None = None, **resolved: Any) -> Callable:
-    """The Ember compiler: ATen tracing, loop IR, fusion, generated C++ kernels (CPU).
-
-    ``resolved``: every option's value, as ``ember.compile`` passes them. ``mode`` and
-    ``options``: what torch's own frontend passes a backend registered under its entry
-    point, resolved and checked here as ``ember.compile`` resolves and checks them."""
-    if resolved and (mode is not None or options is not None):
-        raise TypeError(f"ember backend: got mode=/options= and resolved options "
-                        f"({', '.join(sorted(resolved))}) together; pass one or the other")
-    if not resolved:   # torch.compile's call (or a plain backend(gm, example_inputs))
-        resolved = resolve_options(mode, options)
-    for value in example_inputs:
-        if not isinstance(value, (torch.Tensor, int, float, bool)) or isinstance(
-                value, torch.SymInt) or (isinstance(value, torch.Tensor) and any(
-                    isinstance(s, torch.SymInt) for s in value.shape)):
-            raise NotImplementedError(
-                f"ember backend: graph input of type {type(value).__name__} (symbolic "
-                f"shapes are not supported yet; use dynamic=False)")
-    from ember.backend.compile import compile_graph
-    return compile_graph(gm, example_inputs, **resolved)
-
-
-def lookup_backend(backend: str | Backend) -> Backend:
-    if callable(backend):
-        return backend
-    if isinstance(backend, str):
-        if backend in _BACKENDS:
-            return _BACKENDS[backend]
-        raise ValueError(f"unknown backend {backend!r}; known backends: "
-                         f"{', '.join(sorted(_BACKENDS))}, or pass a callable "
-                         f"backend(gm, example_inputs)")
-    raise TypeError(f"backend must be a name or a callable, not {type(backend).__name__}")
-
-
-def list_backends() -> list[str]:
-    return sorted(_BACKENDS)

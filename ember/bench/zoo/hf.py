@@ -1,29 +1,41 @@
-"""The ``hf`` suite: HuggingFace transformers models built from the configs of published
-checkpoints, with random weights (nothing is downloaded).
+"""The ``hf`` suite, and the gpu suite's BERT-base and GPT-2: HuggingFace transformers models
+built from the configs of published checkpoints, with random weights (nothing is downloaded).
 
 Encoders (BERT, DistilBERT, ALBERT, ELECTRA), decoders (GPT-2, OPT, a Llama of SmolLM's
 size), encoder-decoders (T5, BART) and speech (Whisper, an encoder-decoder on log-mel
 features; wav2vec 2.0, an encoder on raw audio), each with its usual task head. Text inputs
 are 1 x 128 token ids on the CPU and 16 x 512 on CUDA (decoder inputs of encoder-decoders a
 quarter of that); decoders run with ``use_cache=False``, so outputs hold only tensors. Every
-dropout, layer drop and SpecAugment probability is 0 (``models.no_dropout``): eval mode ignores
+dropout, layer drop and SpecAugment probability is 0 (``no_dropout``): eval mode ignores
 them, and a training step stays deterministic.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from ember.bench import compat
-from ember.bench.models import no_dropout, register_model
+from ember.bench.zoo.registry import register_model
 
 
 TEXT_SHAPE = "batch 1 x 128 token ids (CPU), 16 x 512 (CUDA)"
 
 
 def _seq_len(device: torch.device) -> int:
+    """Tokens per sequence of the language models: 512 on CUDA, 128 on the CPU."""
     return 512 if device.type == "cuda" else 128
+
+
+def no_dropout(config: Any) -> Any:
+    """A HF config with every ``*dropout*``, ``*layerdrop*`` and ``*_pdrop`` probability set to
+    0 (GPT-2 names its dropouts ``attn_pdrop``, ``resid_pdrop``, ``embd_pdrop``; eval mode
+    ignores them; a training step is then deterministic)."""
+    for key, value in list(vars(config).items()):
+        if ("dropout" in key or "layerdrop" in key or key.endswith("pdrop")) and \
+                isinstance(value, float):
+            setattr(config, key, 0.0)
+    return config
 
 
 def _ids(vocab: int, batch: int, length: int, device) -> torch.Tensor:
@@ -54,6 +66,18 @@ def _seq2seq(config, batch, device):
 
 def _config(transformers, cls: str, **fields):
     return no_dropout(getattr(transformers, cls)(**fields))
+
+
+@register_model("bert", requires="transformers", suite="hf", batch_size=4, cuda_batch_size=32,
+                description="HF BertModel, 2 layers, hidden 128; batch 4 (CPU) or 32 (CUDA) x "
+                            "seq 64 token ids")
+def _bert(device, batch_size):
+    transformers = compat.import_transformers()
+    config = transformers.BertConfig(hidden_size=128, num_hidden_layers=2,
+                                     num_attention_heads=2, intermediate_size=256,
+                                     vocab_size=1000)
+    model = transformers.BertModel(config)
+    return model, (torch.randint(0, config.vocab_size, (batch_size, 64), device=device),)
 
 
 _register("BertForMaskedLM", "bert-base encoder, MLM head",
@@ -108,3 +132,30 @@ _register("Wav2Vec2ForCTC", "wav2vec2-base speech encoder on raw audio, CTC head
           lambda t: t.Wav2Vec2ForCTC(_config(t, "Wav2Vec2Config", vocab_size=32,
                                              mask_time_prob=0.0, layerdrop=0.0)),
           _audio, shape="batch 1 (CPU) or 16 (CUDA) x 1 s of 16 kHz audio")
+
+
+# ------------------------------------------------- the gpu suite: large models, bfloat16, CUDA
+
+@register_model("bert_base", requires="transformers", suite="gpu", batch_size=1,
+                cuda_batch_size=16, dtype=torch.bfloat16,
+                description="HF BertModel, BERT-base config (12 layers, hidden 768); batch 16 "
+                            "x 512 token ids (CUDA) or 1 x 128 (CPU), bfloat16")
+def _bert_base(device, batch_size):
+    transformers = compat.import_transformers()
+    config = transformers.BertConfig()   # the defaults are bert-base-uncased's sizes
+    model = transformers.BertModel(config)
+    return model, (torch.randint(0, config.vocab_size, (batch_size, _seq_len(device)),
+                                 device=device),)
+
+
+@register_model("gpt2", requires="transformers", suite="gpu", batch_size=1,
+                cuda_batch_size=16, cuda_train_batch_size=8, dtype=torch.bfloat16,
+                description="HF GPT2Model, GPT-2 small config (12 layers, hidden 768), no LM "
+                            "head; batch 16 x 512 token ids (CUDA; 8 x 512 in train mode) or "
+                            "1 x 128 (CPU), bfloat16")
+def _gpt2(device, batch_size):
+    transformers = compat.import_transformers()
+    config = transformers.GPT2Config(use_cache=False)   # defaults: the 124M-parameter gpt2
+    model = transformers.GPT2Model(config)
+    return model, (torch.randint(0, config.vocab_size, (batch_size, _seq_len(device)),
+                                 device=device),)

@@ -1,5 +1,7 @@
 """Counters about what the backend generated; tests assert on them, ``ember.reset()`` clears.
 
+(Not ``metrics.py``: ``ember/metrics.py`` is the frontend's counters.)
+
 ``generated_kernel_count``: fused kernels generated (one per C++ function or Triton kernel);
 ``fallback_ops``: ATen ops that ran through their eager kernel instead of a generated one,
 by op name (``"aten.sort.default": 2``); ``extern_calls``: library kernels chosen on purpose

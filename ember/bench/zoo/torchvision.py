@@ -6,15 +6,16 @@ and v3, ShuffleNet v2 with its channel shuffle, MnasNet, RegNet), ConvNeXt, tran
 Swin) and a segmentation network (DeepLabV3 on MobileNetV3, atrous convolutions and
 upsampling, a dict output). 224x224 images; batch 1 on the CPU, 32 on CUDA. Stochastic
 depth is off (each ``StochasticDepth``'s ``p`` set to 0) so a training step is deterministic;
-GoogLeNet has no auxiliary heads. ``import torchvision`` goes through ``compat.import_torchvision``, which
-defines the ``nms`` operator schemas its import needs.
+GoogLeNet has no auxiliary heads. ``import torchvision`` goes through
+``compat.import_torchvision``, which defines the ``nms`` operator schemas its import needs
+(and imports the library itself, not this module of the same name).
 """
 from __future__ import annotations
 
 import torch
 
 from ember.bench import compat
-from ember.bench.models import register_model
+from ember.bench.zoo.registry import register_model
 
 # registry name -> (torchvision builder, constructor keywords, what it covers)
 TORCHVISION_MODELS = {
