@@ -2,7 +2,7 @@
 
     compiled = compile_graph(gm, example_inputs)    # compiled(*inputs) == gm(*inputs)
 
-CPU graphs get C++/OpenMP kernels, CUDA graphs Triton kernels (``targets.py``; CPU graphs
+CPU graphs get C++/OpenMP kernels, CUDA graphs Triton kernels (``targets/``; CPU graphs
 too with ``cpu_backend="triton"``, under Triton's interpreter). Training graphs (inputs that
 require grad, grad mode on) go through ``ember.aot.training``: a joint forward/backward graph,
 partitioned, both halves compiled here (``_compile_training``). What this version does not
@@ -19,19 +19,21 @@ import torch
 
 from ember import config, logs
 from ember.aot.autocast import autocast_off, run_without_autocast
-from ember.backend import graph_cache, metrics
-from ember.backend.constant_folding import fold_constant_fallbacks
-from ember.backend.attention_masks import simplify_constant_masks
+from ember.backend.runtime import graph_cache
+from ember.backend import metrics
+from ember.backend.passes.constant_folding import fold_constant_fallbacks
+from ember.backend.passes.attention_masks import simplify_constant_masks
 from ember.backend.codegen.common import Kernel
 from ember.backend.codegen.wrapper import WrapperCodegen
 from ember.backend.graph import GraphLowering
-from ember.backend.graph_cache import CompiledArtifact, KernelRecord
+from ember.backend.runtime.graph_cache import CompiledArtifact, KernelRecord
 from ember.backend.ir import Buffer, ReinterpretView
-from ember.backend.conv_taps import drop_dead_taps
-from ember.backend.layout import changed_output, in_best_layout
+from ember.backend.passes.conv_taps import drop_dead_taps
+from ember.backend.passes.layout import changed_output, in_best_layout
 from ember.backend.scheduler import FusedKernel, reuse_dying_inputs, schedule
-from ember.backend.targets import CppTarget, Target, target_for
-from ember.backend.templates import fuse_matmul_epilogues
+from ember.backend.targets import Target, target_for
+from ember.backend.targets.cpp.target import CppTarget
+from ember.backend.targets.triton.templates import fuse_matmul_epilogues
 
 
 generated_sources: list[str] = []   # wrapper and kernel sources, for tests and tools
@@ -47,7 +49,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     ``ember.backends.EMBER_OPTIONS`` (``ember.compile``'s ``mode=`` and ``options=`` arrive
     here resolved); they are checked as ``ember.compile`` checks them. ``debug``: this graph
     compiles as under ``EMBER_LOGS=output_code`` (its wrapper and kernels are logged).
-    ``cudagraphs``: a CUDA graph's launches replay as one CUDA graph (``cudagraphs.py``); a
+    ``cudagraphs``: a CUDA graph's launches replay as one CUDA graph (``runtime/cudagraphs.py``); a
     CPU graph has none to replay (a perf hint says so). ``cpu_backend``: the kernel language
     of CPU graphs (``targets.target_for``). ``fallback_random``: random ops run eager's
     kernels (same numbers as eager) instead of fused Philox draws.
@@ -121,8 +123,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     frozen = None
     try:
         with autocast_off():
-            if freezing:   # parameters and buffers folded as guarded constants (freezing.py)
-                from ember.backend.freezing import freeze
+            if freezing:   # parameters and buffers folded as guarded constants (passes/freezing.py)
+                from ember.backend.passes.freezing import freeze
                 frozen = freeze(gm, aten_graph.gm, example_inputs)
             artifact = generate(aten_graph.gm, example_inputs, target, device,
                                 fused_random=not fallback_random)
@@ -157,8 +159,8 @@ def _finish(compiled, gm, example_inputs, cudagraphs: bool, device) -> Callable:
         if compiled.mutates_inputs:
             logs.log("perf_hints", "cudagraphs: not used, the graph mutates its inputs")
         else:
-            from ember.backend.cudagraphs import CudaGraphRunner
-            from ember.backend.freezing import is_parameter_or_buffer
+            from ember.backend.runtime.cudagraphs import CudaGraphRunner
+            from ember.backend.passes.freezing import is_parameter_or_buffer
             placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
             compiled = CudaGraphRunner(compiled, example_inputs, [
                 is_parameter_or_buffer(node, value)
@@ -217,7 +219,7 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs: list,
 def generate(gm: torch.fx.GraphModule, example_inputs: list, target: Target,
              device: torch.device, fused_random: bool = False) -> CompiledArtifact:
     """Lower, schedule and generate the wrapper and kernels of an ATen graph (whose
-    constant values that need ATen fallbacks are first computed, once: constant_folding.py)."""
+    constant values that need ATen fallbacks are first computed, once: passes/constant_folding.py)."""
     with metrics.timed("lowering"):
         fold_constant_fallbacks(gm)
         graph = GraphLowering(gm, example_inputs, target, device, fused_random).run()

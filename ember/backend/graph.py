@@ -99,7 +99,7 @@ def body_cost(node: IRNode) -> _CostCounter:
 class GraphLowering:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list, target=None,
                  device: torch.device = torch.device("cpu"), fused_random: bool = False):
-        from ember.backend.targets import CppTarget
+        from ember.backend.targets.cpp.target import CppTarget
         self.gm = gm
         self.target = target or CppTarget()     # decides which dtypes kernels compute
         self.device = device                    # kernels read tensors on this device only

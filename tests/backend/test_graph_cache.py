@@ -1,4 +1,4 @@
-"""The on-disk cache of compiled graphs (ember/backend/graph_cache.py): a second compile of
+"""The on-disk cache of compiled graphs (ember/backend/runtime/graph_cache.py): a second compile of
 the same graph for the same inputs loads the wrapper and kernels instead of tracing and
 generating them, and computes what eager computes."""
 import pytest
@@ -6,7 +6,8 @@ import torch
 
 import ember
 from ember import logs
-from ember.backend import graph_cache, metrics
+from ember.backend.runtime import graph_cache
+from ember.backend import metrics
 
 
 @pytest.fixture

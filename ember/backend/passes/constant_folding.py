@@ -28,7 +28,7 @@ import torch
 import torch.fx
 
 from ember import logs
-from ember.backend.freezing import _dense, _is_impure, _is_pure, _output_aliases
+from ember.backend.passes.freezing import _dense, _is_impure, _is_pure, _output_aliases
 
 aten = torch.ops.aten
 

@@ -41,7 +41,7 @@ from typing import Any
 import torch
 
 from ember import config, logs
-from ember.backend import disk_cache
+from ember.backend.runtime import disk_cache
 
 # the packages whose code decides what a graph compiles to
 _COMPILER_PACKAGES = ("aot", "backend", "decomp")
@@ -64,7 +64,7 @@ class KernelRecord:
     candidates: list | None = None
     numel_x: int = 0
     uses_indirect: bool = False
-    matmul_spec: dict | None = None     # a matmul with its epilogue (triton_matmul.py)
+    matmul_spec: dict | None = None     # a matmul with its epilogue (targets/triton/matmul.py)
 
     @classmethod
     def of(cls, kernel) -> "KernelRecord":
@@ -124,7 +124,7 @@ def _named_by_code(target) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _compiler_hash() -> str:
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = pathlib.Path(__file__).resolve().parents[2]     # ember/, above backend/runtime/
     digest = hashlib.sha256()
     for package in _COMPILER_PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
