@@ -31,9 +31,7 @@ from ember.backend.ir import Buffer, ReinterpretView
 from ember.backend.passes.conv_taps import drop_dead_taps
 from ember.backend.passes.layout import changed_output, in_best_layout
 from ember.backend.scheduler import FusedKernel, reuse_dying_inputs, schedule
-from ember.backend.targets import Target, target_for
-from ember.backend.targets.cpp.target import CppTarget
-from ember.backend.targets.triton.templates import fuse_matmul_epilogues
+from ember.backend.targets import Target, kernel_device, target_for
 
 
 generated_sources: list[str] = []   # wrapper and kernel sources, for tests and tools
@@ -71,17 +69,19 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
     # kernels are generated for the accelerator's tensors when there is one; ops on the
     # other device's tensors run their ATen kernels
-    device = next((t.device for t in tensors if t.device.type != "cpu"), torch.device("cpu"))
-    if max_autotune and device.type == "cpu" and cpu_backend == "cpp":
-        logs.log("perf_hints", "ember backend: max_autotune=True, but C++ kernels have no "
-                               "configurations to time (it tunes Triton kernels)")
-    if cudagraphs and device.type != "cuda":
-        logs.log("perf_hints", "ember backend: cudagraphs=True, but CUDA graphs are not used: "
-                               "graph is on %s", device.type)
+    device = kernel_device(tensors)
     try:
         target = target_for(device, cpu_backend, debug=debug, autotune=max_autotune)
     except NotImplementedError as e:
-        logs.log("perf_hints", "ember backend: %s; graph runs as captured", e)
+        target, unsupported = None, e
+    if max_autotune and target is not None and not target.tunes_kernels:
+        logs.log("perf_hints", "ember backend: max_autotune=True, but C++ kernels have no "
+                               "configurations to time (it tunes Triton kernels)")
+    if cudagraphs and (target is None or not target.supports_cudagraphs):
+        logs.log("perf_hints", "ember backend: cudagraphs=True, but CUDA graphs are not used: "
+                               "graph is on %s", device.type)
+    if target is None:
+        logs.log("perf_hints", "ember backend: %s; graph runs as captured", unsupported)
         return gm.forward
     from ember.aot import enables_grad, may_record_grad
     simplify_constant_masks(gm, example_inputs)
@@ -95,7 +95,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     in_autocast = torch._C._is_any_autocast_enabled()
     start = time.perf_counter()
     cache_key = None if freezing or not graph_cache.enabled() else graph_cache.key(
-        gm, example_inputs, options, device)
+        gm, example_inputs, options, target)
     artifact = graph_cache.load(cache_key) if cache_key else None
     if artifact is not None:
         try:
@@ -107,13 +107,13 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     if artifact is not None:
         logs.log("output_code", "graph cache hit: %d kernels loaded in %.3f s",
                  len(artifact.kernels), time.perf_counter() - start)
-        compiled = _finish(compiled, gm, example_inputs, cudagraphs, device)
+        compiled = _finish(compiled, gm, example_inputs, cudagraphs, target)
         return run_without_autocast(compiled) if in_autocast else compiled
     stages_before = dict(metrics.compile_seconds)
     try:
         with metrics.timed("aot trace"):
             aten_graph = in_best_layout(
-                drop_dead_taps(gm), device, False,
+                drop_dead_taps(gm), target, False,
                 lambda g: trace_to_aten(g, example_inputs, decompositions=core_decompositions()),
                 check=lambda traced: changed_output(gm, traced.gm))
     except NotImplementedError as e:
@@ -138,7 +138,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     _log_stage_times(gm, stages_before, time.perf_counter() - start)
     if cache_key:
         graph_cache.store(cache_key, artifact)
-    compiled = _finish(compiled, gm, example_inputs, cudagraphs, device)
+    compiled = _finish(compiled, gm, example_inputs, cudagraphs, target)
     if frozen is not None:
         compiled = frozen.guard(compiled, lambda args: compile_graph(gm, args, **options))
     return run_without_autocast(compiled) if in_autocast else compiled
@@ -153,9 +153,9 @@ def _log_stage_times(gm: torch.fx.GraphModule, before: dict, total: float) -> No
                  total, stages)
 
 
-def _finish(compiled, gm, example_inputs, cudagraphs: bool, device) -> Callable:
+def _finish(compiled, gm, example_inputs, cudagraphs: bool, target: Target) -> Callable:
     """The compiled graph, replayed as a CUDA graph when asked and possible."""
-    if cudagraphs and device.type == "cuda":
+    if cudagraphs and target.supports_cudagraphs:
         if compiled.mutates_inputs:
             logs.log("perf_hints", "cudagraphs: not used, the graph mutates its inputs")
         else:
@@ -188,7 +188,7 @@ def _compile_training(gm: torch.fx.GraphModule, example_inputs: list, target: Ta
             compile_graph=lambda g, inputs: compile_aten(g, inputs, target, device,
                                                          fused_random=not fallback_random))
     try:
-        compiled = in_best_layout(drop_dead_taps(gm), device, True, build)
+        compiled = in_best_layout(drop_dead_taps(gm), target, True, build)
     except NotImplementedError as e:
         logs.log("perf_hints", "ember backend: training graph runs as captured (%s)", e)
         return gm.forward
@@ -212,7 +212,9 @@ def compile_aten(gm: torch.fx.GraphModule, example_inputs: list,
                  target: Target | None = None,
                  device: torch.device = torch.device("cpu"),
                  fused_random: bool = False) -> Callable:
-    target = target or CppTarget()
+    """Compile an ATen graph (``ember.aot``'s output) with ``target``, by default
+    ``device``'s (``targets.target_for``)."""
+    target = target or target_for(device)
     return instantiate(generate(gm, example_inputs, target, device, fused_random), target)
 
 
@@ -227,8 +229,7 @@ def generate(gm: torch.fx.GraphModule, example_inputs: list, target: Target,
                     for o in graph.outputs if isinstance(o, (Buffer, ReinterpretView))}
     with metrics.timed("scheduling"):
         steps = schedule(graph.buffers, output_names)
-        if target.fuses_matmul_epilogues:
-            steps = fuse_matmul_epilogues(steps, output_names, target.dtypes)
+        steps = target.fuse_templates(steps, output_names)
         reuse_dying_inputs(steps, output_names)
     layouts = {b.name: b.layout for b in [*graph.inputs, *graph.constant_buffers, *graph.buffers]
                if b.layout is not None}

@@ -97,11 +97,10 @@ def body_cost(node: IRNode) -> _CostCounter:
 
 
 class GraphLowering:
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list, target=None,
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list, target,
                  device: torch.device = torch.device("cpu"), fused_random: bool = False):
-        from ember.backend.targets.cpp.target import CppTarget
         self.gm = gm
-        self.target = target or CppTarget()     # decides which dtypes kernels compute
+        self.target = target     # which dtypes kernels compute, the device's policies
         self.device = device                    # kernels read tensors on this device only
         self.example_inputs = example_inputs
         self.buffers: list[Buffer] = []          # ComputedBuffer / ExternBuffer, in order

@@ -1,4 +1,5 @@
-"""ember.backend.targets.cpp.build: compile C++ kernels, cache them on disk by content hash, load them."""
+"""ember.backend.targets.cpp.build: compile C++ kernels, cache them on disk by content hash,
+load them."""
 from __future__ import annotations
 
 import ctypes

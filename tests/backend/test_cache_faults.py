@@ -96,7 +96,8 @@ def test_damaged_kernel_libraries_are_rebuilt(cache, ember_log):
     back an already loaded library without reading the file); each is then damaged. Before
     the seal check, a truncated library failed with "file too short" (or SIGBUS) in every
     later process, and a flipped byte ran corrupted code."""
-    _finish(_python(f"from ember.backend.targets.cpp import build\nfor s in {list(_SOURCES.values())!r}:"
+    _finish(_python("from ember.backend.targets.cpp import build\n"
+                    f"for s in {list(_SOURCES.values())!r}:"
                     f"\n    build.compile_cpp(s)", {}))
     for how, source in _SOURCES.items():
         so, _, _ = build._so_path(source, ())

@@ -5,12 +5,22 @@ A :class:`Target` turns the scheduler's fused kernels into callables: it makes o
 ``call_lines()`` give the wrapper's launch), builds them together, and says which dtypes
 its kernels compute (others run their ATen kernels).
 
+Design: what differs between devices is asked of the target, never decided by
+``device.type`` outside this package (and the wrapper's run-time helpers): the policy hooks
+of :class:`Target` (``pads_matmuls``, ``prefers_channels_last``, ``supports_cudagraphs``...)
+say what the device's library kernels and the target's own kernels favour, with defaults
+that change nothing, so a new target overrides only what it knows better. Targets are found
+through a registry, ``register_target(device_type, name, factory)``: the first target
+registered for a device type is its default, and ``cpu_backend`` names one of the CPU's.
+
 - ``cpp/``: C++/OpenMP, compiled by g++ and called through ctypes (CPU tensors);
 - ``triton/``: Triton kernels for CUDA tensors; for CPU tensors, with
   ``options={"cpu_backend": "triton"}``, the same kernels run under Triton's interpreter
   (how CI checks the generated Triton without a GPU).
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 
@@ -24,15 +34,13 @@ class Target:
     name = ""
     dtypes: frozenset = COMMON_DTYPES
     source_suffix = ".txt"
+    device = torch.device("cpu")     # whose tensors its kernels read
+
     def splits(self, column: bool) -> bool:
         """Whether a reduction to few results runs as two (lowering/reductions.py);
         ``column``: its input is read contiguously along a kept dim (a sum over rows of
         columns)."""
         return False
-
-    # under max_autotune, a matmul and the pointwise kernel after it may run as one kernel
-    # (templates.py)
-    fuses_matmul_epilogues = False
 
     def make_kernel(self, step, name: str, dtypes: dict) -> Kernel:
         raise NotImplementedError
@@ -44,21 +52,103 @@ class Target:
     def full_source(self, kernels: list[Kernel]) -> str:
         raise NotImplementedError
 
+    # -- policy hooks: the defaults change nothing --------------------------------------
+
+    # under max_autotune, its kernels have configurations to time (else a perf hint says
+    # there is nothing to tune)
+    tunes_kernels = False
+    # ``cudagraphs=True`` replays the compiled graph's launches as one CUDA graph
+    # (runtime/cudagraphs.py)
+    supports_cudagraphs = False
+    # on ``channels_last`` graphs, depthwise convolutions stay NCHW unless eager's input is
+    # channels-last (passes/layout.py)
+    keeps_depthwise_nchw = False
+
+    def fuse_templates(self, steps: list, output_names: set[str]) -> list:
+        """The scheduled steps with library calls and the kernels after them merged where
+        the target generates both as one kernel (Triton's matmul epilogues under
+        ``max_autotune``: targets/triton/templates.py)."""
+        return steps
+
+    def pads_matmuls(self, dtype: torch.dtype) -> bool:
+        """Whether ``config.matmul_padding="auto"`` pads the columns of large ``dtype``
+        matmuls whose rows are not 16-byte aligned (lowering/matmul.py)."""
+        return False
+
+    def adds_addmm_bias(self, dtype: torch.dtype) -> bool:
+        """Whether an ``addmm`` whose readers are all generated code runs as ``mm`` with the
+        bias added in the kernel that reads it (lowering/matmul.py): where the library's
+        addmm costs a pass over its result to copy the bias in."""
+        return False
+
+    def prefers_channels_last(self, gm: torch.fx.GraphModule, convolutions: list,
+                              training: bool) -> bool:
+        """Whether ``config.layout_optimization="auto"`` runs the captured graph ``gm``'s 2-D
+        ``convolutions`` channels-last (passes/layout.py)."""
+        return False
+
+    def cache_identity(self) -> str | None:
+        """What compiled kernels depend on besides their source and the compiler versions
+        (a GPU's model), for the graph cache's key; None: nothing."""
+        return None
+
+
+class CpuPolicy:
+    """The policy answers of targets whose kernels read CPU tensors: what ATen's CPU
+    kernels (oneDNN convolutions, the BLAS's addmm) favour. Listed before ``Target`` (or a
+    GPU target) among a target's bases, it overrides their answers."""
+    supports_cudagraphs = False
+    keeps_depthwise_nchw = False
+
+    def pads_matmuls(self, dtype: torch.dtype) -> bool:
+        return False
+
+    def cache_identity(self) -> str | None:
+        return None
+
+    def adds_addmm_bias(self, dtype: torch.dtype) -> bool:
+        """ATen's CPU addmm copies the broadcast bias into its result before the GEMM adds
+        to it (lowering/matmul.py); in float32 and float64."""
+        return dtype in (torch.float32, torch.float64)
+
+    def prefers_channels_last(self, gm, convolutions, training):
+        """Inference graphs whose weights that need converting are not large next to the
+        activations (passes/layout.py)."""
+        from ember.backend.passes.layout import weights_convert_cheaply
+        return not training and weights_convert_cheaply(convolutions)
+
+
+# device type -> target name -> factory(device, *, debug, autotune); the first is the default
+_TARGETS: dict[str, dict[str, Callable[..., Target]]] = {}
+
+
+def register_target(device_type: str, name: str, factory: Callable[..., Target]) -> None:
+    """Generate kernels for tensors of ``device_type`` with ``factory(device, debug=...,
+    autotune=...)``, a Target. The first registered for a device type is its default; on
+    the CPU, ``options={"cpu_backend": name}`` chooses among them."""
+    _TARGETS.setdefault(device_type, {})[name] = factory
+
 
 def target_for(device: torch.device, cpu_backend: str = "cpp", debug: bool = False,
                autotune: bool = False) -> Target:
     """The target that generates kernels for tensors on ``device``."""
-    from ember.backend.targets.cpp.target import CppTarget
-    from ember.backend.targets.triton.target import TritonTarget
+    by_name = _TARGETS.get(device.type)
+    if not by_name:
+        raise NotImplementedError(f"no code generation target for device {device.type!r}")
     if device.type == "cpu":
-        if cpu_backend == "cpp":
-            return CppTarget()
-        if cpu_backend == "triton":
-            return TritonTarget(interpret=True, debug=debug, autotune=autotune)
-        raise ValueError(f"cpu_backend must be 'cpp' or 'triton', not {cpu_backend!r}")
-    if device.type == "cuda":
-        return TritonTarget(interpret=False, debug=debug, device=device, autotune=autotune)
-    raise NotImplementedError(f"no code generation target for device {device.type!r}")
+        if cpu_backend not in by_name:
+            raise ValueError(f"cpu_backend must be {' or '.join(map(repr, by_name))}, not "
+                             f"{cpu_backend!r}")
+        factory = by_name[cpu_backend]
+    else:
+        factory = next(iter(by_name.values()))
+    return factory(device, debug=debug, autotune=autotune)
+
+
+def kernel_device(tensors: list[torch.Tensor]) -> torch.device:
+    """The device whose tensors a graph's kernels are generated for: the accelerator's when
+    there is one (ops on the other device's tensors run their ATen kernels)."""
+    return next((t.device for t in tensors if t.device.type != "cpu"), torch.device("cpu"))
 
 
 def variance_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
@@ -69,3 +159,9 @@ def variance_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
     if device.type == "cpu" and dtype in (torch.float32, torch.float64):
         return torch.float64
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+# the built-in targets register themselves (each imports Target from above: the cycle is
+# why these imports come last)
+from ember.backend.targets.cpp import target as _cpp_target  # noqa: E402,F401
+from ember.backend.targets.triton import target as _triton_target  # noqa: E402,F401

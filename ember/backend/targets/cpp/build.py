@@ -205,7 +205,8 @@ def _so_path(source: str, extra_flags: Sequence[str]) -> tuple[pathlib.Path, lis
     return cache_dir() / "cpp" / key[:2] / f"{key}.so", flags, compiler
 
 
-atomic_write = disk_cache.atomic_write   # also used for generated Triton modules (targets/triton/modules.py)
+# also used for generated Triton modules (targets/triton/modules.py)
+atomic_write = disk_cache.atomic_write
 _atomic_write = atomic_write
 _unlink = disk_cache.unlink
 

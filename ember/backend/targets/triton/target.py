@@ -1,13 +1,15 @@
-"""The Triton target: ``@triton.jit`` kernels for CUDA tensors; for CPU tensors, with
-``options={"cpu_backend": "triton"}``, the same kernels under Triton's interpreter (how CI
-checks the generated Triton without a GPU)."""
+"""The Triton target: ``@triton.jit`` kernels for CUDA tensors (:class:`TritonTarget`); for
+CPU tensors, with ``options={"cpu_backend": "triton"}``, the same kernels under Triton's
+interpreter (:class:`TritonInterpreterTarget`, how CI checks the generated Triton without a
+GPU), with the CPU's policies: a CPU graph's lowering and layout are the same on both CPU
+targets, only its kernels' language differs."""
 from __future__ import annotations
 
 import hashlib
 
 import torch
 
-from ember.backend.targets import COMMON_DTYPES, Target
+from ember.backend.targets import COMMON_DTYPES, CpuPolicy, Target, register_target
 from ember.backend.targets.triton.modules import load_triton_module
 
 
@@ -24,13 +26,39 @@ class TritonTarget(Target):
         # the interpreter computes half precision wrongly (DESIGN.md): float32 and wider only
         self.dtypes = COMMON_DTYPES if interpret else \
             COMMON_DTYPES | {torch.float16, torch.bfloat16}
-        if not interpret:     # their start overlaps this graph's tracing and lowering
-            from ember.backend.targets.triton.launch import start_compile_workers
-            start_compile_workers()
 
-    @property
-    def fuses_matmul_epilogues(self) -> bool:
-        return self.autotune
+    @classmethod
+    def for_cuda(cls, device: torch.device, *, debug: bool, autotune: bool) -> TritonTarget:
+        from ember.backend.targets.triton.launch import start_compile_workers
+        start_compile_workers()    # their start overlaps this graph's tracing and lowering
+        return cls(interpret=False, debug=debug, device=device, autotune=autotune)
+
+    # -- policy (CUDA) --------------------------------------------------------------------
+
+    tunes_kernels = True
+    supports_cudagraphs = True
+    # cuDNN's channels-last depthwise kernels cost seconds on their first call in a process
+    keeps_depthwise_nchw = True
+
+    def fuse_templates(self, steps, output_names):
+        """Under ``max_autotune``, matmuls with the pointwise kernel after them (templates.py)."""
+        if not self.autotune:
+            return steps
+        from ember.backend.targets.triton.templates import fuse_matmul_epilogues
+        return fuse_matmul_epilogues(steps, output_names, self.dtypes)
+
+    def pads_matmuls(self, dtype):
+        """cuBLAS's fast half-precision kernels need 16-byte aligned rows."""
+        return dtype in (torch.float16, torch.bfloat16)
+
+    def prefers_channels_last(self, gm, convolutions, training):
+        """cuDNN's tensor-core convolutions work on NHWC data: graphs whose convolutions
+        compute in half precision (passes/layout.py)."""
+        from ember.backend.passes.layout import runs_in_half
+        return runs_in_half(gm, convolutions)
+
+    def cache_identity(self):
+        return torch.cuda.get_device_name(self.device)
 
     def splits(self, column: bool) -> bool:
         """Every reduction to few results: a GPU's programs would idle otherwise."""
@@ -80,6 +108,18 @@ class TritonTarget(Target):
         return launchers
 
 
+class TritonInterpreterTarget(CpuPolicy, TritonTarget):
+    """Triton kernels for CPU tensors, run by Triton's interpreter."""
+
+    def __init__(self, debug: bool = False, autotune: bool = False):
+        super().__init__(interpret=True, debug=debug, autotune=autotune)
+
+    @classmethod
+    def for_cpu(cls, device: torch.device, *, debug: bool,
+                autotune: bool) -> TritonInterpreterTarget:
+        return cls(debug=debug, autotune=autotune)
+
+
 def _matmul_choice(module, k, key: str, interpret: bool):
     """The launch.MatmulChoice of a matmul kernel with its epilogue (matmul.py)."""
     from ember.backend.targets.triton.matmul import matmul_grid
@@ -90,3 +130,7 @@ def _matmul_choice(module, k, key: str, interpret: bool):
     epilogue = TritonLauncher(getattr(module, spec["epilogue"]), spec["epilogue_grid"],
                               spec["epilogue_config"], interpret)
     return MatmulChoice(templates, epilogue, spec, list(k.args), key, interpret)
+
+
+register_target("cuda", "triton", TritonTarget.for_cuda)
+register_target("cpu", "triton", TritonInterpreterTarget.for_cpu)
