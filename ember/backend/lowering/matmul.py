@@ -29,6 +29,7 @@ import torch.fx
 
 from ember import config, logs
 from ember.backend.ir import Layout, Pointwise, sym
+from ember.backend.lowering.cost import LIBRARY_OPS
 from ember.backend.lowering.registry import (LOWERINGS, aten, broadcast_loader, is_ir,
                                              register_lowering)
 from ember.backend.ops import ops
@@ -38,7 +39,6 @@ from ember.fake import returns_alias
 def _read_by_generated_code_only(node: torch.fx.Node) -> bool:
     """``node``'s value (through views: ops whose schema returns an alias) has one reader,
     an op with a lowering that is not a library call."""
-    from ember.backend.graph import LIBRARY_OPS
     while len(node.users) == 1:
         (user,) = node.users
         if user.op != "call_function":
