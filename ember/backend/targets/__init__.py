@@ -12,6 +12,9 @@ say what the device's library kernels and the target's own kernels favour, with 
 that change nothing, so a new target overrides only what it knows better. Targets are found
 through a registry, ``register_target(device_type, name, factory)``: the first target
 registered for a device type is its default, and ``cpu_backend`` names one of the CPU's.
+The registry holds Target classes, not instances (``Target.create`` makes one): tests check
+a target's ops handler against the ops table without making it (making the CUDA one starts
+its compile workers).
 
 - ``cpp/``: C++/OpenMP, compiled by g++ and called through ctypes (CPU tensors);
 - ``triton/``: Triton kernels for CUDA tensors; for CPU tensors, with
@@ -19,8 +22,6 @@ registered for a device type is its default, and ``cpu_backend`` names one of th
   (how CI checks the generated Triton without a GPU).
 """
 from __future__ import annotations
-
-from typing import Callable
 
 import torch
 
@@ -41,6 +42,18 @@ class Target:
         ``column``: its input is read contiguously along a kept dim (a sum over rows of
         columns)."""
         return False
+
+    @classmethod
+    def create(cls, device: torch.device, *, debug: bool, autotune: bool) -> Target:
+        """The target for ``device``'s tensors (``target_for``): ``debug``, checks in the
+        generated code; ``autotune``, ``max_autotune``."""
+        return cls()
+
+    @classmethod
+    def ops_handler(cls) -> type:
+        """The class of the ops handler its kernels run bodies under: it implements every
+        name of ``ops.OP_NAMES`` (tests/backend/test_target_coverage.py checks)."""
+        raise NotImplementedError
 
     def make_kernel(self, step, name: str, dtypes: dict) -> Kernel:
         raise NotImplementedError
@@ -118,15 +131,22 @@ class CpuPolicy:
         return not training and weights_convert_cheaply(convolutions)
 
 
-# device type -> target name -> factory(device, *, debug, autotune); the first is the default
-_TARGETS: dict[str, dict[str, Callable[..., Target]]] = {}
+# device type -> target name -> Target class; the first of a device type is its default
+_TARGETS: dict[str, dict[str, type[Target]]] = {}
 
 
-def register_target(device_type: str, name: str, factory: Callable[..., Target]) -> None:
-    """Generate kernels for tensors of ``device_type`` with ``factory(device, debug=...,
-    autotune=...)``, a Target. The first registered for a device type is its default; on
-    the CPU, ``options={"cpu_backend": name}`` chooses among them."""
+def register_target(device_type: str, name: str, factory: type[Target]) -> None:
+    """Generate kernels for tensors of ``device_type`` with ``factory.create(device,
+    debug=..., autotune=...)`` (``factory``: a Target subclass). The first registered for a
+    device type is its default; on the CPU, ``options={"cpu_backend": name}`` chooses among
+    them."""
     _TARGETS.setdefault(device_type, {})[name] = factory
+
+
+def registered_targets() -> list[tuple[str, str, type[Target]]]:
+    """``(device type, name, Target class)`` of every registered target."""
+    return [(device_type, name, factory) for device_type, by_name in _TARGETS.items()
+            for name, factory in by_name.items()]
 
 
 def target_for(device: torch.device, cpu_backend: str = "cpp", debug: bool = False,
@@ -142,7 +162,7 @@ def target_for(device: torch.device, cpu_backend: str = "cpp", debug: bool = Fal
         factory = by_name[cpu_backend]
     else:
         factory = next(iter(by_name.values()))
-    return factory(device, debug=debug, autotune=autotune)
+    return factory.create(device, debug=debug, autotune=autotune)
 
 
 def kernel_device(tensors: list[torch.Tensor]) -> torch.device:

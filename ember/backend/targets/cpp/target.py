@@ -20,6 +20,11 @@ class CppTarget(CpuPolicy, Target):
         weight) 2.3 / 1.1 (eager 1.2). A row reduction's threads already split its rows."""
         return column
 
+    @classmethod
+    def ops_handler(cls):
+        from ember.backend.targets.cpp.ops import CppOpsHandler
+        return CppOpsHandler
+
     def make_kernel(self, step, name, dtypes):
         from ember.backend.targets.cpp.kernel import CppKernel
         return CppKernel(step, name, dtypes)
@@ -43,8 +48,4 @@ class CppTarget(CpuPolicy, Target):
         return namespace
 
 
-def _create(device, *, debug: bool, autotune: bool) -> CppTarget:
-    return CppTarget()     # nothing to tune (compile_graph's perf hint); debug logs the code
-
-
-register_target("cpu", "cpp", _create)
+register_target("cpu", "cpp", CppTarget)

@@ -28,10 +28,15 @@ class TritonTarget(Target):
             COMMON_DTYPES | {torch.float16, torch.bfloat16}
 
     @classmethod
-    def for_cuda(cls, device: torch.device, *, debug: bool, autotune: bool) -> TritonTarget:
+    def create(cls, device: torch.device, *, debug: bool, autotune: bool) -> TritonTarget:
         from ember.backend.targets.triton.launch import start_compile_workers
         start_compile_workers()    # their start overlaps this graph's tracing and lowering
         return cls(interpret=False, debug=debug, device=device, autotune=autotune)
+
+    @classmethod
+    def ops_handler(cls):
+        from ember.backend.targets.triton.ops import TritonOpsHandler
+        return TritonOpsHandler
 
     # -- policy (CUDA) --------------------------------------------------------------------
 
@@ -115,8 +120,8 @@ class TritonInterpreterTarget(CpuPolicy, TritonTarget):
         super().__init__(interpret=True, debug=debug, autotune=autotune)
 
     @classmethod
-    def for_cpu(cls, device: torch.device, *, debug: bool,
-                autotune: bool) -> TritonInterpreterTarget:
+    def create(cls, device: torch.device, *, debug: bool,
+               autotune: bool) -> TritonInterpreterTarget:
         return cls(debug=debug, autotune=autotune)
 
 
@@ -132,5 +137,5 @@ def _matmul_choice(module, k, key: str, interpret: bool):
     return MatmulChoice(templates, epilogue, spec, list(k.args), key, interpret)
 
 
-register_target("cuda", "triton", TritonTarget.for_cuda)
-register_target("cpu", "triton", TritonInterpreterTarget.for_cpu)
+register_target("cuda", "triton", TritonTarget)
+register_target("cpu", "triton", TritonInterpreterTarget)
