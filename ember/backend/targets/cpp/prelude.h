@@ -1,0 +1,178 @@
+// glibc declares the SIMD variants of its math functions (libmvec, <= 4 ulp) only under
+// __FAST_MATH__; define it for that header alone -- kernels are not built with -ffast-math.
+#define __FAST_MATH__ 1
+#include <cmath>
+#undef __FAST_MATH__
+#include <cstdint>
+#include <algorithm>
+#include <limits>
+#include <type_traits>
+// float exp, erf, tanh and sigmoid inline, in straight-line code g++ vectorises without a
+// call (glibc's vector expf was 4x slower than eager's exp here, 12x on -inf lanes; its erff
+// and tanhf 2x); double keeps libm's
+#if defined(__FMA__)
+#define EMBER_FMA(a, b, c) __builtin_fmaf(a, b, c)
+#else
+#define EMBER_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+// a select of bits: with `?:` g++ may branch around the costlier side (or sink a load into
+// the branch: a padded pooling window's), and a loop with a branch stays scalar
+static inline float ember_select(bool take, float a, float b) {
+  int32_t keep = -static_cast<int32_t>(take);
+  return __builtin_bit_cast(float, (__builtin_bit_cast(int32_t, a) & keep) |
+                                   (__builtin_bit_cast(int32_t, b) & ~keep)); }
+static inline double ember_select(bool take, double a, double b) {
+  int64_t keep = -static_cast<int64_t>(take);
+  return __builtin_bit_cast(double, (__builtin_bit_cast(int64_t, a) & keep) |
+                                    (__builtin_bit_cast(int64_t, b) & ~keep)); }
+// c0 + c1 x + c2 x^2 + ..., by Horner's rule (straight-line code: a loop over an array of
+// coefficients left the calling loop scalar)
+static inline float ember_horner(float, float c) { return c; }
+template <typename... C> static inline float ember_horner(float x, float c, C... rest) {
+  return EMBER_FMA(ember_horner(x, rest...), x, c); }
+// exp(x) = 2^k exp(r): k = rint(x / ln 2) by the 1.5 * 2^23 rounding trick, r = x - k ln 2 with
+// ln 2 in two parts (Cody & Waite: k * hi is exact), exp(r) by Taylor to r^7 (|r| <= ln 2 / 2,
+// truncation 5e-9); 2^k as two normal factors, so subnormal results round once. < 1 ulp.
+// Lanes whose exp rounds to 0 (-inf under a causal mask) compute exp(0) and are zeroed after:
+// a subnormal product costs a microcode assist, 10x the whole exp; the clamp at 89 keeps k
+// at most 128 (inf) and lets NaN through
+// exp(xc) as p * 2^k: k = round(xc / ln 2), p = exp(xc - k ln 2) (shared by the two exps)
+static inline float ember_exp_parts(float xc, uint32_t& k) {
+  float j = EMBER_FMA(xc, 1.44269504088896341f, 12582912.0f);
+  k = __builtin_bit_cast(uint32_t, j) - __builtin_bit_cast(uint32_t, 12582912.0f);
+  float kf = j - 12582912.0f;
+  float r = EMBER_FMA(-kf, 1.428606765330187e-06f, EMBER_FMA(-kf, 0.693145751953125f, xc));
+  return ember_horner(r, 1.0f, 1.0f, 0.5f, 0.16666666666666666f, 0.041666666666666664f,
+                      0.008333333333333333f, 0.001388888888888889f, 0.0001984126984126984f); }
+static inline float ember_expf(float x) {
+  bool zero = x < -103.972077f;
+  uint32_t k;
+  float p = ember_exp_parts(std::min(ember_select(zero, 0.0f, x), 89.0f), k);
+  uint32_t k1 = static_cast<uint32_t>(static_cast<int32_t>(k) >> 1), k2 = k - k1;
+  return ember_select(zero, 0.0f, p * __builtin_bit_cast(float, (k1 + 127u) << 23) *
+                                  __builtin_bit_cast(float, (k2 + 127u) << 23)); }
+// erf: below 1 a polynomial (a minimax fit of erf(x) / x in x^2, 0.5 ulp); from 1 to 3.92 a
+// degree-12 Chebyshev fit of erf in t = (x - 2.46) / 1.46; past 3.92 erf rounds to +-1.
+// 2.3 ulp at most (eager's erf: 1 ulp; its GELU, oneDNN's, within 1.5e-7). No division or
+// exp: GELU of 1M floats, 2 threads, 0.33 ms with Abramowitz & Stegun 7.1.26 before
+static inline float ember_erff(float a) {
+  float x = std::abs(a);
+  float t = EMBER_FMA(std::min(x, 3.92f), 0.684931507f, -1.684931507f);
+  float tail = ember_horner(t, 9.994966731e-01f, 3.878064914e-03f, -1.393160185e-02f,
+                            3.060109757e-02f, -4.500537437e-02f, 4.509779087e-02f,
+                            -2.869897327e-02f, 6.526904800e-03f, 8.065710158e-03f,
+                            -9.083879432e-03f, 2.283840762e-03f, 1.629612987e-03f,
+                            -8.599194103e-04f);
+  float s = a * a;
+  float series = a * ember_horner(s, 1.12837911f, -0.37612325f, 0.112801805f, -0.0267113186f,
+                                  0.00491755968f, -0.000563145149f);
+  return ember_select(x < 1.0f, series, std::copysign(std::min(tail, 1.0f), a)); }
+// tanh: below 0.625 a polynomial (a minimax fit of tanh(x) / x in x^2, 0.1 ulp), above it
+// 1 - 2 / (exp(2|x|) + 1); 1.4 ulp at most. Past |x| = 9.02 tanh rounds to +-1, so the exp
+// needs no zeroed lanes or second scaling factor (20% less time than ember_expf's)
+static inline float ember_tanhf(float a) {
+  uint32_t k;
+  float p = ember_exp_parts(2.0f * std::min(std::abs(a), 9.02f), k);   // NaN passes min
+  float e = p * __builtin_bit_cast(float, (k + 127u) << 23);
+  float tail = std::copysign(1.0f - 2.0f / (e + 1.0f), a);
+  float series = a * ember_horner(a * a, 1.0f, -0.333332598f, 0.133311272f, -0.0537210815f,
+                                  0.0205910206f, -0.00566001935f);
+  return ember_select(std::abs(a) < 0.625f, series, tail); }
+template <typename T> static inline T ember_max(T a, T b) { return (a > b || a != a) ? a : b; }
+template <typename T> static inline T ember_min(T a, T b) { return (a < b || a != a) ? a : b; }
+template <typename T> static inline T ember_relu(T a) { return (a != a) ? a : (a > T(0) ? a : T(0)); }
+template <typename T> static inline T ember_exp(T a) { return std::exp(a); }
+static inline float ember_exp(float a) { return ember_expf(a); }
+template <typename T> static inline T ember_erf(T a) { return std::erf(a); }
+static inline float ember_erf(float a) { return ember_erff(a); }
+template <typename T> static inline T ember_tanh(T a) { return std::tanh(a); }
+static inline float ember_tanh(float a) { return ember_tanhf(a); }
+template <typename T> static inline T ember_sigmoid(T a) { return T(1) / (T(1) + ember_exp(-a)); }
+template <typename T> static inline T ember_sign(T a) {
+  if (a != a) return a; return static_cast<T>((T(0) < a) - (a < T(0))); }
+// float floor division as Python's (and eager's): from the exact remainder, since floor(a / b)
+// is off by one where the quotient rounds up to an integer (-2.1000001f // 0.3f: -7, not -8)
+template <typename T> static inline T ember_floordiv(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) {
+    if (b == 0) return a / b;
+    T m = std::fmod(a, b);
+    T d = (a - m) / b;
+    if (m != 0 && ((b < 0) != (m < 0))) d -= 1;
+    if (d == 0) return std::copysign(T(0), a / b);
+    T f = std::floor(d);
+    return d - f > T(0.5) ? f + 1 : f; }
+  else { T q = a / b; if ((a % b != 0) && ((a < 0) != (b < 0))) q -= 1; return q; } }
+template <typename T> static inline T ember_remainder(T a, T b) {
+  if constexpr (std::is_floating_point<T>::value) {
+    T m = std::fmod(a, b); if (m != 0 && ((m < 0) != (b < 0))) m += b; return m; }
+  else { T m = a % b; if (m != 0 && ((m < 0) != (b < 0))) m += b; return m; } }
+// Integer division as eager's: a zero divisor sets EMBER_ZERO_DIVISION in ``flags`` (the
+// wrapper then raises eager's ZeroDivisionError) and divides by 1 instead, and a divisor of
+// -1 negates, wrapping: x86's idiv traps on both, and on INT_MIN / -1
+#define EMBER_BAD_INDEX 1
+#define EMBER_ZERO_DIVISION 2
+template <typename T> static inline bool ember_minus_one(T b) {
+  if constexpr (std::is_signed<T>::value) return b == T(-1); else return false; }
+template <typename T> static inline T ember_divisor(T b, int& flags) {
+  flags |= b == 0 ? EMBER_ZERO_DIVISION : 0;
+  return (b == 0 || ember_minus_one(b)) ? T(1) : b; }
+template <typename T> static inline T ember_wrapping_neg(T a) {
+  using U = typename std::make_unsigned<T>::type;
+  return static_cast<T>(static_cast<U>(0) - static_cast<U>(a)); }
+template <typename T> static inline T ember_negated_by(T b, T q) {
+  if constexpr (std::is_signed<T>::value) { if (b == T(-1)) return ember_wrapping_neg(q); }
+  return q; }
+template <typename T> static inline T ember_checked_truncdiv(T a, T b, int& flags) {
+  return ember_negated_by(b, static_cast<T>(a / ember_divisor(b, flags))); }
+template <typename T> static inline T ember_checked_floordiv(T a, T b, int& flags) {
+  return ember_negated_by(b, ember_floordiv(a, ember_divisor(b, flags))); }
+template <typename T> static inline T ember_checked_remainder(T a, T b, int& flags) {
+  return ember_remainder(a, ember_divisor(b, flags)); }   // x % -1 == x % 1 == 0
+template <typename T> static inline T ember_checked_fmod(T a, T b, int& flags) {
+  return static_cast<T>(a % ember_divisor(b, flags)); }
+template <typename T> static inline void ember_welford_update(T& mean, T& m2, int64_t& n,
+                                                          T v) {
+  n += 1; T d = v - mean; mean = mean + d / static_cast<T>(n); m2 = m2 + d * (v - mean); }
+// Chan et al.'s merge of the state (mean_b, m2_b, n_b) of later elements into (mean, m2, n)
+template <typename T> static inline void ember_welford_combine(T& mean, T& m2, int64_t& n,
+                                                           T mean_b, T m2_b, int64_t n_b) {
+  if (n_b == 0) return;
+  if (n == 0) { mean = mean_b; m2 = m2_b; n = n_b; return; }
+  int64_t total = n + n_b; T d = mean_b - mean;
+  T w = static_cast<T>(n_b) / static_cast<T>(total);
+  mean = mean + d * w; m2 = m2 + m2_b + d * d * static_cast<T>(n) * w; n = total; }
+// 1 / (k + 1) for the Welford updates of fine accumulators (k < CASCADE steps): a table
+// lookup keeps the int-to-float conversion and the division off the loop's dependency chain
+template <typename T> struct ember_inverse_table {
+  T v[EMBER_CASCADE];
+  ember_inverse_table() { for (int k = 0; k < EMBER_CASCADE; k++) v[k] = T(1) / T(k + 1); } };
+template <typename T> static const ember_inverse_table<T> ember_inverse{};
+// Philox4x32-10 (Salmon et al., 2011): a counter-based generator; rand/randn of an
+// element are a pure function of (seed, offset)
+static inline void ember_philox(uint64_t seed, uint64_t offset, uint32_t out[4]) {
+  uint32_t c0 = static_cast<uint32_t>(offset), c1 = static_cast<uint32_t>(offset >> 32);
+  uint32_t c2 = 0, c3 = 0;
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int round = 0; round < 10; round++) {
+    uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0;
+    uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2;
+    uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1 ^ k0;
+    uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3 ^ k1;
+    c1 = static_cast<uint32_t>(p1); c3 = static_cast<uint32_t>(p0); c0 = n0; c2 = n2;
+    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u;
+  }
+  out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3; }
+static inline float ember_uniform(uint32_t bits) {   // [0, 1) from the top 24 bits
+  return static_cast<float>(bits >> 8) * (1.0f / 16777216.0f); }
+static inline float ember_rand(int64_t seed, int64_t offset) {
+  uint32_t r[4]; ember_philox(seed, offset, r); return ember_uniform(r[0]); }
+static inline float ember_randn(int64_t seed, int64_t offset) {   // Box-Muller
+  uint32_t r[4]; ember_philox(seed, offset, r);
+  float u = ember_uniform(r[0]) + (1.0f / 33554432.0f), v = ember_uniform(r[1]);
+  return std::sqrt(-2.0f * std::log(u)) * std::cos(6.283185307179586f * v); }
+template <typename T> static inline T ember_lowest() {
+  return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
+                                              : std::numeric_limits<T>::lowest(); }
+template <typename T> static inline T ember_highest() {
+  return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
+                                              : std::numeric_limits<T>::max(); }
