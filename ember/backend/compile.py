@@ -39,9 +39,10 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *, freezing: b
     here resolved); they are checked as ``ember.compile`` checks them. ``debug``: this graph
     compiles as under ``EMBER_LOGS=output_code`` (its wrapper and kernels are logged).
     ``cudagraphs``: a CUDA graph's launches replay as one CUDA graph
-    (``runtime/cudagraphs.py``); a CPU graph has none to replay (a perf hint says so). ``cpu_backend``: the kernel language
-    of CPU graphs (``targets.target_for``). ``fallback_random``: random ops run eager's
-    kernels (same numbers as eager) instead of fused Philox draws.
+    (``runtime/cudagraphs.py``); a CPU graph has none to replay (a perf hint says so).
+    ``cpu_backend``: the kernel language of CPU graphs (``targets.target_for``).
+    ``fallback_random``: random ops run eager's kernels (same numbers as eager) instead of
+    fused Philox draws.
     """
     from ember.backends import check_option
     options = dict(freezing=freezing, max_autotune=max_autotune, cudagraphs=cudagraphs,
