@@ -20,6 +20,12 @@ its compile workers).
 - ``triton/``: Triton kernels for CUDA tensors; for CPU tensors, with
   ``options={"cpu_backend": "triton"}``, the same kernels run under Triton's interpreter
   (how CI checks the generated Triton without a GPU).
+
+A new target: a package beside these with a Target subclass (``make_kernel``: a
+``codegen.common.Kernel`` whose ops handler implements every name of ``ops.OP_NAMES``,
+named by ``ops_handler``; ``build``; ``full_source``; the policy hooks it knows better),
+registered at the end of its module with ``register_target(device_type, name, cls)`` and
+imported at the end of this one; tests/backend/test_target_coverage.py then checks its ops.
 """
 from __future__ import annotations
 
