@@ -32,7 +32,7 @@ def main() -> None:
     import torch
 
     import ember
-    from ember.backend import build
+    from ember.backend.targets.cpp import build
     from ember.backend import compile as backend_compile
 
     if args.model == "resnet18":

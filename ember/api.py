@@ -299,7 +299,7 @@ class OptimizedModule(torch.nn.Module):
         if settings.options and _on_cuda(mod):
             # the kernel compile workers take seconds to start: start them while the first
             # call captures and traces
-            from ember.backend.launch import start_compile_workers
+            from ember.backend.targets.triton.launch import start_compile_workers
             start_compile_workers()
 
     def __call__(self, *args, **kwargs):

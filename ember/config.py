@@ -94,7 +94,7 @@ layout_optimization: str = _option(
     "layout_optimization", str, "auto",
     "channels-last convolutions: 'auto' (CUDA inference graphs in half precision), "
     "'channels_last' (always, every convolution: on CUDA, auto keeps depthwise ones NCHW "
-    "unless eager's input is channels-last), 'off' (never); see ember/backend/layout.py",
+    "unless eager's input is channels-last), 'off' (never); see ember/backend/passes/layout.py",
     choices=("auto", "channels_last", "off"))
 half_fast_math: bool = _option(
     "half_fast_math", bool, True,
@@ -115,7 +115,7 @@ matmul_padding: str = _option(
 cache_size_mb: int = _option(
     "cache_size_mb", int, 2048,
     "the on-disk cache (EMBER_CACHE_DIR) is kept under this many MB: past it, the least "
-    "recently used entries are deleted (ember/backend/disk_cache.py)")
+    "recently used entries are deleted (ember/backend/runtime/disk_cache.py)")
 _POSITIVE = ("cache_size_mb",)
 if cache_size_mb <= 0:
     raise ValueError(f"EMBER_CACHE_SIZE_MB={cache_size_mb}: expected a positive number of MB")

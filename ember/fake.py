@@ -175,7 +175,7 @@ def _install_cuda_guard() -> bool:
     tdir = os.path.dirname(torch.__file__)
     key = hashlib.sha256((_GUARD_SRC + torch.__version__ + tdir + "sealed").encode()
                          ).hexdigest()[:16]     # "sealed": the stored format (disk_cache.seal)
-    from ember.backend import disk_cache    # checked directory; sealed (checked) library
+    from ember.backend.runtime import disk_cache    # checked directory; sealed (checked) library
     cache = str(disk_cache.cache_dir() / "fake")
     so = os.path.join(cache, f"cuda_guard_{key}.so")
     try:
@@ -198,7 +198,7 @@ def _install_cuda_guard() -> bool:
 
 
 def _sealed_whole(path: str) -> bool:
-    from ember.backend import disk_cache
+    from ember.backend.runtime import disk_cache
     try:
         disk_cache.check_sealed_file(path)
         return True

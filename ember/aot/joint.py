@@ -42,7 +42,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from ember.aot.autocast import autocast_off
-from ember.aot.trace import (_is_impure, begin_trace, output_node, replay_mutations,
+from ember.aot.trace import (begin_trace, is_impure, output_node, replay_mutations,
                               run_program)
 
 __all__ = ["JointGraph", "trace_joint"]
@@ -126,7 +126,7 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
         raise NotImplementedError("ember.aot: the backward writes a graph input")
     grad_nodes = [tracer.to_node(g) if isinstance(g, torch.Tensor) else None for g in grads]
     graph.output([*fw_nodes, *grad_nodes])
-    graph.eliminate_dead_code(is_impure_node=_is_impure)
+    graph.eliminate_dead_code(is_impure_node=is_impure)
     graph.lint()
     return JointGraph(torch.fx.GraphModule(state.root, graph), len(state.fakes), len(flat_out),
                       spec, grad_inputs, diff_outputs, mutations,

@@ -47,12 +47,18 @@ _GEOMETRY_ONLY = {aten.native_dropout.default: (0, (1,)), aten.bernoulli.p: (0, 
 
 
 def _generator(device: torch.device) -> torch.Generator:
+    """The generator eager's random ops on ``device`` draw from: the CPU's, or the default
+    generator of the device's index in its torch module (``torch.cuda``...)."""
     if device.type == "cpu":
         return torch.default_generator
-    if device.type == "cuda":
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        return torch.cuda.default_generators[index]
-    raise NotImplementedError(f"no default generator for {device.type}")
+    try:
+        module = torch.get_device_module(device)
+    except RuntimeError:      # a device type torch has no module for (meta)
+        module = None
+    generators = getattr(module, "default_generators", None)
+    if generators is None:
+        raise NotImplementedError(f"no default generator for {device.type}")
+    return generators[device.index if device.index is not None else module.current_device()]
 
 
 class RecordRandom:

@@ -166,7 +166,9 @@ def _has_implicit_kernel(op) -> bool:
     return r
 
 
-def _is_impure(node: torch.fx.Node) -> bool:
+def is_impure(node: torch.fx.Node) -> bool:
+    """Kept by dead-code elimination though nothing reads it: inputs, the output, and ops
+    that write or draw random numbers."""
     t = node.target
     if node.op == "call_function" and isinstance(t, torch._ops.OpOverload):
         return t._schema.is_mutable or torch.Tag.nondeterministic_seeded in t.tags
@@ -583,6 +585,6 @@ def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,
         out = run_program(gm, state.fakes)
     mutations, copy_of = replay_mutations(state)
     state.graph.output(pytree.tree_map(lambda x: output_node(state, copy_of, x), out))
-    state.graph.eliminate_dead_code(is_impure_node=_is_impure)
+    state.graph.eliminate_dead_code(is_impure_node=is_impure)
     state.graph.lint()
     return AtenGraph(torch.fx.GraphModule(state.root, state.graph), mutations)

@@ -7,7 +7,8 @@
 by op name (``"aten.sort.default": 2``); ``extern_calls``: library kernels chosen on purpose
 (mm, convolution, sdpa) by op name; ``compile_seconds``: time spent in each backend stage,
 summed over graphs (``timed``), logged per graph under ``EMBER_LOGS=compile_time``.
-``reset`` also empties ``compile.generated_sources`` (the sources tests read).
+``reset`` also empties ``pipeline.generated_sources`` (the sources tests read, also as
+``compile.generated_sources``).
 """
 from __future__ import annotations
 
@@ -38,6 +39,6 @@ def reset() -> None:
     fallback_ops.clear()
     extern_calls.clear()
     compile_seconds.clear()
-    compile_module = sys.modules.get("ember.backend.compile")   # not imported: nothing kept
-    if compile_module is not None:
-        compile_module.generated_sources.clear()
+    pipeline = sys.modules.get("ember.backend.pipeline")   # not imported: nothing kept
+    if pipeline is not None:
+        pipeline.generated_sources.clear()

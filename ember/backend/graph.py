@@ -21,6 +21,7 @@ from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, IndexView, I
                               IRNode, Layout, Loops, Pointwise, Reduction, ReinterpretView,
                               contiguous_strides, index_vars, same_strides, sym)
 from ember.backend.lowering import LOWERINGS
+from ember.backend.lowering.cost import LIBRARY_OPS, body_cost
 from ember.backend.lowering.registry import LoweringContext
 from ember.backend.lowering.views import clone_layout, storage_owner, strided_view
 from ember.backend.ops import use_handler
@@ -32,76 +33,18 @@ aten_copy, aten_fill = torch.ops.aten.copy_.default, torch.ops.aten.fill_.Scalar
 STORAGE_VIEWS = {torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_copy.default,
                  torch.ops.aten._reshape_alias.default, torch.ops.aten._reshape_alias_copy.default}
 
-# Ops a library does best: called from the wrapper on purpose, not counted as fallbacks.
-LIBRARY_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
-               torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default,
-               torch.ops.aten.convolution.default,
-               torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
-               torch.ops.aten._scaled_dot_product_efficient_attention.default,
-               torch.ops.aten._scaled_dot_product_flash_attention.default,
-               torch.ops.aten._scaled_dot_product_cudnn_attention.default,
-               torch.ops.aten._scaled_dot_product_attention_math.default,
-               # the backward of the above (training graphs): cuDNN, cuBLAS, flash attention
-               torch.ops.aten.convolution_backward.default,
-               torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
-               torch.ops.aten._scaled_dot_product_efficient_attention_backward.default,
-               torch.ops.aten._scaled_dot_product_flash_attention_backward.default,
-               torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default}
 _REALIZE_COST = 12     # recomputation cost (ops x extra reads) above which a body read
 #                        more than once is computed once
-# a call of a transcendental function costs about this many simple ops (polynomials)
-_TRANSCENDENTAL_OPS = 8
-_TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin",
-                             "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh",
-                             "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "pow",
-                             "sigmoid"})
 # ... or more loads than this: a residual sum read by the next layer and by its norm is
 # stored once; inlined, each layer's norm re-read every earlier layer's output (ViT, GPT-2)
 _REALIZE_READS = 1
 
 
-class _CostCounter:
-    """An ops handler that counts what a body does."""
-
-    def __init__(self):
-        self.ops = 0
-        self.loads = 0
-        self.indirect = 0          # loads at indices read from memory (gathers)
-
-    def load(self, name, index):
-        self.loads += 1
-        return 0
-
-    def indirect_indexing(self, value, size, wrap_negative=False):
-        self.indirect += 1
-        return sympy.Symbol("indirect", integer=True)
-
-    def masked(self, mask, body, other):
-        return body()
-
-    def __getattr__(self, name):
-        weight = _TRANSCENDENTAL_OPS if name in _TRANSCENDENTAL else 1
-
-        def op(*args, **kwargs):
-            self.ops += weight
-            return 0
-        return op
-
-
-def body_cost(node: IRNode) -> _CostCounter:
-    """What one element of ``node`` costs: ops, loads, masked regions, gathers."""
-    counter = _CostCounter()
-    with use_handler(counter):
-        node.make_loader()(index_vars("c", len(node.get_size())))
-    return counter
-
-
 class GraphLowering:
-    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list, target=None,
+    def __init__(self, gm: torch.fx.GraphModule, example_inputs: list, target,
                  device: torch.device = torch.device("cpu"), fused_random: bool = False):
-        from ember.backend.targets import CppTarget
         self.gm = gm
-        self.target = target or CppTarget()     # decides which dtypes kernels compute
+        self.target = target     # which dtypes kernels compute, the device's policies
         self.device = device                    # kernels read tensors on this device only
         self.example_inputs = example_inputs
         self.buffers: list[Buffer] = []          # ComputedBuffer / ExternBuffer, in order

@@ -47,7 +47,7 @@ OPTIONS: dict[str, CompilerOption] = {
         bool, False, implemented=True,
         doc="inference (no grad): fold parameters and buffers as constants: batch norm into "
             "the convolution before it, constant subgraphs computed once "
-            "(backend/freezing.py). Guarded on each frozen tensor's identity, data pointer "
+            "(backend/passes/freezing.py). Guarded on each frozen tensor's identity, data pointer "
             "and version counter: a changed weight re-freezes before the next call"),
     "max_autotune": CompilerOption(
         bool, False, implemented=True,
@@ -57,7 +57,7 @@ OPTIONS: dict[str, CompilerOption] = {
     "cudagraphs": CompilerOption(
         bool, False, implemented=True,
         doc="replay a CUDA graph's kernel launches as one captured CUDA graph "
-            "(backend/cudagraphs.py). A CPU graph has none to replay and ignores it "
+            "(backend/runtime/cudagraphs.py). A CPU graph has none to replay and ignores it "
             "(EMBER_LOGS=perf_hints says so)"),
     "debug": CompilerOption(
         bool, False, implemented=True,

@@ -92,6 +92,16 @@ DECOMPOSED_OPS = [
 _EMBER_DECOMPS: dict = {}
 
 
+def variance_dtype(device: torch.device, dtype: torch.dtype) -> torch.dtype:
+    """The dtype eager's var, std, var_mean and std_mean keep their statistics in, for
+    inputs of ``dtype`` on ``device``: on the CPU float64 (ATen's CPU Welford reduction holds
+    double state for float32: the variance of float32 values up to ~1e19 is finite, where
+    float32 sums of squared deviations overflow), on CUDA float32 (half precision too)."""
+    if device.type == "cpu" and dtype in (torch.float32, torch.float64):
+        return torch.float64
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 def register_decomposition(*ops):
     """Register an Ember decomposition for the given OpOverloads (or packets: all overloads)."""
     def deco(fn: Callable) -> Callable:
@@ -132,13 +142,12 @@ _float_statistics_depth = 0
 
 @register_decomposition(aten.var_mean.correction)
 def _var_mean(x, dim=None, *, correction=None, keepdim=False):
-    """var and mean from statistics in eager's dtype (``targets.variance_dtype``: float64
+    """var and mean from statistics in eager's dtype (``variance_dtype``: float64
     for float32 on the CPU, where ATen's var_mean keeps double Welford state). The mean is
     summed in that dtype and rounded once (exact for a constant row). Where the result is
     one value, eager's plain var takes its mean in the input dtype, var_mean's does not:
     that var is of ``x`` in the statistics dtype. Inside layer_norm and group_norm, whose
     CPU kernels keep float32 statistics, the statistics are of the input dtype."""
-    from ember.backend.targets import variance_dtype
     dims = list(dim) if dim else list(range(x.dim()))     # None or []: every dim
     c = 1 if correction is None else correction
     stats = variance_dtype(x.device, x.dtype)

@@ -4,7 +4,7 @@ import torch
 import torch.nn.functional as F
 
 import ember
-from ember.backend.attention_masks import simplify_constant_masks
+from ember.backend.passes.attention_masks import simplify_constant_masks
 
 B, H, L, D = 2, 3, 8, 16
 

@@ -1,4 +1,5 @@
-"""ember.backend.build: compile C++ kernels, cache them on disk by content hash, load them."""
+"""ember.backend.targets.cpp.build: compile C++ kernels, cache them on disk by content hash,
+load them."""
 from __future__ import annotations
 
 import ctypes
@@ -7,7 +8,7 @@ import time
 import pytest
 import torch
 
-from ember.backend import build
+from ember.backend.targets.cpp import build
 
 ADD_ONE = r"""
 #include <cstdint>
@@ -231,7 +232,7 @@ def test_inline_float_math_is_within_ulps_of_the_true_value(name, fn, spread, ul
 def test_kernels_of_inline_math_take_wide_vectors_and_libm_calls_do_not():
     """On an AVX-512 host a loop of inline math takes 16 lanes; one that calls libm keeps
     g++'s 8 (glibc's 16-lane sinf is less accurate than eager's sin)."""
-    from ember.backend.codegen.cpp import _widen_vectors
+    from ember.backend.targets.cpp.kernel import _widen_vectors
     loop = "  #pragma omp simd\n  for (...) {{ {} }}\n"
     wide = _widen_vectors(loop.format("ember_exp(tmp0) + std::abs(tmp1)"))
     assert ("simdlen(16)" in wide) == build.has_avx512()

@@ -1,4 +1,4 @@
-"""Faults of Ember's on-disk cache (ember/backend/disk_cache.py and its users): damaged
+"""Faults of Ember's on-disk cache (ember/backend/runtime/disk_cache.py and its users): damaged
 entries (truncated, garbage, a flipped byte, deleted), an unusable or untrusted directory, a
 full or read-only disk, a writer killed mid-write, processes and threads sharing one
 directory, cold and warm runs of every cached program shape, the size limit, and the
@@ -23,7 +23,8 @@ import torch
 
 import ember
 from ember import config
-from ember.backend import build, disk_cache, graph_cache
+from ember.backend.targets.cpp import build
+from ember.backend.runtime import disk_cache, graph_cache
 from test_graph_cache import Net   # the graph cache tests' model (a constant tensor, a softmax)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -95,7 +96,8 @@ def test_damaged_kernel_libraries_are_rebuilt(cache, ember_log):
     back an already loaded library without reading the file); each is then damaged. Before
     the seal check, a truncated library failed with "file too short" (or SIGBUS) in every
     later process, and a flipped byte ran corrupted code."""
-    _finish(_python(f"from ember.backend import build\nfor s in {list(_SOURCES.values())!r}:"
+    _finish(_python("from ember.backend.targets.cpp import build\n"
+                    f"for s in {list(_SOURCES.values())!r}:"
                     f"\n    build.compile_cpp(s)", {}))
     for how, source in _SOURCES.items():
         so, _, _ = build._so_path(source, ())
@@ -166,7 +168,7 @@ def test_a_damaged_triton_module_is_replaced(cache, ember_log, monkeypatch):
     _run(model, x, "triton")
     (module,) = (cache / "triton").rglob("*.py")
     module.write_text("import os\nraise SystemExit('not the generated module')\n")
-    from ember.backend.compile_workers import triton_module_name
+    from ember.backend.targets.triton.compile_workers import triton_module_name
     sys.modules.pop(triton_module_name(module.stem), None)
     _run(model, x, "triton")
     assert any("does not hash to its name" in w for w in _warnings(ember_log))
@@ -174,7 +176,7 @@ def test_a_damaged_triton_module_is_replaced(cache, ember_log, monkeypatch):
 
 
 def test_damaged_kernel_choices_are_dropped(cache, ember_log):
-    from ember.backend import launch
+    from ember.backend.targets.triton import launch
     path = cache / "autotune" / "k.json"
     path.parent.mkdir(parents=True)
     path.write_text('{"XBLOCK": 6')                       # truncated
@@ -420,7 +422,7 @@ def test_graph_cache_off_stores_nothing(cache, monkeypatch):
 
 _KILLED_WRITER = textwrap.dedent('''
     import os, signal, sys
-    from ember.backend import disk_cache
+    from ember.backend.runtime import disk_cache
     class Dying:
         def __init__(self, f): self.f = f
         def __enter__(self): return self

@@ -1,5 +1,5 @@
 """Values computed from no input that need ATen fallbacks are computed once, at compile time
-(ember/backend/constant_folding.py); Swin's shifted-window attention mask (slice
+(ember/backend/passes/constant_folding.py); Swin's shifted-window attention mask (slice
 assignments into ``new_zeros``), which did, now has lowerings. Results match eager on both
 CPU targets."""
 import pytest

@@ -1,5 +1,5 @@
 """Dilated convolutions whose outer taps read only padding run on their live taps
-(ember/backend/conv_taps.py), with eager's results and gradients."""
+(ember/backend/passes/conv_taps.py), with eager's results and gradients."""
 import itertools
 
 import pytest
@@ -8,7 +8,7 @@ import torch
 import ember
 from ember import config
 from ember.backend import compile as backend_compile
-from ember.backend.conv_taps import live_taps
+from ember.backend.passes.conv_taps import live_taps
 from ember.testing import same
 
 

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 import ember
 from ember import config
-from ember.backend import build
-from ember.backend.codegen.cpp_prelude import PRELUDE
+from ember.backend.targets.cpp import build
+from ember.backend.targets.cpp.prelude import PRELUDE
 from ember.testing import run_and_get_code
 
 

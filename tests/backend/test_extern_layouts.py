@@ -1,5 +1,6 @@
 """Library (ATen) results whose layout differs from the traced one are given the layout the
-generated kernels index them with, instead of failing the call (ember/backend/runtime.py)."""
+generated kernels index them with, instead of failing the call
+(ember/backend/runtime/__init__.py)."""
 import torch
 import torch.nn.functional as F
 

@@ -1,4 +1,4 @@
-"""``options={"freezing": True}`` (ember/backend/freezing.py): batch norm folded into the
+"""``options={"freezing": True}`` (ember/backend/passes/freezing.py): batch norm folded into the
 convolution before it, constant subgraphs computed once, and the guard that re-freezes when
 a frozen parameter or buffer changes, so results always match eager."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from ember import config, logs
 from ember.aot import trace_to_aten
 from ember.backend import compile as backend_compile
 from ember.backend.compile import compile_aten
-from ember.backend.freezing import FrozenCallable, freeze
+from ember.backend.passes.freezing import FrozenCallable, freeze
 from ember.bench import zoo
 from ember.decomp import core_decompositions
 from ember.testing import same

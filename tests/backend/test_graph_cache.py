@@ -1,12 +1,16 @@
-"""The on-disk cache of compiled graphs (ember/backend/graph_cache.py): a second compile of
-the same graph for the same inputs loads the wrapper and kernels instead of tracing and
+"""The on-disk cache of compiled graphs (ember/backend/runtime/graph_cache.py): a second
+compile of the same graph for the same inputs loads the wrapper and kernels instead of tracing and
 generating them, and computes what eager computes."""
 import pytest
 import torch
 
 import ember
 from ember import logs
-from ember.backend import graph_cache, compile_stats
+from ember.backend.runtime import graph_cache
+from ember.backend import compile_stats
+from ember.backend.targets import target_for
+
+CPU = target_for(torch.device("cpu"))
 
 
 @pytest.fixture
@@ -95,10 +99,10 @@ def test_graphs_calling_user_functions_are_not_cached():
         return gm.forward
     ember.reset()
     ember.compile(lambda t: allowed(t) + 1, backend=backend)(torch.randn(3))
-    assert graph_cache.key(gms[0], [torch.randn(3)], {}, torch.device("cpu")) is None
+    assert graph_cache.key(gms[0], [torch.randn(3)], {}, CPU) is None
     ember.reset()
     ember.compile(lambda t: torch.sin(t) + 1, backend=backend)(torch.randn(3))
-    assert graph_cache.key(gms[1], [torch.randn(3)], {}, torch.device("cpu")) is not None
+    assert graph_cache.key(gms[1], [torch.randn(3)], {}, CPU) is not None
 
 
 def test_autocast_state_is_part_of_the_key():
@@ -106,9 +110,9 @@ def test_autocast_state_is_part_of_the_key():
     the same graph must not load that entry."""
     gm = torch.fx.symbolic_trace(lambda x: torch.mm(x, x))
     x = torch.randn(4, 4)
-    plain = graph_cache.key(gm, [x], {}, torch.device("cpu"))
+    plain = graph_cache.key(gm, [x], {}, CPU)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        autocast = graph_cache.key(gm, [x], {}, torch.device("cpu"))
+        autocast = graph_cache.key(gm, [x], {}, CPU)
     assert plain is not None and autocast is not None and plain != autocast
 
 

@@ -80,7 +80,7 @@ def test_a_value_stored_in_place_is_read_back_in_order(cpu_backend):
 def test_a_looped_row_reads_back_after_a_barrier(cpu_backend, monkeypatch):
     # a row longer than a block (blocks made small, rows never split in two kernels):
     # softmax stores exp(x - max) while summing, then reads it back in a second loop
-    from ember.backend.codegen import triton as triton_codegen
+    from ember.backend.targets.triton import kernel as triton_codegen
     from ember.backend.lowering import reductions
     monkeypatch.setattr(triton_codegen, "INTERPRETER_TILE", 256)
     monkeypatch.setattr(triton_codegen, "PERSISTENT_MAX", 256)

@@ -1,4 +1,4 @@
-"""Channels-last convolutions (ember/backend/layout.py): the graph converts conv inputs and
+"""Channels-last convolutions (ember/backend/passes/layout.py): the graph converts conv inputs and
 weights, the pointwise work between convolutions stays channels-last, results match eager."""
 import os
 
@@ -51,18 +51,28 @@ def test_auto_on_cpu_converts_inference_graphs_whose_weights_are_small():
     """CPU ``auto``: the convnet's weights are small next to its activations, so its
     inference graph runs channels-last (and matches eager); a layer whose 3x3 weights
     dwarf its input stays NCHW, and so do training graphs."""
-    from ember.backend.layout import wants_channels_last
+    from ember.backend.passes.layout import wants_channels_last
     model, inputs = zoo.build_model("convnet", batch_size=2)[:2]
     model.eval()
     ember.reset()
     with torch.no_grad():
         assert same(model(*inputs), ember.compile(model)(*inputs), rtol=1e-4, atol=1e-4)
     assert ", 1, 1024, 16))" in _last_wrapper()
-    cpu = torch.device("cpu")
+    cpu = _target("cpu")
     small = _conv_graph((2, 16, 32, 32), (16, 16, 3, 3))
     assert wants_channels_last(small, cpu) is True
     assert wants_channels_last(small, cpu, training=True) is False
     assert wants_channels_last(_conv_graph((1, 64, 8, 8), (64, 64, 3, 3)), cpu) is False
+
+
+def _target(device: str):
+    """The target whose layout policy applies to a graph on ``device`` (a CUDA one is made
+    without starting anything: its policy needs no GPU)."""
+    from ember.backend.targets import target_for
+    from ember.backend.targets.triton.target import TritonTarget
+    if device == "cuda":
+        return TritonTarget(interpret=False, device=torch.device("cuda"))
+    return target_for(torch.device(device))
 
 
 def _conv_graph(x_shape, w_shape, dtype=torch.float32, groups=1):
@@ -79,9 +89,9 @@ def test_auto_converts_half_cuda_graphs_only():
     """``auto`` on a graph of bfloat16 convolutions: channels-last on CUDA; on the CPU its
     weights outweigh its input, so NCHW unless asked. Decided from the captured graph's
     metadata: no GPU needed."""
-    from ember.backend.layout import wants_channels_last
+    from ember.backend.passes.layout import wants_channels_last
     gm = _conv_graph((2, 3, 8, 8), (64, 3, 3, 3), torch.bfloat16)
-    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    cuda, cpu = _target("cuda"), _target("cpu")
     assert wants_channels_last(gm, cuda) is True
     assert wants_channels_last(gm, cpu) is False
     with config.patch(layout_optimization="channels_last"):
@@ -106,13 +116,13 @@ class _Separable(torch.nn.Module):
 def test_depthwise_convolutions_stay_nchw_on_cuda_only(ember_log):
     """CUDA channels-last graphs run depthwise convolutions NCHW (cuDNN's channels-last ones
     are slow to start); on the CPU they go channels-last with the rest. Results match."""
-    from ember.backend.layout import convert_convolutions
+    from ember.backend.passes.layout import convert_convolutions
     assert same(*_channels_last_run(_Separable().eval(), torch.randn(2, 3, 10, 10)),
                 rtol=1e-4, atol=1e-4)
     assert "3 convolutions run channels-last, 0 depthwise ones NCHW" in ember_log.text
     depthwise = _conv_graph((2, 8, 10, 10), (8, 1, 3, 3), groups=8)
     for device, layout in (("cuda", torch.contiguous_format), ("cpu", torch.channels_last)):
-        converted = convert_convolutions(depthwise, torch.device(device))
+        converted = convert_convolutions(depthwise, _target(device))
         formats = [n.kwargs["memory_format"] for n in converted.graph.nodes
                    if n.op == "call_method"]
         assert formats == [layout, layout], device
@@ -122,11 +132,11 @@ def test_depthwise_convolutions_eager_runs_channels_last_stay_so_on_cuda():
     """ConvNeXt's depthwise convolutions read a value permuted back from NHWC: eager runs
     cuDNN's channels-last kernel on it (3x faster than ATen's NCHW one on 7x7 filters), and
     so does Ember."""
-    from ember.backend.layout import convert_convolutions
+    from ember.backend.passes.layout import convert_convolutions
     gm = _conv_graph((2, 8, 10, 10), (8, 1, 7, 7), groups=8)
     x = gm.graph.find_nodes(op="placeholder")[0]
     x.meta["val"] = x.meta["val"].contiguous(memory_format=torch.channels_last)
-    converted = convert_convolutions(gm, torch.device("cuda"))
+    converted = convert_convolutions(gm, _target("cuda"))
     formats = [n.kwargs["memory_format"] for n in converted.graph.nodes if n.op == "call_method"]
     assert formats == [torch.channels_last, torch.channels_last]
 
@@ -136,10 +146,10 @@ def test_depthwise_convolutions_eager_runs_channels_last_stay_so_on_cuda():
 def test_channels_last_by_name_converts_depthwise_convolutions_on_cuda(choice, layout):
     """The layout decision for a bfloat16 CUDA graph (the graph it would build, inspected:
     no GPU needed)."""
-    from ember.backend.layout import in_best_layout
+    from ember.backend.passes.layout import in_best_layout
     gm = _conv_graph((2, 8, 10, 10), (8, 1, 3, 3), torch.bfloat16, groups=8)
     with config.patch(layout_optimization=choice):
-        converted = in_best_layout(gm, torch.device("cuda"), False, lambda g: g)
+        converted = in_best_layout(gm, _target("cuda"), False, lambda g: g)
     formats = [n.kwargs["memory_format"] for n in converted.graph.nodes
                if n.op == "call_method" and "memory_format" in n.kwargs]
     assert formats == [layout, layout]

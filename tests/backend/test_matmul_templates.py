@@ -1,5 +1,5 @@
 """Matmuls with their pointwise epilogue in one Triton kernel, under ``max_autotune``
-(backend/templates.py, codegen/triton_matmul.py, launch.MatmulChoice).
+(backend/targets/triton/templates.py, targets/triton/matmul.py, launch.MatmulChoice).
 
 Each case runs on CPU tensors through Triton's interpreter (CI) and on CUDA tensors in
 float32, float16 and bfloat16 (``gpu`` marker). Under the interpreter the generated kernel
@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import ember
 from ember import config, logs
 from ember.backend import compile as backend_compile
-from ember.backend.launch import MatmulChoice
+from ember.backend.targets.triton.launch import MatmulChoice
 from ember.testing import same
 
 pytest.importorskip("triton")

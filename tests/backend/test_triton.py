@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import ember
 from ember import config, logs
 from ember.backend import compile_stats
-from ember.backend.codegen import triton as triton_codegen
+from ember.backend.targets.triton import kernel as triton_codegen
 from ember.testing import same
 
 pytest.importorskip("triton")
@@ -219,7 +219,7 @@ def test_max_autotune_times_configs_and_caches_the_choice(target, tmp_path, monk
 def test_compile_workers_report_what_they_could_not_compile(tmp_path):
     """The worker protocol: each task answers an error naming the kernel or its cache key;
     the process that asked then compiles the failed ones itself (here: no such file)."""
-    from ember.backend.compile_workers import CompileWorkers
+    from ember.backend.targets.triton.compile_workers import CompileWorkers
     workers = CompileWorkers(1)
     try:
         missing = str(tmp_path / "missing.py")
@@ -239,7 +239,7 @@ _WORKER_KEY_CHECK = """
 import importlib.util, sys, torch
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
-from ember.backend.compile_workers import CompileWorkers
+from ember.backend.targets.triton.compile_workers import CompileWorkers
 path = sys.argv[1]
 workers = CompileWorkers(1)
 errors, keys = workers.run([(path, "kernel0", ["bfloat16", "float32", "bool"],
@@ -258,7 +258,7 @@ args = [torch.empty(4, dtype=d) for d in (torch.bfloat16, torch.float32, torch.b
 compiled = module.kernel0.warmup(*args, grid=(1,), XBLOCK=128, num_warps=2)
 print(keys["kernel0"], compiled.hash)
 # the parent loads what the worker compiled from Triton's cache directly, past the JIT
-from ember.backend import launch
+from ember.backend.targets.triton import launch
 launcher = launch.TritonLauncher(module.kernel0, 1, {"XBLOCK": 128, "num_warps": 2}, False)
 src, _ = launch._request(launcher, args, 90, ())
 direct = launch._load_compiled(src, keys["kernel0"])
@@ -296,7 +296,7 @@ _PRECOMPILE_CHECK = """
 import importlib.util, shutil, sys, torch
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
-from ember.backend import launch
+from ember.backend.targets.triton import launch
 path = sys.argv[1]
 class StandIn:      # an sm_90 GPU, for the JIT, without one
     def get_current_device(self): return 0
@@ -318,7 +318,7 @@ first, keys = run(fresh=True)          # compiled by the workers, loaded directl
 again, same_keys = run(fresh=False)    # a later process: the kept keys, loaded directly
 shutil.rmtree(sys.argv[2])             # Triton's cache gone: through the JIT, compiled again
 gone, new_keys = run(fresh=False)
-import ember.backend.compile_workers as workers
+import ember.backend.targets.triton.compile_workers as workers
 def no_request(*args, **kwargs):     # a Triton whose JIT this one cannot imitate
     raise AttributeError("no _pack_args")
 workers.compile_request = no_request
@@ -359,7 +359,7 @@ def test_a_compile_worker_does_not_import_torch():
     """Workers start while the parent traces: importing torch in each would cost seconds."""
     import subprocess
     import sys
-    from ember.backend.compile_workers import worker_command
+    from ember.backend.targets.triton.compile_workers import worker_command
     command = worker_command()
     command[2] += "; print('triton' in sys.modules, sorted(m for m in sys.modules " \
                   "if m.split('.')[0] in ('torch', 'ember')))"
@@ -371,7 +371,7 @@ def test_a_compile_worker_does_not_import_torch():
 
 
 def test_compile_worker_count_is_checked(monkeypatch):
-    from ember.backend import launch
+    from ember.backend.targets.triton import launch
     monkeypatch.setenv("EMBER_COMPILE_WORKERS", "many")
     with pytest.raises(ValueError, match="EMBER_COMPILE_WORKERS='many'"):
         launch._worker_count()
@@ -386,7 +386,7 @@ def test_triton_cache_key_is_computed_once_across_threads(monkeypatch):
 
     import triton.runtime.cache
 
-    from ember.backend.compile_workers import warm_up_triton
+    from ember.backend.targets.triton.compile_workers import warm_up_triton
     calls = []
 
     @functools.lru_cache()
@@ -427,7 +427,7 @@ class _StandInLauncher:
 
 @pytest.mark.parametrize("spread,scratch", [(True, 0), (False, 0), (True, 64)])
 def test_launcher_records_the_c_launch_once_then_calls_it_directly(monkeypatch, spread, scratch):
-    from ember.backend.launch import TritonLauncher
+    from ember.backend.targets.triton.launch import TritonLauncher
     launcher_ = _StandInLauncher(spread, scratch)
     compiled = type("Compiled", (), {"run": launcher_, "function": "fn", "packed_metadata": "pm"})
     fn = type("Fn", (), {"warmup": lambda self, *a, grid, **config: compiled})()

@@ -2,9 +2,10 @@
 subexpression elimination, an index-expression printer, and the grouping of reductions into
 accumulator states.
 
-A target (``cpp.py``, ``triton.py``) subclasses :class:`Kernel` and :class:`IndexPrinter`;
-its ops handler calls :meth:`Kernel.cse` for every expression it emits, so an expression
-computed twice in a scope becomes one temporary. Loads and stores go through
+A target's kernel (``targets/cpp/kernel.py``, ``targets/triton/kernel.py``) subclasses
+:class:`Kernel` and :class:`IndexPrinter`; its ops handler calls :meth:`Kernel.cse` for
+every expression it emits, so an expression computed twice in a scope becomes one
+temporary. Loads and stores go through
 :meth:`Kernel.known_value` / :meth:`Kernel.set_value`: a value a kernel already holds for
 ``(buffer, index)`` is reused instead of read again from memory.
 """

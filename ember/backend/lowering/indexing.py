@@ -3,7 +3,7 @@ indexing (embedding, index_select, gather, ``x[..., idx]``).
 
 Both branches of a select are evaluated in a generated kernel, so cat and pad clamp every load
 into its input's bounds and ``where`` picks the value. Indirect loads read the index from a
-tensor (``ops.indirect_indexing``); the generated code checks its range (see cpp.py).
+tensor (``ops.indirect_indexing``); the generated code checks its range (see targets/cpp/kernel.py).
 """
 from __future__ import annotations
 

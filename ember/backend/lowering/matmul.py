@@ -19,6 +19,8 @@ through views, each value read once), the lowering runs ``mm`` instead and retur
 ``mm + bias`` as an unrealized body, so the bias add costs nothing in the kernel that reads
 the product anyway. Otherwise (a reader is a library call or a graph output, or another
 device: cuBLAS adds the bias in its epilogue) ``addmm`` runs as it is.
+
+Where each applies is the target's answer (``Target.pads_matmuls``, ``adds_addmm_bias``).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ import torch.fx
 
 from ember import config, logs
 from ember.backend.ir import Layout, Pointwise, sym
+from ember.backend.lowering.cost import LIBRARY_OPS
 from ember.backend.lowering.registry import (LOWERINGS, aten, broadcast_loader, is_ir,
                                              register_lowering)
 from ember.backend.ops import ops
@@ -36,7 +39,6 @@ from ember.fake import returns_alias
 def _read_by_generated_code_only(node: torch.fx.Node) -> bool:
     """``node``'s value (through views: ops whose schema returns an alias) has one reader,
     an op with a lowering that is not a library call."""
-    from ember.backend.graph import LIBRARY_OPS
     while len(node.users) == 1:
         (user,) = node.users
         if user.op != "call_function":
@@ -58,8 +60,7 @@ def _padded_columns(ctx, a, b) -> int | None:
     if not isinstance(n, int) or n % multiple == 0:
         return None
     small = isinstance(m, int) and m * n < 1 << 20     # a symbolic M counts as large
-    if mode == "auto" and (ctx.device.type != "cuda" or ctx.dtype not in
-                           (torch.float16, torch.bfloat16) or small):
+    if mode == "auto" and (not ctx.graph.target.pads_matmuls(ctx.dtype) or small):
         return None
     return -(-n // multiple) * multiple
 
@@ -107,8 +108,7 @@ def _addmm(ctx, bias, a, b, *, beta=1, alpha=1):
     columns = _padded_columns(ctx, a, b)
     if columns is not None:
         product = _padded_product(ctx, a, b, ctx.node.args[2].meta["val"], columns)
-    elif ctx.device.type == "cpu" and ctx.dtype in (torch.float32, torch.float64) and \
-            _read_by_generated_code_only(ctx.node):
+    elif ctx.graph.target.adds_addmm_bias(ctx.dtype) and _read_by_generated_code_only(ctx.node):
         product = ctx.graph.library_call(aten.mm.default, [a, b], ctx.out).make_loader()
     else:
         return NotImplemented

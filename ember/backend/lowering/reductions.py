@@ -12,7 +12,7 @@ from ember.backend.ir import Layout, Pointwise, Reduction, ReinterpretView, prod
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
 from ember.backend.sizevars import is_static
-from ember.backend.targets import variance_dtype
+from ember.decomp import variance_dtype
 
 
 def _dims(x, dim) -> list[int]:
@@ -320,7 +320,7 @@ def _mean_in(ctx, x, dims, keepdim, dt):
 
 def _variance(ctx, x, dim, correction, keepdim, one_result_mean=True):
     """The sum of squared deviations of ``x`` over ``dim`` (a buffer in the statistics dtype,
-    ``targets.variance_dtype``: float64 on the CPU, as eager's), its loader, and the
+    ``decomp.variance_dtype``: float64 on the CPU, as eager's), its loader, and the
     divisor. Where the result is one value, eager's CPU var and std (``one_result_mean``;
     not var_mean and std_mean) take the mean in the input dtype first, then the squared
     deviations from it in double: a float32 sum that overflows makes the variance inf or

@@ -10,6 +10,7 @@ import torch.fx
 
 from ember.backend.ir import (Buffer, FloorDiv, IndexView, InputBuffer, Layout, ModIndex,
                               Pointwise, ReinterpretView, contiguous_strides, sym)
+from ember.backend.lowering.cost import body_cost
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
 from ember.fake import storage_key
@@ -118,7 +119,6 @@ def _split_dims(ctx, x):
     so do views of a body that costs more than reading it back (readers after a view often
     broadcast it: swin's relative-position bias, a gather viewed [49, 49, heads] and added
     to every window's scores, took 8 ms a call recomputed per window, scalar)."""
-    from ember.backend.graph import body_cost
     in_size, out = x.get_size(), ctx.size
     if not all(isinstance(s, (int, sympy.Integer)) and s > 0 for s in [*in_size, *out]):
         return None

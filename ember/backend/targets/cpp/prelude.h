@@ -1,12 +1,3 @@
-"""The C++ prelude every kernel library starts with: includes, and the inline helpers
-(``ember_*``) that generated kernels call: NaN-propagating max/min, float exp/erf/tanh
-as inline code (so loops calling them vectorise), checked integer division, Welford
-updates, Philox random numbers.
-"""
-
-CASCADE = 128                    # steps a fine sum/Welford accumulator takes before folding
-
-PRELUDE = "#define EMBER_CASCADE %d\n" % CASCADE + r"""
 // glibc declares the SIMD variants of its math functions (libmvec, <= 4 ulp) only under
 // __FAST_MATH__; define it for that header alone -- kernels are not built with -ffast-math.
 #define __FAST_MATH__ 1
@@ -185,4 +176,3 @@ template <typename T> static inline T ember_lowest() {
 template <typename T> static inline T ember_highest() {
   return std::numeric_limits<T>::has_infinity ? std::numeric_limits<T>::infinity()
                                               : std::numeric_limits<T>::max(); }
-"""

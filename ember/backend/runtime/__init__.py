@@ -1,4 +1,8 @@
-"""Helpers the generated wrapper calls at run time."""
+"""What compiled graphs use when they run: here, the helpers the generated wrapper calls
+(``from ember.backend.runtime import with_layout``: generated code names this module, so
+they stay at the package's top); ``graph_cache.py`` (compiled graphs on disk),
+``disk_cache.py`` (the cache directory, its checks and eviction), ``cudagraphs.py`` (a
+compiled graph replayed as one CUDA graph)."""
 from __future__ import annotations
 
 import torch

@@ -95,8 +95,7 @@ import torch
 import torch.fx
 
 from ember import logs
-from ember.backend.ir import Layout
-from ember.fake import returns_alias
+from ember.backend.passes.fx_utils import dense, is_impure, is_pure, output_aliases
 
 __all__ = ["freeze", "FrozenGraph", "FrozenCallable", "is_parameter_or_buffer"]
 
@@ -128,22 +127,6 @@ def _source_name(node: torch.fx.Node) -> str:
 
 
 # -- small graph helpers --------------------------------------------------------------------------
-
-def _is_pure(node: torch.fx.Node) -> bool:
-    t = node.target
-    if t is operator.getitem:
-        return True
-    if not isinstance(t, torch._ops.OpOverload):
-        return False
-    return not t._schema.is_mutable and torch.Tag.nondeterministic_seeded not in t.tags \
-        and t not in (aten.empty.memory_format, aten.empty_strided.default,
-                      aten.empty_like.default, aten.new_empty.default,
-                      aten.new_empty_strided.default)
-
-
-def _is_view(node: torch.fx.Node) -> bool:
-    return isinstance(node.target, torch._ops.OpOverload) and returns_alias(node.target)
-
 
 def _val(x):
     return x.meta.get("val") if isinstance(x, torch.fx.Node) else x
@@ -287,13 +270,13 @@ def freeze(gm: torch.fx.GraphModule, aten_gm: torch.fx.GraphModule,
     _propagate_fakes(graph)
     const = _constant_nodes(graph, leaves)
     stats["folded_into_convolutions"] = _fold_into_convolutions(graph, const)
-    graph.eliminate_dead_code(is_impure_node=_is_impure)
+    graph.eliminate_dead_code(is_impure_node=is_impure)
     _propagate_fakes(graph)
 
     const = _constant_nodes(graph, leaves)
     values = _evaluate(graph, aten_gm, const, example_inputs)
     program, used, constants = _materialize(aten_gm, const, leaves, values)
-    graph.eliminate_dead_code(is_impure_node=_is_impure)
+    graph.eliminate_dead_code(is_impure_node=is_impure)
     graph.lint()
     aten_gm.recompile()
     for lf in used:
@@ -308,36 +291,13 @@ def freeze(gm: torch.fx.GraphModule, aten_gm: torch.fx.GraphModule,
     return FrozenGraph(aten_gm, program, used, constants, stats)
 
 
-def _is_impure(node: torch.fx.Node) -> bool:
-    if node.op in ("placeholder", "output"):
-        return True
-    t = node.target
-    return isinstance(t, torch._ops.OpOverload) and (
-        t._schema.is_mutable or torch.Tag.nondeterministic_seeded in t.tags)
-
-
-def _output_aliases(graph: torch.fx.Graph) -> set[torch.fx.Node]:
-    """Nodes a graph output is, or is a view of (through chains of view ops)."""
-    out = next(n for n in reversed(graph.nodes) if n.op == "output")
-    todo = list(out.all_input_nodes)
-    seen: set[torch.fx.Node] = set()
-    while todo:
-        n = todo.pop()
-        if n in seen:
-            continue
-        seen.add(n)
-        if _is_view(n) and n.args and isinstance(n.args[0], torch.fx.Node):
-            todo.append(n.args[0])
-    return seen
-
-
 def _constant_nodes(graph: torch.fx.Graph,
                     leaves: dict[torch.fx.Node, _Leaf]) -> dict[torch.fx.Node, bool]:
     """Constant node -> whether a leaf is behind it (leaves themselves: True)."""
-    aliases = _output_aliases(graph)
+    aliases = output_aliases(graph)
     const: dict[torch.fx.Node, bool] = {n: True for n in leaves}
     for node in graph.nodes:
-        if node.op != "call_function" or node in aliases or not _is_pure(node):
+        if node.op != "call_function" or node in aliases or not is_pure(node):
             continue
         inputs = node.all_input_nodes
         if all(a in const for a in inputs):
@@ -553,7 +513,7 @@ def _materialize(gm, const, leaves, values):
                     not any(at_runtime(u) for u in node.users):
                 continue
             value = values[node]
-            if not isinstance(value, torch.Tensor) or not _dense(value) or (
+            if not isinstance(value, torch.Tensor) or not dense(value) or (
                     value.numel() > 0 and value.untyped_storage().data_ptr() in leaf_storages):
                 runtime.add(node)
                 changed = True
@@ -605,8 +565,3 @@ def _materialize(gm, const, leaves, values):
         node.replace_all_uses_with(attr, delete_user_cb=at_runtime)
         constants.append(value)
     return program, used, constants
-
-
-def _dense(t: torch.Tensor) -> bool:
-    """Elements at distinct addresses, with no gaps, in some order of the dims."""
-    return t.numel() == 0 or Layout.from_tensor(t).is_dense()

@@ -36,12 +36,15 @@ import json
 import math
 import pathlib
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ember import config, logs
-from ember.backend import disk_cache
+from ember.backend.runtime import disk_cache
+
+if TYPE_CHECKING:
+    from ember.backend.targets import Target
 
 # the packages whose code decides what a graph compiles to
 _COMPILER_PACKAGES = ("aot", "backend", "decomp")
@@ -64,7 +67,7 @@ class KernelRecord:
     candidates: list | None = None
     numel_x: int = 0
     uses_indirect: bool = False
-    matmul_spec: dict | None = None     # a matmul with its epilogue (triton_matmul.py)
+    matmul_spec: dict | None = None     # a matmul with its epilogue (targets/triton/matmul.py)
 
     @classmethod
     def of(cls, kernel) -> "KernelRecord":
@@ -90,13 +93,15 @@ def enabled() -> bool:
 
 
 def key(gm: torch.fx.GraphModule, example_inputs: list, options: dict,
-        device: torch.device) -> str | None:
-    """The cache key of compiling ``gm`` for these inputs, or None: not cacheable."""
+        target: Target) -> str | None:
+    """The cache key of compiling ``gm`` for these inputs with ``target``, or None: not
+    cacheable."""
     parts = [f"v{_VERSION}", _compiler_hash(), torch.__version__, _triton_version(),
              gm.code, repr(sorted(options.items())),
              repr([(name, getattr(config, name)) for name in _CACHED_CONFIG])]
-    if device.type == "cuda":
-        parts.append(torch.cuda.get_device_name(device))
+    identity = target.cache_identity()      # a GPU's model
+    if identity is not None:
+        parts.append(identity)
     # the ATen trace bakes in the casts of an autocast region the graph is compiled inside
     parts.append(repr([(d, torch.is_autocast_enabled(d), torch.get_autocast_dtype(d))
                        for d in ("cpu", "cuda")]))
@@ -124,7 +129,7 @@ def _named_by_code(target) -> bool:
 
 @functools.lru_cache(maxsize=1)
 def _compiler_hash() -> str:
-    root = pathlib.Path(__file__).resolve().parent.parent
+    root = pathlib.Path(__file__).resolve().parents[2]     # ember/, above backend/runtime/
     digest = hashlib.sha256()
     for package in _COMPILER_PACKAGES:
         for path in sorted((root / package).rglob("*.py")):

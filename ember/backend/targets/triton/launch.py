@@ -204,7 +204,7 @@ def _median_seconds(run, restore, interpret: bool) -> float:
 
 class MatmulChoice:
     """``choice(*args)`` runs a matmul with its pointwise epilogue
-    (``codegen/triton_matmul.py``) the fastest way for its shape: the generated kernel in one
+    (``targets/triton/matmul.py``) the fastest way for its shape: the generated kernel in one
     of its tile configs, or the library's matmul (cuBLAS through ATen) followed by the
     epilogue alone. The first call times every way on the real arguments (buffers the
     epilogue writes are restored between trials) and caches the winner on disk by the
@@ -300,7 +300,7 @@ def _launch_constants(recorded: tuple, grid: tuple, values: tuple):
 
 
 def _autotune_path(key: str):
-    from ember.backend.disk_cache import cache_dir
+    from ember.backend.runtime.disk_cache import cache_dir
     return cache_dir() / "autotune" / f"{key}.json"
 
 
@@ -334,7 +334,7 @@ def start_compile_workers() -> None:
     global _workers, _workers_broken
     if _workers is not None or _workers_broken or _worker_count() == 0:
         return
-    from ember.backend.compile_workers import CompileWorkers
+    from ember.backend.targets.triton.compile_workers import CompileWorkers
     try:
         _workers = CompileWorkers(_worker_count())
     except OSError as e:     # no processes here (a sandbox): threads compile instead
@@ -389,7 +389,7 @@ def precompile(launchers: dict, example_args: dict, module_path: str,
     direct = sum(launcher.compiled is not None for _, launcher, _ in items)
     rest = [item for item in items if item[1].compiled is None]
     if rest:
-        from ember.backend.compile_workers import warm_up_triton
+        from ember.backend.targets.triton.compile_workers import warm_up_triton
         warm_up_triton()     # once, before the threads below each look up Triton's cache
         with concurrent.futures.ThreadPoolExecutor(min(len(rest), os.cpu_count() or 1,
                                                        16)) as pool:
@@ -421,7 +421,7 @@ def _request(launcher, args, arch: int, triton_state: tuple):
     Triton cache key is kept: everything that decides Triton's key (``triton_state``: the
     installation and its environment variables) but the kernel's source, which the
     module's file name is the hash of."""
-    from ember.backend.compile_workers import compile_request
+    from ember.backend.targets.triton.compile_workers import compile_request
     dtypes = _dtype_names(args)
     src, options, _ = compile_request(launcher.fn, dtypes, launcher.config, arch)
     parts = [*triton_state, src.name, dtypes, arch, sorted(options.items())]
@@ -489,19 +489,19 @@ def _read_json(path):
     except ValueError as e:       # truncated, garbage
         _discard(path, e)
         return None
-    from ember.backend import disk_cache
+    from ember.backend.runtime import disk_cache
     disk_cache.touch(path)
     return value
 
 
 def _discard(path, reason) -> None:
-    from ember.backend import disk_cache
+    from ember.backend.runtime import disk_cache
     disk_cache.discard(path, reason)
 
 
 def _write_json(path, value) -> None:
     """Keep ``value`` at ``path``; a failure to write turns the cache off (warned once)."""
-    from ember.backend import disk_cache
+    from ember.backend.runtime import disk_cache
     try:
         disk_cache.atomic_write(pathlib.Path(path), json.dumps(value))
     except OSError as e:

@@ -24,8 +24,10 @@ torchvision convnext_tiny bf16 batch 32: 41 against 136 us a convolution, 2.5 of
 5.0 ms a call); those stay channels-last. ``layout_optimization="channels_last"`` (asked
 for by name) converts every convolution, depthwise ones too.
 
-``auto`` converts CUDA graphs whose convolutions compute in float16/bfloat16 (their operands
-are half, or the graph runs them under CUDA autocast), training graphs too: their
+Under ``auto`` the target decides (``Target.prefers_channels_last``, and for depthwise
+convolutions ``keeps_depthwise_nchw``) by these rules. ``auto`` converts CUDA graphs whose
+convolutions compute in float16/bfloat16 (their operands are half, or the graph runs them
+under CUDA autocast), training graphs too: their
 backward's per-channel reductions (batch norm's statistics and gradients) split into chunks
 laid out channel-innermost, so they read channels-last data in contiguous rows
 (``lowering/reductions.py``). H200, resnet50 AMP training step, GPU busy time per step:
@@ -55,7 +57,7 @@ outputs alias each other (copying one back would part them).
 """
 from __future__ import annotations
 
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import torch
 import torch.fx
@@ -64,6 +66,9 @@ from torch.utils import _pytree as pytree
 from ember import config, logs
 from ember.backend.ir import same_strides
 from ember.fake import storage_key
+
+if TYPE_CHECKING:
+    from ember.backend.targets import Target
 
 T = TypeVar("T")
 
@@ -84,7 +89,9 @@ def _convolutions(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return out
 
 
-def _runs_in_half(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> bool:
+def runs_in_half(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> bool:
+    """The convolutions compute in float16/bfloat16: their operands are half, or the graph
+    runs them under CUDA autocast."""
     if any(a.meta["val"].dtype in _HALF for n in convs for a in n.args[:2]):
         return True
     if torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") in _HALF:
@@ -94,7 +101,7 @@ def _runs_in_half(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> bool:
                for n in gm.graph.nodes)
 
 
-def _cpu_prefers_channels_last(convs: list[torch.fx.Node]) -> bool:
+def weights_convert_cheaply(convs: list[torch.fx.Node]) -> bool:
     """The weights a channels-last graph converts on every call are at most 1.5 times the
     elements its convolutions read."""
     converted = read = 0
@@ -106,19 +113,18 @@ def _cpu_prefers_channels_last(convs: list[torch.fx.Node]) -> bool:
     return converted * 2 <= read * 3
 
 
-def wants_channels_last(gm: torch.fx.GraphModule, device: torch.device,
+def wants_channels_last(gm: torch.fx.GraphModule, target: Target,
                         training: bool = False) -> bool:
-    """Whether the captured graph ``gm`` should run its convolutions channels-last."""
+    """Whether the captured graph ``gm`` should run its convolutions channels-last (under
+    ``auto``: as ``target`` prefers)."""
     choice = config.layout_optimization
     convs = _convolutions(gm)
     if choice == "off" or not convs:
         return False
     if choice == "channels_last":
         wanted = True
-    elif device.type == "cuda":
-        wanted = _runs_in_half(gm, convs)
     else:
-        wanted = device.type == "cpu" and not training and _cpu_prefers_channels_last(convs)
+        wanted = target.prefers_channels_last(gm, convs, training)
     if wanted and _outputs_alias(gm):
         logs.log("perf_hints", "layout: the graph stays NCHW: two of its outputs alias each "
                  "other")
@@ -168,19 +174,19 @@ def changed_output(gm: torch.fx.GraphModule, traced: torch.fx.GraphModule) -> st
     return None
 
 
-def in_best_layout(gm: torch.fx.GraphModule, device: torch.device, training: bool,
+def in_best_layout(gm: torch.fx.GraphModule, target: Target, training: bool,
                    build: Callable[[torch.fx.GraphModule], T],
                    check: Callable[[T], str | None] = lambda built: None) -> T:
     """``build(graph)`` of ``gm``'s channels-last copy where ``wants_channels_last`` and the
     copy traces (``ProgramError``: an op rejects the new strides) and passes ``check``
     (a reason to refuse it, or None); else ``build(gm)``."""
     from ember.aot.trace import ProgramError
-    if not wants_channels_last(gm, device, training):
+    if not wants_channels_last(gm, target, training):
         return build(gm)
     try:
         # asked for by name, every convolution goes channels-last, depthwise ones too
         every = config.layout_optimization == "channels_last"
-        built = build(convert_convolutions(gm, device, every))
+        built = build(convert_convolutions(gm, target, every))
         reason = check(built)
     except ProgramError as e:
         reason = f"its channels-last copy fails to trace ({e})"
@@ -203,15 +209,16 @@ def _eager_reads_channels_last(node: torch.fx.Node) -> bool:
     return x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
 
 
-def convert_convolutions(gm: torch.fx.GraphModule, device: torch.device,
+def convert_convolutions(gm: torch.fx.GraphModule, target: Target,
                          every: bool = False) -> torch.fx.GraphModule:
-    """A copy of ``gm`` whose 2-D convolutions read channels-last input and weight (on
-    CUDA, depthwise ones NCHW unless eager's input is channels-last, or ``every``)."""
+    """A copy of ``gm`` whose 2-D convolutions read channels-last input and weight (where
+    ``target.keeps_depthwise_nchw``, depthwise ones NCHW unless eager's input is
+    channels-last, or ``every``)."""
     graph = torch.fx.Graph()
     copies: dict[torch.fx.Node, torch.fx.Node] = {}
     graph.output(graph.graph_copy(gm.graph, copies))
     originals = _convolutions(gm)
-    depthwise = [not every and device.type == "cuda" and _is_depthwise(n) and
+    depthwise = [not every and target.keeps_depthwise_nchw and _is_depthwise(n) and
                  not _eager_reads_channels_last(n) for n in originals]
     for node, nchw in zip((copies[n] for n in originals), depthwise):
         layout = torch.contiguous_format if nchw else torch.channels_last

@@ -26,12 +26,12 @@ import re
 import sympy
 import torch
 
-from ember.backend.build import has_avx512
+from ember.backend.targets.cpp.build import has_avx512
 from ember.backend.codegen.common import Kernel, group_kind, loop_steps, reduction_groups
-from ember.backend.codegen.cpp_ops import (CPP_TYPES, CppOpsHandler, CppValue, _clause,
+from ember.backend.targets.cpp.ops import (CPP_TYPES, CppOpsHandler, CppValue, _clause,
                                            _combine, _fields, _init, _merge, _RangeProbe,
                                            cpp_index)
-from ember.backend.codegen.cpp_prelude import CASCADE
+from ember.backend.targets.cpp.prelude import CASCADE
 from ember.backend.ir import index_vars, product
 from ember.backend.loops import access_indices, runs_with, store_order
 from ember.backend.ops import use_handler

@@ -9,7 +9,7 @@ eager before this pass, 2.68x after; both ops have lowerings now). This pass (on
 graph, before lowering) evaluates such values once, at compile time, and the graph reads
 them as constants (``positions = x.new_ones(n).cumsum(0)``: ``cumsum`` has no lowering).
 
-A node is constant when it is a pure, deterministic ATen op (``freezing._is_pure``) whose
+A node is constant when it is a pure, deterministic ATen op (``fx_utils.is_pure``) whose
 tensor arguments are constant: scalar ``get_attr`` tensors the tracer lifted (the count of
 ``mask[h, w] = count``; not mutated, not parameters: a graph from another frontend may read
 its weights through ``get_attr``, and an optimizer updates those in place), and ops that
@@ -28,7 +28,7 @@ import torch
 import torch.fx
 
 from ember import logs
-from ember.backend.freezing import _dense, _is_impure, _is_pure, _output_aliases
+from ember.backend.passes.fx_utils import dense, is_impure, is_pure, output_aliases
 
 aten = torch.ops.aten
 
@@ -49,7 +49,7 @@ def _constants(graph: torch.fx.Graph, gm: torch.fx.GraphModule) -> set[torch.fx.
     mutated = {n.args[0] for n in graph.nodes
                if n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
                and n.target._schema.is_mutable and n.args}
-    aliases = _output_aliases(graph)
+    aliases = output_aliases(graph)
     const: set[torch.fx.Node] = set()
     for node in graph.nodes:
         if node.op == "get_attr":
@@ -58,7 +58,7 @@ def _constants(graph: torch.fx.Graph, gm: torch.fx.GraphModule) -> set[torch.fx.
                     not value.requires_grad and node not in mutated:
                 const.add(node)
             continue
-        if node.op != "call_function" or node in aliases or not _is_pure(node) or \
+        if node.op != "call_function" or node in aliases or not is_pure(node) or \
                 not _static(node):
             continue
         inputs = node.all_input_nodes
@@ -112,7 +112,7 @@ def fold_constant_fallbacks(gm: torch.fx.GraphModule) -> int:
     with torch.no_grad(), torch.inference_mode(False):
         for node in frontier:
             value = evaluate(node)
-            if not isinstance(value, torch.Tensor) or not _dense(value) or \
+            if not isinstance(value, torch.Tensor) or not dense(value) or \
                     value.numel() * value.element_size() > _MAX_BYTES:
                 continue
             # memory of its own (a view of a larger intermediate would keep all of it)
@@ -128,7 +128,7 @@ def fold_constant_fallbacks(gm: torch.fx.GraphModule) -> int:
             node.replace_all_uses_with(attr, delete_user_cb=lambda user: user not in const)
             folded += 1
     if folded:
-        graph.eliminate_dead_code(is_impure_node=_is_impure)
+        graph.eliminate_dead_code(is_impure_node=is_impure)
         graph.lint()
         gm.recompile()
         logs.log("perf_hints", "constant folding: %d value(s) computed from no input with "

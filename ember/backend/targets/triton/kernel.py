@@ -24,7 +24,7 @@ import sympy
 import torch
 
 from ember.backend.codegen.common import Kernel, group_kind, loop_steps, reduction_groups
-from ember.backend.codegen.triton_ops import (HALF, TL_TYPES, TritonOpsHandler, TritonValue,
+from ember.backend.targets.triton.ops import (HALF, TL_TYPES, TritonOpsHandler, TritonValue,
                                              compute_type, triton_constant, triton_index)
 from ember.backend.ir import index_vars, product
 from ember.backend.loops import access_indices, merge_dims, store_order
@@ -631,7 +631,7 @@ def _runs_along_outer(indices, x, r) -> bool:
 
 
 def module_source(kernels: list[TritonKernel], interpret: bool) -> str:
-    from ember.backend.codegen.triton_ops import GPU_IMPORTS, HELPERS, INTERPRETER_MATH
+    from ember.backend.targets.triton.ops import GPU_IMPORTS, HELPERS, INTERPRETER_MATH
     head = "import triton\nimport triton.language as tl\n"
     head += INTERPRETER_MATH if interpret else GPU_IMPORTS
     return head + HELPERS + "\n\n" + "\n\n".join(k.source for k in kernels)

@@ -1,8 +1,8 @@
 """C++ text for the ops a kernel body calls: :class:`CppOpsHandler` (run under
-``use_handler`` by :class:`~ember.backend.codegen.cpp.CppKernel`, into whose current scope
+``use_handler`` by :class:`~ember.backend.targets.cpp.kernel.CppKernel`, into whose current scope
 it writes), constants and index expressions, the range probe that finds where a split
 loop's conditions change, and the C++ of reduction states (fields, merges, OpenMP
-clauses). Loop strategies stay in ``cpp.py``; this module does not import it.
+clauses). Loop strategies stay in ``kernel.py``; this module does not import it.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch
 from ember.backend.codegen.common import IndexPrinter, Value
 
 if TYPE_CHECKING:
-    from ember.backend.codegen.cpp import CppKernel
+    from ember.backend.targets.cpp.kernel import CppKernel
 
 CPP_TYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
              torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",

@@ -91,8 +91,8 @@ from typing import Callable, Sequence
 import torch  # noqa: F401  -- must be loaded before any kernel: one OpenMP runtime (see above)
 
 from ember import logs
-from ember.backend import disk_cache
-from ember.backend.disk_cache import cache_dir
+from ember.backend.runtime import disk_cache
+from ember.backend.runtime.disk_cache import cache_dir
 
 __all__ = ["CppCompileError", "cache_dir", "cxx", "cxx_flags", "compile_cpp", "load_cpp",
            "compile_many", "kernel_function", "build_stats", "BuildStats"]
@@ -205,7 +205,8 @@ def _so_path(source: str, extra_flags: Sequence[str]) -> tuple[pathlib.Path, lis
     return cache_dir() / "cpp" / key[:2] / f"{key}.so", flags, compiler
 
 
-atomic_write = disk_cache.atomic_write   # also used for generated Triton modules (targets.py)
+# also used for generated Triton modules (targets/triton/modules.py)
+atomic_write = disk_cache.atomic_write
 _atomic_write = atomic_write
 _unlink = disk_cache.unlink
 

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import torch
 
-from ember.backend.codegen.triton import TritonKernel, next_power_of_2
-from ember.backend.codegen.triton_ops import (HALF, TL_TYPES, TritonOpsHandler, TritonValue,
+from ember.backend.targets.triton.kernel import TritonKernel, next_power_of_2
+from ember.backend.targets.triton.ops import (HALF, TL_TYPES, TritonOpsHandler, TritonValue,
                                              triton_index)
 from ember.backend.ir import index_vars
 from ember.backend.ops import use_handler
-from ember.backend.templates import MATMULS, flat_row
+from ember.backend.targets.triton.templates import MATMULS, flat_row
 
 # (XBLOCK, RBLOCK, KBLOCK, num_stages, num_warps): the tiles timed per shape, largest
 # first; a tile larger than the problem is shrunk to it (and duplicates dropped)

@@ -1,0 +1,74 @@
+"""What the lowerings and ``GraphLowering`` weigh: the ops a library does best
+(``LIBRARY_OPS``) and the cost of computing one element of a body (``body_cost``).
+
+Design: these sit below both ``graph.py`` (which realizes a body read more than once when
+recomputing it costs more than a store and a load) and the lowerings (a view that would
+recompute a costly body, an ``addmm`` whose readers are generated code), so neither imports
+the other for them.
+"""
+from __future__ import annotations
+
+import sympy
+import torch
+
+from ember.backend.ir import IRNode, index_vars
+from ember.backend.ops import use_handler
+
+# Ops a library does best: called from the wrapper on purpose, not counted as fallbacks.
+LIBRARY_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
+               torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default,
+               torch.ops.aten.convolution.default,
+               torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default,
+               torch.ops.aten._scaled_dot_product_efficient_attention.default,
+               torch.ops.aten._scaled_dot_product_flash_attention.default,
+               torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+               torch.ops.aten._scaled_dot_product_attention_math.default,
+               # the backward of the above (training graphs): cuDNN, cuBLAS, flash attention
+               torch.ops.aten.convolution_backward.default,
+               torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+               torch.ops.aten._scaled_dot_product_efficient_attention_backward.default,
+               torch.ops.aten._scaled_dot_product_flash_attention_backward.default,
+               torch.ops.aten._scaled_dot_product_cudnn_attention_backward.default}
+
+# a call of a transcendental function costs about this many simple ops (polynomials)
+_TRANSCENDENTAL_OPS = 8
+_TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin",
+                             "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh",
+                             "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "pow",
+                             "sigmoid"})
+
+
+class BodyCost:
+    """An ops handler that counts what a body does."""
+
+    def __init__(self):
+        self.ops = 0
+        self.loads = 0
+        self.indirect = 0          # loads at indices read from memory (gathers)
+
+    def load(self, name, index):
+        self.loads += 1
+        return 0
+
+    def indirect_indexing(self, value, size, wrap_negative=False):
+        self.indirect += 1
+        return sympy.Symbol("indirect", integer=True)
+
+    def masked(self, mask, body, other):
+        return body()
+
+    def __getattr__(self, name):
+        weight = _TRANSCENDENTAL_OPS if name in _TRANSCENDENTAL else 1
+
+        def op(*args, **kwargs):
+            self.ops += weight
+            return 0
+        return op
+
+
+def body_cost(node: IRNode) -> BodyCost:
+    """What one element of ``node`` costs: ops, loads, masked regions, gathers."""
+    counter = BodyCost()
+    with use_handler(counter):
+        node.make_loader()(index_vars("c", len(node.get_size())))
+    return counter

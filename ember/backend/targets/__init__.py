@@ -1,0 +1,183 @@
+"""Code generation targets, and which one serves each device.
+
+A :class:`Target` turns the scheduler's fused kernels into callables: it makes one
+``codegen.common.Kernel`` per kernel (whose ``generate()`` gives the source and whose
+``call_lines()`` give the wrapper's launch), builds them together, and says which dtypes
+its kernels compute (others run their ATen kernels).
+
+Design: what differs between devices is asked of the target, never decided by
+``device.type`` outside this package (and the wrapper's run-time helpers): the policy hooks
+of :class:`Target` (``pads_matmuls``, ``prefers_channels_last``, ``supports_cudagraphs``...)
+say what the device's library kernels and the target's own kernels favour, with defaults
+that change nothing, so a new target overrides only what it knows better. Targets are found
+through a registry, ``register_target(device_type, name, factory)``: the first target
+registered for a device type is its default, and ``cpu_backend`` names one of the CPU's.
+The registry holds Target classes, not instances (``Target.create`` makes one): tests check
+a target's ops handler against the ops table without making it (making the CUDA one starts
+its compile workers).
+
+- ``cpp/``: C++/OpenMP, compiled by g++ and called through ctypes (CPU tensors);
+- ``triton/``: Triton kernels for CUDA tensors; for CPU tensors, with
+  ``options={"cpu_backend": "triton"}``, the same kernels run under Triton's interpreter
+  (how CI checks the generated Triton without a GPU).
+
+A new target: a package beside these with a Target subclass (``make_kernel``: a
+``codegen.common.Kernel`` whose ops handler implements every name of ``ops.OP_NAMES``,
+named by ``ops_handler``; ``build``; ``full_source``; the policy hooks it knows better),
+registered at the end of its module with ``register_target(device_type, name, cls)`` and
+imported at the end of this one; tests/backend/test_target_coverage.py then checks its ops.
+"""
+from __future__ import annotations
+
+import torch
+
+from ember.backend.codegen.common import Kernel
+
+COMMON_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32,
+                            torch.int16, torch.int8, torch.uint8, torch.bool})
+
+
+class Target:
+    name = ""
+    dtypes: frozenset = COMMON_DTYPES
+    source_suffix = ".txt"
+    device = torch.device("cpu")     # whose tensors its kernels read
+
+    def splits(self, column: bool) -> bool:
+        """Whether a reduction to few results runs as two (lowering/reductions.py);
+        ``column``: its input is read contiguously along a kept dim (a sum over rows of
+        columns)."""
+        return False
+
+    @classmethod
+    def create(cls, device: torch.device, *, debug: bool, autotune: bool) -> Target:
+        """The target for ``device``'s tensors (``target_for``): ``debug``, checks in the
+        generated code; ``autotune``, ``max_autotune``."""
+        return cls()
+
+    @classmethod
+    def ops_handler(cls) -> type:
+        """The class of the ops handler its kernels run bodies under: it implements every
+        name of ``ops.OP_NAMES`` (tests/backend/test_target_coverage.py checks)."""
+        raise NotImplementedError
+
+    def make_kernel(self, step, name: str, dtypes: dict) -> Kernel:
+        raise NotImplementedError
+
+    def build(self, kernels: list[Kernel]) -> dict[str, object]:
+        """Compile ``kernels`` (sources generated); the wrapper's namespace entries."""
+        raise NotImplementedError
+
+    def full_source(self, kernels: list[Kernel]) -> str:
+        raise NotImplementedError
+
+    # -- policy hooks: the defaults change nothing --------------------------------------
+
+    # under max_autotune, its kernels have configurations to time (else a perf hint says
+    # there is nothing to tune)
+    tunes_kernels = False
+    # ``cudagraphs=True`` replays the compiled graph's launches as one CUDA graph
+    # (runtime/cudagraphs.py)
+    supports_cudagraphs = False
+    # on ``channels_last`` graphs, depthwise convolutions stay NCHW unless eager's input is
+    # channels-last (passes/layout.py)
+    keeps_depthwise_nchw = False
+
+    def fuse_templates(self, steps: list, output_names: set[str]) -> list:
+        """The scheduled steps with library calls and the kernels after them merged where
+        the target generates both as one kernel (Triton's matmul epilogues under
+        ``max_autotune``: targets/triton/templates.py)."""
+        return steps
+
+    def pads_matmuls(self, dtype: torch.dtype) -> bool:
+        """Whether ``config.matmul_padding="auto"`` pads the columns of large ``dtype``
+        matmuls whose rows are not 16-byte aligned (lowering/matmul.py)."""
+        return False
+
+    def adds_addmm_bias(self, dtype: torch.dtype) -> bool:
+        """Whether an ``addmm`` whose readers are all generated code runs as ``mm`` with the
+        bias added in the kernel that reads it (lowering/matmul.py): where the library's
+        addmm costs a pass over its result to copy the bias in."""
+        return False
+
+    def prefers_channels_last(self, gm: torch.fx.GraphModule, convolutions: list,
+                              training: bool) -> bool:
+        """Whether ``config.layout_optimization="auto"`` runs the captured graph ``gm``'s 2-D
+        ``convolutions`` channels-last (passes/layout.py)."""
+        return False
+
+    def cache_identity(self) -> str | None:
+        """What compiled kernels depend on besides their source and the compiler versions
+        (a GPU's model), for the graph cache's key; None: nothing."""
+        return None
+
+
+class CpuPolicy:
+    """The policy answers of targets whose kernels read CPU tensors: what ATen's CPU
+    kernels (oneDNN convolutions, the BLAS's addmm) favour. Listed before ``Target`` (or a
+    GPU target) among a target's bases, it overrides their answers."""
+    supports_cudagraphs = False
+    keeps_depthwise_nchw = False
+
+    def pads_matmuls(self, dtype: torch.dtype) -> bool:
+        return False
+
+    def cache_identity(self) -> str | None:
+        return None
+
+    def adds_addmm_bias(self, dtype: torch.dtype) -> bool:
+        """ATen's CPU addmm copies the broadcast bias into its result before the GEMM adds
+        to it (lowering/matmul.py); in float32 and float64."""
+        return dtype in (torch.float32, torch.float64)
+
+    def prefers_channels_last(self, gm, convolutions, training):
+        """Inference graphs whose weights that need converting are not large next to the
+        activations (passes/layout.py)."""
+        from ember.backend.passes.layout import weights_convert_cheaply
+        return not training and weights_convert_cheaply(convolutions)
+
+
+# device type -> target name -> Target class; the first of a device type is its default
+_TARGETS: dict[str, dict[str, type[Target]]] = {}
+
+
+def register_target(device_type: str, name: str, factory: type[Target]) -> None:
+    """Generate kernels for tensors of ``device_type`` with ``factory.create(device,
+    debug=..., autotune=...)`` (``factory``: a Target subclass). The first registered for a
+    device type is its default; on the CPU, ``options={"cpu_backend": name}`` chooses among
+    them."""
+    _TARGETS.setdefault(device_type, {})[name] = factory
+
+
+def registered_targets() -> list[tuple[str, str, type[Target]]]:
+    """``(device type, name, Target class)`` of every registered target."""
+    return [(device_type, name, factory) for device_type, by_name in _TARGETS.items()
+            for name, factory in by_name.items()]
+
+
+def target_for(device: torch.device, cpu_backend: str = "cpp", debug: bool = False,
+               autotune: bool = False) -> Target:
+    """The target that generates kernels for tensors on ``device``."""
+    by_name = _TARGETS.get(device.type)
+    if not by_name:
+        raise NotImplementedError(f"no code generation target for device {device.type!r}")
+    if device.type == "cpu":
+        if cpu_backend not in by_name:
+            raise ValueError(f"cpu_backend must be {' or '.join(map(repr, by_name))}, not "
+                             f"{cpu_backend!r}")
+        factory = by_name[cpu_backend]
+    else:
+        factory = next(iter(by_name.values()))
+    return factory.create(device, debug=debug, autotune=autotune)
+
+
+def kernel_device(tensors: list[torch.Tensor]) -> torch.device:
+    """The device whose tensors a graph's kernels are generated for: the accelerator's when
+    there is one (ops on the other device's tensors run their ATen kernels)."""
+    return next((t.device for t in tensors if t.device.type != "cpu"), torch.device("cpu"))
+
+
+# the built-in targets register themselves (each imports Target from above: the cycle is
+# why these imports come last)
+from ember.backend.targets.cpp import target as _cpp_target  # noqa: E402,F401
+from ember.backend.targets.triton import target as _triton_target  # noqa: E402,F401

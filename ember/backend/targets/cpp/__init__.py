@@ -1,0 +1,3 @@
+"""The C++/OpenMP target: ``target.py`` (the Target), ``kernel.py`` (a fused kernel's C++
+function), ``ops.py`` (ops as C++ expressions), ``prelude.h`` (helpers every kernel file
+starts with; ``prelude.py`` reads it), ``build.py`` (g++ and the on-disk library cache)."""
