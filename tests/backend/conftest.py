@@ -9,15 +9,28 @@
   with ``pytestmark = pytest.mark.usefixtures("fresh_no_grad")``).
 - the session summary of the OpInfo conformance suites (``test_opinfo.py``: C++ kernels,
   ``test_opinfo_triton.py``: Triton kernels under the interpreter), one line per target run.
+
+The backend's tests live in one folder per concept below this one (this conftest applies to
+them all). Their shared helpers are imported as top-level modules, ``from triton_targets
+import TARGETS``: pytest's default ("prepend") import mode puts only each test file's folder
+and each conftest's on ``sys.path``, so the folders of helpers used across folders are added
+here (``fuzz/``: ``lowering/test_int_division.py`` takes its zero divisors from
+``fuzz_int_extremes``).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 
 import pytest
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+for _folder in (HERE, os.path.join(HERE, "fuzz")):
+    if _folder not in sys.path:
+        sys.path.insert(0, _folder)
 
 
 @pytest.fixture
