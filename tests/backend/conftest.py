@@ -7,8 +7,9 @@
   for that target; its value is the target's name.
 - ``fresh_no_grad``: a reset Ember, seed 0, internal errors raised, grad off (tests select it
   with ``pytestmark = pytest.mark.usefixtures("fresh_no_grad")``).
-- the session summary of the OpInfo conformance suites (``test_opinfo.py``: C++ kernels,
-  ``test_opinfo_triton.py``: Triton kernels under the interpreter), one line per target run.
+- the session summary of the OpInfo conformance suites (``opinfo/test_opinfo.py``: C++
+  kernels, ``opinfo/test_opinfo_triton.py``: Triton kernels under the interpreter), one line
+  per target run.
 
 The backend's tests live in one folder per concept below this one (this conftest applies to
 them all). Their shared helpers are imported as top-level modules, ``from triton_targets
