@@ -12,11 +12,11 @@
   per target run.
 
 The backend's tests live in one folder per concept below this one (this conftest applies to
-them all). Their shared helpers are imported as top-level modules, ``from triton_targets
-import TARGETS``: pytest's default ("prepend") import mode puts only each test file's folder
-and each conftest's on ``sys.path``, so the folders of helpers used across folders are added
-here (``fuzz/``: ``lowering/test_int_division.py`` takes its zero divisors from
-``fuzz_int_extremes``).
+them all). Helpers are imported as top-level modules (``from triton_targets import
+TARGETS``), found because pytest's default ("prepend") import mode puts each test file's own
+folder on ``sys.path``; a helper used from another folder needs its folder added here:
+``fuzz/``, for ``lowering/test_int_division.py`` takes its zero divisors from
+``fuzz_int_extremes``.
 """
 from __future__ import annotations
 
@@ -28,10 +28,9 @@ import pytest
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-for _folder in (HERE, os.path.join(HERE, "fuzz")):
-    if _folder not in sys.path:
-        sys.path.insert(0, _folder)
+FUZZ = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz")
+if FUZZ not in sys.path:
+    sys.path.insert(0, FUZZ)
 
 
 @pytest.fixture
