@@ -11,7 +11,7 @@
   both defaults (True); a test of the lenient behaviour patches them back.
 - The on-disk graph cache is off (``EMBER_GRAPH_CACHE=0``): a test that patches the code
   generator (a smaller persistent-reduction limit, say) must compile, not load an earlier
-  test's kernels. ``backend/test_graph_cache.py`` turns it on for itself.
+  test's kernels. ``backend/runtime/test_graph_cache.py`` turns it on for itself.
 """
 from __future__ import annotations
 
