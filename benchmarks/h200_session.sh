@@ -42,9 +42,10 @@ COMPILERS=${COMPILERS:-eager,ember,ember-reduce-overhead,torch-inductor,torch-in
 for step in $STEPS; do
   case $step in
     tests) timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu \
-             --ignore=tests/backend/test_opinfo_cuda.py > "$OUT/gpu_tests.txt" 2>&1 ;;
+             --ignore=tests/backend/opinfo/test_opinfo_cuda.py > "$OUT/gpu_tests.txt" 2>&1 ;;
     opinfo) EMBER_OPINFO_K=1 EMBER_OPINFO_REPORT=$OUT/opinfo_cuda.json timeout 540 python3 -m pytest -q \
-             -p no:cacheprovider -m gpu tests/backend/test_opinfo_cuda.py > "$OUT/opinfo.txt" 2>&1 ;;
+             -p no:cacheprovider -m gpu tests/backend/opinfo/test_opinfo_cuda.py \
+             > "$OUT/opinfo.txt" 2>&1 ;;
     bench) timeout 300 python3 -m ember.bench --device cuda --suite kernels,gpu --dtype bfloat16 \
              --compilers $COMPILERS --repeat 10 --warmup 3 --no-warm-compile --timeout 200 \
              --torch-compile-budget 60 --json "$OUT/bench.json" > "$OUT/bench.txt" 2>&1 ;;

@@ -36,7 +36,7 @@ import torch
 from ember import config, logs, metrics
 from ember.backend.options import check_mode_and_options, resolve_options
 from ember.backend_registry import ember_backend, lookup_backend
-from ember.frontend import registry
+from ember.frontend import trace_rules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -400,13 +400,13 @@ def disable(fn: Callable | None = None):
     """Never compile ``fn``: calls to it run eagerly, also from inside compiled code."""
     if fn is None:
         return disable
-    return registry.disable(fn)
+    return trace_rules.disable(fn)
 
 
 def allow_in_graph(fn: Callable) -> Callable:
     """Calls to ``fn`` inside compiled code become one graph node instead of being traced."""
-    return registry.allow_in_graph(fn)
+    return trace_rules.allow_in_graph(fn)
 
 
-is_disabled = registry.is_disabled
-is_allowed_in_graph = registry.is_allowed_in_graph
+is_disabled = trace_rules.is_disabled
+is_allowed_in_graph = trace_rules.is_allowed_in_graph

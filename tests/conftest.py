@@ -2,7 +2,7 @@
 
 - Without a CUDA GPU, ``TRITON_INTERPRET=1`` is set here, before anything imports Triton
   (its interpreter must be chosen then), so the Triton target's tests
-  (``backend/test_triton.py``) run generated kernels on CPU tensors.
+  (``backend/targets/triton_target/test_triton.py``) run generated kernels on CPU tensors.
 - Every test runs the compiler strictly, so a bug raises instead of being papered over:
   ``config.fallback_on_lowering_error=False`` makes a lowering that raises anything but
   ``NotImplementedError`` (its way of declining a case) an error rather than an ATen
@@ -11,7 +11,7 @@
   both defaults (True); a test of the lenient behaviour patches them back.
 - The on-disk graph cache is off (``EMBER_GRAPH_CACHE=0``): a test that patches the code
   generator (a smaller persistent-reduction limit, say) must compile, not load an earlier
-  test's kernels. ``backend/test_graph_cache.py`` turns it on for itself.
+  test's kernels. ``backend/runtime/test_graph_cache.py`` turns it on for itself.
 """
 from __future__ import annotations
 

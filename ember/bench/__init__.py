@@ -1,6 +1,6 @@
 """Benchmark harness, model zoo and the ``ember`` command (``ember bench``).
 
-``zoo`` builds seeded models and inputs by name (its ``registry``; ``builtin``, ``timm``,
+``zoo`` builds seeded models and inputs by name (its ``catalog``; ``builtin``, ``timm``,
 ``hf`` and ``torchvision`` register the suites; a user's ``module:callable``), ``kernels``
 the kernel rows (measured in GB/s against ``copy_``), ``harness`` measures one row in one
 process (eager, ember.compile's modes and torch.compile side by side; correctness

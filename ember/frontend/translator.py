@@ -26,7 +26,7 @@ import torch
 
 from ember import config
 from ember.frontend.bytecode import Instruction, disassemble
-from ember.frontend import registry
+from ember.frontend import trace_rules
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.output_graph import OutputGraph
 from ember.frontend.source import Source
@@ -411,7 +411,7 @@ class InstructionTranslator:
     # -- inlining ------------------------------------------------------------------------------
     def inline_function(self, fn: BaseUserFunctionVariable, args, kwargs) -> VariableTracker:
         code = fn.get_code()
-        if registry.is_disabled_code(code):
+        if trace_rules.is_disabled_code(code):
             raise Unsupported(f"call to {code.co_name}, which ember.disable excludes")
         if self.depth >= config.inline_depth_limit:
             raise Unsupported(f"inlining deeper than inline_depth_limit "

@@ -7,17 +7,30 @@
   for that target; its value is the target's name.
 - ``fresh_no_grad``: a reset Ember, seed 0, internal errors raised, grad off (tests select it
   with ``pytestmark = pytest.mark.usefixtures("fresh_no_grad")``).
-- the session summary of the OpInfo conformance suites (``test_opinfo.py``: C++ kernels,
-  ``test_opinfo_triton.py``: Triton kernels under the interpreter), one line per target run.
+- the session summary of the OpInfo conformance suites (``opinfo/test_opinfo.py``: C++
+  kernels, ``opinfo/test_opinfo_triton.py``: Triton kernels under the interpreter), one line
+  per target run.
+
+The backend's tests live in one folder per concept below this one (this conftest applies to
+them all). Helpers are imported as top-level modules (``from triton_targets import
+TARGETS``), found because pytest's default ("prepend") import mode puts each test file's own
+folder on ``sys.path``; a helper used from another folder needs its folder added here:
+``fuzz/``, for ``lowering/test_int_division.py`` takes its zero divisors from
+``fuzz_int_extremes``.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 
 import pytest
 
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
+
+FUZZ = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fuzz")
+if FUZZ not in sys.path:
+    sys.path.insert(0, FUZZ)
 
 
 @pytest.fixture

@@ -25,7 +25,8 @@ A new target: a package beside these with a Target subclass (``make_kernel``: a
 ``codegen.common.Kernel`` whose ops handler implements every name of ``ops.OP_NAMES``,
 named by ``ops_handler``; ``build``; ``full_source``; the policy hooks it knows better),
 registered at the end of its module with ``register_target(device_type, name, cls)`` and
-imported at the end of this one; tests/backend/test_target_coverage.py then checks its ops.
+imported at the end of this one; tests/backend/targets/test_target_coverage.py then checks
+its ops.
 """
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ class Target:
     @classmethod
     def ops_handler(cls) -> type:
         """The class of the ops handler its kernels run bodies under: it implements every
-        name of ``ops.OP_NAMES`` (tests/backend/test_target_coverage.py checks)."""
+        name of ``ops.OP_NAMES`` (tests/backend/targets/test_target_coverage.py checks)."""
         raise NotImplementedError
 
     def make_kernel(self, step, name: str, dtypes: dict) -> Kernel:

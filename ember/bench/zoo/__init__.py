@@ -28,22 +28,22 @@ are a tuple of positional arguments or a dict of keyword arguments (then the mod
 in ``KeywordCall``, which takes them positionally, so every model is called as
 ``model(*inputs)``).
 
-Modules: ``registry`` (``ModelSpec``, ``register_model``, ``build_model`` and the look-ups,
+Modules: ``catalog`` (``ModelSpec``, ``register_model``, ``build_model`` and the look-ups,
 re-exported here), and one module per library the models come from, each registering its
 models when imported: ``builtin`` (torch only), ``timm``, ``hf`` (transformers) and
 ``torchvision``. ``import timm`` and ``import torchvision`` still find the libraries: imports
 are absolute, and the libraries are imported through ``ember.bench.compat``. Models are
 registered in the order of those imports (builtin, timm, hf, torchvision), which is the order
-``in_suite`` lists each suite's models in. The suite modules import only ``registry`` (and
+``in_suite`` lists each suite's models in. The suite modules import only ``catalog`` (and
 ``compat``), never one another or this package's namespace: no import cycles.
 """
 from __future__ import annotations
 
-from ember.bench.zoo.registry import (DTYPES, MODELS, SUITES, Autocast, Factory, KeywordCall,
-                                      ModelSpec, ModelUnavailableError, UnknownModelError,
-                                      available, build_model, check_names, in_suite,
-                                      is_available, is_user_model, known, load_callable,
-                                      missing_package, register_model, resolve)
+from ember.bench.zoo.catalog import (DTYPES, MODELS, SUITES, Autocast, Factory, KeywordCall,
+                                     ModelSpec, ModelUnavailableError, UnknownModelError,
+                                     available, build_model, check_names, in_suite,
+                                     is_available, is_user_model, known, load_callable,
+                                     missing_package, register_model, resolve)
 # the suite modules register their models when imported, in this order
 from ember.bench.zoo import builtin, timm, hf, torchvision  # noqa: I001
 

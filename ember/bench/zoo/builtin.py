@@ -12,7 +12,7 @@ import math
 import torch
 from torch import nn
 
-from ember.bench.zoo.registry import register_model
+from ember.bench.zoo.catalog import register_model
 
 
 class MLP(nn.Module):

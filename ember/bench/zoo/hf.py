@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 
 from ember.bench import compat
-from ember.bench.zoo.registry import register_model
+from ember.bench.zoo.catalog import register_model
 
 
 TEXT_SHAPE = "batch 1 x 128 token ids (CPU), 16 x 512 (CUDA)"

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from ember.bench import compat
-from ember.bench.zoo.registry import Factory, register_model
+from ember.bench.zoo.catalog import Factory, register_model
 
 
 def timm_factory(timm_name: str, image_size: int = 224) -> Factory:

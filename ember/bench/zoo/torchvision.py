@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from ember.bench import compat
-from ember.bench.zoo.registry import register_model
+from ember.bench.zoo.catalog import register_model
 
 # registry name -> (torchvision builder, constructor keywords, what it covers)
 TORCHVISION_MODELS = {

@@ -15,7 +15,7 @@ import types
 
 import torch
 
-from ember.frontend import guards, registry
+from ember.frontend import guards, trace_rules
 from ember.frontend.exc import Unsupported
 from ember.frontend.source import AttrSource, GetItemSource, Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_constant_value
@@ -245,16 +245,16 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
         add(guards.id_match(source, value))
         inner = wrap(tx, value.__wrapped__, AttrSource(source, "__wrapped__") if source else None)
         return HandlerFunctionVariable(value, _cached_call(value, inner), source)
-    reason = registry.python_only_reason(value)
+    reason = trace_rules.python_only_reason(value)
     if reason is not None:
         add(guards.id_match(source, value))
         return HandlerFunctionVariable(value, _unsupported_call(value, reason), source)
-    if registry.is_disabled(value):
+    if trace_rules.is_disabled(value):
         add(guards.id_match(source, value))
         return HandlerFunctionVariable(
             value, _unsupported_call(value, "which ember.disable excludes from compilation"),
             source)
-    if registry.is_allowed_in_graph(value):
+    if trace_rules.is_allowed_in_graph(value):
         add(guards.id_match(source, value))
         return GraphCallableVariable(value, source)
     handler = special_handler(value) or handler_for(value)

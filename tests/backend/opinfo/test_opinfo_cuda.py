@@ -5,7 +5,7 @@ the "ember" backend generates Triton kernels for them. Half precision is compare
 floor of tolerance (``opinfo_util.HALF_TOLERANCE``): eager rounds after every op of a
 composite, a fused kernel computes in float32 and rounds what it stores. Each dtype's totals
 get their own line in the session summary. Runs on the GPU machine:
-``PYTHONPATH=. python3 -m pytest -m gpu tests/backend/test_opinfo_cuda.py``
+``PYTHONPATH=. python3 -m pytest -m gpu tests/backend/opinfo/test_opinfo_cuda.py``
 (``EMBER_OPINFO_FULL=1`` / ``EMBER_OPINFO_K`` / ``EMBER_OPINFO_OPS`` work as for the CPU suites).
 """
 from __future__ import annotations

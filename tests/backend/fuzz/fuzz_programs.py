@@ -4,7 +4,7 @@ view and binary steps over two inputs, some of whose values are returned.
 
 The tests run fixed seeds (``test_fuzz_programs.py``); for a longer search:
 
-    python tests/backend/fuzz_programs.py FIRST_SEED COUNT [cpp|triton] [ROWSxCOLS]
+    python tests/backend/fuzz/fuzz_programs.py FIRST_SEED COUNT [cpp|triton] [ROWSxCOLS]
 
 (``triton`` needs ``TRITON_INTERPRET=1`` on a machine without a GPU). It prints each seed
 whose result, dtype, shape or strides differ from eager's, or whose compilation raises.

@@ -7,7 +7,7 @@ inputs first). ``train`` also compares the gradients of both inputs for a weight
 the returned values. The tests run fixed seeds (``test_fuzz_nd_programs.py``); for a longer
 search:
 
-    python tests/backend/fuzz_nd_programs.py FIRST_SEED COUNT [infer|train] [cpp|triton]
+    python tests/backend/fuzz/fuzz_nd_programs.py FIRST_SEED COUNT [infer|train] [cpp|triton]
 
 (``triton`` needs ``TRITON_INTERPRET=1`` on a machine without a GPU). It prints each seed
 whose values, dtype, shape, strides or gradients differ from eager's, or whose compilation

@@ -34,7 +34,7 @@ modulo its vector width).
 
 The tests run fixed seeds (``test_fuzz_int_extremes.py``); for a longer search:
 
-    python tests/backend/fuzz_int_extremes.py FIRST_SEED COUNT [cpp|triton]
+    python tests/backend/fuzz/fuzz_int_extremes.py FIRST_SEED COUNT [cpp|triton]
 
 (``triton`` needs ``TRITON_INTERPRET=1`` on a machine without a GPU). It prints each seed
 whose outputs or exception differ from eager's, or whose compilation raises.

@@ -283,7 +283,7 @@ def test_compile_workers_compile_what_the_parent_would(tmp_path):
         "    tl.store(out_ptr0 + x, v > 0, m)\n")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, "-c", _WORKER_KEY_CHECK, str(kernel)], env=env,
                           capture_output=True, text=True, timeout=240)
@@ -345,7 +345,7 @@ def test_precompile_loads_kernels_past_the_jit_by_their_kept_keys(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
     env["EMBER_COMPILE_WORKERS"] = "2"
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))
     env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, "-c", _PRECOMPILE_CHECK, str(kernel),
                            env["TRITON_CACHE_DIR"]], env=env, capture_output=True, text=True,

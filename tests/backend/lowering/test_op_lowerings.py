@@ -1,6 +1,6 @@
-"""Regressions for bugs found by the full OpInfo run (``tests/backend/test_opinfo.py``): each
-test compiles a small function with the "ember" backend and compares it with eager, on both
-CPU targets (the ``cpu_backend`` fixture, ``conftest.py``)."""
+"""Regressions for bugs found by the full OpInfo run (``tests/backend/opinfo/test_opinfo.py``):
+each test compiles a small function with the "ember" backend and compares it with eager, on
+both CPU targets (the ``cpu_backend`` fixture, ``conftest.py``)."""
 from __future__ import annotations
 
 import pytest

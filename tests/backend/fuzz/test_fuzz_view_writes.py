@@ -1,6 +1,6 @@
 """Writes through views of computed values (``fuzz_view_writes.py``) compiled on both CPU
 targets against eager, values, strides and gradients: fixed seeds, so a failure names a
-program to reproduce with ``python tests/backend/fuzz_view_writes.py SEED 1 [train]``."""
+program to reproduce with ``python tests/backend/fuzz/fuzz_view_writes.py SEED 1 [train]``."""
 import pytest
 
 from ember import config

@@ -27,7 +27,7 @@ from ember.backend.targets.cpp import build
 from ember.backend.runtime import disk_cache, graph_cache
 from test_graph_cache import Net   # the graph cache tests' model (a constant tensor, a softmax)
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../.."))
 
 
 @pytest.fixture

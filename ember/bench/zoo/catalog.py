@@ -1,4 +1,4 @@
-"""The zoo's registry: model name -> ``ModelSpec`` (factory, suite, default batch and
+"""The zoo's catalog: model name -> ``ModelSpec`` (factory, suite, default batch and
 dtype, the optional package it needs), and building a model by name.
 
 ``register_model`` adds a model (the suite modules call it when they are imported);

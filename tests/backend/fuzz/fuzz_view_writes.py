@@ -4,7 +4,7 @@ layout (transposed, permuted, strided, contiguous), then slice assignments, ``in
 ``diagonal().fill_``, ``sub_`` on a narrowed range; it and views of it are returned. The
 tests run fixed seeds (``test_fuzz_view_writes.py``); for a longer search:
 
-    python tests/backend/fuzz_view_writes.py FIRST_SEED COUNT [infer|train] [cpp|triton]
+    python tests/backend/fuzz/fuzz_view_writes.py FIRST_SEED COUNT [infer|train] [cpp|triton]
 
 Functionalised, these writes become ``as_strided_scatter`` and kin, which address eager's
 layout of the value: the bug they found (3e15b5c) wrote other elements than eager's.

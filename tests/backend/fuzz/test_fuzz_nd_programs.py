@@ -1,6 +1,6 @@
 """Random 4-D programs (``fuzz_nd_programs.py``) compiled on both CPU targets against eager,
 for inference and for their gradients: fixed seeds, so a failure names a program to
-reproduce with ``python tests/backend/fuzz_nd_programs.py SEED 1 train``. Seed 35's loss
+reproduce with ``python tests/backend/fuzz/fuzz_nd_programs.py SEED 1 train``. Seed 35's loss
 leaves out an output whose backward divides zero by zero (NaN in the other gradients before
 e498372); seed 59 is a scatter (topk's backward) into memory nobody reads after (code
 generation failed before ff996ae); seed 3154 returns a ``roll`` of a channels-last value,

@@ -1,6 +1,6 @@
 """Integer-semantics and extreme-value programs (``fuzz_int_extremes.py``) compiled on both
 CPU targets against eager: fixed seeds, so a failure names a program to reproduce with
-``python tests/backend/fuzz_int_extremes.py SEED 1 [cpp|triton]``. Each program is one
+``python tests/backend/fuzz/fuzz_int_extremes.py SEED 1 [cpp|triton]``. Each program is one
 compiled graph of 4 to 10 checks (or one division by zero, which must raise eager's
 exception). Before 823e92a the C++ target's zero divisors killed the process; before
 63b5783 8 of seeds 0-99 gave inf where eager's var/std are finite, and seeds 520 and 531

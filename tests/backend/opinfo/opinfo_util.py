@@ -1,4 +1,4 @@
-"""OpInfo-driven conformance harness for the ``"ember"`` backend (``tests/backend/test_opinfo.py``).
+"""OpInfo-driven conformance harness for the ``"ember"`` backend (``test_opinfo.py``).
 
 For each OpInfo of ``torch.testing._internal.common_methods_invocations.op_db``, each dtype of
 float32/int64/bool the op supports on the CPU, and each of its first K sample inputs, a

@@ -3,12 +3,12 @@ namespaces) are looked up in the disable registry without failing the capture.""
 import torch
 
 import ember
-from ember.frontend import registry
+from ember.frontend import trace_rules
 
 
 def test_torch_classes_namespace_is_not_disabled():
     namespace = torch.classes.ember_no_such_namespace
-    assert registry.is_disabled(namespace) is False
+    assert trace_rules.is_disabled(namespace) is False
 
 
 def test_frame_reading_a_torch_classes_namespace_compiles():
