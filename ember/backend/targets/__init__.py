@@ -34,10 +34,15 @@ tables (``ops.UNARY``, each target's ``op_templates``).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from ember.backend import ops as ops_table
 from ember.backend.codegen.common import Kernel
+
+if TYPE_CHECKING:
+    from ember.backend.runtime.graph_cache import KernelRecord
 
 COMMON_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32,
                             torch.int16, torch.int8, torch.uint8, torch.bool})
@@ -77,11 +82,13 @@ class Target:
     def make_kernel(self, step, name: str, dtypes: dict) -> Kernel:
         raise NotImplementedError
 
-    def build(self, kernels: list[Kernel]) -> dict[str, object]:
-        """Compile ``kernels`` (sources generated); the wrapper's namespace entries."""
+    def build(self, kernels: list[KernelRecord]) -> dict[str, object]:
+        """Compile (or load) the kernels ``make_kernel`` generated, as the graph cache
+        records them (name, source, args...); the wrapper's namespace entries."""
         raise NotImplementedError
 
-    def full_source(self, kernels: list[Kernel]) -> str:
+    def full_source(self, kernels: list[KernelRecord]) -> str:
+        """The kernels' sources as one file (``EMBER_LOGS=output_code``, debug dumps)."""
         raise NotImplementedError
 
     # -- policy hooks: the defaults change nothing --------------------------------------
