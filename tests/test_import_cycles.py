@@ -1,4 +1,5 @@
-"""No import cycles between Ember's modules, but those listed in ``ALLOWED`` (issue 30).
+"""No import cycles between Ember's modules, but those listed in ``ALLOWED`` (issue 30); and
+the frontend imports no compiler stage (``FRONTEND_MUST_NOT_IMPORT``).
 
 The graph: one node per module of ``ember/`` (a package is its ``__init__``), one edge per
 import statement, at module level or inside a function (both run, sooner or later), relative
@@ -202,3 +203,18 @@ def test_the_graph_sees_relative_function_level_and_package_imports(tmp_path):
     assert cycles(graph) == [frozenset({"ember.a", "ember.sub.b", "ember.c"})]
     assert example_cycle(graph, cycles(graph)[0]) == ["ember.a", "ember.sub.b", "ember.c",
                                                       "ember.a"]
+
+
+# the frontend hands graphs to whatever backend it is given (DESIGN.md §2): it imports no
+# compiler stage, nor the API that names the backends
+FRONTEND_MUST_NOT_IMPORT = ("ember.aot", "ember.backend", "ember.backend_registry",
+                            "ember.api", "ember.bench", "ember.decomp")
+
+
+def test_the_frontend_imports_no_compiler_stage():
+    graph = import_graph()
+    bad = [f"{module} imports {imported}"
+           for module, imports in sorted(graph.items()) if module.startswith("ember.frontend")
+           for imported in sorted(imports)
+           if any(imported == p or imported.startswith(p + ".") for p in FRONTEND_MUST_NOT_IMPORT)]
+    assert not bad, "\n".join(bad)

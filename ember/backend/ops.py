@@ -27,18 +27,20 @@ from __future__ import annotations
 import contextlib
 import threading
 
-# pointwise math a body may call, each (x) or (x, y); results have the operands' dtype
-UNARY = ("neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
+# pointwise math a body may call, each (x) or (x, y); results have the operands' dtype.
+# Lists: ``targets.register_op`` adds to them (an op from outside Ember's source), in place,
+# so every module that imported them sees it.
+UNARY = ["neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
          "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
          "atanh", "erf", "erfc", "sigmoid", "relu", "reciprocal", "floor", "ceil", "round",
-         "trunc", "sign", "logical_not", "bitwise_not", "isnan", "isinf", "square", "frac")
-BINARY = ("add", "sub", "mul", "truediv", "floordiv", "truncdiv", "remainder", "fmod", "pow",
+         "trunc", "sign", "logical_not", "bitwise_not", "isnan", "isinf", "square", "frac"]
+BINARY = ["add", "sub", "mul", "truediv", "floordiv", "truncdiv", "remainder", "fmod", "pow",
           "maximum", "minimum", "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
           "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
-          "bitwise_left_shift", "bitwise_right_shift", "copysign", "hypot", "nextafter")
+          "bitwise_left_shift", "bitwise_right_shift", "copysign", "hypot", "nextafter"]
 OTHER = ("load", "constant", "index_expr", "to_dtype", "where", "masked", "indirect_indexing",
          "rand", "randn")
-OP_NAMES = UNARY + BINARY + OTHER
+OP_NAMES = [*UNARY, *BINARY, *OTHER]
 COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
                "logical_not", "isnan", "isinf"}
 

@@ -23,16 +23,26 @@ its compile workers).
 
 A new target: a package beside these with a Target subclass (``make_kernel``: a
 ``codegen.common.Kernel`` whose ops handler implements every name of ``ops.OP_NAMES``,
-named by ``ops_handler``; ``build``; ``full_source``; the policy hooks it knows better),
+named by ``ops_handler``; ``op_templates``, its table of math ops; ``build``;
+``full_source``; the policy hooks it knows better),
 registered at the end of its module with ``register_target(device_type, name, cls)`` and
-imported at the end of this one; tests/backend/targets/test_target_coverage.py then checks
-its ops.
+imported at the end of this one; tests/backend/targets/test_target_coverage.py then checks its ops.
+
+``register_op(name, arity, cpp=..., triton=...)`` adds a math op to the ops table and every
+target's code for it at run time (a plugin's op, a test's); Ember's own are written in the
+tables (``ops.UNARY``, each target's ``op_templates``).
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
+from ember.backend import ops as ops_table
 from ember.backend.codegen.common import Kernel
+
+if TYPE_CHECKING:
+    from ember.backend.runtime.graph_cache import KernelRecord
 
 COMMON_DTYPES = frozenset({torch.float32, torch.float64, torch.int64, torch.int32,
                             torch.int16, torch.int8, torch.uint8, torch.bool})
@@ -62,14 +72,23 @@ class Target:
         name of ``ops.OP_NAMES`` (tests/backend/targets/test_target_coverage.py checks)."""
         raise NotImplementedError
 
+    @classmethod
+    def op_templates(cls, arity: int) -> dict[str, str]:
+        """Its ops handler's table of math ops of ``arity`` (1 or 2) operands: name -> a
+        format string of the operands' expressions (``{0}``, ``{1}``), which
+        ``register_op`` adds to."""
+        raise NotImplementedError(f"target {cls.name!r} has no table of math ops")
+
     def make_kernel(self, step, name: str, dtypes: dict) -> Kernel:
         raise NotImplementedError
 
-    def build(self, kernels: list[Kernel]) -> dict[str, object]:
-        """Compile ``kernels`` (sources generated); the wrapper's namespace entries."""
+    def build(self, kernels: list[KernelRecord]) -> dict[str, object]:
+        """Compile (or load) the kernels ``make_kernel`` generated, as the graph cache
+        records them (name, source, args...); the wrapper's namespace entries."""
         raise NotImplementedError
 
-    def full_source(self, kernels: list[Kernel]) -> str:
+    def full_source(self, kernels: list[KernelRecord]) -> str:
+        """The kernels' sources as one file (``EMBER_LOGS=output_code``, debug dumps)."""
         raise NotImplementedError
 
     # -- policy hooks: the defaults change nothing --------------------------------------
@@ -140,6 +159,8 @@ class CpuPolicy:
 
 # device type -> target name -> Target class; the first of a device type is its default
 _TARGETS: dict[str, dict[str, type[Target]]] = {}
+# ops.<name> added by register_op -> its arity
+_added_ops: dict[str, int] = {}
 
 
 def register_target(device_type: str, name: str, factory: type[Target]) -> None:
@@ -154,6 +175,44 @@ def registered_targets() -> list[tuple[str, str, type[Target]]]:
     """``(device type, name, Target class)`` of every registered target."""
     return [(device_type, name, factory) for device_type, by_name in _TARGETS.items()
             for name, factory in by_name.items()]
+
+
+def register_op(name: str, arity: int, **code: str) -> None:
+    """Add ``ops.<name>``, elementwise math of ``arity`` (1 or 2) operands whose result has
+    their dtype, with each registered target's code for it: ``code[target name]`` (``cpp=``,
+    ``triton=``), a format string of the operands as in the target's ``op_templates``.
+    Ember's own ops are written in those tables; this adds one from outside (a plugin, a
+    test). Every target must have its code, so no body meets a target that lacks it."""
+    names = {target_name for _, target_name, _ in registered_targets()}
+    if name in ops_table.OP_NAMES:
+        raise ValueError(f"ops.{name} already exists")
+    if arity not in (1, 2):
+        raise ValueError(f"register_op({name!r}): arity must be 1 or 2, not {arity!r}")
+    if set(code) != names:
+        raise ValueError(f"register_op({name!r}) needs code for each target "
+                         f"({', '.join(sorted(names))}); given: {', '.join(sorted(code))}")
+    for _, target_name, cls in registered_targets():
+        if hasattr(cls.ops_handler(), name):    # its own method would shadow the template
+            raise ValueError(f"register_op({name!r}): the {target_name} ops handler has a "
+                             f"method of that name")
+    tables = [(cls.op_templates(arity), code[target_name])
+              for _, target_name, cls in registered_targets()]    # all asked before any change
+    for table, template in tables:
+        table[name] = template
+    (ops_table.UNARY if arity == 1 else ops_table.BINARY).append(name)
+    ops_table.OP_NAMES.append(name)
+    _added_ops[name] = arity
+
+
+def unregister_op(name: str) -> None:
+    """Take out an op ``register_op`` added."""
+    if name not in _added_ops:
+        raise ValueError(f"ops.{name} was not added by register_op")
+    arity = _added_ops.pop(name)
+    for _, _, cls in registered_targets():
+        cls.op_templates(arity).pop(name, None)
+    (ops_table.UNARY if arity == 1 else ops_table.BINARY).remove(name)
+    ops_table.OP_NAMES.remove(name)
 
 
 def target_for(device: torch.device, cpu_backend: str = "cpp", debug: bool = False,

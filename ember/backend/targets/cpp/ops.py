@@ -22,7 +22,9 @@ CPP_TYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int6
              torch.uint8: "uint8_t", torch.bool: "bool"}
 
 _REDUCTION_CLAUSE = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}
-_UNARY_CPP = {
+# math ops: {0} (and {1}) the operands; in UNARY_CPP {1} is the operand's C++ type
+# (``CppTarget.op_templates``: ``targets.register_op`` adds to these)
+UNARY_CPP = {
     "neg": "-{0}", "abs": "std::abs({0})", "exp": "ember_exp({0})", "exp2": "std::exp2({0})",
     "expm1": "std::expm1({0})", "log": "std::log({0})", "log2": "std::log2({0})",
     "log10": "std::log10({0})", "log1p": "std::log1p({0})", "sqrt": "std::sqrt({0})",
@@ -36,7 +38,7 @@ _UNARY_CPP = {
     "round": "std::nearbyint({0})", "trunc": "std::trunc({0})", "sign": "ember_sign({0})",
     "bitwise_not": "~{0}", "square": "{0} * {0}", "frac": "{0} - std::trunc({0})",
 }
-_BINARY_CPP = {
+BINARY_CPP = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
     "pow": "std::pow({0}, {1})",
     "maximum": "ember_max({0}, {1})", "minimum": "ember_min({0}, {1})",
@@ -319,11 +321,11 @@ class CppOpsHandler:
         return sympy.Symbol(var, integer=True)
 
     def __getattr__(self, name):
-        if name in _UNARY_CPP:
-            template = _UNARY_CPP[name]
+        if name in UNARY_CPP:
+            template = UNARY_CPP[name]
             return lambda a: self._typed(template.format(a, CPP_TYPES[a.dtype]), a.dtype)
-        if name in _BINARY_CPP:
-            template = _BINARY_CPP[name]
+        if name in BINARY_CPP:
+            template = BINARY_CPP[name]
             return lambda a, b: self._typed(template.format(a, b), a.dtype)
         if name in _COMPARE_CPP:
             sign = _COMPARE_CPP[name]

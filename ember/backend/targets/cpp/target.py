@@ -25,6 +25,11 @@ class CppTarget(CpuPolicy, Target):
         from ember.backend.targets.cpp.ops import CppOpsHandler
         return CppOpsHandler
 
+    @classmethod
+    def op_templates(cls, arity):
+        from ember.backend.targets.cpp.ops import BINARY_CPP, UNARY_CPP
+        return UNARY_CPP if arity == 1 else BINARY_CPP
+
     def make_kernel(self, step, name, dtypes):
         from ember.backend.targets.cpp.kernel import CppKernel
         return CppKernel(step, name, dtypes)

@@ -58,8 +58,10 @@ class TritonIndexPrinter(IndexPrinter):
 
 triton_index = TritonIndexPrinter()
 
-# ops that are one tl expression on every target
-_UNARY = {
+# ops that are one tl expression on every target: {0} (and {1}) the operands; in
+# UNARY_TRITON {1} is the type it computes in (``TritonTarget.op_templates``:
+# ``targets.register_op`` adds to these)
+UNARY_TRITON = {
     "neg": "-{0}", "abs": "tl.abs({0})", "exp": "tl.exp({0})", "exp2": "tl.exp2({0})",
     "log": "tl.log({0})", "log2": "tl.log2({0})", "sqrt": "tl.sqrt({0})",
     "rsqrt": "tl.rsqrt({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
@@ -71,7 +73,7 @@ _UNARY = {
     "sign": "tl.where({0} != {0}, {0}, ({0} > 0).to({1}) - ({0} < 0).to({1}))",
     "log10": "tl.log({0}) * 0.4342944819032518",
 }
-_BINARY = {
+BINARY_TRITON = {
     "add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
     # nested selects, not |: see TritonOpsHandler.truth
     "maximum": "tl.where({0} != {0}, {0}, tl.where({0} > {1}, {0}, {1}))",
@@ -503,18 +505,18 @@ class TritonOpsHandler:
             config.half_fast_math
 
     def _op(self, name):
-        if name in _UNARY:
+        if name in UNARY_TRITON:
             def unary(a):
-                template = _FAST_HALF[name] if self._fast(name, a.dtype) else _UNARY[name]
+                template = _FAST_HALF[name] if self._fast(name, a.dtype) else UNARY_TRITON[name]
                 return self._emit(template.format(a, compute_type(a.dtype)), a.dtype, a)
             return unary
-        if name in _BINARY:
+        if name in BINARY_TRITON:
             logical = _BOOL_BITWISE.get(name)
 
             def binary(a, b):
                 if logical and a.dtype is torch.bool:   # operands may be 0-d comparisons
                     return getattr(self, logical)(a, b)
-                template = _FAST_HALF[name] if self._fast(name, a.dtype) else _BINARY[name]
+                template = _FAST_HALF[name] if self._fast(name, a.dtype) else BINARY_TRITON[name]
                 return self._emit(template.format(a, b), a.dtype, a, b)
             return binary
         if name in _COMPARE:

@@ -38,6 +38,11 @@ class TritonTarget(Target):
         from ember.backend.targets.triton.ops import TritonOpsHandler
         return TritonOpsHandler
 
+    @classmethod
+    def op_templates(cls, arity):
+        from ember.backend.targets.triton.ops import BINARY_TRITON, UNARY_TRITON
+        return UNARY_TRITON if arity == 1 else BINARY_TRITON
+
     # -- policy (CUDA) --------------------------------------------------------------------
 
     tunes_kernels = True
