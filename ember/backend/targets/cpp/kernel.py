@@ -1,6 +1,6 @@
 """C++/OpenMP code generation for fused kernels.
 
-One ``extern "C"`` function per :class:`FusedKernel`. The outer loops are parallelised with
+One ``extern "C"`` function per :class:`FusionGroup`. The outer loops are parallelised with
 OpenMP when they carry enough iterations; otherwise each inner loop is (with OpenMP reduction
 clauses for reductions). Inner loops carry ``#pragma omp simd`` so g++ vectorises them.
 Bodies are emitted by running each node's ``inner_fn`` under :class:`CppOpsHandler`, which
@@ -35,7 +35,7 @@ from ember.backend.targets.cpp.prelude import CASCADE
 from ember.backend.ir import index_vars, product
 from ember.backend.loops import access_indices, runs_with, store_order
 from ember.backend.ops import use_handler
-from ember.backend.scheduler import FusedKernel, SchedulerNode, node_reads
+from ember.backend.scheduler import FusionGroup, SchedulerNode, node_reads
 from ember.backend.sizevars import is_static, size_hint
 
 PARALLEL_MIN_ITERS = 64          # fewer outer iterations than this: parallelise inner loops
@@ -91,7 +91,7 @@ def _widen_vectors(text: str) -> str:
 class CppKernel(Kernel):
     """Generates one fused kernel's C++ function."""
 
-    def __init__(self, kernel: FusedKernel, name: str, dtypes: dict[str, torch.dtype]):
+    def __init__(self, kernel: FusionGroup, name: str, dtypes: dict[str, torch.dtype]):
         super().__init__(name, dtypes)
         self.kernel = kernel
         # the kernel checks indirect indices or integer divisors: its library exports
@@ -911,7 +911,7 @@ def _coarse_type(kind: str, dtype: torch.dtype) -> str:
     return "double" if kind == "sum" and dtype == torch.float32 else CPP_TYPES[dtype]
 
 
-def _in_store_order(kernel: FusedKernel, x: list, r: list) -> FusedKernel:
+def _in_store_order(kernel: FusionGroup, x: list, r: list) -> FusionGroup:
     """A pointwise kernel whose first store walks memory in another order than its loops (a
     channels-last value over logical ``[n, c, h, w]``) iterates in that store's order: its
     inner loop runs along stride 1 (contiguous SIMD loads and stores), not along ``w`` with
@@ -935,7 +935,7 @@ def _in_store_order(kernel: FusedKernel, x: list, r: list) -> FusedKernel:
         segments=[(kind, [copies[id(n)] for n in nodes]) for kind, nodes in kernel.segments])
 
 
-def _merge_contiguous_dims(kernel: FusedKernel, x: list, r: list):
+def _merge_contiguous_dims(kernel: FusionGroup, x: list, r: list):
     """A pointwise kernel whose every index runs through its last outer dim and its inner
     dim as one contiguous range (``W * h + w``) loops over them as one inner dim: a
     ``[n, c, 4, 4]`` plane is one loop of 16, not four loops of 4. Repeated while it holds.
@@ -971,7 +971,7 @@ def _column_block(size: int) -> int:
     return lanes
 
 
-def _column_kernel(kernel: FusedKernel, x, r) -> bool:
+def _column_kernel(kernel: FusionGroup, x, r) -> bool:
     """Whether the kernel's memory accesses mostly run along its last outer dim (stride 1)
     rather than its last inner dim: then it is generated with blocks of columns."""
     if (not kernel.outer or not kernel.inner or not kernel.outer[-1].is_Integer
