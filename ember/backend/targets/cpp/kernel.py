@@ -91,12 +91,12 @@ def _widen_vectors(text: str) -> str:
 class CppKernel(Kernel):
     """Generates one fused kernel's C++ function."""
 
-    def __init__(self, kernel: FusionGroup, name: str, dtypes: dict[str, torch.dtype]):
+    def __init__(self, group: FusionGroup, name: str, dtypes: dict[str, torch.dtype]):
         super().__init__(name, dtypes)
-        self.kernel = kernel
-        # the kernel checks indirect indices or integer divisors: its library exports
+        self.group = group
+        # the kernel checks indirect indices or integer divisors, so its library exports
         # ``<name>_flags`` (see _flag_errors), which the wrapper reads after each call
-        self.uses_indirect = False
+        self.exports_flags = False
         self.block = False              # a column kernel (see _generate_blocked)
         self.hoist: _Hoist | None = None    # where loop-invariant values go (see cse)
         # names whose value does not change inside the inner loops being generated: outer
@@ -148,7 +148,7 @@ class CppKernel(Kernel):
         """Inner loops generated inside this block move their invariant values to its
         start (only loops known to run: a value moved out is computed even when the loop
         has no iteration). On exit the reductions' accumulators hold final values."""
-        size = product(self.kernel.inner)
+        size = product(self.group.inner)
         if self.hoist is not None or self.block or not is_static(size) or size_hint(size) < 1:
             yield
             return
@@ -164,7 +164,7 @@ class CppKernel(Kernel):
     def call_lines(self, refs: dict[str, str]) -> list[str]:
         ptrs = ", ".join(f"{refs[a]}.data_ptr()" for a in self.args)
         lines = [f"{self.name}({ptrs})"]
-        if self.uses_indirect:
+        if self.exports_flags:
             # eager's exceptions: ZeroDivisionError (a RuntimeError) for integer division
             lines.append(f"if (flags := {self.name}_flags()) & 2: raise RuntimeError("
                          f"'ZeroDivisionError')")
@@ -176,7 +176,7 @@ class CppKernel(Kernel):
         known = self.known_value(name, index)
         if known is not None:
             return known
-        if name in self.kernel.local:
+        if name in self.group.local:
             raise AssertionError(f"{name} is kept local but read where it is not available")
         self.loaded.add(name)
         return self.cse(f"p_{name}[{cpp_index(self._hoisted(index))}]", self.dtypes[name])
@@ -186,7 +186,7 @@ class CppKernel(Kernel):
         if value.dtype != dtype:
             value = CppOpsHandler(self).to_dtype(value, dtype)
         self.set_value(node.writes, index, value)
-        if node.name in self.kernel.local:
+        if node.name in self.group.local:
             return
         self.stored.add(node.writes)
         self.line(f"p_{node.writes}[{cpp_index(self._hoisted(index))}] = {value};")
@@ -215,12 +215,12 @@ class CppKernel(Kernel):
 
     # -- structure ---------------------------------------------------------------------------
     def generate(self) -> str:
-        x = index_vars("x", len(self.kernel.outer))
-        r = index_vars("r", len(self.kernel.inner))
-        self.kernel = _in_store_order(self.kernel, x, r)
-        self.kernel, x = _merge_contiguous_dims(self.kernel, x, r)
-        k = self.kernel
-        segs = self.kernel.segments
+        x = index_vars("x", len(self.group.outer))
+        r = index_vars("r", len(self.group.inner))
+        self.group = _in_store_order(self.group, x, r)
+        self.group, x = _merge_contiguous_dims(self.group, x, r)
+        k = self.group
+        segs = self.group.segments
         handler = CppOpsHandler(self)
         outer_n = product(k.outer)
         scatter = any(n.role == "scatter" for n in k.nodes)
@@ -259,9 +259,9 @@ class CppKernel(Kernel):
                     self.pop()
                     self.indent -= 1
                     self.line("}")
-        lines = _flag_errors(self.lines) if self.uses_indirect else self.lines
+        lines = _flag_errors(self.lines) if self.exports_flags else self.lines
         text = _widen_vectors(self._signature() + " {\n" + "\n".join(lines) + "\n}\n")
-        if self.uses_indirect:
+        if self.exports_flags:
             # one word of flags per kernel library, ORed by any call that met a bad index or a
             # zero divisor, read and cleared by the wrapper after each call
             text = ("static int ember_flags = 0;\n" + text +
@@ -276,7 +276,7 @@ class CppKernel(Kernel):
         of up to COLUMN_BLOCK[1] lanes; per block, each segment runs the inner loops sequentially outside a
         SIMD loop over the block's lanes, with one accumulator per lane, so every access is
         contiguous. Per-lane values a later segment reads live in arrays ``v_<buf>[lane]``."""
-        k = self.kernel
+        k = self.group
         last, size = x[-1], k.outer[-1]
         block = self.block_lanes = _column_block(size_hint(size))
         blocks = (size_hint(size) + block - 1) // block
@@ -349,7 +349,7 @@ class CppKernel(Kernel):
         self._declare_fine(folded, block)
         if folded:
             self.line("int64_t r_count = 0, r_fine = 0;")
-        for var, n in zip(r, self.kernel.inner):
+        for var, n in zip(r, self.group.inner):
             self.line(f"for (int64_t {var} = 0; {var} < {cpp_index(n)}; {var}++) {{")
             self.indent += 1
         self._welford_inv(folded)
@@ -412,7 +412,7 @@ class CppKernel(Kernel):
         threads (few outer iterations)."""
         reductions = [n for n in nodes if n.role == "reduction"]
         groups = reduction_groups(reductions)
-        size = product(self.kernel.inner)
+        size = product(self.group.inner)
         first = len(self.lines)
         with self._hoisting(reductions):
             if not groups:
@@ -439,7 +439,7 @@ class CppKernel(Kernel):
         range conditions: the starts of a concatenation's parts along that dim (a
         channels-last ``cat`` of channels), found by evaluating the bodies under
         ``_RangeProbe``. Empty when there are none, or too many."""
-        if len(r) != 1 or self.block or not is_static(self.kernel.inner[0]):
+        if len(r) != 1 or self.block or not is_static(self.group.inner[0]):
             return []
         probe = _RangeProbe(r[0])
         try:
@@ -448,7 +448,7 @@ class CppKernel(Kernel):
                     node.value(x, r)
         except (AttributeError, TypeError):   # a body that inspects its values: no cuts
             return []
-        n = size_hint(self.kernel.inner[0])
+        n = size_hint(self.group.inner[0])
         cuts = sorted(c for c in probe.cuts if 0 < c < n)
         return cuts if len(cuts) <= MAX_PIECES else []
 
@@ -457,7 +457,7 @@ class CppKernel(Kernel):
         conditions fold to constants (``CppOpsHandler._fold``), so a concatenation's piece
         loads one part, with no branch (deeplabv3's 5-way ASPP concatenation of 14x14x1280:
         0.84 ms with a masked load per part in one loop)."""
-        bounds = [0, *cuts, size_hint(self.kernel.inner[0])]
+        bounds = [0, *cuts, size_hint(self.group.inner[0])]
         for start, end in zip(bounds, bounds[1:]):
             self.piece = (r[0], start, end)
             try:
@@ -472,7 +472,7 @@ class CppKernel(Kernel):
         that cost a division or a call: computed once per kernel call into an array before
         the outer loops, instead of once per element (the same code, so the same bits).
         efficientnet_b0's BN + SiLU over 56 x 56 x 144: 0.17 -> 0.11 ms."""
-        k = self.kernel
+        k = self.group
         size = product(k.inner)
         if len(r) != 1 or self.block or not k.outer or not is_static(size) or \
                 size_hint(size) > PRECOMPUTE_MAX or size_hint(product(k.outer)) < 2:
@@ -588,10 +588,10 @@ class CppKernel(Kernel):
         if groups and kinds <= {"sum", "welford"} and (
                 (lanes and len(r) == 1) or "welford" in kinds):
             self._lane_range(nodes, groups, x, r, start or 0, end or cpp_index(
-                product(self.kernel.inner)))
+                product(self.group.inner)))
             return
         if start is None and len(r) > 1 and kinds == {"sum"} and not parallel and \
-                not self.block and size_hint(self.kernel.inner[-1]) >= ROW_SUM_MIN:
+                not self.block and size_hint(self.group.inner[-1]) >= ROW_SUM_MIN:
             self._row_sums(nodes, groups, x, r)
             return
         # the first extreme element, or a Welford state outside lanes: one element at a time
@@ -604,7 +604,7 @@ class CppKernel(Kernel):
             if pragma:
                 collapse = f" collapse({len(r)})" if len(r) > 1 else ""
                 self.line(f"{pragma}{collapse} {clauses}".rstrip())
-            for var, size in zip(r, self.kernel.inner):
+            for var, size in zip(r, self.group.inner):
                 self.line(f"for (int64_t {var} = 0; {var} < {cpp_index(size)}; {var}++) {{")
                 self.indent += 1
             depth = len(r)
@@ -638,7 +638,7 @@ class CppKernel(Kernel):
         float32). One collapsed SIMD loop chained n/8 adds per lane: a batch norm's
         gradient sums over (N, H*W) came out 15x further from float64 than eager's cascade
         sum, enough to fail the bench's accuracy check."""
-        inner = self.kernel.inner
+        inner = self.group.inner
         self.line("{")
         self.indent += 1
         for acc, m in groups.items():
@@ -682,7 +682,7 @@ class CppKernel(Kernel):
         last one: a ``while`` over the runs defines the other inner variables and the run's
         bounds ``<last>_lo``/``<last>_hi``; the caller opens the loop over the last dim.
         (Unflattening every element instead costs a division and a gather per element.)"""
-        sizes = self.kernel.inner
+        sizes = self.group.inner
         n = cpp_index(sizes[-1])
         last = r[-1].name
         self.line(f"for (int64_t r_seg = {start}; r_seg < {end};) {{")
@@ -707,7 +707,7 @@ class CppKernel(Kernel):
             self._unflatten(var, r)
 
     def _unflatten(self, linear: str, r) -> None:
-        sizes = self.kernel.inner
+        sizes = self.group.inner
         for i, var in enumerate(r):
             stride = product(sizes[i + 1:])
             text = linear if stride == 1 else f"({linear} / {cpp_index(stride)})"
@@ -827,7 +827,7 @@ class CppKernel(Kernel):
     def _loop_body(self, nodes, groups, x, r, lane: str | None) -> None:
         """The nodes of one inner loop; reductions update their group's accumulator (lane
         ``lane``'s, inside a lane block) once per element."""
-        k = self.kernel
+        k = self.group
         self.push()
         for node, acc in loop_steps(nodes, groups):
             if acc is None:

@@ -257,7 +257,7 @@ class CppOpsHandler:
         known = self.k.bounds.get(b.name)
         if known is not None and known[0] == known[1] and known[0] not in (0, -1):
             return self._typed(fast, a.dtype)
-        self.k.uses_indirect = True
+        self.k.exports_flags = True
         return self._typed(f"ember_checked_{name}<{CPP_TYPES[a.dtype]}>({a}, {b}, "
                            f"ember_flags_r)", a.dtype)
 
@@ -315,7 +315,7 @@ class CppOpsHandler:
         # (``_flag_bad_indices``)
         k.line(f"{{ bool bad = static_cast<uint64_t>({var}) >= static_cast<uint64_t>({n}); "
                f"ember_flags_r |= bad; {var} = bad ? 0 : {var}; }}")
-        k.uses_indirect = True
+        k.exports_flags = True
         return sympy.Symbol(var, integer=True)
 
     def __getattr__(self, name):
