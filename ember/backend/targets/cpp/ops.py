@@ -2,7 +2,8 @@
 ``use_handler`` by :class:`~ember.backend.targets.cpp.kernel.CppKernel`, into whose current scope
 it writes), constants and index expressions, the range probe that finds where a split
 loop's conditions change, and the C++ of reduction states (fields, merges, OpenMP
-clauses). Loop strategies stay in ``kernel.py``; this module does not import it.
+clauses). Loop strategies live in ``strategies/``; this module imports neither them nor
+``kernel.py``.
 """
 from __future__ import annotations
 
@@ -149,12 +150,10 @@ class CppOpsHandler:
 
     def index_expr(self, expr, dtype) -> CppValue:
         out = self._emit(f"static_cast<{CPP_TYPES[dtype]}>({cpp_index(expr)})", dtype)
-        piece = self.k.piece
-        if piece is not None and not dtype.is_floating_point:
-            var, start, end = piece
-            shift = sympy.expand(expr - var)
-            if shift.is_Integer:        # var + c over the piece
-                self.k.bounds[out.name] = (start + int(shift), end - 1 + int(shift))
+        if not dtype.is_floating_point:
+            known = self.k.strategy.index_bounds(expr)    # a piece of a split loop's index
+            if known is not None:
+                self.k.bounds[out.name] = known
         return out
 
     def _known(self, value) -> bool | None:
