@@ -311,7 +311,7 @@ class CppOpsHandler:
         if wrap_negative:
             k.line(f"{var} += {var} < 0 ? {n} : 0;")
         # branch-free, so the loop stays vectorised: the flag is a reduction of every loop
-        # (``_flag_bad_indices``)
+        # (``_flag_errors`` in kernel.py)
         k.line(f"{{ bool bad = static_cast<uint64_t>({var}) >= static_cast<uint64_t>({n}); "
                f"ember_flags_r |= bad; {var} = bad ? 0 : {var}; }}")
         k.exports_flags = True
