@@ -35,7 +35,7 @@ from ember.backend.passes.conv_taps import drop_dead_taps
 from ember.backend.passes.layout import changed_output, in_best_layout
 from ember.backend.runtime import graph_cache
 from ember.backend.runtime.graph_cache import CompiledArtifact, KernelRecord
-from ember.backend.scheduler import FusedKernel, reuse_dying_inputs, schedule
+from ember.backend.scheduler import FusionGroup, reuse_dying_inputs, schedule
 from ember.backend.targets import Target, kernel_device, target_for
 
 generated_sources: list[str] = []   # wrapper and kernel sources, for tests and tools
@@ -368,7 +368,7 @@ def generate_sources(g: Generation) -> None:
     kernels: dict[int, Kernel] = {}
     unique: dict[str, Kernel] = {}     # same computation on other buffers -> its first kernel
     for step in g.steps:
-        if isinstance(step, FusedKernel):
+        if isinstance(step, FusionGroup):
             kernel = target.make_kernel(step, f"kernel{len(unique)}", dtypes)
             kernel.numels = numels
             kernel.source = kernel.generate()

@@ -2,7 +2,8 @@
 
 Each ComputedBuffer becomes a :class:`SchedulerNode`; its reads (buffer name, index) come from
 running its body under a recording ops handler. Nodes are then packed, in graph order, into
-:class:`FusedKernel` s. A kernel has outer loops and one inner loop extent; a node joins it as
+:class:`FusionGroup` s, each of which a target generates as one kernel. A group has outer loops
+and one inner loop extent; a node joins it as
 
 - ``outer``: a pointwise node over the outer loops (e.g. ``mean = sum / n``),
 - ``inner``: a pointwise node over outer + inner loops,
@@ -150,7 +151,12 @@ def make_node(buf: ComputedBuffer) -> SchedulerNode:
 
 
 @dataclasses.dataclass(eq=False)
-class FusedKernel:
+class FusionGroup:
+    """The nodes the scheduler fused to be computed by one kernel, and their loops.
+
+    Named for what it is to the scheduler, a group of nodes, not "kernel": a kernel is what a
+    target generates from a group (``CppKernel``, ``TritonKernel``; ``codegen.common.Kernel``).
+    """
     outer: list
     inner: list
     nodes: list = dataclasses.field(default_factory=list)
@@ -161,7 +167,7 @@ class FusedKernel:
     segments: list = dataclasses.field(default_factory=list)   # (kind, nodes), see below
 
 
-def _placements(node: SchedulerNode, kernel: FusedKernel) -> list[tuple[str, tuple | None]]:
+def _placements(node: SchedulerNode, kernel: FusionGroup) -> list[tuple[str, tuple | None]]:
     """The ways ``node`` could join ``kernel``: (role, dim permutation of an inner node)."""
     outer, inner = kernel.outer, kernel.inner
     if node.is_reduction:
@@ -194,7 +200,7 @@ def node_reads(node: SchedulerNode, x: list, r: list, role: str | None = None,
     return reads
 
 
-def _read_ok(kernel: FusedKernel, node: SchedulerNode, role: str, perm=None) -> bool:
+def _read_ok(kernel: FusionGroup, node: SchedulerNode, role: str, perm=None) -> bool:
     """Every value ``node`` reads from ``kernel`` is available where ``node`` runs, and an
     in-place write never races with a read of the same memory at another index."""
     x, r = index_vars("x", len(kernel.outer)), index_vars("r", len(kernel.inner))
@@ -226,24 +232,24 @@ def schedule(buffers: Sequence[Buffer], output_names: set[str]) -> list:
             continue
         node = make_node(buf)
         if node.role == "scatter":       # a kernel of its own, run sequentially
-            steps.append(FusedKernel(list(node.ranges), [], [node]))
+            steps.append(FusionGroup(list(node.ranges), [], [node]))
             continue
         if _fusable_kernel(steps, node) is not None:
             continue
         if node.is_reduction:
-            kernel = FusedKernel(list(node.ranges), list(node.rranges))
+            kernel = FusionGroup(list(node.ranges), list(node.rranges))
             node.role = "reduction"
         elif node.ranges:
-            kernel = FusedKernel(list(node.ranges[:-1]), list(node.ranges[-1:]))
+            kernel = FusionGroup(list(node.ranges[:-1]), list(node.ranges[-1:]))
             node.role = "inner"
         else:
-            kernel = FusedKernel([], [])
+            kernel = FusionGroup([], [])
             node.role = "outer"
         kernel.nodes.append(node)
         steps.append(kernel)
     _mark_local_buffers(steps, output_names)
     for step in steps:
-        if isinstance(step, FusedKernel):
+        if isinstance(step, FusionGroup):
             step.kernel_local = set(step.local)
             _segment(step)
     _reuse_dead_buffers(steps, output_names)
@@ -263,7 +269,7 @@ def _last_readers(steps: list) -> dict[str, object]:
     """Buffer name -> the scheduler node or extern call that uses it last (``_uses``)."""
     last: dict[str, object] = {}
     for step in steps:
-        if isinstance(step, FusedKernel):
+        if isinstance(step, FusionGroup):
             for node in step.nodes:
                 for name in _uses(node):
                     last[name] = node
@@ -289,18 +295,18 @@ def reuse_dying_inputs(steps: list, output_names: set[str]) -> int:
     read_by_fallback: set[str] = set()
     donors: dict[str, object] = {}            # name -> layout of buffers memory may come from
     for step in steps:
-        if isinstance(step, FusedKernel):
+        if isinstance(step, FusionGroup):
             donors.update((node.name, node.buf.layout) for node in step.nodes
                           if node.name not in step.local and node.writes == node.name)
         elif not step.is_library:
             read_by_fallback.update(_extern_reads(step))
         elif step.parent is None and step.layout is not None:
             donors[step.name] = step.layout
-    taken = {node.buf.reuses for step in steps if isinstance(step, FusedKernel)
+    taken = {node.buf.reuses for step in steps if isinstance(step, FusionGroup)
              for node in step.nodes if node.buf.reuses}
     count = 0
     for step in steps:
-        if not isinstance(step, FusedKernel) or getattr(step, "matmul", None) is not None:
+        if not isinstance(step, FusionGroup) or getattr(step, "matmul", None) is not None:
             continue
         made = {n.name for n in step.nodes}
         x, r = index_vars("x", len(step.outer)), index_vars("r", len(step.inner))
@@ -335,13 +341,13 @@ MAX_PERMUTED_DIMS = 4   # loop orders tried for a pointwise node are at most 4! 
 
 def _step_names(step) -> tuple[set, set]:
     """(storage names a step writes, names it reads)."""
-    if isinstance(step, FusedKernel):
+    if isinstance(step, FusionGroup):
         return ({n.writes for n in step.nodes},
                 {name for n in step.nodes for name, _ in n.reads})
     return {step.name}, set(_extern_reads(step))
 
 
-def _fusable_kernel(steps: list, node: SchedulerNode) -> FusedKernel | None:
+def _fusable_kernel(steps: list, node: SchedulerNode) -> FusionGroup | None:
     """Add ``node`` to the latest kernel it fits, searching back past steps it does not
     depend on (so ``var``'s epilogue joins its reduction even when another reduction was
     scheduled in between); a step that writes what the node reads, or reads or writes what
@@ -349,7 +355,7 @@ def _fusable_kernel(steps: list, node: SchedulerNode) -> FusedKernel | None:
     mine = {name for name, _ in node.reads}
     seen = 0
     for step in reversed(steps):
-        if isinstance(step, FusedKernel) and not any(n.role == "scatter" for n in step.nodes):
+        if isinstance(step, FusionGroup) and not any(n.role == "scatter" for n in step.nodes):
             for role, perm in _placements(node, step):
                 if perm is not None and not mine & _step_names(step)[0]:
                     continue   # another loop order only to consume the kernel's values
@@ -366,7 +372,7 @@ def _fusable_kernel(steps: list, node: SchedulerNode) -> FusedKernel | None:
     return None
 
 
-def _segment(kernel: FusedKernel) -> None:
+def _segment(kernel: FusionGroup) -> None:
     """Split the kernel's nodes into code segments, in order: ``("outer", nodes)`` run once
     per outer iteration, ``("loop", nodes)`` share one inner loop. A node that reads a
     reduction finished in the current loop starts a new loop. A value made inside an inner
@@ -405,7 +411,7 @@ def _segment(kernel: FusedKernel) -> None:
 def _mark_local_buffers(steps: list, output_names: set[str]) -> None:
     readers: dict[str, list] = {}
     for step in steps:
-        if isinstance(step, FusedKernel):
+        if isinstance(step, FusionGroup):
             for node in step.nodes:
                 for name in _uses(node):
                     readers.setdefault(name, []).append(step)
@@ -413,7 +419,7 @@ def _mark_local_buffers(steps: list, output_names: set[str]) -> None:
             for name in _extern_reads(step):
                 readers.setdefault(name, []).append(step)
     for step in steps:
-        if not isinstance(step, FusedKernel):
+        if not isinstance(step, FusionGroup):
             continue
         for node in step.nodes:
             if node.writes != node.name or node.name in output_names:
@@ -448,7 +454,7 @@ def _reuse_dead_buffers(steps: list, output_names: set[str]) -> None:
     """
     last_reader = _last_readers(steps)
     for step in steps:
-        if not isinstance(step, FusedKernel):
+        if not isinstance(step, FusionGroup):
             continue
         made = {n.name: n for n in step.nodes}
         x = index_vars("x", len(step.outer))

@@ -14,7 +14,7 @@ import torch
 
 from ember import logs
 from ember.backend.ir import Buffer, ComputedBuffer, ExternBuffer, InputBuffer, ReinterpretView
-from ember.backend.scheduler import FusedKernel, _extern_reads
+from ember.backend.scheduler import FusionGroup, _extern_reads
 
 
 # Library ops called through torch's direct Python bindings (same arguments as the ATen
@@ -78,7 +78,7 @@ class WrapperCodegen:
     def __init__(self, graph, steps, kernels: dict[int, "object"]):
         self.graph = graph
         self.steps = steps
-        self.kernels = kernels       # id(FusedKernel) -> codegen.common.Kernel
+        self.kernels = kernels       # id(FusionGroup) -> codegen.common.Kernel
         self.lines: list[str] = []
         self.consts: dict[str, object] = {}
         # name -> layout of the tensor the name is bound to, where the wrapper made it so
@@ -141,11 +141,11 @@ class WrapperCodegen:
         self.keepable = self._keepable(output_names)
         self.kept_names: set[str] = set()     # names bound to kept memory
         read = {name for step in self.steps for name in (
-            self.kernels[id(step)].args if isinstance(step, FusedKernel) else _extern_reads(step))}
+            self.kernels[id(step)].args if isinstance(step, FusionGroup) else _extern_reads(step))}
         pool: dict[tuple, list[str]] = {}      # (dtype, elements) -> dead buffers, by age
         pending: dict[str, int] = {}           # pooled name -> where its ``del`` would go
         for i, step in enumerate(self.steps):
-            if isinstance(step, FusedKernel):
+            if isinstance(step, FusionGroup):
                 kernel = self.kernels[id(step)]
                 aliases = []
                 for node in step.nodes:
@@ -204,7 +204,7 @@ class WrapperCodegen:
         result or a fallback ATen call (whose result may be a view of it), under their own
         name or a later one that takes the memory over in place (``reuses``)."""
         taken_by = {node.buf.reuses: node.name for step in self.steps
-                    if isinstance(step, FusedKernel) for node in step.nodes if node.buf.reuses}
+                    if isinstance(step, FusionGroup) for node in step.nodes if node.buf.reuses}
         keep = set()
         for buf in self._given_memory(takers=False):
             if not buf.layout.storage_numel().is_Integer or \
@@ -224,7 +224,7 @@ class WrapperCodegen:
         (mm, convolution, ...)."""
         buffers = []
         for step in self.steps:
-            if isinstance(step, FusedKernel):
+            if isinstance(step, FusionGroup):
                 buffers += [node.buf for node in step.nodes if node.name not in step.local and (
                     node.writes == node.name or takers and node.buf.reuses)]
             elif step.is_library and step.parent is None and step.layout is not None:
@@ -296,7 +296,7 @@ class WrapperCodegen:
         over in place) or a library call (mm, convolution, ...), and never read by a
         fallback ATen call (whose result may alias its arguments)."""
         # memory a later buffer of the same kernel took over (``reuses``) lives on in it
-        taken = {node.buf.reuses for step in self.steps if isinstance(step, FusedKernel)
+        taken = {node.buf.reuses for step in self.steps if isinstance(step, FusionGroup)
                  for node in step.nodes}
         return {buf.name: (buf.layout.dtype, int(buf.layout.storage_numel()))
                 for buf in self._given_memory(takers=True)
@@ -350,7 +350,7 @@ class WrapperCodegen:
     def _last_uses(self) -> dict[str, int]:
         last: dict[str, int] = {}
         for i, step in enumerate(self.steps):
-            if isinstance(step, FusedKernel):
+            if isinstance(step, FusionGroup):
                 kernel = self.kernels[id(step)]
                 for a in kernel.args:
                     last[a] = i

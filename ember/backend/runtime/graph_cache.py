@@ -66,7 +66,7 @@ class KernelRecord:
     config: dict | None = None
     candidates: list | None = None
     numel_x: int = 0
-    uses_indirect: bool = False
+    exports_flags: bool = False         # a C++ kernel with <name>_flags (targets/cpp/kernel.py)
     matmul_spec: dict | None = None     # a matmul with its epilogue (targets/triton/matmul.py)
 
     @classmethod
@@ -74,7 +74,7 @@ class KernelRecord:
         return cls(kernel.name, kernel.source, list(kernel.args), dict(kernel.dtypes),
                    set(getattr(kernel, "stored", ())), getattr(kernel, "grid", None),
                    getattr(kernel, "config", None), getattr(kernel, "candidates", None),
-                   getattr(kernel, "numel_x", 0), getattr(kernel, "uses_indirect", False),
+                   getattr(kernel, "numel_x", 0), getattr(kernel, "exports_flags", False),
                    getattr(kernel, "matmul_spec", None))
 
 

@@ -2,7 +2,8 @@
 ``use_handler`` by :class:`~ember.backend.targets.cpp.kernel.CppKernel`, into whose current scope
 it writes), constants and index expressions, the range probe that finds where a split
 loop's conditions change, and the C++ of reduction states (fields, merges, OpenMP
-clauses). Loop strategies stay in ``kernel.py``; this module does not import it.
+clauses). Loop strategies live in ``strategies/``; this module imports neither them nor
+``kernel.py``.
 """
 from __future__ import annotations
 
@@ -151,12 +152,10 @@ class CppOpsHandler:
 
     def index_expr(self, expr, dtype) -> CppValue:
         out = self._emit(f"static_cast<{CPP_TYPES[dtype]}>({cpp_index(expr)})", dtype)
-        piece = self.k.piece
-        if piece is not None and not dtype.is_floating_point:
-            var, start, end = piece
-            shift = sympy.expand(expr - var)
-            if shift.is_Integer:        # var + c over the piece
-                self.k.bounds[out.name] = (start + int(shift), end - 1 + int(shift))
+        if not dtype.is_floating_point:
+            known = self.k.strategy.index_bounds(expr)    # a piece of a split loop's index
+            if known is not None:
+                self.k.bounds[out.name] = known
         return out
 
     def _known(self, value) -> bool | None:
@@ -259,7 +258,7 @@ class CppOpsHandler:
         known = self.k.bounds.get(b.name)
         if known is not None and known[0] == known[1] and known[0] not in (0, -1):
             return self._typed(fast, a.dtype)
-        self.k.uses_indirect = True
+        self.k.exports_flags = True
         return self._typed(f"ember_checked_{name}<{CPP_TYPES[a.dtype]}>({a}, {b}, "
                            f"ember_flags_r)", a.dtype)
 
@@ -314,10 +313,10 @@ class CppOpsHandler:
         if wrap_negative:
             k.line(f"{var} += {var} < 0 ? {n} : 0;")
         # branch-free, so the loop stays vectorised: the flag is a reduction of every loop
-        # (``_flag_bad_indices``)
+        # (``_flag_errors`` in kernel.py)
         k.line(f"{{ bool bad = static_cast<uint64_t>({var}) >= static_cast<uint64_t>({n}); "
                f"ember_flags_r |= bad; {var} = bad ? 0 : {var}; }}")
-        k.uses_indirect = True
+        k.exports_flags = True
         return sympy.Symbol(var, integer=True)
 
     def __getattr__(self, name):

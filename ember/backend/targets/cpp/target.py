@@ -46,7 +46,7 @@ class CppTarget(CpuPolicy, Target):
         namespace = {}
         for kernel, lib in zip(kernels, libs):
             namespace[kernel.name] = build.kernel_function(lib, kernel.name, len(kernel.args))
-            if kernel.uses_indirect:     # it checks indices or divisors (targets/cpp/kernel.py)
+            if kernel.exports_flags:     # it checks indices or divisors (targets/cpp/kernel.py)
                 flags = getattr(lib, f"{kernel.name}_flags")
                 flags.restype, flags.argtypes = ctypes.c_int, []
                 namespace[f"{kernel.name}_flags"] = flags

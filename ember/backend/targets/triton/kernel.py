@@ -1,6 +1,6 @@
 """Triton code generation for fused kernels (CUDA GPUs; CPUs through Triton's interpreter).
 
-One ``@triton.jit`` function per :class:`FusedKernel`, all of a graph's kernels in one
+One ``@triton.jit`` function per :class:`FusionGroup`, all of a graph's kernels in one
 Python module. Tiling:
 
 - **pointwise kernels** (every node over the full loop nest) are one flat range of
@@ -29,7 +29,7 @@ from ember.backend.targets.triton.ops import (HALF, TL_TYPES, TritonOpsHandler, 
 from ember.backend.ir import index_vars, product
 from ember.backend.loops import access_indices, merge_dims, store_order
 from ember.backend.ops import use_handler
-from ember.backend.scheduler import FusedKernel, SchedulerNode
+from ember.backend.scheduler import FusionGroup, SchedulerNode
 from ember.backend.sizevars import size_hint
 
 POINTWISE_BLOCK = 1024        # elements per program of a flat pointwise kernel
@@ -69,7 +69,7 @@ class TritonKernel(Kernel):
     indent_unit = 4
     value_class = TritonValue
 
-    def __init__(self, kernel: FusedKernel, name: str, dtypes: dict[str, torch.dtype],
+    def __init__(self, kernel: FusionGroup, name: str, dtypes: dict[str, torch.dtype],
                  interpret: bool = False, debug: bool = False):
         super().__init__(name, dtypes)
         self.kernel = kernel

@@ -25,15 +25,15 @@ import torch
 
 from ember import logs
 from ember.backend.ir import Buffer, ExternBuffer, ReinterpretView, index_vars, product
-from ember.backend.scheduler import FusedKernel, _step_names, node_reads
+from ember.backend.scheduler import FusionGroup, _step_names, node_reads
 
 MATMULS = {torch.ops.aten.mm.default: "mm", torch.ops.aten.addmm.default: "addmm"}
 MIN_DIM = 16          # tl.dot's smallest tile side
 
 
 @dataclasses.dataclass(eq=False)
-class MatmulEpilogue(FusedKernel):
-    """A fused kernel (the epilogue) whose input ``matmul`` is computed inside it."""
+class MatmulEpilogue(FusionGroup):
+    """A fusion group (the epilogue) whose input ``matmul`` is computed inside its kernel."""
     matmul: ExternBuffer | None = None
 
     @property
@@ -65,7 +65,7 @@ def fuse_matmul_epilogues(steps: list, output_names: set[str], dtypes: frozenset
             continue
         users = readers.get(step.name, [])
         if step.name in output_names or len(users) != 1 or \
-                not isinstance(users[0], FusedKernel):
+                not isinstance(users[0], FusionGroup):
             continue
         epilogue = users[0]
         j = steps.index(epilogue)
@@ -87,7 +87,7 @@ def fuse_matmul_epilogues(steps: list, output_names: set[str], dtypes: frozenset
     return [s for s in out if s is not None]
 
 
-def _why_not(mm: ExternBuffer, kernel: FusedKernel, between: list,
+def _why_not(mm: ExternBuffer, kernel: FusionGroup, between: list,
              dtypes: frozenset) -> str | None:
     """Why ``mm`` cannot run inside ``kernel``; None when it can."""
     operands = matmul_operands(mm)
