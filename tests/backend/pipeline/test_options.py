@@ -16,11 +16,10 @@ from ember import config, logs
 from ember.backend import compile as backend_compile
 from ember.backend import compile_stats
 from ember.backend.lowering import LOWERINGS
-from ember.backend.options import MODES, OPTIONS, resolve_options
+from ember.backend.options import DEFAULTS, MODES, OPTIONS, resolve_options
 from ember.backend_registry import ember_backend
 
 aten = torch.ops.aten
-DEFAULTS = {name: spec.default for name, spec in OPTIONS.items()}
 
 
 def add_one(x):
