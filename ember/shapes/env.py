@@ -146,7 +146,8 @@ class ShapeEnv:
             self.symbols[sym].sources.append(source)
             self._add_guard(sympy.Eq(self._source_symbol(source), sym), "duck", location)
             return sym
-        sym = sympy.Symbol(f"s{len(self.symbols)}", integer=True, positive=True)
+        sign = {"positive": True} if lower > 0 else {"nonnegative": True}
+        sym = sympy.Symbol(f"s{len(self.symbols)}", integer=True, **sign)
         self.symbols[sym] = _SymbolInfo(hint, [source], ValueRange.of(lower, upper))
         if min is None and max is None:
             self._by_hint.setdefault(hint, sym)
@@ -231,7 +232,7 @@ class ShapeEnv:
         expr = self.simplify(expr)
         if expr.is_Number:
             return expr
-        if isinstance(expr, sympy.logic.boolalg.Boolean):
+        if _is_boolean(expr):
             truth = static_truth(expr, self.range_of)
             return None if truth is None else sympy.true if truth else sympy.false
         r = self.bound(expr)
@@ -257,7 +258,7 @@ class ShapeEnv:
         if known is not None:
             return known
         value = self.hint_value(expr)
-        if isinstance(expr, sympy.logic.boolalg.Boolean):
+        if _is_boolean(expr):
             if value not in (sympy.true, sympy.false):
                 raise RuntimeError(f"cannot evaluate {expr} at the hints (got {value})")
             fact = _canonical(expr if value is sympy.true else sympy.Not(expr))
@@ -395,6 +396,12 @@ class ShapeEnv:
         """One line per guard: its text, its kind and where it came from (for logs)."""
         return "\n".join(f"{text}  # {g.kind}, {g.location}"
                          for g, text in zip(self.guards, self.guard_texts(source_names)))
+
+
+def _is_boolean(expr) -> bool:
+    # not isinstance(expr, Boolean): a sympy Symbol is a Boolean too
+    return isinstance(expr, (sympy.Rel, sympy.logic.boolalg.BooleanFunction,
+                             sympy.logic.boolalg.BooleanAtom))
 
 
 def _canonical(fact):

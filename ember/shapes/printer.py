@@ -9,8 +9,8 @@ math functions are ``math.*``, ``Piecewise`` a conditional expression.
 Decisions
 ---------
 * Every compound sub-expression is parenthesised: the text is read by a machine first and
-  a person second, and correct precedence matters more than brevity. Top-level comparisons
-  and ``and`` chains stay unparenthesised, so a guard reads ``L['x'].size(0) > 16``.
+  a person second, and correct precedence matters more than brevity. The whole expression
+  and a function's arguments go without, so a guard reads ``L['x'].size(0) > 16``.
 * Rationals print as ``p / q`` true divisions (exact for the small values of sizes), and
   Floats with ``repr`` (round-trips exactly).
 * The text needs the globals in :data:`GUARD_GLOBALS` (``math``) and nothing else.
@@ -43,9 +43,9 @@ def to_python(expr, names: Mapping | Callable) -> str:
     def name(sym) -> str:
         try:
             return lookup(sym)
-        except KeyError:
+        except KeyError as e:
             raise KeyError(f"no Python name for size symbol {sym} (give one in source_names)"
-                           ) from None
+                           f": {e.args[0] if e.args else ''}") from None
 
     def go(e, top=False) -> str:
         if e is sympy.true or e is sympy.false:
@@ -83,7 +83,7 @@ def to_python(expr, names: Mapping | Callable) -> str:
                     text += f" - {go(-t)}"
                 else:
                     text += f" + {go(t)}"
-            return f"({text})"
+            return text if top else f"({text})"
         if isinstance(e, sympy.Mul):
             num, den = [], []
             for f in e.args:
@@ -98,10 +98,10 @@ def to_python(expr, names: Mapping | Callable) -> str:
             text = " * ".join(go(f) for f in num) if num else "1"
             for d in den:
                 text = f"{text} / {go(d)}"
-            return f"({text})"
+            return text if top else f"({text})"
         if isinstance(e, sympy.Pow):
             if e.exp == sympy.Rational(1, 2):
-                return f"math.sqrt({go(e.base)})"
+                return f"math.sqrt({go(e.base, True)})"
             if e.exp.is_Integer and e.exp.is_negative:
                 return f"(1 / {go(e.base ** -e.exp)})"
             return f"({go(e.base)} ** {go(e.exp)})"
@@ -110,13 +110,13 @@ def to_python(expr, names: Mapping | Callable) -> str:
         if isinstance(e, Mod):
             return f"({go(e.args[0])} % {go(e.args[1])})"
         if isinstance(e, sympy.Max):
-            return "max(" + ", ".join(go(a) for a in e.args) + ")"
+            return "max(" + ", ".join(go(a, True) for a in e.args) + ")"
         if isinstance(e, sympy.Min):
-            return "min(" + ", ".join(go(a) for a in e.args) + ")"
+            return "min(" + ", ".join(go(a, True) for a in e.args) + ")"
         if isinstance(e, sympy.Abs):
-            return f"abs({go(e.args[0])})"
+            return f"abs({go(e.args[0], True)})"
         if isinstance(e, sympy.log) and len(e.args) == 1:
-            return f"math.log({go(e.args[0])})"
+            return f"math.log({go(e.args[0], True)})"
         if isinstance(e, sympy.Piecewise):
             *branches, (last, _) = e.args
             text = go(last)
@@ -125,7 +125,7 @@ def to_python(expr, names: Mapping | Callable) -> str:
             return text
         for cls, fn in _MATH.items():
             if isinstance(e, cls):
-                return f"{fn}({go(e.args[0])})"
+                return f"{fn}({go(e.args[0], True)})"
         raise NotImplementedError(f"no Python text for {type(e).__name__} in {expr}")
 
     return go(sympy.sympify(expr), top=True)

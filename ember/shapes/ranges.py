@@ -204,24 +204,35 @@ def static_truth(expr, symbol_range) -> bool | None:
 
 def _forms(diff):
     yield diff
-    factored = sympy.factor_terms(diff)
+    const, rest = diff.as_coeff_Add()
+    factored = sympy.factor_terms(rest) + const
     if factored != diff:
         yield factored
     if diff.has(FloorDiv, Mod):
-        # a // b == (a - r) / b and a % b == r with 0 <= r < b, for a constant b > 0
+        # a // b == (a - r) / b and a % b == r with 0 <= r < b, for a constant b > 0;
+        # for a symbolic b > 0, r's bound b - 1 is not a number: a // b == (a - r) / b with
+        # r >= 0, and a % b == b - 1 - t with t >= 0 (sound, only the upper bounds are kept)
         extra = {}
+
+        def dummy(lower, upper):
+            r = sympy.Dummy("r", integer=True)
+            extra[r] = ValueRange(sympy.Integer(lower), sympy.sympify(upper))
+            return r
 
         def exact(e):
             a, b = e.args
-            if not (b.is_Integer and b > 0):
-                return e
-            r = sympy.Dummy("r", integer=True)
-            extra[r] = ValueRange(sympy.Integer(0), b - 1)
-            return (a - r) / b if isinstance(e, FloorDiv) else r
+            if b.is_Integer and b > 0:
+                r = dummy(0, b - 1)
+                return (a - r) / b if isinstance(e, FloorDiv) else r
+            if b.is_positive:
+                return (a - dummy(0, sympy.oo)) / b if isinstance(e, FloorDiv) else \
+                    b - 1 - dummy(0, sympy.oo)
+            return e
         rewritten = diff.replace(lambda e: isinstance(e, (FloorDiv, Mod)), exact)
         if extra:
             yield rewritten, extra
-            yield sympy.factor_terms(rewritten), extra
+            const, rest = rewritten.as_coeff_Add()
+            yield sympy.factor_terms(rest) + const, extra
 
 
 def _relation_truth(expr, d: ValueRange) -> bool | None:
