@@ -3,8 +3,10 @@
     from ember.shapes import ShapeEnv
     env = ShapeEnv()
     s0, s1 = env.create_sizes([8, 5], ["L['x'].size(0)", "L['x'].size(1)"])
-    y = torch.empty(s0, s1, device="meta").reshape(s1, -1)   # y.shape: (s1, s0)
-    env.guards_as_python()          # "L['x'].size(0) >= 2 and L['x'].size(1) >= 2"
+    with torch._dispatch.python.enable_python_dispatcher():   # view/broadcast meta kernels
+        y = torch.empty(s0, s1, device="meta").reshape(s1, -1)   # y.shape: (s1, s0)
+    env.guards_as_python()   # "L['x'].size(0) >= 2 and L['x'].size(1) >= 2 and ..." (the
+                             # branches torch's reshape took on the sizes, as guards)
 
 Modules: ``env.py`` (:class:`ShapeEnv`: symbols, hints, ranges, guards, their Python text
 and checker), ``node.py`` (:class:`SymNode`: the protocol torch's ``SymInt``/``SymFloat``/

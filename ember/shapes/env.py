@@ -238,9 +238,10 @@ class ShapeEnv:
         r = self.bound(expr)
         return r.lower if r.is_singleton() and r.lower.is_finite else None
 
-    def statically_known_true(self, expr) -> bool:
-        """True if ``expr`` holds for every value in the ranges; never records a guard."""
-        return self.static_value(expr) is sympy.true
+    def statically_known_true(self, value) -> bool:
+        """True if ``value`` (a SymBool, bool or sympy boolean) holds for every value in the
+        ranges; never records a guard."""
+        return self.static_value(_expr_of(value)) is sympy.true
 
     def hint_value(self, expr):
         """The value of ``expr`` at the hints (a sympy number or boolean)."""
@@ -269,14 +270,16 @@ class ShapeEnv:
         self._add_guard(fact, "evaluate", user_location(), value=value)
         return value
 
-    def evaluate_int(self, expr) -> int:
-        return int(self.evaluate(expr))
+    def guard_int(self, value) -> int:
+        """``int(value)`` for a SymInt or sympy expression, guarding on it."""
+        return int(self.evaluate(_expr_of(value)))
 
-    def evaluate_bool(self, expr) -> bool:
-        return bool(self.evaluate(expr))
+    def guard_bool(self, value) -> bool:
+        """``bool(value)`` for a SymBool or sympy boolean, guarding on it."""
+        return bool(self.evaluate(_expr_of(value)))
 
-    def evaluate_float(self, expr) -> float:
-        return float(self.evaluate(expr))
+    def guard_float(self, value) -> float:
+        return float(self.evaluate(_expr_of(value)))
 
     def _add_guard(self, fact, kind: str, location: str, value=True):
         if fact in self._guard_exprs or fact is sympy.true:
@@ -396,6 +399,11 @@ class ShapeEnv:
         """One line per guard: its text, its kind and where it came from (for logs)."""
         return "\n".join(f"{text}  # {g.kind}, {g.location}"
                          for g, text in zip(self.guards, self.guard_texts(source_names)))
+
+
+def _expr_of(value):
+    node = getattr(value, "node", None)      # torch.SymInt/SymFloat/SymBool
+    return node.expr if node is not None else sympy.sympify(value)
 
 
 def _is_boolean(expr) -> bool:

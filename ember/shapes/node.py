@@ -42,6 +42,9 @@ Decisions
 * Floats are best-effort: a SymFloat's expression is evaluated in sympy (exact rationals
   for ``int / int``), then converted with ``float()``.
 * Bitwise ``& | ^`` and shifts on SymInts are not implemented (``AttributeError``).
+* ``torch.sym_ite(b, x, y)`` on Ember's SymBools raises ``AssertionError``: torch's Python
+  wrapper insists that the branches' nodes are torch's own node class. C++ callers reach
+  :meth:`SymNode.sym_ite` directly, and so can Ember (``b.node.sym_ite(x.node, y.node)``).
 """
 from __future__ import annotations
 
@@ -412,7 +415,7 @@ class SymNode:
     def _channels_last_strides(self, sizes, strides, order) -> bool:
         # eager's heuristic (c10 is_channels_last_strides_*_s4/_s5), decided with guards
         sizes, strides = self._exprs(sizes), self._exprs(strides)
-        decide = self.env.evaluate_bool
+        decide = self.env.guard_bool
         smallest = sympy.Integer(0)
         if decide(sympy.Eq(strides[1], 0)):
             return False
@@ -440,7 +443,7 @@ class SymNode:
         # eager's algorithm: sort the dims by stride (size-1 dims anywhere), then they must
         # be dense in that order; the ordering decisions are guards
         sizes, strides = self._exprs(sizes), self._exprs(strides)
-        decide = self.env.evaluate_bool
+        decide = self.env.guard_bool
         if len(sizes) == 1:
             return self.wrap_bool(decide(sympy.Lt(sizes[0], 2)) or
                                   decide(sympy.Eq(strides[0], 1)))

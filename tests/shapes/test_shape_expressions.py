@@ -166,3 +166,11 @@ def test_a_symbol_without_a_name_is_an_error():
     env, x, y = two_sizes()
     with pytest.raises(KeyError, match="no Python name for size symbol s1"):
         to_python((x + y).node.expr, {sympy.Symbol("s0", integer=True, positive=True): "a"})
+
+
+def test_torch_sym_ite_insists_on_torchs_node_class():
+    # documented limitation (node.py): torch's Python sym_ite checks the node class; the
+    # C++ side and Ember call SymNode.sym_ite directly
+    env, x, y = two_sizes()
+    with pytest.raises(AssertionError, match="same pytype"):
+        torch.sym_ite(x > y, x, y)

@@ -156,3 +156,13 @@ def test_format_guards_names_kind_and_location():
 def test_negative_sizes_are_refused():
     with pytest.raises(ValueError, match="a size is >= 0"):
         ShapeEnv().create_symint(-1, "x")
+
+
+def test_env_guard_int_guard_bool_and_statically_known_true():
+    env = ShapeEnv()
+    x, y = sizes_of(env, [("x", 6), ("y", 4)])
+    assert env.statically_known_true(x * y > y) and not env.statically_known_true(x > y)
+    assert env.statically_known_true(True) and len(env.guards) == 2
+    assert env.guard_bool(x > y) is True and env.guard_texts()[-1] == "x > y"
+    assert env.guard_int(x // y) == 1 and env.guard_texts()[-1] == "(x // y) == 1"
+    assert env.guard_int(7) == 7 and len(env.guards) == 4
