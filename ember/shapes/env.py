@@ -29,7 +29,8 @@ Decisions
   at the hints, its value, and the user's ``file:line`` (the first stack frame outside
   ``ember/`` and ``torch/``). Guards refine what is known: ``s0 > 16`` raises ``s0``'s
   lower bound to 17; ``s1 == s0`` replaces ``s1`` by ``s0`` in every later expression;
-  ``s0 == 5`` (from ``int(s0)``) replaces ``s0`` by 5. Equal guards are recorded once.
+  ``s0 == 5`` (from ``int(s0)``) replaces ``s0`` by 5 (a symbol equal to a compound
+  expression is not replaced). Equal guards are recorded once.
 * **Simplification** is sympy's automatic one plus the rules of ``functions.py`` and, in
   :meth:`simplify`, ``Max``/``Min`` whose order the ranges decide. No ``sympy.simplify``:
   it is slow and its results are not predictable.
@@ -50,6 +51,7 @@ import sympy
 
 from ember.shapes import printer
 from ember.shapes.functions import FloorDiv, Mod
+from ember.shapes.node import SymNode
 from ember.shapes.ranges import ValueRange, bound, static_truth
 
 _EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -89,7 +91,7 @@ class Guard:
         return printer.to_python(self.expr, names)
 
 
-class GuardFailure(AssertionError):
+class GuardFailure(RuntimeError):
     """Raised by :meth:`ShapeEnv.check_guards`: the first guard new sizes break."""
 
     def __init__(self, guard: Guard, text: str):
@@ -176,7 +178,6 @@ class ShapeEnv:
     def wrap(self, expr, pytype: type = int):
         """A ``torch.SymInt``/``SymFloat``/``SymBool`` over ``expr``, or the Python constant
         if ``expr`` is a number."""
-        from ember.shapes.node import SymNode
         return SymNode(sympy.sympify(expr), self, pytype).wrapped()
 
     # -- what is known ----------------------------------------------------------------------
@@ -323,25 +324,25 @@ class ShapeEnv:
         self.symbols[sym].range = new
 
     def _learn_equality(self, diff):
-        # diff == 0: solve for the newest symbol that occurs linearly with coefficient +-1
-        for sym in sorted(diff.free_symbols, key=lambda s: -int(s.name[1:])):
-            if sym in self.replacements or sym not in self.symbols:
-                continue
+        """``diff == 0`` holds: if it says a symbol equals another symbol or a number, the
+        newer symbol is replaced by it everywhere. (A symbol equal to a compound expression
+        is not replaced: the expression's bounds would lose the symbol's own range.)"""
+        for sym in sorted(diff.free_symbols & self.symbols.keys(), key=self._creation_index,
+                          reverse=True):
             coeff = diff.coeff(sym)
-            rest = diff - coeff * sym
-            if coeff not in (1, -1) or sym in rest.free_symbols:
+            value = -(diff - coeff * sym) * coeff
+            if coeff not in (1, -1) or not (value.is_Symbol or value.is_Integer):
                 continue
-            value = -rest * coeff
-            if value.is_Number and not value.is_Integer:
-                return
             self.replacements = {s: e.xreplace({sym: value})
                                  for s, e in self.replacements.items()}
             self.replacements[sym] = value
-            r = self.symbols[sym].range
-            if value.free_symbols and len(value.free_symbols) == 1 and value.is_Symbol:
-                other = self.symbols[value].range
-                self.symbols[value].range = other.intersect(r)
+            if value.is_Symbol:
+                self.symbols[value].range = self.symbols[value].range.intersect(
+                    self.symbols[sym].range)
             return
+
+    def _creation_index(self, sym) -> int:
+        return int(sym.name[1:])
 
     # -- guards as Python -------------------------------------------------------------------
 
