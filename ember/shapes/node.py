@@ -29,8 +29,9 @@ Decisions
 * **A node is immutable**: ``(expr, env, pytype)``. Its hint is computed from the env's
   symbol hints when asked, so it cannot go stale.
 * **A result that is a number is a constant node** (``is_constant()`` true): torch's magic
-  methods then hand back a plain ``int``/``float``/``bool`` (``s0 - s0`` is ``0``), and the
-  C++ side reads it with ``maybe_as_int``. Boolean results the ranges decide become
+  methods then hand back a plain ``int``/``bool`` (``s0 - s0`` is ``0``), and the C++ side
+  reads it with ``maybe_as_int``. A float result stays a SymFloat (torch's magic methods
+  cannot unwrap those); ``float()`` of it is the number, without a guard. Boolean results the ranges decide become
   constants too (``s0 == 1`` is ``False`` for a size symbol), so meta kernels' checks cost
   no guard.
 * **Every decision is a guard** through ``ShapeEnv.evaluate``; ``guard_or_false``,
@@ -94,7 +95,7 @@ class SymNode:
 
     def wrapped(self):
         """This node as ``torch.SymInt``/``SymFloat``/``SymBool``, or the Python constant."""
-        if self.is_constant():
+        if self.is_constant() or (self.pytype is float and self.expr.is_Number):
             return self._constant()
         return _SYM_TYPES[self.pytype](self)
 
@@ -123,6 +124,10 @@ class SymNode:
         return not self.is_constant()
 
     def is_constant(self) -> bool:
+        # floats never count: torch's magic methods turn a constant result into a plain
+        # number only for SymInt and SymBool (and raise for SymFloat)
+        if self.pytype is float:
+            return False
         e = self.expr
         return e.is_Number or e is sympy.true or e is sympy.false
 

@@ -86,6 +86,8 @@ def test_true_division_gives_symfloat_and_floats_round_trip():
     for a, b in [(6, 4), (7, 3), (2, 9)]:
         assert at(q, env, {s0: a, s1: b}) == a / b
     assert float(q) == 1.5 and math.floor(q) == 1 and math.ceil(q) == 2
+    one = x / x                           # a constant float stays a SymFloat (torch's magic
+    assert float(one) == 1.0 and float(one * 2.5 + 1) == 3.5   # methods cannot unwrap it)
     assert isinstance(x * 0.5, torch.SymFloat) and float(x * 0.5) == 3.0
     assert int(torch.sym_int(torch.sym_float(x) * 1.5)) == 9
     assert isinstance(torch.sym_float(x), torch.SymFloat) and float(torch.sym_float(x)) == 6.0

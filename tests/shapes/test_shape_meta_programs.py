@@ -81,6 +81,18 @@ PROGRAMS = {
         [[(6, 2, 7)]]),
     "layer_norm, softmax": (lambda x: F.softmax(F.layer_norm(x, x.shape[-1:]), -1),
                             [(3, 4, 5)], [[(6, 2, 7)]]),
+    "interpolate (float sizes)": (lambda x: F.interpolate(x, scale_factor=1.5), [(2, 3, 5, 6)],
+                                  [[(3, 4, 7, 9)]]),
+    "max_pool2d, avg_pool2d ceil_mode": (
+        lambda x: (F.max_pool2d(x, 2), F.avg_pool2d(x, 3, stride=2, ceil_mode=True)),
+        [(2, 3, 7, 9)], [[(3, 4, 11, 12)]]),
+    "conv1d, dilation": (lambda x, w: F.conv1d(x, w, padding=2, dilation=2),
+                         [(2, 3, 9), (4, 3, 5)], [[(3, 6, 16), (2, 6, 5)]]),
+    "attention": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+                  [(2, 3, 5, 4), (2, 3, 7, 4), (2, 3, 7, 4)],
+                  [[(3, 2, 6, 4), (3, 2, 9, 4), (3, 2, 9, 4)]]),
+    "batch_norm, chunk": (lambda x: F.batch_norm(x, None, None, training=True).chunk(2, 1),
+                          [(4, 6, 5)], [[(2, 8, 7)]]),
     "new tensor from sizes": (lambda x: torch.zeros(x.shape[0] * 2, x.shape[1] + 1,
                                                     device=x.device), [(3, 4)], [[(8, 2)]]),
 }
