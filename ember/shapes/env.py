@@ -265,6 +265,8 @@ class ShapeEnv:
                 raise RuntimeError(f"cannot evaluate {expr} at the hints (got {value})")
             fact = _canonical(expr if value is sympy.true else sympy.Not(expr))
         else:
+            if not value.is_Number and value.is_number:     # sqrt(6): the nearest double
+                value = sympy.Float(float(value.evalf(30)))
             if not value.is_Number:
                 raise RuntimeError(f"cannot evaluate {expr} at the hints (got {value})")
             fact = sympy.Eq(expr, value)

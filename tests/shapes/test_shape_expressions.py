@@ -176,3 +176,12 @@ def test_torch_sym_ite_insists_on_torchs_node_class():
     env, x, y = two_sizes()
     with pytest.raises(AssertionError, match="same pytype"):
         torch.sym_ite(x > y, x, y)
+
+
+def test_float_math_on_sizes():
+    env, x, y = two_sizes()
+    root, inverse = torch.sym_sqrt(x), x ** -1
+    assert isinstance(root, torch.SymFloat) and isinstance(inverse, torch.SymFloat)
+    assert float(root) == math.sqrt(6) and float(inverse) == 6 ** -1
+    assert env.guard_texts()[-2:] == ["math.sqrt(L['x'].size(0)) == 2.449489742783178",
+                                      "(L['x'].size(0) ** -1.0) == 0.16666666666666666"]
