@@ -144,3 +144,39 @@ def test_channels_last_strides():
     real = torch.randn(4, 7, 3, 9).contiguous(memory_format=torch.channels_last)
     assert env.first_failing_guard(sizes) is None
     assert [concrete(n, env, sizes) for n in out.stride()] == list(real.stride())
+
+
+LAYOUTS = {
+    "contiguous": lambda x: x,
+    "transposed": lambda x: x.transpose(1, 2),
+    "channels_last": lambda x: x.contiguous(memory_format=torch.channels_last),
+    "sliced": lambda x: x[:, :, 1:],
+    "every other": lambda x: x[:, ::2],
+    "expanded": lambda x: x[:, :1].expand(-1, 3, -1, -1),
+    "permuted": lambda x: x.permute(3, 1, 0, 2),
+}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_geometry_questions_of_the_node_answer_as_eager(layout):
+    # what c10 may ask a node about a tensor's sizes and strides, asked directly
+    from torch._prims_common import (are_strides_like_channels_last_or_false,
+                                     is_non_overlapping_and_dense_or_false)
+    env, sym = symbolic_run(LAYOUTS[layout], [(2, 4, 5, 6)])
+    node = sym.shape[0].node
+    sizes, strides = list(sym.shape), list(sym.stride())
+    for shape in [(2, 4, 5, 6), (3, 6, 7, 2)]:
+        real = LAYOUTS[layout](torch.empty(shape))
+        assert env.first_failing_guard(source_sizes([shape])) is None
+
+        def answer(method):
+            value = getattr(node, method)(sizes, strides).expr
+            return bool(value.xreplace({s: source_sizes([shape])[env.source_of(s)]
+                                        for s in value.free_symbols}))
+        assert answer("is_contiguous") == real.is_contiguous()
+        assert answer("is_channels_last_contiguous_2d") == \
+            real.is_contiguous(memory_format=torch.channels_last)
+        assert answer("is_non_overlapping_and_dense") == \
+            is_non_overlapping_and_dense_or_false(real)
+        assert answer("is_channels_last_strides_2d") == \
+            are_strides_like_channels_last_or_false(real.shape, real.stride())
