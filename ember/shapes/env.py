@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import functools
 import os
 import sys
 from typing import Any, Hashable, Mapping, Sequence
@@ -57,6 +58,7 @@ from ember.shapes.ranges import ValueRange, bound, static_truth
 _EMBER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
+@functools.lru_cache(maxsize=None)
 def _torch_dir() -> str:
     import torch
     return os.path.dirname(os.path.abspath(torch.__file__)) + os.sep

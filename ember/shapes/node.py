@@ -196,7 +196,14 @@ class SymNode:
         return SymNode(expr, self.env, pytype)
 
     def _other(self, other) -> "SymNode":
-        return _as_node(self.env, other)
+        node = _as_node(self.env, other)
+        if node.env is not self.env and node.free_symbols():
+            raise ValueError(f"sizes of two shape environments meet: {self.expr} and "
+                             f"{node.expr}")
+        return node
+
+    def free_symbols(self) -> set:
+        return self._expr.free_symbols
 
     def _num_type(self, other: "SymNode") -> type:
         return float if float in (self.pytype, other.pytype) else int

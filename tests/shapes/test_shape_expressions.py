@@ -185,3 +185,10 @@ def test_float_math_on_sizes():
     assert float(root) == math.sqrt(6) and float(inverse) == 6 ** -1
     assert env.guard_texts()[-2:] == ["math.sqrt(L['x'].size(0)) == 2.449489742783178",
                                       "(L['x'].size(0) ** -1.0) == 0.16666666666666666"]
+
+
+def test_sizes_of_two_environments_do_not_mix():
+    _, x, _ = two_sizes()
+    _, y, _ = two_sizes()
+    with pytest.raises(ValueError, match="two shape environments"):
+        x + y
