@@ -556,7 +556,7 @@ def _filter(tx, args, kwargs):
 def _reversed(tx, args, kwargs):
     if isinstance(args[0], (DictVariable, DictViewVariable)):   # live, as iter()
         return args[0].call_method(tx, "__reversed__", [], {})
-    if type(args[0]) is ListVariable:   # live, as iter()
+    if type(args[0]) in (ListVariable, DequeVariable):   # live, as iter()
         return args[0].live_iterator(reverse=True)
     return ListIteratorVariable(list(reversed(tx.unpack_iterable(args[0]))))
 

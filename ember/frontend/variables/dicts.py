@@ -10,11 +10,13 @@ from typing import Any
 
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.variables.base import BoundMethodVariable, ConstantVariable, VariableTracker
-from ember.frontend.variables.container_iterators import (DictIteratorVariable,
+from ember.frontend.variables.container_iterators import (GUARDED_ITERATORS,
+                                                          DictIteratorVariable,
                                                           LazyIteratorVariable,
                                                           ListIteratorVariable,
-                                                          LiveListIteratorVariable)
-from ember.frontend.variables.containers import ListVariable, TupleVariable
+                                                          LiveListIteratorVariable,
+                                                          SetIteratorVariable)
+from ember.frontend.variables.containers import DequeVariable, ListVariable, TupleVariable
 from ember.frontend.variables.scalars import IdVariable, identity_key
 
 
@@ -337,6 +339,7 @@ class SetVariable(VariableTracker):
     def __init__(self, items: list[VariableTracker], source=None, frozen=False):
         super().__init__(source)
         self.frozen = frozen
+        self.iterators: list[SetIteratorVariable] = []
         self.items: dict[Any, VariableTracker] = {}
         for item in items:
             self.items.setdefault(hashable_key(item, self.items), item)
@@ -380,8 +383,28 @@ class SetVariable(VariableTracker):
         if name == "copy":
             return SetVariable(list(self.items.values()))
         if name == "__iter__":
-            return ListIteratorVariable(self.unpack(tx))
+            if self.frozen:
+                return ListIteratorVariable(self.unpack(tx))
+            return self.live_iterator()
         tx.check_mutation(self)
+        before = tuple(self.items)
+        out = self._mutate(tx, name, args)
+        if tuple(self.items) != before:
+            self.stored = True
+            self.iterators = [it for it in self.iterators if not it.exhausted]
+            for it in self.iterators:
+                it.container_changed()
+        return out
+
+    stored = False   # changed during capture: the real set differs until the replay
+
+    def live_iterator(self) -> SetIteratorVariable:
+        """``iter(s)``: CPython's raises at its next step once the set's size changed."""
+        it = SetIteratorVariable(self)
+        self.iterators.append(it)
+        return it
+
+    def _mutate(self, tx, name, args):
         if name == "add":
             self.items.setdefault(hashable_key(args[0], self.items), args[0])
         elif name in ("discard", "remove"):
@@ -538,7 +561,8 @@ def is_plain_dict_subclass(cls) -> bool:
 
 def is_live_iterable(vt: VariableTracker) -> bool:
     """Iterating it reads a dict or list as it is at each step (see
-    ``LazyIteratorVariable``)."""
-    return type(vt) is ListVariable or isinstance(vt, (
+    ``LazyIteratorVariable``), or sees a set's or deque's mutations."""
+    return type(vt) in (ListVariable, DequeVariable) or isinstance(vt, (
         DictVariable, DictViewVariable, DictIteratorVariable, LazyIteratorVariable,
-        LiveListIteratorVariable))
+        LiveListIteratorVariable, *GUARDED_ITERATORS)) or (
+        isinstance(vt, SetVariable) and not vt.frozen)
