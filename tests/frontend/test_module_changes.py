@@ -179,6 +179,78 @@ def test_custom_call_through_a_graph_break():
     torch.testing.assert_close(ember.compile(m, backend="eager")(x), m(x))
 
 
+class ScaledImpl(torch.nn.Module):
+    """Overrides ``_call_impl``: nn.Module.__call__ calls it (it calls the hooks and
+    forward through super())."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x)
+
+    def _call_impl(self, *args, **kwargs):
+        return super()._call_impl(*args, **kwargs) * 2 + 1
+
+
+class ImplAndCall(ScaledImpl):
+    def __call__(self, *args, **kwargs):      # super().__call__ goes through _call_impl
+        return super().__call__(*args, **kwargs) - 5
+
+
+class WrappedImpl(torch.nn.Module):
+    """Eager never calls this override: nn.Module.__call__ is the base's function."""
+
+    def forward(self, x):
+        return x + 1
+
+    def _wrapped_call_impl(self, *args, **kwargs):
+        return args[0] * 100
+
+
+def _instance_impl():
+    m = torch.nn.Linear(3, 3)
+    m._call_impl = lambda *args, **kwargs: args[0] * 7   # an instance attribute
+    return m
+
+
+@pytest.mark.parametrize("make", [ScaledImpl, ImplAndCall, WrappedImpl, _instance_impl,
+                                  lambda: Outer(ScaledImpl()), lambda: Outer(ImplAndCall()),
+                                  lambda: Outer(_instance_impl())],
+                         ids=["class", "with_call", "wrapped_impl", "instance",
+                              "submodule_class", "submodule_with_call", "submodule_instance"])
+@pytest.mark.parametrize("fullgraph", [False, True])
+def test_overridden_call_impl_runs(make, fullgraph):
+    m = make()
+    x = torch.randn(2, 3)
+    compiled = ember.compile(m, backend="eager", fullgraph=fullgraph)
+    torch.testing.assert_close(compiled(x), m(x))
+    fn = ember.compile(lambda x: m(x) - 2, backend="eager", fullgraph=fullgraph)
+    torch.testing.assert_close(fn(x), m(x) - 2)
+
+
+def test_overridden_call_impl_hooks_run_once():
+    m = ScaledImpl()
+    calls = []
+    m.register_forward_hook(lambda mod, args, out: calls.append(1) or out + 10)
+    x = torch.randn(2, 3)
+    expected = m(x)
+    torch.testing.assert_close(ember.compile(m, backend="eager")(x), expected)
+    torch.testing.assert_close(ember.compile(Outer(m), backend="eager")(x), expected + 1)
+    assert len(calls) == 3
+
+
+def test_call_impl_set_on_instance_after_compiling():
+    m = torch.nn.Linear(3, 3)
+    outer = Outer(m)
+    compiled = ember.compile(outer, backend="eager")
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(compiled(x), outer(x))
+    m._call_impl = lambda *args, **kwargs: args[0] * 7
+    torch.testing.assert_close(compiled(x), outer(x))
+
+
 class Containers(torch.nn.Module):
     def __init__(self):
         super().__init__()
