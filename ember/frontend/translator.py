@@ -256,7 +256,8 @@ class InstructionTranslator:
         if typ is dict:
             return DictVariable({k: self.wrap_constant(v) for k, v in value.items()})
         if typ in (set, frozenset):
-            return SetVariable([self.wrap_constant(v) for v in value], frozen=typ is frozenset)
+            return SetVariable([self.wrap_constant(v) for v in value], frozen=typ is frozenset,
+                               mirror=False)
         return self.wrap(value, None)
 
     def size_variable(self, size) -> SizeVariable:

@@ -179,3 +179,27 @@ def q_loop_graph_break(x, dq):
 ], ids=lambda v: getattr(v, "__name__", ""))
 def test_container_loop_matches_eager(fn, extra, graphs):
     check(fn, (torch.randn(3), *extra), graphs=graphs)
+
+
+# ------------------------------------------------------------------- iteration order
+
+def o_built_in_frame(x, n):
+    # CPython iterates a set in its hash table's order, not the order of insertion
+    s = set()
+    s.add(n + 3)
+    s.add(n)
+    t = {n + 30, n + 1, 7}
+    first = [k for k in t]
+    t.discard(n + 1)
+    t.add(n + 17)
+    u = set([n + 8, n]) | {n + 3, 1}
+    v = s.union([n + 14, 0])
+    w = set({n + 6: 1, n: 2})
+    out = x
+    for k in u:
+        out = out * 2 + k        # the order shows in the value
+    return out, list(s), first, list(t), list(u), list(v), list(w), s.pop(), v.pop()
+
+
+def test_set_iterates_in_eagers_order():
+    check(o_built_in_frame, (torch.randn(3), 2), graphs=1)

@@ -210,7 +210,8 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         return DictVariable(items, source=source, cls=typ)
     if typ in (set, frozenset) and all(is_constant_value(k) for k in value):
         add(guards.constant_match(source, value))
-        return SetVariable([ConstantVariable(v) for v in value], source, frozen=typ is frozenset)
+        return SetVariable([ConstantVariable(v) for v in value], source, frozen=typ is frozenset,
+                           mirror=False)
     if callable(value) or isinstance(value, types.ModuleType):
         return _wrap_callable(tx, value, source, add)
     if isinstance(value, (property, classmethod, staticmethod)):

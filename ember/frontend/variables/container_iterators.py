@@ -358,7 +358,7 @@ class SetIteratorVariable(ListIteratorVariable):
     unmodelled = False
 
     def __init__(self, set_vt):
-        super().__init__(list(set_vt.items.values()))
+        super().__init__(set_vt.ordered())
         self.set_vt, self.keys = set_vt, tuple(set_vt.items)
 
     def container_changed(self) -> None:
