@@ -101,6 +101,14 @@ def q_graph_break(x, dq):
     return x
 
 
+def q_iadd(x):
+    dq = collections.deque([1, 2])
+    for v in dq:
+        dq += [v]
+        x = x + v
+    return x
+
+
 def d_items_insert(x):
     d = {"a": 1, "b": 2}
     for k, v in d.items():
@@ -112,7 +120,7 @@ def d_items_insert(x):
 RAISING = [(s_add, ()), (s_discard_at_last_step, ()), (s_enumerate, ()),
            (s_received, ({1, 2, 3},)), (s_graph_break, ({1, 2, 3},)), (q_append, ()),
            (q_reversed_appendleft, ()), (q_rotate_received, (collections.deque([1, 2]),)),
-           (q_after_end, ()), (q_graph_break, (collections.deque([1, 2, 3]),)),
+           (q_after_end, ()), (q_graph_break, (collections.deque([1, 2, 3]),)), (q_iadd, ()),
            (d_items_insert, ())]
 
 
@@ -153,6 +161,21 @@ def q_store_and_reverse(x, dq):
     return x, out, dq
 
 
+def q_uncounted_changes(x):
+    dq = collections.deque([1, 2])
+    out = []
+    for v in dq:
+        dq += []                 # adds nothing: not counted
+        dq.extend([])
+        out.append(v)
+        x = x + v
+    empty = collections.deque()
+    it = iter(empty)
+    empty.clear()                # of an empty deque: not counted either
+    empty.rotate(2)
+    return x, out, list(it)
+
+
 def s_loop_graph_break(x, s):
     out = []
     for v in s:
@@ -174,6 +197,7 @@ def q_loop_graph_break(x, dq):
     (s_discard_then_add_back, (), None),
     (s_changed_after_end, (), 1),
     (q_store_and_reverse, (collections.deque([1, 2, 3]),), None),
+    (q_uncounted_changes, (), 1),
     (s_loop_graph_break, ({1, 2, 3},), None),
     (q_loop_graph_break, (collections.deque([1, 2, 3]),), None),
 ], ids=lambda v: getattr(v, "__name__", ""))

@@ -255,8 +255,9 @@ class DequeVariable(ListVariable):
         if name in self._COUNTED_IF_ITEMS and args:
             args = [ListVariable(tx.unpack_iterable(args[0])), *args[1:]]
             counted = bool(args[0].items)
-        else:
-            counted = name in self._COUNTED
+        else:   # clear() and rotate() of an empty deque do not count
+            counted = name in self._COUNTED and (
+                bool(self.items) or name not in ("clear", "rotate"))
         out = self._call_method(tx, name, args, kwargs)
         if counted:
             self.stored = True
