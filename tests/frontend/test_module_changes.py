@@ -144,41 +144,6 @@ class Outer(torch.nn.Module):
         return self.inner(x) + 1
 
 
-@pytest.mark.parametrize("make", [Scaled, PlainCall, lambda: Outer(Scaled()),
-                                  lambda: Outer(PlainCall())],
-                         ids=["super_call", "plain_call", "submodule_super_call",
-                              "submodule_plain_call"])
-@pytest.mark.parametrize("fullgraph", [False, True])
-def test_custom_call_runs(make, fullgraph):
-    m = make()
-    x = torch.randn(3)
-    compiled = ember.compile(m, backend="eager", fullgraph=fullgraph)
-    torch.testing.assert_close(compiled(x), m(x))
-    fn = ember.compile(lambda x: m(x) - 2, backend="eager", fullgraph=fullgraph)
-    torch.testing.assert_close(fn(x), m(x) - 2)
-
-
-def test_custom_call_hooks_run_once():
-    m = Scaled()
-    calls = []
-    m.register_forward_hook(lambda mod, args, out: calls.append(1))
-    x = torch.randn(3)
-    expected = m(x)
-    assert len(calls) == 1
-    torch.testing.assert_close(ember.compile(m, backend="eager")(x), expected)
-    assert len(calls) == 2
-
-
-def test_custom_call_through_a_graph_break():
-    class Breaking(Scaled):
-        def forward(self, x):
-            print("", end="")            # a graph break inside the inlined call
-            return x * self.k
-    m = Outer(Breaking())
-    x = torch.randn(3)
-    torch.testing.assert_close(ember.compile(m, backend="eager")(x), m(x))
-
-
 class ScaledImpl(torch.nn.Module):
     """Overrides ``_call_impl``: nn.Module.__call__ calls it (it calls the hooks and
     forward through super())."""
@@ -215,19 +180,47 @@ def _instance_impl():
     return m
 
 
-@pytest.mark.parametrize("make", [ScaledImpl, ImplAndCall, WrappedImpl, _instance_impl,
-                                  lambda: Outer(ScaledImpl()), lambda: Outer(ImplAndCall()),
-                                  lambda: Outer(_instance_impl())],
-                         ids=["class", "with_call", "wrapped_impl", "instance",
-                              "submodule_class", "submodule_with_call", "submodule_instance"])
+# classes and instances with their own _call_impl (nn.Module.__call__ calls it)
+_CALL_IMPLS = {"impl_class": ScaledImpl, "impl_with_call": ImplAndCall,
+               "wrapped_impl": WrappedImpl, "impl_instance": _instance_impl,
+               "submodule_impl_class": lambda: Outer(ScaledImpl()),
+               "submodule_impl_with_call": lambda: Outer(ImplAndCall()),
+               "submodule_impl_instance": lambda: Outer(_instance_impl())}
+
+
+@pytest.mark.parametrize("make", [Scaled, PlainCall, lambda: Outer(Scaled()),
+                                  lambda: Outer(PlainCall()), *_CALL_IMPLS.values()],
+                         ids=["super_call", "plain_call", "submodule_super_call",
+                              "submodule_plain_call", *_CALL_IMPLS])
 @pytest.mark.parametrize("fullgraph", [False, True])
-def test_overridden_call_impl_runs(make, fullgraph):
+def test_custom_call_runs(make, fullgraph):
     m = make()
-    x = torch.randn(2, 3)
+    x = torch.randn(3)
     compiled = ember.compile(m, backend="eager", fullgraph=fullgraph)
     torch.testing.assert_close(compiled(x), m(x))
     fn = ember.compile(lambda x: m(x) - 2, backend="eager", fullgraph=fullgraph)
     torch.testing.assert_close(fn(x), m(x) - 2)
+
+
+def test_custom_call_hooks_run_once():
+    m = Scaled()
+    calls = []
+    m.register_forward_hook(lambda mod, args, out: calls.append(1))
+    x = torch.randn(3)
+    expected = m(x)
+    assert len(calls) == 1
+    torch.testing.assert_close(ember.compile(m, backend="eager")(x), expected)
+    assert len(calls) == 2
+
+
+def test_custom_call_through_a_graph_break():
+    class Breaking(Scaled):
+        def forward(self, x):
+            print("", end="")            # a graph break inside the inlined call
+            return x * self.k
+    m = Outer(Breaking())
+    x = torch.randn(3)
+    torch.testing.assert_close(ember.compile(m, backend="eager")(x), m(x))
 
 
 def test_overridden_call_impl_hooks_run_once():

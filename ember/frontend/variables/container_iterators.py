@@ -98,7 +98,22 @@ def skip_items(it, n: int):
     return it
 
 
-class ResumedDictIterator:
+class _CountingIterator:
+    """A real iterator ``it`` that counts its steps in ``pos`` (what ``builder`` tracks it
+    again from)."""
+
+    __slots__ = ()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self.it)
+        self.pos += 1
+        return item
+
+
+class ResumedDictIterator(_CountingIterator):
     """The iterator over a dict that a resume function continues a loop with: a real
     iterator over the real dict, advanced past what the frame consumed (so it raises as
     eager's does if the dict then changes size), holding what capture needs to track it
@@ -110,14 +125,6 @@ class ResumedDictIterator:
         self.dict, self.kind, self.reverse, self.pos = d, kind, reverse, pos
         self.keys = tuple(d)
         self.it = skip_items((reversed if reverse else iter)(getattr(d, kind)()), pos)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        item = next(self.it)
-        self.pos += 1
-        return item
 
     def unchanged(self) -> bool:
         """The dict has the keys it had when the iteration began: its next step cannot
@@ -188,7 +195,18 @@ class ResumedWrapperIterator:
 RESUMABLE_WRAPPERS = (enumerate, zip, map, filter, itertools.chain, itertools.islice)
 
 
-class DictIteratorVariable(ListIteratorVariable):
+class _RebuiltReal:
+    """Outliving the graph: its ``real_iterator``, made where the mutations are not
+    replayed yet."""
+
+    def rebuild(self, cg):
+        if self.passed_as_items:
+            raise Unsupported("an iterator reached both from the frame's stack or locals and "
+                              "from another value at a graph break")
+        return cg.temp(self, self.real_iterator(cg, before_replay=True))
+
+
+class DictIteratorVariable(_RebuiltReal, ListIteratorVariable):
     """An iterator over a dict or one of its views (``DictVariable.live_iterator``).
     Outside the graph it is a real iterator over the real dict, advanced past the items
     the frame consumed, so the rest of a loop sees the dict as it is then, as in eager."""
@@ -217,12 +235,6 @@ class DictIteratorVariable(ListIteratorVariable):
         view = f"{cg.reconstruct(self.dict_vt)}.{self.kind}()"
         make = f"{cg.const(reversed if self.reverse else iter)}({view})"
         return f"{cg.const(skip_items)}({make}, {self.index})"
-
-    def rebuild(self, cg):
-        if self.passed_as_items:
-            raise Unsupported("an iterator reached both from the frame's stack or locals and "
-                              "from another value at a graph break")
-        return cg.temp(self, self.real_iterator(cg, before_replay=True))
 
 
 class _SteppedIterator(ListIteratorVariable):
@@ -292,7 +304,7 @@ class LiveListIteratorVariable(_SteppedIterator):
         return name
 
 
-class LazyIteratorVariable(_SteppedIterator):
+class LazyIteratorVariable(_RebuiltReal, _SteppedIterator):
     """``enumerate``/``zip``/``map``/``filter``/``itertools`` over a live iterator (one
     over a list, a dict or its view): each step takes its items from the sources when it is
     reached, as Python's do, so a value stored into the dict meanwhile is seen (a snapshot
@@ -341,14 +353,8 @@ class LazyIteratorVariable(_SteppedIterator):
                     f"{self.head(cg)}, ({', '.join(sources)},))")
         return self.remake(cg, sources)
 
-    def rebuild(self, cg):
-        if self.passed_as_items:
-            raise Unsupported("an iterator reached both from the frame's stack or locals and "
-                              "from another value at a graph break")
-        return cg.temp(self, self.real_iterator(cg, before_replay=True))
 
-
-class SetIteratorVariable(ListIteratorVariable):
+class SetIteratorVariable(_RebuiltReal, ListIteratorVariable):
     """``iter(s)`` over a set: its items in the order capture knows, made invalid as
     CPython's set iterator is by a change of the set's size (RuntimeError at its next step,
     also the last one; none once it ended). A change keeping the size lets CPython's go on
@@ -391,12 +397,6 @@ class SetIteratorVariable(ListIteratorVariable):
         make = ResumedSetIterator if resumed else real_set_iterator
         return (f"{cg.const(make)}({cg.reconstruct(self.set_vt)}, "
                 f"({cg.items(self.items)}{',' if len(self.items) == 1 else ''}), {self.index})")
-
-    def rebuild(self, cg):
-        if self.passed_as_items:
-            raise Unsupported("an iterator reached both from the frame's stack or locals and "
-                              "from another value at a graph break")
-        return cg.temp(self, self.real_iterator(cg, before_replay=True))
 
 
 def _same_items(a, b) -> bool:
@@ -460,7 +460,7 @@ class ResumedSetIterator:
                 and _same_items(self.set, self.items))
 
 
-class DequeIteratorVariable(ListIteratorVariable):
+class DequeIteratorVariable(_RebuiltReal, ListIteratorVariable):
     """``iter(dq)``/``reversed(dq)`` over a deque: its items, made invalid by any mutation
     of the deque that CPython counts (``DequeVariable``): RuntimeError at its next step,
     also after its end (CPython's keeps checking its deque). Outside the graph it is the
@@ -496,14 +496,8 @@ class DequeIteratorVariable(ListIteratorVariable):
         make = f"{cg.const(reversed if self.reverse else iter)}({dq})"
         return f"{cg.const(skip_items)}({make}, {self.index})"
 
-    def rebuild(self, cg):
-        if self.passed_as_items:
-            raise Unsupported("an iterator reached both from the frame's stack or locals and "
-                              "from another value at a graph break")
-        return cg.temp(self, self.real_iterator(cg, before_replay=True))
 
-
-class ResumedDequeIterator:
+class ResumedDequeIterator(_CountingIterator):
     """The iterator over a deque that a resume function continues a loop with: the real
     deque's iterator at ``pos`` (so it raises as eager's on a mutation), with the deque's
     items when it was made, for ``builder`` to track it again where they are unchanged (a
@@ -514,14 +508,6 @@ class ResumedDequeIterator:
     def __init__(self, dq: collections.deque, pos: int, reverse: bool):
         self.deque, self.pos, self.reverse, self.items = dq, pos, reverse, tuple(dq)
         self.it = skip_items((reversed if reverse else iter)(dq), pos)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        item = next(self.it)
-        self.pos += 1
-        return item
 
     def unchanged(self) -> bool:
         return _same_items(self.deque, self.items)
