@@ -174,6 +174,17 @@ class WrappedImpl(torch.nn.Module):
         return args[0] * 100
 
 
+class CallIsCallImpl(torch.nn.Module):
+    """``__call__`` is nn.Module._call_impl itself: the class's _call_impl is not called."""
+    __call__ = torch.nn.Module._call_impl
+
+    def forward(self, x):
+        return x + 1
+
+    def _call_impl(self, *args, **kwargs):
+        return args[0] * 100
+
+
 def _instance_impl():
     m = torch.nn.Linear(3, 3)
     m._call_impl = lambda *args, **kwargs: args[0] * 7   # an instance attribute
@@ -183,6 +194,8 @@ def _instance_impl():
 # classes and instances with their own _call_impl (nn.Module.__call__ calls it)
 _CALL_IMPLS = {"impl_class": ScaledImpl, "impl_with_call": ImplAndCall,
                "wrapped_impl": WrappedImpl, "impl_instance": _instance_impl,
+               "call_is_call_impl": CallIsCallImpl,
+               "submodule_call_is_call_impl": lambda: Outer(CallIsCallImpl()),
                "submodule_impl_class": lambda: Outer(ScaledImpl()),
                "submodule_impl_with_call": lambda: Outer(ImplAndCall()),
                "submodule_impl_instance": lambda: Outer(_instance_impl())}

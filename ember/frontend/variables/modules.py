@@ -168,6 +168,8 @@ class NNModuleVariable(VariableTracker):
                 raise Unsupported(f"{type(self.value).__name__}.__call__ is not a Python "
                                   f"function")
             return UserFunctionVariable(call).call_function(tx, [self, *args], kwargs)
+        if call is MODULE_CALL_IMPL:   # a class whose __call__ is nn.Module._call_impl
+            return self.module_call(tx, args, kwargs)
         return self.wrapped_call(tx, args, kwargs)
 
     def wrapped_call(self, tx, args, kwargs):
