@@ -477,9 +477,13 @@ def initialize_lazy_module(tx, mod, args, kwargs) -> None:
     now, as eager's first call makes them (its initialisation pre-hook, run for real on
     tensors of the inputs' sizes, dtypes and devices; it reads only those), and the
     initialised module is captured. Its initialisation draws from the random generator at
-    capture, where eager draws at the call: random ops the graph runs before the call
-    would draw in the other order."""
+    capture, where eager draws at the call: after random ops of the graph (which draw when
+    it runs) the graph breaks at the call instead, so the call initialises it in eager's
+    order."""
     from torch.utils._python_dispatch import _disable_current_modes
+    if tx.output.draws_random():
+        raise Unsupported(f"initialising a {type(mod).__name__} after random ops of the graph "
+                          f"(its initialisation draws random numbers after theirs)")
 
     def real(vt):
         if isinstance(vt, TensorVariable):
