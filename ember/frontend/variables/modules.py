@@ -481,6 +481,7 @@ def initialize_lazy_module(tx, mod, args, kwargs) -> None:
     it runs) the graph breaks at the call instead, so the call initialises it in eager's
     order."""
     from torch.utils._python_dispatch import _disable_current_modes
+
     if tx.output.draws_random():
         raise Unsupported(f"initialising a {type(mod).__name__} after random ops of the graph "
                           f"(its initialisation draws random numbers after theirs)")
