@@ -258,7 +258,8 @@ class _Callees:
         if isinstance(fn, types.FunctionType) and not is_disabled(fn):
             return self.compiled(fn)(*args, **kwargs)
         if isinstance(fn, torch.nn.Module) and not _has_hooks(fn) and \
-                type(fn).__call__ is torch.nn.Module.__call__:
+                type(fn).__call__ is torch.nn.Module.__call__ and \
+                type(fn)._call_impl is _MODULE_CALL_IMPL and "_call_impl" not in fn.__dict__:
             forward = type(fn).forward
             if "forward" not in fn.__dict__ and isinstance(forward, types.FunctionType):
                 return self.compiled(forward)(fn, *args, **kwargs)
@@ -279,6 +280,7 @@ def _on_cuda(mod: torch.nn.Module) -> bool:
 
 
 _MODULE_CALL = torch.nn.Module.__call__
+_MODULE_CALL_IMPL = torch.nn.Module._call_impl
 
 
 class OptimizedModule(torch.nn.Module):
@@ -303,10 +305,15 @@ class OptimizedModule(torch.nn.Module):
             start_compile_workers()
 
     def __call__(self, *args, **kwargs):
-        call = type(self._orig_mod).__call__
+        orig = self._orig_mod
+        call = type(orig).__call__
         if call is not _MODULE_CALL:   # the class's own __call__ runs, compiled, as in eager
             return self._compiled_forward._callees.call(
-                types.MethodType(call, self._orig_mod), *args, **kwargs)
+                types.MethodType(call, orig), *args, **kwargs)
+        if "_call_impl" in orig.__dict__ or type(orig)._call_impl is not _MODULE_CALL_IMPL:
+            # nn.Module.__call__ calls self._call_impl: the class's (or instance's) own runs,
+            # compiled (its super()._call_impl runs the hooks and forward in its graph)
+            return self._compiled_forward._callees.call(orig._call_impl, *args, **kwargs)
         return _MODULE_CALL(self, *args, **kwargs)
 
     def forward(self, *args, **kwargs):

@@ -12,8 +12,10 @@ only use those), so a new backend knows what to implement:
 - ``masked(mask, body, other)``: ``body()`` where ``mask`` holds, ``other`` elsewhere; the
   loads ``body`` makes touch no memory where ``mask`` is false (padding, the parts of a
   ``cat``), so they may index outside their buffer there;
-- ``indirect_indexing(value, size, wrap_negative=False)``: a sympy symbol standing for an
-  index read from memory, for use in later ``load`` indices; the target checks its range;
+- ``indirect_indexing(value, size, wrap_negative=False, check=None)``: a sympy symbol
+  standing for an index read from memory, for use in later ``load`` indices; the target
+  checks its range, and one out of range makes the call raise ``check`` (an
+  ``IndexCheck``: the exception eager's op raises; by default IndexError);
 - ``rand(seed, offset)`` / ``randn(seed, offset)``: float32 uniform in [0, 1) / standard
   normal, a pure function of two int64 values (counter-based Philox; lowering/random.py).
 
@@ -25,6 +27,7 @@ tiling needs (OpenMP lanes, Triton tiles), so there is no ``ops.reduction`` or
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import threading
 
 # pointwise math a body may call, each (x) or (x, y); results have the operands' dtype.
@@ -43,6 +46,24 @@ OTHER = ("load", "constant", "index_expr", "to_dtype", "where", "masked", "indir
 OP_NAMES = [*UNARY, *BINARY, *OTHER]
 COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
                "logical_not", "isnan", "isinf"}
+
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexCheck:
+    """What eager raises for an index out of range of one op (they differ: gather,
+    scatter and index_add raise RuntimeError, embedding, index_select and ``x[idx]``
+    IndexError). A kernel that fuses several ops keeps one error flag per distinct check,
+    and the wrapper raises the first flagged one's exception after the call."""
+    error: str          # "IndexError" or "RuntimeError"
+    message: str
+
+    def raise_line(self) -> str:
+        """The wrapper's statement raising it."""
+        return f"raise {self.error}({self.message!r})"
+
+
+DEFAULT_INDEX_CHECK = IndexCheck("IndexError", "index out of range")
 
 _state = threading.local()
 

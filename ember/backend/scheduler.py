@@ -42,7 +42,7 @@ class _ReadRecorder:
         self.reads.append((name, sympy.expand(index)))
         return 0
 
-    def indirect_indexing(self, value, size, wrap_negative=False):
+    def indirect_indexing(self, value, size, wrap_negative=False, check=None):
         self._n += 1
         return sympy.Symbol(f"indirect{self._n}", integer=True)
 

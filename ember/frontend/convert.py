@@ -36,7 +36,7 @@ from ember.frontend.output_graph import OutputGraph
 from ember.frontend.source import AttrSource, ClosureCellSource, GetItemSource, LocalSource
 from ember.frontend.translator import NULL, InstructionTranslator, _LazyLocal
 from ember.frontend.variables.base import VariableTracker
-from ember.frontend.variables.container_iterators import (DictIteratorVariable,
+from ember.frontend.variables.container_iterators import (GUARDED_ITERATORS, DictIteratorVariable,
                                                           LazyIteratorVariable,
                                                           ListIteratorVariable,
                                                           LiveListIteratorVariable)
@@ -401,7 +401,8 @@ def _passed_as_iterator(vt: VariableTracker) -> bool:
         vt, _LIVE_ITERATORS)
 
 
-_LIVE_ITERATORS = (DictIteratorVariable, LazyIteratorVariable, LiveListIteratorVariable)
+_LIVE_ITERATORS = (DictIteratorVariable, LazyIteratorVariable, LiveListIteratorVariable,
+                   *GUARDED_ITERATORS)
 
 
 def _remaining_items(vt: ListIteratorVariable, cg: EntryCodegen) -> str:

@@ -20,9 +20,8 @@ A frame whose locals are closed over by inner functions passes its cells to the 
 function (``resume.py``), also when unassigned at the break; an iterator held in locals
 and on the stack is passed once, as its remaining items (``convert._live_locals``); one
 over a dict or list (or enumerate/zip/chain/... of one) as a real iterator over the real
-dict or list at the same position, made after the mutations are replayed, so the rest of
-the loop sees the container as eager does
-(``container_iterators.ResumedDictIterator``, ``ResumedListIterator``).
+dict, list, set or deque at the same position, made after the mutations are replayed, so
+the rest of the loop sees the container as eager does (``container_iterators.Resumed*``).
 
 Inside an autocast or inference-mode block (which the graph models), the graph closes the
 block at the break, the entry runs the instruction inside a real one, and the resume

@@ -236,6 +236,10 @@ class OutputGraph:
         self.graph.call_function(torch._C._set_grad_enabled, (mode,))
 
     # -- finishing ---------------------------------------------------------------------------
+    def draws_random(self) -> bool:
+        """The graph so far may draw from a random generator when it runs."""
+        return draws_random(self.graph)
+
     def finish(self, outputs: list[torch.fx.Node]) -> torch.fx.GraphModule:
         self.graph.output(tuple(outputs))
         remove_dead_nodes(self.graph)
@@ -291,6 +295,22 @@ _RANDOM_NAMES = {"rand", "randn", "randint", "randperm", "rand_like", "randn_lik
                  "feature_alpha_dropout", "rrelu", "native_dropout", "fused_dropout",
                  "gumbel_softmax", "binomial", "standard_gamma", "_standard_gamma",
                  "_sample_dirichlet"}
+
+
+# in-place methods that fill a tensor from the generator
+_RANDOM_FILLS = {"normal_", "uniform_", "bernoulli_", "random_", "exponential_", "cauchy_",
+                 "geometric_", "log_normal_"}
+
+
+def draws_random(graph: torch.fx.Graph) -> bool:
+    """Some node of ``graph`` may draw from a random generator when the graph runs."""
+    for node in graph.nodes:
+        if node.op == "call_module":
+            return True
+        name = node.target if node.op == "call_method" else getattr(node.target, "__name__", "")
+        if name in _RANDOM_NAMES or name in _RANDOM_FILLS:
+            return True
+    return False
 
 
 def is_effectful(node: torch.fx.Node) -> bool:

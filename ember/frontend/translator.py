@@ -34,7 +34,8 @@ from ember.frontend.variables import builder
 from ember.frontend.variables.base import ConstantVariable, NotConstant, VariableTracker
 from ember.frontend.variables.builtins import apply_operator
 from ember.frontend.variables.container_iterators import ListIteratorVariable
-from ember.frontend.variables.containers import (BaseSequenceVariable, ListVariable, SizeVariable,
+from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVariable, ListVariable,
+                                                 SizeVariable,
                                                  TupleVariable)
 from ember.frontend.variables.dicts import (DictVariable, DictViewVariable, SetVariable,
                                             hashable_key)
@@ -255,7 +256,8 @@ class InstructionTranslator:
         if typ is dict:
             return DictVariable({k: self.wrap_constant(v) for k, v in value.items()})
         if typ in (set, frozenset):
-            return SetVariable([self.wrap_constant(v) for v in value], frozen=typ is frozenset)
+            return SetVariable([self.wrap_constant(v) for v in value], frozen=typ is frozenset,
+                               mirror=False)
         return self.wrap(value, None)
 
     def size_variable(self, size) -> SizeVariable:
@@ -351,6 +353,8 @@ class InstructionTranslator:
             return vt.call_method(self, "__iter__", [], {})
         if type(vt) is ListVariable:   # live: an index into the list as it is at each step
             return vt.live_iterator()
+        if type(vt) is DequeVariable or (type(vt) is SetVariable and not vt.frozen):
+            return vt.live_iterator()   # raises as CPython's once the container changes
         return ListIteratorVariable(self.unpack_iterable(vt))
 
     def is_same_object(self, a: VariableTracker, b: VariableTracker) -> bool:

@@ -144,10 +144,67 @@ class Outer(torch.nn.Module):
         return self.inner(x) + 1
 
 
+class ScaledImpl(torch.nn.Module):
+    """Overrides ``_call_impl``: nn.Module.__call__ calls it (it calls the hooks and
+    forward through super())."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x)
+
+    def _call_impl(self, *args, **kwargs):
+        return super()._call_impl(*args, **kwargs) * 2 + 1
+
+
+class ImplAndCall(ScaledImpl):
+    def __call__(self, *args, **kwargs):      # super().__call__ goes through _call_impl
+        return super().__call__(*args, **kwargs) - 5
+
+
+class WrappedImpl(torch.nn.Module):
+    """Eager never calls this override: nn.Module.__call__ is the base's function."""
+
+    def forward(self, x):
+        return x + 1
+
+    def _wrapped_call_impl(self, *args, **kwargs):
+        return args[0] * 100
+
+
+class CallIsCallImpl(torch.nn.Module):
+    """``__call__`` is nn.Module._call_impl itself: the class's _call_impl is not called."""
+    __call__ = torch.nn.Module._call_impl
+
+    def forward(self, x):
+        return x + 1
+
+    def _call_impl(self, *args, **kwargs):
+        return args[0] * 100
+
+
+def _instance_impl():
+    m = torch.nn.Linear(3, 3)
+    m._call_impl = lambda *args, **kwargs: args[0] * 7   # an instance attribute
+    return m
+
+
+# classes and instances with their own _call_impl (nn.Module.__call__ calls it)
+_CALL_IMPLS = {"impl_class": ScaledImpl, "impl_with_call": ImplAndCall,
+               "wrapped_impl": WrappedImpl, "impl_instance": _instance_impl,
+               "call_is_call_impl": CallIsCallImpl,
+               "submodule_call_is_call_impl": lambda: Outer(CallIsCallImpl()),
+               "submodule_impl_class": lambda: Outer(ScaledImpl()),
+               "submodule_impl_with_call": lambda: Outer(ImplAndCall()),
+               "submodule_impl_instance": lambda: Outer(_instance_impl())}
+
+
 @pytest.mark.parametrize("make", [Scaled, PlainCall, lambda: Outer(Scaled()),
-                                  lambda: Outer(PlainCall())],
+                                  lambda: Outer(PlainCall()), *_CALL_IMPLS.values()],
                          ids=["super_call", "plain_call", "submodule_super_call",
-                              "submodule_plain_call"])
+                              "submodule_plain_call", *_CALL_IMPLS])
 @pytest.mark.parametrize("fullgraph", [False, True])
 def test_custom_call_runs(make, fullgraph):
     m = make()
@@ -177,6 +234,27 @@ def test_custom_call_through_a_graph_break():
     m = Outer(Breaking())
     x = torch.randn(3)
     torch.testing.assert_close(ember.compile(m, backend="eager")(x), m(x))
+
+
+def test_overridden_call_impl_hooks_run_once():
+    m = ScaledImpl()
+    calls = []
+    m.register_forward_hook(lambda mod, args, out: calls.append(1) or out + 10)
+    x = torch.randn(2, 3)
+    expected = m(x)
+    torch.testing.assert_close(ember.compile(m, backend="eager")(x), expected)
+    torch.testing.assert_close(ember.compile(Outer(m), backend="eager")(x), expected + 1)
+    assert len(calls) == 3
+
+
+def test_call_impl_set_on_instance_after_compiling():
+    m = torch.nn.Linear(3, 3)
+    outer = Outer(m)
+    compiled = ember.compile(outer, backend="eager")
+    x = torch.randn(2, 3)
+    torch.testing.assert_close(compiled(x), outer(x))
+    m._call_impl = lambda *args, **kwargs: args[0] * 7
+    torch.testing.assert_close(compiled(x), outer(x))
 
 
 class Containers(torch.nn.Module):

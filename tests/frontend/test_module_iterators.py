@@ -78,6 +78,35 @@ def test_lazy_module_called_from_compiled_function():
     torch.testing.assert_close(fn(x), ref(x).sigmoid())
 
 
+class NoisyLazy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.LazyLinear(4)
+        self.drop = torch.nn.Dropout(0.5)
+
+    def forward(self, x):
+        x = self.drop(x + torch.randn(x.shape))   # draws before the lazy initialisation
+        return self.lin(x).relu()
+
+
+@pytest.mark.parametrize("backend", ["eager", "ember"])
+def test_lazy_module_after_random_ops_draws_in_eagers_order(backend):
+    # eager: the graph's randn and dropout draw, then the initialisation; initialising at
+    # capture would draw first (other weights, other noise)
+    x = torch.randn(2, 5)
+    torch.manual_seed(3)
+    ref = NoisyLazy()
+    want = ref(x)
+    after_ref = torch.rand(2)
+    torch.manual_seed(3)
+    m = NoisyLazy()
+    got = ember.compile(m, backend=backend)(x)
+    torch.testing.assert_close(torch.rand(2), after_ref)
+    torch.testing.assert_close(got, want)
+    for a, b in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(a, b)
+
+
 def test_next_parameter_reads_only_what_it_takes():
     from ember.testing import CompileCounter
 

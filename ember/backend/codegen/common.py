@@ -15,6 +15,7 @@ import sympy
 import torch
 
 from ember.backend.ir import FloorDiv, ModIndex
+from ember.backend.ops import DEFAULT_INDEX_CHECK, IndexCheck
 
 
 class Value:
@@ -50,6 +51,27 @@ class Kernel:
         self.stored: set[str] = set()
         self.args: list[str] = []       # buffer arguments, in call order (after generate())
         self.source = ""
+        # the distinct checks of its indirect indices, in the order met: one error flag
+        # each (see index_check_slot)
+        self.index_checks: list[IndexCheck] = []
+
+    MAX_INDEX_CHECKS = 28
+
+    def index_check_slot(self, check: IndexCheck | None) -> int:
+        """The error flag (0, 1, ...) of an index check: its own per distinct check, so
+        a kernel fusing a gather (RuntimeError in eager) with an embedding (IndexError)
+        raises the one eager raises; the wrapper raises the first flagged check's, as
+        eager stops at the first op that fails. Past MAX_INDEX_CHECKS the rest share the
+        last flag, which then raises a plain IndexError."""
+        check = check or DEFAULT_INDEX_CHECK
+        checks = self.index_checks
+        if check in checks:
+            return checks.index(check)
+        if len(checks) == self.MAX_INDEX_CHECKS:
+            checks[-1] = DEFAULT_INDEX_CHECK
+            return len(checks) - 1
+        checks.append(check)
+        return len(checks) - 1
 
     # -- emission ------------------------------------------------------------------------------
     indent_unit = 2      # spaces per nesting level

@@ -50,7 +50,7 @@ class BodyCost:
         self.loads += 1
         return 0
 
-    def indirect_indexing(self, value, size, wrap_negative=False):
+    def indirect_indexing(self, value, size, wrap_negative=False, check=None):
         self.indirect += 1
         return sympy.Symbol("indirect", integer=True)
 

@@ -3,7 +3,9 @@ indexing (embedding, index_select, gather, ``x[..., idx]``).
 
 Both branches of a select are evaluated in a generated kernel, so cat and pad clamp every load
 into its input's bounds and ``where`` picks the value. Indirect loads read the index from a
-tensor (``ops.indirect_indexing``); the generated code checks its range (see targets/cpp/kernel.py).
+tensor (``ops.indirect_indexing``); the generated code checks its range (see targets/cpp/kernel.py)
+and raises the exception eager's op raises (``_bounds_check``: eager's gather, scatter and
+index_add raise RuntimeError, embedding, index_select, ``x[idx]`` and index_put IndexError).
 """
 from __future__ import annotations
 
@@ -12,7 +14,17 @@ import torch
 
 from ember.backend.ir import ComputedBuffer, IndexView, Pointwise, Scatter, sym
 from ember.backend.lowering.registry import aten, compute_dtype, register_lowering
-from ember.backend.ops import ops
+from ember.backend.ops import IndexCheck, ops
+
+# eager's embedding and index_select say this for any index out of range
+_IN_SELF = IndexCheck("IndexError", "index out of range in self")
+
+
+def _bounds_check(error: str, op: str, dim: int, size) -> IndexCheck:
+    """Eager's "index 5 is out of bounds for dimension 0 with size 3", without the index
+    (the kernel keeps only a flag) and naming the op."""
+    return IndexCheck(error, f"{op}: an index is out of bounds for dimension {dim} with "
+                             f"size {size}")
 
 
 @register_lowering(aten.cat.default)
@@ -96,7 +108,7 @@ def _embedding(ctx, weight, indices, padding_idx=-1, scale_grad_by_freq=False, s
     nidx = len(indices.get_size())
 
     def inner(index):
-        i = ops.indirect_indexing(load_i(index[:nidx]), rows)
+        i = ops.indirect_indexing(load_i(index[:nidx]), rows, check=_IN_SELF)
         return load_w([i, index[nidx]])
     return Pointwise(ctx.device, ctx.dtype, inner, ctx.size)
 
@@ -112,7 +124,7 @@ def _index_select(ctx, x, dim, index):
 
     def inner(idx):
         at = [] if scalar_index else [idx[dim] if ndim else sympy.Integer(0)]
-        i = ops.indirect_indexing(load_i(at), size)   # also flags an index out of range
+        i = ops.indirect_indexing(load_i(at), size, check=_IN_SELF)
         full = list(idx)
         if ndim:
             full[dim] = i
@@ -129,9 +141,10 @@ def _gather(ctx, x, dim, index, *, sparse_grad=False):
     # if it had one dim of size 1; a 0-d ``index`` (with a 1-d ``x``) is one position
     size = x.get_size()[dim] if ndim else sympy.Integer(1)
     same_rank = len(index.get_size()) == ndim
+    check = _bounds_check("RuntimeError", "gather", dim, size)
 
     def inner(idx):
-        i = ops.indirect_indexing(load_i(idx), size)   # also flags an index out of range
+        i = ops.indirect_indexing(load_i(idx), size, check=check)
         if not ndim:
             return load_x([])
         full = list(idx) if same_rank else [sympy.Integer(0)] * ndim
@@ -155,16 +168,18 @@ def _index(ctx, x, indices):
     first = dims[0]
     shapes = [list(t.get_size()) for _, t in given]
     rank = max(len(sh) for sh in shapes)
-    loads = [(t.make_loader(), sh, x.get_size()[d]) for (d, t), sh in zip(given, shapes)]
+    loads = [(t.make_loader(), sh, x.get_size()[d],
+              _bounds_check("IndexError", "index", d, x.get_size()[d]))
+             for (d, t), sh in zip(given, shapes)]
     load_x = x.make_loader()
 
     def inner(idx):
         b = list(idx[first:first + rank])       # a position in the broadcast shape
         picked = []
-        for load, shape, size in loads:
+        for load, shape, size, check in loads:
             at = [sympy.Integer(0) if s == 1 else v
                   for v, s in zip(b[rank - len(shape):], shape)]
-            picked.append(ops.indirect_indexing(load(at), size, True))
+            picked.append(ops.indirect_indexing(load(at), size, True, check=check))
         return load_x(list(idx[:first]) + picked + list(idx[first + rank:]))
     return Pointwise(ctx.device, ctx.dtype, inner, ctx.size)
 
@@ -187,6 +202,7 @@ def _scatter(ctx, x, dim, index, src, reduce=None):
     load_i = index.make_loader()
     load_src = src.make_loader() if hasattr(src, "make_loader") else None
     size = x.get_size()[dim]
+    check = _bounds_check("RuntimeError", "scatter_add" if accumulate else "scatter", dim, size)
 
     def value(idx):
         if load_src is None:
@@ -197,7 +213,7 @@ def _scatter(ctx, x, dim, index, src, reduce=None):
     holder = {}
 
     def store_index(idx):
-        i = ops.indirect_indexing(load_i(idx), size)
+        i = ops.indirect_indexing(load_i(idx), size, check=check)
         full = list(idx)
         full[dim] = i
         return holder["layout"].index(full)
@@ -219,6 +235,7 @@ def _index_put(ctx, x, indices, values, accumulate=False):
     ranges = [n] + list(size[1:])
     load_v = values.make_loader()
     vsize = values.get_size()
+    check = _bounds_check("IndexError", "index_put", 0, size[0])
     holder = {}
 
     def value(idx):
@@ -228,7 +245,7 @@ def _index_put(ctx, x, indices, values, accumulate=False):
         return v if values.get_dtype() == ctx.dtype else ops.to_dtype(v, ctx.dtype)
 
     def store_index(idx):
-        i = ops.indirect_indexing(load_i([idx[0]]), size[0], True)
+        i = ops.indirect_indexing(load_i([idx[0]]), size[0], True, check=check)
         return holder["layout"].index([i] + list(idx[1:]))
     out = _scatter_into_copy(ctx, x, ranges, store_index, value, accumulate)
     holder["layout"] = out.layout
@@ -244,6 +261,7 @@ def _index_add(ctx, x, dim, index, source, *, alpha=1):
         return NotImplemented
     dim %= len(size)
     load_i, load_src = index.make_loader(), source.make_loader()
+    check = _bounds_check("RuntimeError", "index_add", dim, size[dim])
     holder = {}
 
     def value(idx):
@@ -253,7 +271,7 @@ def _index_add(ctx, x, dim, index, source, *, alpha=1):
 
     def store_index(idx):
         full = list(idx)
-        full[dim] = ops.indirect_indexing(load_i([idx[dim]]), size[dim])
+        full[dim] = ops.indirect_indexing(load_i([idx[dim]]), size[dim], check=check)
         return holder["layout"].index(full)
     out = _scatter_into_copy(ctx, x, source.get_size(), store_index, value, True)
     holder["layout"] = out.layout

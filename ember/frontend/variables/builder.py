@@ -22,7 +22,10 @@ from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_
 # modules whose handlers register on import
 from ember.frontend.variables import introspection, iterators, numpy  # noqa: F401
 from ember.frontend.variables.builtins import GetterVariable
-from ember.frontend.variables.container_iterators import (ResumedDictIterator, ResumedListIterator,
+from ember.frontend.variables.container_iterators import (ResumedDequeIterator,
+                                                          ResumedDictIterator,
+                                                          ResumedListIterator,
+                                                          ResumedSetIterator,
                                                           ResumedWrapperIterator)
 from ember.frontend.variables.containers import (DequeVariable, ListVariable, NamedTupleVariable,
                                                  SizeVariable, TupleVariable, is_namedtuple_class,
@@ -127,6 +130,35 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         it = list_vt.live_iterator(value.reverse)
         it.index, it.exhausted = value.pos, value.done
         return it
+    if type(value) is ResumedSetIterator and source is not None:
+        # a loop over a set continued by a resume function, the set unchanged since
+        if not value.resumable():
+            raise Unsupported("a set iterator whose set changed or iterates in an order "
+                              "capture did not know")
+        add(guards.type_match(source, ResumedSetIterator))
+        add(guards.call_result_match(source, ResumedSetIterator.resumable, (), True))
+        add(guards.constant_match(AttrSource(source, "pos"), value.pos))
+        set_vt = wrap(tx, value.set, AttrSource(source, "set"))
+        if type(set_vt) is not SetVariable or set_vt.frozen:
+            raise Unsupported("a set iterator over a set that cannot be tracked")
+        # the order the set iterates in (the guard on the set compares it as a set)
+        add(guards.constant_match(AttrSource(source, "items"), value.items))
+        it = set_vt.live_iterator()
+        it.index = value.pos
+        return it
+    if type(value) is ResumedDequeIterator and source is not None:
+        if not value.unchanged():
+            raise Unsupported("a deque iterator whose deque changed (its next step raises)")
+        add(guards.type_match(source, ResumedDequeIterator))
+        add(guards.call_result_match(source, ResumedDequeIterator.unchanged, (), True))
+        for attr in ("pos", "reverse"):
+            add(guards.constant_match(AttrSource(source, attr), getattr(value, attr)))
+        deque_vt = wrap(tx, value.deque, AttrSource(source, "deque"))
+        if type(deque_vt) is not DequeVariable:
+            raise Unsupported("a deque iterator over a deque that cannot be tracked")
+        it = deque_vt.live_iterator(value.reverse)
+        it.index = value.pos
+        return it
     if type(value) is ResumedWrapperIterator and source is not None:
         # enumerate/zip/map/filter over a dict iterator, continued by a resume function:
         # made again by the builtin's handler over its sources, tracked again
@@ -178,7 +210,8 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         return DictVariable(items, source=source, cls=typ)
     if typ in (set, frozenset) and all(is_constant_value(k) for k in value):
         add(guards.constant_match(source, value))
-        return SetVariable([ConstantVariable(v) for v in value], source, frozen=typ is frozenset)
+        return SetVariable([ConstantVariable(v) for v in value], source, frozen=typ is frozenset,
+                           mirror=False)
     if callable(value) or isinstance(value, types.ModuleType):
         return _wrap_callable(tx, value, source, add)
     if isinstance(value, (property, classmethod, staticmethod)):

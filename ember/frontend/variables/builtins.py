@@ -29,7 +29,7 @@ from ember.frontend.variables.containers import (BaseSequenceVariable, DequeVari
                                                  TupleVariable)
 from ember.frontend.variables.dicts import (DictVariable, DictViewVariable, SetVariable,
                                             compare_dicts, compare_sets, is_live_iterable,
-                                            make_dict)
+                                            make_dict, make_set)
 from ember.frontend.variables.functions import PartialVariable, UserFunctionVariable
 from ember.frontend.variables.handlers import HANDLERS, builtin
 from ember.frontend.variables.scalars import IdVariable
@@ -393,12 +393,12 @@ def _range(tx, args, kwargs):
 
 def _make_seq_ctor(cls):
     def handler(tx, args, kwargs):
+        if cls in (set, frozenset):
+            return make_set(tx, args[0] if args else None, frozen=cls is frozenset)
         items = tx.unpack_iterable(args[0]) if args else []
         if cls is tuple:
             return TupleVariable(items)
-        if cls is list:
-            return ListVariable(items)
-        return SetVariable(items, frozen=cls is frozenset)
+        return ListVariable(items)
     return handler
 
 
@@ -556,7 +556,7 @@ def _filter(tx, args, kwargs):
 def _reversed(tx, args, kwargs):
     if isinstance(args[0], (DictVariable, DictViewVariable)):   # live, as iter()
         return args[0].call_method(tx, "__reversed__", [], {})
-    if type(args[0]) is ListVariable:   # live, as iter()
+    if type(args[0]) in (ListVariable, DequeVariable):   # live, as iter()
         return args[0].live_iterator(reverse=True)
     return ListIteratorVariable(list(reversed(tx.unpack_iterable(args[0]))))
 

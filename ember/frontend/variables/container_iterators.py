@@ -1,11 +1,18 @@
-"""Iterators over tuples, lists, dicts and their views during capture, endless ones
-(``itertools.repeat``/``count``), and the iterators that resume such a loop in eager code after
-a graph break (``Resumed*Iterator``).
+"""Iterators over tuples, lists, dicts and their views, sets and deques during capture,
+endless ones (``itertools.repeat``/``count``), and the iterators that resume such a loop in
+eager code after a graph break (``Resumed*Iterator``).
+
+Lists are read live (an index into the list); dicts, sets and deques are iterated over their
+items when the iterator was made, and a change that makes CPython's iterator raise
+RuntimeError at its next step (a dict's or set's size, any counted deque mutation) makes
+capture stop there: the frame runs eagerly and raises it. Outside the graph each is the real
+container's iterator at the same position, so eager code after a break raises as eager does.
 
 (``iterators`` holds the ``itertools`` functions over tracked values.)
 """
 from __future__ import annotations
 
+import collections
 import itertools
 from typing import TYPE_CHECKING
 
@@ -91,7 +98,22 @@ def skip_items(it, n: int):
     return it
 
 
-class ResumedDictIterator:
+class _CountingIterator:
+    """A real iterator ``it`` that counts its steps in ``pos`` (what ``builder`` tracks it
+    again from)."""
+
+    __slots__ = ()
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        item = next(self.it)
+        self.pos += 1
+        return item
+
+
+class ResumedDictIterator(_CountingIterator):
     """The iterator over a dict that a resume function continues a loop with: a real
     iterator over the real dict, advanced past what the frame consumed (so it raises as
     eager's does if the dict then changes size), holding what capture needs to track it
@@ -103,14 +125,6 @@ class ResumedDictIterator:
         self.dict, self.kind, self.reverse, self.pos = d, kind, reverse, pos
         self.keys = tuple(d)
         self.it = skip_items((reversed if reverse else iter)(getattr(d, kind)()), pos)
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        item = next(self.it)
-        self.pos += 1
-        return item
 
     def unchanged(self) -> bool:
         """The dict has the keys it had when the iteration began: its next step cannot
@@ -181,7 +195,18 @@ class ResumedWrapperIterator:
 RESUMABLE_WRAPPERS = (enumerate, zip, map, filter, itertools.chain, itertools.islice)
 
 
-class DictIteratorVariable(ListIteratorVariable):
+class _RebuiltReal:
+    """Outliving the graph: its ``real_iterator``, made where the mutations are not
+    replayed yet."""
+
+    def rebuild(self, cg):
+        if self.passed_as_items:
+            raise Unsupported("an iterator reached both from the frame's stack or locals and "
+                              "from another value at a graph break")
+        return cg.temp(self, self.real_iterator(cg, before_replay=True))
+
+
+class DictIteratorVariable(_RebuiltReal, ListIteratorVariable):
     """An iterator over a dict or one of its views (``DictVariable.live_iterator``).
     Outside the graph it is a real iterator over the real dict, advanced past the items
     the frame consumed, so the rest of a loop sees the dict as it is then, as in eager."""
@@ -210,12 +235,6 @@ class DictIteratorVariable(ListIteratorVariable):
         view = f"{cg.reconstruct(self.dict_vt)}.{self.kind}()"
         make = f"{cg.const(reversed if self.reverse else iter)}({view})"
         return f"{cg.const(skip_items)}({make}, {self.index})"
-
-    def rebuild(self, cg):
-        if self.passed_as_items:
-            raise Unsupported("an iterator reached both from the frame's stack or locals and "
-                              "from another value at a graph break")
-        return cg.temp(self, self.real_iterator(cg, before_replay=True))
 
 
 class _SteppedIterator(ListIteratorVariable):
@@ -285,7 +304,7 @@ class LiveListIteratorVariable(_SteppedIterator):
         return name
 
 
-class LazyIteratorVariable(_SteppedIterator):
+class LazyIteratorVariable(_RebuiltReal, _SteppedIterator):
     """``enumerate``/``zip``/``map``/``filter``/``itertools`` over a live iterator (one
     over a list, a dict or its view): each step takes its items from the sources when it is
     reached, as Python's do, so a value stored into the dict meanwhile is seen (a snapshot
@@ -322,7 +341,7 @@ class LazyIteratorVariable(_SteppedIterator):
             if src.passed_as_items:   # one object with a name of its own: not made twice
                 raise Unsupported("an iterator both wrapped and named at a graph break")
             if isinstance(src, (DictIteratorVariable, LazyIteratorVariable,
-                                LiveListIteratorVariable)):
+                                LiveListIteratorVariable, *GUARDED_ITERATORS)):
                 sources.append(src.real_iterator(cg, before_replay, resumed))
             elif resumed and type(src) is ListIteratorVariable:
                 claim_iterator(cg, src)
@@ -334,11 +353,167 @@ class LazyIteratorVariable(_SteppedIterator):
                     f"{self.head(cg)}, ({', '.join(sources)},))")
         return self.remake(cg, sources)
 
-    def rebuild(self, cg):
-        if self.passed_as_items:
-            raise Unsupported("an iterator reached both from the frame's stack or locals and "
-                              "from another value at a graph break")
-        return cg.temp(self, self.real_iterator(cg, before_replay=True))
+
+class SetIteratorVariable(_RebuiltReal, ListIteratorVariable):
+    """``iter(s)`` over a set: its items in the order capture knows, made invalid as
+    CPython's set iterator is by a change of the set's size (RuntimeError at its next step,
+    also the last one; none once it ended). A change keeping the size lets CPython's go on
+    over its hash table, which capture does not model: the frame runs eagerly then too.
+    Outside the graph it is ``real_set_iterator``/``ResumedSetIterator`` over the real set."""
+    py_type = type(iter(set()))
+    unmodelled = False
+
+    def __init__(self, set_vt):
+        super().__init__(set_vt.ordered())
+        self.set_vt, self.keys = set_vt, tuple(set_vt.items)
+
+    def container_changed(self) -> None:
+        self.touched = True    # compared at the next step, as CPython's (discard then add)
+
+    touched = False
+
+    def _check_valid(self) -> None:
+        if self.exhausted:     # CPython's drops its set at the end
+            return
+        if self.touched and self.invalid is None:
+            keys = self.set_vt.items
+            if len(keys) != len(self.keys):
+                self.invalid = "Set changed size during iteration"
+            elif any(k not in keys for k in self.keys):
+                self.unmodelled = True
+        if self.unmodelled:
+            raise Unsupported("a set changed during iteration keeping its size (CPython's "
+                              "iterator goes on over its hash table)")
+        super()._check_valid()
+
+    def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
+        claim_iterator(cg, self)
+        if self.touched and not self.exhausted and tuple(self.set_vt.items) != self.keys:
+            raise Unsupported("an iterator over a changed set outliving the graph")
+        if before_replay and self.set_vt.source is not None and self.set_vt.stored:
+            raise Unsupported("an iterator over a set changed by the frame outliving the graph")
+        if self.exhausted:
+            return "()" if resumed else f"{cg.const(iter)}(())"
+        make = ResumedSetIterator if resumed else real_set_iterator
+        return (f"{cg.const(make)}({cg.reconstruct(self.set_vt)}, "
+                f"({cg.items(self.items)}{',' if len(self.items) == 1 else ''}), {self.index})")
+
+
+def _same_items(a, b) -> bool:
+    """``a`` iterates as the tuple ``b`` (items compared by identity, or value for
+    literals: a constant rebuilt outside the graph may be another object)."""
+    if len(a) != len(b):
+        return False
+    return all(x is y or (type(x) is type(y) and isinstance(x, (int, float, str, bytes))
+                          and x == y) for x, y in zip(a, b))
+
+
+def real_set_iterator(s: set, items: tuple, pos: int):
+    """An iterator over the set ``s`` that capture iterated as ``items`` up to ``pos``: the
+    real one where ``s`` iterates in that order, else a ResumedSetIterator."""
+    if _same_items(s, items):
+        return skip_items(iter(s), pos)
+    return ResumedSetIterator(s, items, pos)
+
+
+class ResumedSetIterator:
+    """The iterator over a set that a resume function continues a loop with: the real
+    set's iterator at ``pos`` where the set iterates in the order capture knew
+    (``items``), else a stand-in over ``items`` that raises as CPython's does when the
+    set's size changes (where the size stays, it goes on over ``items``: CPython's goes on
+    over its hash table, which is not modelled). ``builder`` tracks it again when it is
+    the real one and the set unchanged."""
+
+    __slots__ = ("set", "items", "pos", "size", "it", "done")
+
+    def __init__(self, s: set, items: tuple, pos: int):
+        self.set, self.items, self.pos, self.size, self.done = s, items, pos, len(s), False
+        self.it = skip_items(iter(s), pos) if _same_items(s, items) else None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.done:
+            raise StopIteration
+        if self.it is not None:
+            try:
+                item = next(self.it)
+            except StopIteration:
+                self.done = True
+                raise
+        else:
+            if len(self.set) != self.size:
+                self.size = -1      # sticky, as CPython's
+                raise RuntimeError("Set changed size during iteration")
+            if self.pos >= len(self.items):
+                self.done = True
+                raise StopIteration
+            item = self.items[self.pos]
+        self.pos += 1
+        return item
+
+    def resumable(self) -> bool:
+        """Its next step is the real iterator's over the set unchanged since: capture
+        can go on from ``pos`` in ``items``."""
+        return (self.it is not None and not self.done and len(self.set) == self.size
+                and _same_items(self.set, self.items))
+
+
+class DequeIteratorVariable(_RebuiltReal, ListIteratorVariable):
+    """``iter(dq)``/``reversed(dq)`` over a deque: its items, made invalid by any mutation
+    of the deque that CPython counts (``DequeVariable``): RuntimeError at its next step,
+    also after its end (CPython's keeps checking its deque). Outside the graph it is the
+    real deque's iterator at the same position (``ResumedDequeIterator`` for a resume
+    function)."""
+
+    def __init__(self, deque_vt, reverse: bool = False):
+        items = list(deque_vt.items)
+        super().__init__(items[::-1] if reverse else items)
+        self.deque_vt, self.reverse = deque_vt, reverse
+        self.py_type = type((reversed if reverse else iter)(collections.deque()))
+
+    def next(self, tx):
+        item = super().next(tx)
+        self.exhausted = False    # CPython's keeps its deque: later mutations still raise
+        return item
+
+    def container_changed(self) -> None:
+        if self.invalid is None:
+            self.invalid = "deque mutated during iteration"
+
+    def real_iterator(self, cg, before_replay: bool = False, resumed: bool = False) -> str:
+        claim_iterator(cg, self)
+        if self.invalid is not None:
+            raise Unsupported(f"an iterator over a changed deque ({self.invalid}) outliving "
+                              f"the graph")
+        if before_replay and self.deque_vt.source is not None and self.deque_vt.stored:
+            raise Unsupported("an iterator over a deque changed by the frame outliving the "
+                              "graph")
+        dq = cg.reconstruct(self.deque_vt)
+        if resumed:
+            return f"{cg.const(ResumedDequeIterator)}({dq}, {self.index}, {self.reverse})"
+        make = f"{cg.const(reversed if self.reverse else iter)}({dq})"
+        return f"{cg.const(skip_items)}({make}, {self.index})"
+
+
+class ResumedDequeIterator(_CountingIterator):
+    """The iterator over a deque that a resume function continues a loop with: the real
+    deque's iterator at ``pos`` (so it raises as eager's on a mutation), with the deque's
+    items when it was made, for ``builder`` to track it again where they are unchanged (a
+    mutation outside the graph that leaves the same items is not seen there)."""
+
+    __slots__ = ("deque", "pos", "reverse", "items", "it")
+
+    def __init__(self, dq: collections.deque, pos: int, reverse: bool):
+        self.deque, self.pos, self.reverse, self.items = dq, pos, reverse, tuple(dq)
+        self.it = skip_items((reversed if reverse else iter)(dq), pos)
+
+    def unchanged(self) -> bool:
+        return _same_items(self.deque, self.items)
+
+
+GUARDED_ITERATORS = (SetIteratorVariable, DequeIteratorVariable)
 
 
 class EndlessIteratorVariable(ListIteratorVariable):

@@ -15,7 +15,8 @@ import torch
 from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import (BoundMethodVariable, ConstantVariable, NotConstant,
                                            VariableTracker)
-from ember.frontend.variables.container_iterators import (ListIteratorVariable,
+from ember.frontend.variables.container_iterators import (DequeIteratorVariable,
+                                                          ListIteratorVariable,
                                                           LiveListIteratorVariable)
 from ember.frontend.variables.tensor import TensorVariable
 
@@ -231,13 +232,45 @@ class DequeVariable(ListVariable):
     def __init__(self, items, source=None, maxlen: int | None = None):
         super().__init__(items, source)
         self.maxlen = maxlen
+        self.iterators: list[DequeIteratorVariable] = []
+
+    stored = False   # changed during capture: the real deque differs until the replay
+
+    def live_iterator(self, reverse: bool = False) -> DequeIteratorVariable:
+        """``iter(dq)``/``reversed(dq)``: CPython's raises at its next step once the deque
+        is mutated."""
+        it = DequeIteratorVariable(self, reverse)
+        self.iterators.append(it)
+        return it
+
+    # the methods that advance CPython's deque state (its iterators then raise); with an
+    # empty argument extend/extendleft/+=/*=1 do not, nor do item stores and reverse()
+    _COUNTED = frozenset(("append", "appendleft", "pop", "popleft", "clear", "rotate",
+                          "remove", "insert", "__delitem__"))
+    _COUNTED_IF_ITEMS = frozenset(("extend", "extendleft", "__iadd__"))
+
+    def call_method(self, tx, name, args, kwargs):
+        if name in ("__iter__", "__reversed__") and not args and not kwargs:
+            return self.live_iterator(reverse=name == "__reversed__")
+        if name in self._COUNTED_IF_ITEMS and args:
+            args = [ListVariable(tx.unpack_iterable(args[0])), *args[1:]]
+            counted = bool(args[0].items)
+        else:   # clear() and rotate() of an empty deque do not count
+            counted = name in self._COUNTED and (
+                bool(self.items) or name not in ("clear", "rotate"))
+        out = self._call_method(tx, name, args, kwargs)
+        if counted:
+            self.stored = True
+            for it in self.iterators:
+                it.container_changed()
+        return out
 
     def _trim(self, drop_left: bool) -> None:
         excess = len(self.items) - self.maxlen if self.maxlen is not None else 0
         if excess > 0:
             del self.items[slice(None, excess) if drop_left else slice(self.maxlen, None)]
 
-    def call_method(self, tx, name, args, kwargs):
+    def _call_method(self, tx, name, args, kwargs):
         if name in ("append", "extend"):
             out = super().call_method(tx, name, args, kwargs)
             self._trim(drop_left=True)

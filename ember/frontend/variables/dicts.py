@@ -10,11 +10,13 @@ from typing import Any
 
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.variables.base import BoundMethodVariable, ConstantVariable, VariableTracker
-from ember.frontend.variables.container_iterators import (DictIteratorVariable,
+from ember.frontend.variables.container_iterators import (GUARDED_ITERATORS,
+                                                          DictIteratorVariable,
                                                           LazyIteratorVariable,
                                                           ListIteratorVariable,
-                                                          LiveListIteratorVariable)
-from ember.frontend.variables.containers import ListVariable, TupleVariable
+                                                          LiveListIteratorVariable,
+                                                          SetIteratorVariable)
+from ember.frontend.variables.containers import DequeVariable, ListVariable, TupleVariable
 from ember.frontend.variables.scalars import IdVariable, identity_key
 
 
@@ -334,32 +336,48 @@ class SetVariable(VariableTracker):
                       "issubset", "issuperset", "isdisjoint", "__or__", "__and__", "__sub__",
                       "__xor__", "__ror__", "__rand__", "__rxor__", "__rsub__")
 
-    def __init__(self, items: list[VariableTracker], source=None, frozen=False):
+    def __init__(self, items: list[VariableTracker], source=None, frozen=False,
+                 order: set | None = None, mirror: bool = True):
         super().__init__(source)
         self.frozen = frozen
+        self.iterators: list[SetIteratorVariable] = []
         self.items: dict[Any, VariableTracker] = {}
         for item in items:
             self.items.setdefault(hashable_key(item, self.items), item)
+        # a real set of the keys, changed by the same operations as eager's set: it
+        # iterates (and pops) in eager's order, which hashes decide, not insertions
+        # ({5, 2} iterates 2, 5). None where a key hashes by identity (a tensor, an
+        # object), and for a set that exists outside the frame (``mirror=False``: no copy
+        # has its table's layout; ``items`` are in its order): the order is then the
+        # insertion order.
+        self.order = order if order is not None else \
+            _mirror(self.items) if mirror else None
 
     def python_type(self):
         return frozenset if self.frozen else set
 
+    def ordered(self) -> list[VariableTracker]:
+        """The items in the order the set iterates in."""
+        if self.order is None:
+            return list(self.items.values())
+        return [self.items[k] for k in self.order]
+
     def rebuild(self, cg):
-        text = f"{{{cg.items(list(self.items.values()))}}}" if self.items else "set()"
+        text = f"{{{cg.items(self.ordered())}}}" if self.items else "set()"
         return cg.temp(self, f"frozenset({text})" if self.frozen else text)
 
     def replay_mutation(self, target: str, value_of) -> str:
-        items = ", ".join(value_of(v) for v in self.items.values())
+        items = ", ".join(value_of(v) for v in self.ordered())
         return f"{target}.clear(); {target}.update([{items}])"
 
     def as_python_constant(self):
-        return self.python_type()(v.as_python_constant() for v in self.items.values())
+        return self.python_type()(v.as_python_constant() for v in self.ordered())
 
     def truthy(self, tx):
         return bool(self.items)
 
     def unpack(self, tx):
-        return list(self.items.values())
+        return self.ordered()
 
     def call_method(self, tx, name, args, kwargs):
         if name == "__contains__":
@@ -376,35 +394,136 @@ class SetVariable(VariableTracker):
             for o in others:
                 for k, v in o.items.items():
                     pool.setdefault(k, v)
-            return SetVariable([pool[k] for k in pool if k in result])
+            return SetVariable([pool[k] for k in pool if k in result],
+                               order=_mirror_operation(self, name, args, others))
         if name == "copy":
-            return SetVariable(list(self.items.values()))
+            if self.frozen:
+                return self       # frozenset.copy() is the frozenset itself
+            return SetVariable(self.ordered(), order=None if self.order is None
+                               else set.copy(self.order), mirror=False)
         if name == "__iter__":
-            return ListIteratorVariable(self.unpack(tx))
+            if self.frozen:
+                return ListIteratorVariable(self.unpack(tx))
+            return self.live_iterator()
         tx.check_mutation(self)
+        before = tuple(self.items)
+        out = self._mutate(tx, name, args)
+        if tuple(self.items) != before:
+            self.stored = True
+            self.iterators = [it for it in self.iterators if not it.exhausted]
+            for it in self.iterators:
+                it.container_changed()
+        return out
+
+    stored = False   # changed during capture: the real set differs until the replay
+
+    def live_iterator(self) -> SetIteratorVariable:
+        """``iter(s)``: CPython's raises at its next step once the set's size changed."""
+        it = SetIteratorVariable(self)
+        self.iterators.append(it)
+        return it
+
+    def _mutate(self, tx, name, args):
         if name == "add":
-            self.items.setdefault(hashable_key(args[0], self.items), args[0])
+            key = hashable_key(args[0], self.items)
+            self.items.setdefault(key, args[0])
+            self._order_add([key])
         elif name in ("discard", "remove"):
             key = hashable_key(args[0], self.items)
             if self.items.pop(key, None) is None and name == "remove":
                 raise Unsupported("KeyError in set.remove")
+            if self.order is not None:
+                self.order.discard(key)
         elif name == "update":
             for a in args:
+                if isinstance(a, SetVariable) and a.order is not None and \
+                        self.order is not None:
+                    self.order.update(a.order)     # merged as eager merges a set
+                    self.items.update({k: v for k, v in a.items.items()
+                                       if k not in self.items})
+                    continue
                 for item in tx.unpack_iterable(a):
-                    self.items.setdefault(hashable_key(item, self.items), item)
+                    key = hashable_key(item, self.items)
+                    self.items.setdefault(key, item)
+                    self._order_add([key])
         elif name == "clear":
             self.items.clear()
+            self.order = set()
         elif name == "pop":
-            key = next(iter(self.items))
+            if not self.items:
+                raise Unsupported("KeyError: 'pop from an empty set'")
+            key = self.order.pop() if self.order is not None else next(iter(self.items))
             return self.items.pop(key)
         else:
             raise Unsupported(f"set.{name}()")
         return ConstantVariable(None)
 
+    def _order_add(self, keys) -> None:
+        if self.order is None:
+            return
+        for key in keys:
+            if not _hashes_as_itself(key):
+                self.order = None
+                return
+            self.order.add(key)
+
     def var_getattr(self, tx, name):
         if hasattr(set, name):
             return BoundMethodVariable(self, name)
         raise Unsupported(f"set.{name}")
+
+
+def _hashes_as_itself(key) -> bool:
+    """A set key that hashes at capture as the real value will at run time: a constant
+    (``hashable_key`` marks identity-hashed keys with a tag tuple), not a float NaN (hashed
+    by identity)."""
+    if isinstance(key, tuple):
+        if key[:1] in (("__id__",), ("__tuple__",), ("__object__",), ("__tensor__",),
+                       ("__tracker__",)):
+            return False
+        return all(_hashes_as_itself(k) for k in key)
+    return not (isinstance(key, float) and key != key)
+
+
+def make_set(tx, iterable: VariableTracker | None, frozen: bool) -> SetVariable:
+    """``set(iterable)``/``frozenset(iterable)``: its order made as eager's, from a set as a
+    copy of it, from a dict through the dict (CPython sizes the table for them first)."""
+    if iterable is None:
+        return SetVariable([], frozen=frozen)
+    items = tx.unpack_iterable(iterable)
+    order = None
+    if isinstance(iterable, SetVariable) and iterable.order is not None:
+        order = set(iterable.order)
+    elif type(iterable) is DictVariable and all(map(_hashes_as_itself, iterable.items)):
+        order = set(dict.fromkeys(iterable.items))
+    return SetVariable(items, frozen=frozen, order=order)
+
+
+def _mirror(keys) -> set | None:
+    """A real set of ``keys``, added in this order (as a set literal or ``set(list)``
+    does), or None where one hashes by identity."""
+    out = set()
+    for key in keys:
+        if not _hashes_as_itself(key):
+            return None
+        out.add(key)
+    return out
+
+
+def _mirror_operation(me: SetVariable, name: str, args, others) -> set | None:
+    """The real result of ``me.<name>(*args)`` over the keys (so it iterates in eager's
+    order): a set operand as its own mirror, any other as a list of its keys."""
+    if me.order is None:
+        return None
+    operands = []
+    for arg, other in zip(args, others):
+        real = arg.order if isinstance(arg, SetVariable) else _mirror(other.items)
+        if real is None:
+            return None
+        operands.append(real if isinstance(arg, SetVariable) or name.startswith("__")
+                        else list(other.items))
+    result = getattr(me.order, name)(*operands)
+    return result if isinstance(result, set) else None
 
 
 def is_set_like(vt: VariableTracker) -> bool:
@@ -470,7 +589,7 @@ def _as_set_like(tx, vt: VariableTracker) -> VariableTracker:
     """A constant set or frozenset (``x in {1, 2}`` loads a frozenset constant) as a tracker
     of its items; anything else as it is."""
     if isinstance(vt, ConstantVariable) and type(vt.value) in (set, frozenset):
-        return SetVariable([tx.wrap_constant(v) for v in vt.value],
+        return SetVariable([tx.wrap_constant(v) for v in vt.value], mirror=False,
                            frozen=type(vt.value) is frozenset)
     return vt
 
@@ -538,7 +657,8 @@ def is_plain_dict_subclass(cls) -> bool:
 
 def is_live_iterable(vt: VariableTracker) -> bool:
     """Iterating it reads a dict or list as it is at each step (see
-    ``LazyIteratorVariable``)."""
-    return type(vt) is ListVariable or isinstance(vt, (
+    ``LazyIteratorVariable``), or sees a set's or deque's mutations."""
+    return type(vt) in (ListVariable, DequeVariable) or isinstance(vt, (
         DictVariable, DictViewVariable, DictIteratorVariable, LazyIteratorVariable,
-        LiveListIteratorVariable))
+        LiveListIteratorVariable, *GUARDED_ITERATORS)) or (
+        isinstance(vt, SetVariable) and not vt.frozen)

@@ -36,7 +36,9 @@ _CONTAINER_METHODS = {"keys", "values", "items", "__len__", "__iter__", "__getit
                       "__contains__"}
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict,
                torch.nn.ParameterList, torch.nn.ParameterDict)
-# nn.Module's own call machinery: hooks, then forward (a class may override __call__)
+# nn.Module's own call machinery (a class may override __call__): __call__ (which is
+# _wrapped_call_impl) calls self._call_impl, which runs the hooks around forward
+MODULE_CALL_IMPL = torch.nn.Module.__dict__["_call_impl"]
 _MODULE_CALLS = tuple(torch.nn.Module.__dict__[n] for n in ("__call__", "_call_impl",
                                                            "_wrapped_call_impl")
                       if n in torch.nn.Module.__dict__)
@@ -97,7 +99,7 @@ class NNModuleVariable(VariableTracker):
             if self.source is not None:   # an instance attribute set later would shadow it
                 tx.output.guards.add(guards.not_in_instance_dict(self.source, name))
             if is_module_call(desc):
-                return ModuleCallVariable(self)
+                return ModuleCallVariable(self, impl=desc is MODULE_CALL_IMPL)
             if (name in _MODULE_METHODS and desc is torch.nn.Module.__dict__[name]) or (
                     name in _CONTAINER_METHODS and isinstance(mod, _CONTAINERS)):
                 return BoundMethodVariable(self, name)
@@ -166,6 +168,23 @@ class NNModuleVariable(VariableTracker):
                 raise Unsupported(f"{type(self.value).__name__}.__call__ is not a Python "
                                   f"function")
             return UserFunctionVariable(call).call_function(tx, [self, *args], kwargs)
+        if call is MODULE_CALL_IMPL:   # a class whose __call__ is nn.Module._call_impl
+            return self.module_call(tx, args, kwargs)
+        return self.wrapped_call(tx, args, kwargs)
+
+    def wrapped_call(self, tx, args, kwargs):
+        """``nn.Module.__call__`` (``_wrapped_call_impl``): ``self._call_impl(*args)``,
+        nn.Module's (``module_call``) unless the class or the instance overrides it, then
+        the override is traced (it usually calls ``super()._call_impl``)."""
+        mod = self.value
+        if mod.__dict__.get("_compiled_call_impl") is not None:   # Module.compile()
+            raise Unsupported(f"calling a {type(mod).__name__} whose _compiled_call_impl is "
+                              f"set (nn.Module.compile)")
+        if "_call_impl" in mod.__dict__ or \
+                static_lookup(type(mod), "_call_impl") is not MODULE_CALL_IMPL:
+            return self.var_getattr(tx, "_call_impl").call_function(tx, args, kwargs)
+        if self.source is not None:   # an instance's _call_impl set later replaces it
+            tx.output.guards.add(guards.not_in_instance_dict(self.source, "_call_impl"))
         return self.module_call(tx, args, kwargs)
 
     def module_call(self, tx, args, kwargs):
@@ -382,11 +401,19 @@ class ModuleGetattrVariable(_BoundModuleMethod):
 
 
 class ModuleCallVariable(_BoundModuleMethod):
-    """``nn.Module.__call__`` bound to a module (``super().__call__`` in a class that
-    overrides ``__call__``): hooks and ``forward``, as the module's own call runs them."""
+    """``nn.Module.__call__``/``_wrapped_call_impl`` bound to a module (``super().__call__``
+    in a class that overrides ``__call__``): the module's ``_call_impl``; with ``impl``,
+    ``nn.Module._call_impl`` itself (``super()._call_impl`` in a class that overrides it):
+    hooks and ``forward``."""
+
+    def __init__(self, module: NNModuleVariable, impl: bool):
+        super().__init__(module)
+        self.impl = impl
 
     def call_function(self, tx, args, kwargs):
-        return self.module.module_call(tx, args, kwargs)
+        if self.impl:
+            return self.module.module_call(tx, args, kwargs)
+        return self.module.wrapped_call(tx, args, kwargs)
 
 
 class ModuleIteratorVariable(ListIteratorVariable):
@@ -450,9 +477,14 @@ def initialize_lazy_module(tx, mod, args, kwargs) -> None:
     now, as eager's first call makes them (its initialisation pre-hook, run for real on
     tensors of the inputs' sizes, dtypes and devices; it reads only those), and the
     initialised module is captured. Its initialisation draws from the random generator at
-    capture, where eager draws at the call: random ops the graph runs before the call
-    would draw in the other order."""
+    capture, where eager draws at the call: after random ops of the graph (which draw when
+    it runs) the graph breaks at the call instead, so the call initialises it in eager's
+    order."""
     from torch.utils._python_dispatch import _disable_current_modes
+
+    if tx.output.draws_random():
+        raise Unsupported(f"initialising a {type(mod).__name__} after random ops of the graph "
+                          f"(its initialisation draws random numbers after theirs)")
 
     def real(vt):
         if isinstance(vt, TensorVariable):

@@ -10,7 +10,8 @@ from ember.frontend.variables.attribute_lookup import builtin_method
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.functions import (PartialVariable, UserFunctionVariable,
                                                 UserMethodVariable)
-from ember.frontend.variables.modules import (MODULE_GETATTR, ModuleCallVariable,
+from ember.frontend.variables.modules import (MODULE_CALL_IMPL, MODULE_GETATTR,
+                                              ModuleCallVariable,
                                               ModuleGetattrVariable, NNModuleVariable,
                                               NewModuleVariable, is_module_call)
 from ember.frontend.variables.user_defined import UserDefinedClassVariable
@@ -37,7 +38,7 @@ class SuperVariable(VariableTracker):
                         isinstance(self.obj, NewModuleVariable):
                     return _NoOpVariable()   # create_module already ran it for real
                 if is_module_call(attr) and isinstance(self.obj, NNModuleVariable):
-                    return ModuleCallVariable(self.obj)   # hooks and forward
+                    return ModuleCallVariable(self.obj, impl=attr is MODULE_CALL_IMPL)
                 if attr is MODULE_GETATTR and isinstance(self.obj, NNModuleVariable):
                     return ModuleGetattrVariable(self.obj)
                 if isinstance(attr, types.FunctionType):

@@ -18,7 +18,10 @@ loops know (``LoopStrategy.index_bounds``, ``values_per_lane``).
 
 Errors eager raises are flags, not branches: a kernel that checks indirect indices or
 integer divisors ORs each failed check into an OpenMP reduction (``_flag_errors``), and the
-wrapper raises eager's IndexError or ``RuntimeError: ZeroDivisionError`` after the call. A
+wrapper raises eager's exception after the call: ``RuntimeError: ZeroDivisionError``, or
+for an index out of range the one of the op it belongs to (an ``ops.IndexCheck`` per op
+kind, one flag bit each, as a kernel may fuse a gather with an embedding: RuntimeError and
+IndexError in eager). A
 checked integer division divides by 1 where the divisor is 0 or -1 (negating for -1,
 wrapping), so no kernel traps (SIGFPE; g++ compiles a constant 0 divisor to ud2, SIGILL).
 
@@ -67,7 +70,8 @@ _OMP_LOOP = re.compile(r"^(\s*#pragma omp (?:parallel for|simd).*)$")
 
 def _flag_errors(lines: list[str]) -> list[str]:
     """A kernel that checks its indirect indices or integer divisors ORs each check's
-    EMBER_BAD_INDEX or EMBER_ZERO_DIVISION bit into ``ember_flags_r``: a reduction of every
+    bit (EMBER_ZERO_DIVISION; ``1 << (2 + slot)`` for an index check, one per op kind:
+    ``Kernel.index_check_slot``) into ``ember_flags_r``: a reduction of every
     OpenMP loop (one private copy per thread and per SIMD lane), ORed into the library's
     flags once, at the end. A per-index ``if`` that stores the flag (the old form) kept g++
     from vectorising the loop: deeplabv3's bilinear upsampling, 4 gathers an element, took
@@ -169,8 +173,8 @@ class CppKernel(Kernel):
             # eager's exceptions: ZeroDivisionError (a RuntimeError) for integer division
             lines.append(f"if (flags := {self.name}_flags()) & 2: raise RuntimeError("
                          f"'ZeroDivisionError')")
-            lines.append(f"if flags: raise IndexError('index out of range in a "
-                         f"gather/index/embedding of {self.name}')")
+            lines += [f"if flags & {1 << (2 + slot)}: {check.raise_line()}"
+                      for slot, check in enumerate(self.index_checks)]
         return lines
 
     def load(self, name: str, index) -> CppValue:

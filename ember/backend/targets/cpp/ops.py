@@ -91,7 +91,7 @@ class _RangeProbe:
         body()
         return self._opaque
 
-    def indirect_indexing(self, value, size, wrap_negative=False):
+    def indirect_indexing(self, value, size, wrap_negative=False, check=None):
         return sympy.Symbol("probe_ix", integer=True)
 
     def __getattr__(self, name):
@@ -301,10 +301,11 @@ class CppOpsHandler:
         k.line("}")
         return CppValue(var, value.dtype)
 
-    def indirect_indexing(self, value: CppValue, size, wrap_negative=False) -> sympy.Symbol:
+    def indirect_indexing(self, value: CppValue, size, wrap_negative=False,
+                          check=None) -> sympy.Symbol:
         """An index read from a tensor (negative values wrap, for Python-style indexing, when
-        ``wrap_negative``); one out of range is clamped, so memory stays safe, and flagged:
-        the wrapper then raises IndexError as eager does."""
+        ``wrap_negative``); one out of range is clamped, so memory stays safe, and flagged
+        (bit 2 + the check's slot): the wrapper then raises ``check``'s exception, eager's."""
         k = self.k
         var = f"ix{k.counter}"
         k.counter += 1
@@ -314,8 +315,9 @@ class CppOpsHandler:
             k.line(f"{var} += {var} < 0 ? {n} : 0;")
         # branch-free, so the loop stays vectorised: the flag is a reduction of every loop
         # (``_flag_errors`` in kernel.py)
+        bit = 2 + k.index_check_slot(check)
         k.line(f"{{ bool bad = static_cast<uint64_t>({var}) >= static_cast<uint64_t>({n}); "
-               f"ember_flags_r |= bad; {var} = bad ? 0 : {var}; }}")
+               f"ember_flags_r |= static_cast<int>(bad) << {bit}; {var} = bad ? 0 : {var}; }}")
         k.exports_flags = True
         return sympy.Symbol(var, integer=True)
 

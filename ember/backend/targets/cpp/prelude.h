@@ -109,7 +109,7 @@ template <typename T> static inline T ember_remainder(T a, T b) {
 // Integer division as eager's: a zero divisor sets EMBER_ZERO_DIVISION in ``flags`` (the
 // wrapper then raises eager's ZeroDivisionError) and divides by 1 instead, and a divisor of
 // -1 negates, wrapping: x86's idiv traps on both, and on INT_MIN / -1
-#define EMBER_BAD_INDEX 1
+// (bits 2 and up: the kernel's index checks, one per op kind: Kernel.index_check_slot)
 #define EMBER_ZERO_DIVISION 2
 template <typename T> static inline bool ember_minus_one(T b) {
   if constexpr (std::is_signed<T>::value) return b == T(-1); else return false; }

@@ -166,8 +166,9 @@ class TritonKernel(Kernel):
         return f" + tl.zeros({shape}, tl.int32)"
 
     # set by generate(): under the interpreter (CPU tensors, where eager raises), a kernel
-    # flags a zero integer divisor (FLAGS[0]) and an index out of range (FLAGS[1]) of the
-    # elements it computes; the wrapper raises eager's exception after the launch. (A
+    # flags a zero integer divisor (FLAGS[0]) and an index out of range (FLAGS[1 + slot],
+    # one per op kind: Kernel.index_check_slot) of the elements it computes; the wrapper
+    # raises eager's exception after the launch. (A
     # kernel whose parameters another generate() writes, a matmul's, flags nothing.)
     flags_errors = False
     is_epilogue = False       # set by triton_matmul for a matmul's epilogue kernel
@@ -186,9 +187,12 @@ class TritonKernel(Kernel):
     def flag_zero_division(self, divisor: TritonValue, dims: frozenset) -> None:
         self.flag_error(0, f"{divisor} == 0", dims)
 
-    def indirect_indexing(self, value: TritonValue, size, wrap_negative=False) -> sympy.Symbol:
+    def indirect_indexing(self, value: TritonValue, size, wrap_negative=False,
+                          check=None) -> sympy.Symbol:
         """An index read from memory. Out-of-range values are clamped so memory stays safe;
-        with ``debug`` a device-side assertion reports them (eager raises)."""
+        under the interpreter they set the flag of ``check`` (FLAGS[1 + its slot]: the
+        wrapper raises its exception, eager's); with ``debug`` a device-side assertion
+        reports them."""
         var = self.new_var("ix")
         n = triton_index(size)
         text = f"{value}.to({self.index_type})"
@@ -196,7 +200,8 @@ class TritonKernel(Kernel):
             text = f"tl.where({value} < 0, {value} + {n}, {value}).to({self.index_type})"
         self.line(f"{var} = {text}")
         if self.interpret and self.flags_errors:
-            self.flag_error(1, f"({var} < 0) | ({var} >= {n})", value.dims)
+            self.flag_error(1 + self.index_check_slot(check), f"({var} < 0) | ({var} >= {n})",
+                            value.dims)
         if self.debug:
             mask = self.mask(value.dims)
             bad = f"(({var} >= 0) & ({var} < {n}))"
@@ -588,12 +593,12 @@ class TritonKernel(Kernel):
         if not self.checks_errors:
             return [f"{self.name}({args})  # grid={grid}, {config}"]
         flags = f"{self.name}_flags"
-        return [f"{flags} = torch.zeros(2, dtype=torch.int32)",
+        return [f"{flags} = torch.zeros({1 + len(self.index_checks)}, dtype=torch.int32)",
                 f"{self.name}({args}, {flags})  # grid={grid}, {config}",
                 f"{flags} = {flags}.tolist()",
                 f"if {flags}[0]: raise RuntimeError('ZeroDivisionError')",
-                f"if {flags}[1]: raise IndexError('index out of range in a gather/index/"
-                f"embedding of {self.name}')"]
+                *[f"if {flags}[{1 + slot}]: {check.raise_line()}"
+                  for slot, check in enumerate(self.index_checks)]]
 
 
 def _keep_int(dtype: torch.dtype) -> str:

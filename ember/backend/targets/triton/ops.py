@@ -491,8 +491,8 @@ class TritonOpsHandler:
             raise NotImplementedError("nextafter under the Triton interpreter")
         return self._emit(f"{fn}({', '.join(map(str, args))})", dtype, *args)
 
-    def indirect_indexing(self, value, size, wrap_negative=False) -> sympy.Symbol:
-        return self.k.indirect_indexing(value, size, wrap_negative)
+    def indirect_indexing(self, value, size, wrap_negative=False, check=None) -> sympy.Symbol:
+        return self.k.indirect_indexing(value, size, wrap_negative, check)
 
     def __getattr__(self, name):
         op = self._op(name)
