@@ -54,6 +54,7 @@ class Outcome:
     status: str              # "pass", "fail", "error" or "skipped"
     compiles: int | None     # None when skipped
     detail: str = ""
+    needs: tuple[str, ...] = ()   # when skipped: the Ember APIs it lacks
 
     def cell(self, bar: int) -> str:
         if self.status == "skipped":
@@ -107,7 +108,7 @@ def run_ember(prog: DynamicProgram, backend_options: dict | None) -> Outcome:
     backend with those options."""
     missing = [f"ember.{api}" for api in prog.needs if not hasattr(ember, api)]
     if missing:
-        return Outcome("skipped", None, "needs " + ", ".join(missing))
+        return Outcome("skipped", None, "needs " + ", ".join(missing), tuple(missing))
     ember.reset()
     if backend_options is None:
         counter = CompileCounter()
@@ -142,17 +143,10 @@ def run_torch(prog: DynamicProgram) -> Outcome:
     return outcome
 
 
-def run_all(programs: list[DynamicProgram], modes: list[str], target: str) -> dict:
+def run_program(prog: DynamicProgram, modes: list[str], target: str) -> dict[str, Outcome]:
     options = {"cpu_backend": target} if target != "cpp" else {}
-    results: dict[str, dict[str, Outcome]] = {}
-    for prog in programs:
-        row = results[prog.name] = {}
-        for mode in modes:
-            if mode == "torch":
-                row[mode] = run_torch(prog)
-            else:
-                row[mode] = run_ember(prog, None if mode == "count" else options)
-    return results
+    return {mode: run_torch(prog) if mode == "torch" else
+            run_ember(prog, None if mode == "count" else options) for mode in modes}
 
 
 def summarize(programs, modes, results) -> dict[str, dict]:
@@ -165,7 +159,7 @@ def summarize(programs, modes, results) -> dict[str, dict]:
             "passed": sum(o.status == "pass" for o in outs),
             "compiles": sum(o.compiles for o in outs if o.compiles is not None),
             "skipped": len(skipped),
-            "skip_reasons": sorted({o.detail for o in skipped}),
+            "skipped_needs": sorted({api for o in skipped for api in o.needs}),
             "errors": sum(o.status == "error" for o in outs)}
     return summary
 
@@ -174,26 +168,24 @@ def summary_line(s: dict) -> str:
     line = f"{s['label']}: {s['passed']}/{s['total']} pass, {s['compiles']} compiles"
     extras = []
     if s["skipped"]:
-        extras.append(f"{s['skipped']} skipped: {'; '.join(s['skip_reasons'])}")
+        extras.append(f"{s['skipped']} skipped: needs {', '.join(s['skipped_needs'])}")
     if s["errors"]:
         extras.append(f"{s['errors']} errors")
     return line + (f" ({', '.join(extras)})" if extras else "")
 
 
-def print_report(programs, modes, results, summary) -> None:
-    width = max(len(p.name) for p in programs)
-    print(f"{'program':<{width}}  {'category':<12} {'dynamic':<7} {'torch':>5}  "
-          + "  ".join(f"{m:<10}" for m in modes) + "  notes")
-    for p in programs:
-        row = results[p.name]
-        marks = " ".join(f"mark_{m.kind}({m.arg},{m.dim})" for m in p.marks)
-        notes = "; ".join(f"{m}: {row[m].detail}" for m in modes if row[m].detail)
-        print(f"{p.name:<{width}}  {p.category:<12} {str(p.dynamic):<7} {p.torch_compiles:>5}  "
-              + "  ".join(f"{row[m].cell(p.torch_compiles):<10}" for m in modes)
-              + "  " + " ".join(x for x in (marks, notes) if x))
-    print()
-    for mode in modes:
-        print(summary_line(summary[mode]))
+def print_header(width: int, modes: list[str]) -> None:
+    print(f"{'program':<{width}}  {'category':<12} {'dynamic':<7} {'table':>5}  "
+          + "  ".join(f"{m:<10}" for m in modes) + "  notes", flush=True)
+
+
+def print_row(width: int, prog: DynamicProgram, modes: list[str], row: dict) -> None:
+    marks = " ".join(f"mark_{m.kind}({m.arg},{m.dim})" for m in prog.marks)
+    notes = "; ".join(f"{m}: {row[m].detail}" for m in modes if row[m].detail)
+    print(f"{prog.name:<{width}}  {prog.category:<12} {str(prog.dynamic):<7} "
+          f"{prog.torch_compiles:>5}  "
+          + "  ".join(f"{row[m].cell(prog.torch_compiles):<10}" for m in modes)
+          + "  " + " ".join(x for x in (marks, notes) if x), flush=True)
 
 
 def to_json(programs, modes, results, summary) -> dict:
@@ -229,9 +221,16 @@ def main(argv=None) -> int:
         programs = by_name(names) if names else list(PROGRAMS)
     except KeyError as e:
         parser.error(str(e))
-    results = run_all(programs, modes, args.target)
+    width = max(len(p.name) for p in programs)
+    print_header(width, modes)
+    results = {}
+    for prog in programs:
+        results[prog.name] = run_program(prog, modes, args.target)
+        print_row(width, prog, modes, results[prog.name])
     summary = summarize(programs, modes, results)
-    print_report(programs, modes, results, summary)
+    print()
+    for mode in modes:
+        print(summary_line(summary[mode]))
     if args.json:
         pathlib.Path(args.json).write_text(
             json.dumps(to_json(programs, modes, results, summary), indent=1))
