@@ -136,7 +136,7 @@ def pw_bias_broadcast(x, b):
 
 
 @program("pointwise", pairs(((3, 5), (3, 5)), ((6, 5), (6, 5)), ((9, 7), (9, 7)),
-                      ((4, 7), (4, 7)), ((12, 3), (12, 3))), 3)
+                            ((4, 7), (4, 7)), ((12, 3), (12, 3))), 3)
 def pw_where(x, y):
     return torch.where(x > 0, x, y * 0.5)
 
@@ -362,13 +362,13 @@ def conv1d_length(x, w):
 
 
 @program("conv", shapes((2, 3, 4, 4), (2, 3, 8, 6), (3, 3, 10, 12), (4, 3, 6, 6),
-                       (2, 3, 12, 8)), 3)
+                        (2, 3, 12, 8)), 3)
 def max_pool_spatial(x):
     return F.max_pool2d(x, 2)
 
 
 @program("conv", shapes((2, 3, 4, 4), (2, 3, 7, 6), (3, 3, 9, 12), (4, 3, 5, 5),
-                       (2, 3, 11, 3)), 3)
+                        (2, 3, 11, 3)), 3)
 def global_avg_pool(x):
     return F.adaptive_avg_pool2d(x, 1).flatten(1)
 
@@ -531,7 +531,7 @@ def model_mlp():
 
 
 @program("model", shapes((1, 3, 8, 8), (2, 3, 8, 8), (5, 3, 8, 8), (8, 3, 8, 8),
-                        (3, 3, 8, 8)), 2, module=True)
+                         (3, 3, 8, 8)), 2, module=True)
 def model_cnn():
     return _seeded(lambda: nn.Sequential(
         nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(), nn.MaxPool2d(2),
