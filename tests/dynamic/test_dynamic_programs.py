@@ -6,10 +6,10 @@ here: Ember cannot meet torch.compile's yet, and ``benchmarks/dynamic_shapes.py`
 them (the issue's tracker). A program's marks are applied when Ember has the API, and left out
 otherwise: they change what is compiled, never the results.
 """
-import importlib.util
 import json
 import pathlib
-import sys
+import runpy
+import types
 
 import pytest
 import torch
@@ -65,14 +65,8 @@ def test_table_is_well_formed():
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("benchmarks_dynamic_shapes", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.modules.pop(spec.name, None)
+    # run_path keeps the module in sys.modules while it runs (its dataclasses need that)
+    return types.SimpleNamespace(**runpy.run_path(str(SCRIPT), run_name="dynamic_shapes"))
 
 
 def test_benchmark_runs_three_programs_and_prints_the_summary(bench, capsys, tmp_path):
