@@ -479,9 +479,13 @@ class FakeTensorMode(TorchDispatchMode):
         # torch._dynamo on first use (seconds); Ember never runs TorchDynamo
         return False
 
-    def __init__(self):
+    def __init__(self, shape_env=None):
         super().__init__()
+        # ember.shapes.ShapeEnv owning the symbols of symbolic fakes (see from_real)
+        self.shape_env = shape_env
         self._memo = WeakTensorKeyDictionary()      # real tensor -> FakeTensor
+        # real tensor -> {(dynamic dims, source): symbolic FakeTensor}
+        self._symbolic_memo = WeakTensorKeyDictionary()
         self._storages: dict[int, tuple] = {}       # real StorageImpl addr -> (weakref, meta storage)
         self._op_infos: dict = {}
         # (op, arguments' metadata) -> outputs' (size, stride, dtype): ops that make new
@@ -533,12 +537,19 @@ class FakeTensorMode(TorchDispatchMode):
             torch._C._set_dispatch_mode(prev)
 
     # -- real -> fake -------------------------------------------------------------------------
-    def from_real(self, t: torch.Tensor) -> FakeTensor:
-        """The fake of real tensor ``t`` (memoised while ``t`` is alive)."""
+    def from_real(self, t: torch.Tensor, *, dynamic_dims=None, source=None) -> FakeTensor:
+        """The fake of real tensor ``t`` (memoised while ``t`` is alive).
+
+        With ``dynamic_dims`` (dims of ``t``), those dims' sizes are symbols of the mode's
+        ``shape_env`` (hints: ``t``'s sizes), strides and storage offset follow
+        (``ember.shapes.geometry``); ``source`` names ``t`` in the env's guards (default
+        ``"t<n>"``). Such a fake has a meta storage of its own."""
         if isinstance(t, FakeTensor):
             return t
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"from_real expects a torch.Tensor, got {type(t).__name__}")
+        if dynamic_dims is not None:
+            return self._symbolic_from_real(t, frozenset(dynamic_dims), source)
         fake = self._memo.get(t)
         if fake is not None:
             return fake
@@ -546,12 +557,46 @@ class FakeTensorMode(TorchDispatchMode):
         with _disable_current_modes(), torch._C.DisableTorchFunctionSubclass(), \
                 torch.no_grad():
             meta = self._meta_like(t)
+        fake = self._finish_fake(t, meta)
+        self._memo[t] = fake
+        return fake
+
+    def _finish_fake(self, t: torch.Tensor, meta: torch.Tensor) -> FakeTensor:
         fake = FakeTensor(self, meta, t.device, requires_grad=t.requires_grad)
         if isinstance(t, torch.nn.Parameter):
             fake._is_param = True                 # isinstance(fake, nn.Parameter) -> True
         elif t.requires_grad and t.grad_fn is not None:
             fake = _as_non_leaf(fake)
-        self._memo[t] = fake
+        return fake
+
+    def _symbolic_from_real(self, t: torch.Tensor, dims: frozenset, source) -> FakeTensor:
+        env = self.shape_env
+        if env is None:
+            raise ValueError("from_real(dynamic_dims=...) needs a FakeTensorMode made with "
+                             "shape_env=ember.shapes.ShapeEnv()")
+        per_tensor = self._symbolic_memo.get(t)
+        if per_tensor is None:
+            per_tensor = self._symbolic_memo[t] = {}
+        if source is None:
+            source = f"t{len(env.symbols)}_{id(t):x}"
+        fake = per_tensor.get((dims, source))
+        if fake is not None:
+            return fake
+        self._check_supported(t)
+        if t.is_meta:
+            raise FakeUnsupported("symbolic fakes of meta tensors")
+        from ember.shapes.geometry import symbolic_geometry    # sympy: only when needed
+        sizes, strides, offset, extent = symbolic_geometry(
+            env, t.shape, t.stride(), t.storage_offset(), dims, source)
+        wrap = env.wrap
+        with _disable_current_modes(), torch._C.DisableTorchFunctionSubclass(), \
+                torch.no_grad(), enable_python_dispatcher():
+            storage = torch.empty(wrap(extent * t.element_size()), dtype=torch.uint8,
+                                  device=_META).untyped_storage()
+            meta = torch.empty(0, dtype=t.dtype, device=_META)
+            meta.set_(storage, wrap(offset), [wrap(n) for n in sizes],
+                      [wrap(n) for n in strides])
+        fake = per_tensor[(dims, source)] = self._finish_fake(t, meta)
         return fake
 
     @staticmethod
@@ -687,8 +732,7 @@ class FakeTensorMode(TorchDispatchMode):
             f = by_meta.get(id(o))
             if f is not None:
                 if writes:                       # in-place / out=: the mutated fake itself
-                    if f.shape != o.shape or f.stride() != o.stride() \
-                            or f.storage_offset() != o.storage_offset():
+                    if not _same_geometry(f, o):
                         _restride(f, o)          # t_, unsqueeze_, resize_, set_, out= resize
                     return f
                 # A meta kernel returned its input for a non-mutating op (e.g. a decomposition
@@ -793,10 +837,13 @@ def _describe(value):
     """A hashable description of an op's argument for the result cache: fakes by geometry,
     plain values by value; anything else is not cached (``_NotPlain``)."""
     if isinstance(value, FakeTensor):
-        return ("T", tuple(value.shape), value.stride(), value.storage_offset(), value.dtype,
-                value.fake_device, value.requires_grad)
+        return ("T", _sizes_key(value.shape), _sizes_key(value.stride()),
+                _size_key(value.storage_offset()), value.dtype, value.fake_device,
+                value.requires_grad)
     if isinstance(value, torch.Tensor):
         raise _NotPlain
+    if isinstance(value, torch.SymInt):
+        return _size_key(value)
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(_describe(v) for v in value))
     if isinstance(value, float) and value != value:
@@ -804,6 +851,24 @@ def _describe(value):
     if isinstance(value, _PLAIN):
         return (type(value), value)
     raise _NotPlain
+
+
+def _size_key(n):
+    """A size as a hashable key: an int, or a SymInt's expression (a mode's fakes share one
+    ShapeEnv, so equal expressions are equal sizes; SymInts themselves are unhashable)."""
+    return n if type(n) is int else ("sym", n.node.expr)
+
+
+def _sizes_key(sizes) -> tuple:
+    return tuple(n if type(n) is int else ("sym", n.node.expr) for n in sizes)
+
+
+def _same_geometry(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same sizes, strides and offset, compared structurally: comparing SymInts with ``==``
+    would record guards."""
+    return (_sizes_key(a.shape) == _sizes_key(b.shape)
+            and _sizes_key(a.stride()) == _sizes_key(b.stride())
+            and _size_key(a.storage_offset()) == _size_key(b.storage_offset()))
 
 
 def storage_key(t: torch.Tensor) -> int:
