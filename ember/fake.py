@@ -486,6 +486,7 @@ class FakeTensorMode(TorchDispatchMode):
         self._memo = WeakTensorKeyDictionary()      # real tensor -> FakeTensor
         # real tensor -> {(dynamic dims, source): symbolic FakeTensor}
         self._symbolic_memo = WeakTensorKeyDictionary()
+        self._symbolic_storages: dict[int, tuple] = {}   # as _storages, for symbolic fakes
         self._storages: dict[int, tuple] = {}       # real StorageImpl addr -> (weakref, meta storage)
         self._op_infos: dict = {}
         # (op, arguments' metadata) -> outputs' (size, stride, dtype): ops that make new
@@ -543,13 +544,18 @@ class FakeTensorMode(TorchDispatchMode):
         With ``dynamic_dims`` (dims of ``t``), those dims' sizes are symbols of the mode's
         ``shape_env`` (hints: ``t``'s sizes), strides and storage offset follow
         (``ember.shapes.geometry``); ``source`` names ``t`` in the env's guards (default
-        ``"t<n>"``). Such a fake has a meta storage of its own."""
+        ``"t<n>_<id>"``). Symbolic fakes of one real storage share a meta storage (see
+        ``_symbolic_storage``), but not with static fakes of it."""
         if isinstance(t, FakeTensor):
             return t
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"from_real expects a torch.Tensor, got {type(t).__name__}")
         if dynamic_dims is not None:
-            return self._symbolic_from_real(t, frozenset(dynamic_dims), source)
+            dims = frozenset(dynamic_dims)
+            if any(not -t.dim() <= d < t.dim() for d in dims):
+                raise IndexError(f"dynamic dims {sorted(dims)} out of range for a tensor of "
+                                 f"{t.dim()} dims")
+            return self._symbolic_from_real(t, frozenset(d % t.dim() for d in dims), source)
         fake = self._memo.get(t)
         if fake is not None:
             return fake
@@ -591,13 +597,40 @@ class FakeTensorMode(TorchDispatchMode):
         wrap = env.wrap
         with _disable_current_modes(), torch._C.DisableTorchFunctionSubclass(), \
                 torch.no_grad(), enable_python_dispatcher():
-            storage = torch.empty(wrap(extent * t.element_size()), dtype=torch.uint8,
-                                  device=_META).untyped_storage()
+            storage = self._symbolic_storage(t, extent, source)
             meta = torch.empty(0, dtype=t.dtype, device=_META)
             meta.set_(storage, wrap(offset), [wrap(n) for n in sizes],
                       [wrap(n) for n in strides])
         fake = per_tensor[(dims, source)] = self._finish_fake(t, meta)
         return fake
+
+    def _symbolic_storage(self, t: torch.Tensor, extent, source):
+        """The meta storage of a symbolic fake, shared by the symbolic fakes of one real
+        storage. A tensor that is all of its storage (not a view, storage as big as its
+        extent) gets a storage of its extent's size; otherwise the storage's size is a
+        symbol of its own (source ``<source>.untyped_storage().nbytes()``), so that views
+        of one base at other sizes need no relation between their extents (each view's
+        bounds check is then a guard ``extent <= nbytes``)."""
+        from ember.shapes.geometry import TensorProperty
+        env, real = self.shape_env, t.untyped_storage()
+        key = real._cdata
+        entry = self._symbolic_storages.get(key)
+        if entry is not None and not entry[0].expired():
+            return entry[1]
+        hint_extent = 0 if t.numel() == 0 else 1 + t.storage_offset() + sum(
+            (n - 1) * s for n, s in zip(t.shape, t.stride()))
+        if t._base is None and real.nbytes() == hint_extent * t.element_size():
+            nbytes = extent * t.element_size()
+        else:
+            nbytes = env.create_symbol(real.nbytes(), TensorProperty(source, "storage_nbytes"),
+                                       duck=False)
+        storage = torch.empty(env.wrap(nbytes), dtype=torch.uint8, device=_META
+                              ).untyped_storage()
+        if len(self._symbolic_storages) > 1024:
+            self._symbolic_storages = {k: v for k, v in self._symbolic_storages.items()
+                                       if not v[0].expired()}
+        self._symbolic_storages[key] = (StorageWeakRef(real), storage)
+        return storage
 
     @staticmethod
     def _check_supported(t: torch.Tensor) -> None:

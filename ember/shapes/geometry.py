@@ -15,11 +15,12 @@ Decisions
   channels-last, any permutation of them): walking the dims from the smallest stride, a
   stride equal to the product of the sizes walked so far *is* that product, symbolically.
   A stride that is not (a slice, a strided view, an expanded dim with stride 0) gets its own
-  symbol through the env (so 0 and 1 are specialised and equal hints duck-size), as does a
-  non-zero storage offset: the compiled program then reads them from the input.
+  symbol through the env, as does a non-zero storage offset: the compiled program then
+  reads them from the input. 0 and 1 are specialised, but these symbols are not duck-sized
+  (a stride equal to some size is most often a coincidence of the example).
 * **Extent.** The number of elements a storage must hold for the geometry: ``offset +
-  sum((size - 1) * stride) + 1`` (0 for an empty tensor), a fake's storage size; a real
-  tensor's storage may be larger (a view of a bigger base), which a fake does not model.
+  sum((size - 1) * stride) + 1`` (0 for an empty tensor): the storage size of a fake of a
+  tensor that fills its storage (``ember.fake`` gives views a storage-size symbol instead).
 """
 from __future__ import annotations
 
@@ -33,12 +34,14 @@ import sympy
 class TensorProperty:
     """Where a size, stride or storage offset of an input tensor is read from."""
     tensor: Hashable
-    prop: str                  # "size", "stride" or "storage_offset"
+    prop: str                  # "size", "stride", "storage_offset" or "storage_nbytes"
     dim: int | None = None
 
     def __str__(self) -> str:
         if self.prop == "storage_offset":
             return f"{self.tensor}.storage_offset()"
+        if self.prop == "storage_nbytes":
+            return f"{self.tensor}.untyped_storage().nbytes()"
         return f"{self.tensor}.{self.prop}({self.dim})"
 
 
@@ -50,7 +53,7 @@ def symbolic_geometry(env, sizes: Sequence[int], strides: Sequence[int], offset:
     ndim = len(sizes)
     dynamic = set()
     for d in dynamic_dims:
-        if not -ndim <= d < max(ndim, 1) or ndim == 0:
+        if not -ndim <= d < ndim:
             raise IndexError(f"dynamic dim {d} out of range for a tensor of {ndim} dims")
         dynamic.add(d % ndim)
     sym_sizes = [env.create_symbol(n, TensorProperty(source, "size", d), dynamic=d in dynamic)
@@ -64,9 +67,11 @@ def symbolic_geometry(env, sizes: Sequence[int], strides: Sequence[int], offset:
             sym_strides[d] = expected_expr
             expected, expected_expr = expected * sizes[d], expected_expr * sym_sizes[d]
         else:
-            sym_strides[d] = env.create_symbol(strides[d], TensorProperty(source, "stride", d))
+            sym_strides[d] = env.create_symbol(strides[d], TensorProperty(source, "stride", d),
+                                               duck=False)
     sym_offset = (sympy.Integer(0) if offset == 0 else
-                  env.create_symbol(offset, TensorProperty(source, "storage_offset")))
+                  env.create_symbol(offset, TensorProperty(source, "storage_offset"),
+                                   duck=False))
     if any(n == 0 for n in sizes):
         extent = sympy.Integer(0)
     else:
