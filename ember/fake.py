@@ -67,6 +67,17 @@ Decisions
   channels-last input's layout; and torch's ``device_hint`` (which
   its Python meta kernels ask) answers the fake device, not "cuda", so CPU svd/fft/
   nonzero_static get the CPU kernels' output strides.
+* **Symbolic sizes** (issue 31). ``FakeTensorMode(shape_env=env)`` with ``from_real(t,
+  dynamic_dims={0}, source="L['x']")`` makes a fake whose chosen dims are ``env``'s symbols
+  (``torch.SymInt`` over ``ember.shapes``' node), with strides inferred from them where
+  ``t`` is dense in its stride order and symbols of their own otherwise
+  (``ember.shapes.geometry``). Ops then run unchanged: meta kernels compute with SymInts
+  under the Python dispatcher, and every decision they take on a size is a guard in
+  ``env``. Here sizes are compared structurally, never with ``==`` (which would guard):
+  the result cache keys a SymInt by its expression (one env per mode), in-place geometry
+  changes compare expressions. Symbolic fakes of one real storage share a meta storage
+  (``_symbolic_storage``: a view's storage size is a symbol); they share none with static
+  fakes of it. Not wired into the frontend or backend yet.
 * **Randomness.** ``rand``/``randn``/``dropout``/``bernoulli`` run meta kernels: metadata
   only, no RNG state consumed, so capturing does not shift the user's random stream.
 * **Python dispatcher.** Several meta kernels (view/reshape/expand, layer_norm) are Python
@@ -927,7 +938,7 @@ def _recipe(out, input_storages: set, device: torch.device):
     recipe = []
     for o in items:
         if not isinstance(o, torch.Tensor) or isinstance(o, FakeTensor) or \
-                o.device.type != "meta" or o.storage_offset() != 0 or \
+                o.device.type != "meta" or _size_key(o.storage_offset()) != 0 or \
                 o.untyped_storage()._cdata in input_storages:
             return None
         recipe.append((tuple(o.shape), o.stride(), o.dtype, device))

@@ -179,6 +179,30 @@ PROGRAMS = {
         [Input((2, 3, 6, 4), {0, 2}), Input((2, 3, 6, 4), {0, 2}),
          Input((2, 3, 6, 4), {0, 2})],
         [[(3, 3, 9, 4), (3, 3, 9, 4), (3, 3, 9, 4)]]),
+    # more families: fake.py's backend fixups (batch norm, roll) and layout-keeping ops
+    "batch_norm eval and train": (
+        lambda x, m, v: (F.batch_norm(x, m, v, training=False),
+                         F.batch_norm(x, m.clone(), v.clone(), training=True)),
+        [Input((2, 3, 6, 7), {0, 2, 3}, channels_last), Input((3,), set()), Input((3,), set())],
+        [[(4, 3, 5, 9), (3,), (3,)]]),
+    "group_norm, roll channels_last": (
+        lambda x: (F.group_norm(x, 3), torch.roll(x, 1, 2)),
+        [Input((2, 6, 5, 7), {0, 2, 3}, channels_last)], [[(3, 6, 9, 4)]]),
+    "pooling, interpolate": (
+        lambda x: (F.max_pool2d(x, 2), F.avg_pool2d(x, 3, stride=2, ceil_mode=True),
+                   F.interpolate(x, scale_factor=2), F.adaptive_avg_pool2d(x, 1)),
+        [Input((2, 3, 7, 9), {0, 2, 3})], [[(3, 3, 11, 12)], [(4, 3, 4, 5)]]),
+    "gather, index_select, scatter_add": (
+        lambda x, i: (x.gather(1, i), x.index_select(1, i[0]),
+                      torch.zeros_like(x).scatter_add_(1, i, x[:, :i.shape[1]])),
+        [X, Input((8, 3), {0}, indices(2))], [[(3, 7), (3, 3)], [(11, 4), (11, 3)]]),
+    "pad, repeat, cumsum, topk": (
+        lambda x: (F.pad(x, (1, 2)), x.repeat(2, 1), x.cumsum(0), x.topk(2, dim=1)[0]),
+        [X], [[(3, 7)], [(9, 2)]]),
+    "to dtype, new factories": (
+        lambda x: (x.half(), x.new_zeros(x.shape[1], 2), torch.ones(x.shape[0] * 2),
+                   torch.arange(x.shape[1]), torch.empty_like(x.t())),
+        [X], [[(3, 7)]]),
 }
 
 
