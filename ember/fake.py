@@ -330,6 +330,10 @@ _MIXED_DEVICE_OK = {
     "_index_put_impl_", "_unsafe_index_put", "set_", "detach", "alias",
 }
 _KIND_PLAIN, _KIND_DATA, _KIND_MIXED = 0, 1, 2
+# What torch's C++ answers where it cannot run an op on tensors with symbolic sizes
+# (resize_ to static sizes; resize_as_, take_along_dim, cov: an assertion in its argument
+# parser): never the user's error, so FakeUnsupported naming the op.
+_SYMBOLIC_LIMITS = ("INTERNAL ASSERT FAILED", "directly modify sizes for customized tensor")
 
 
 
@@ -760,6 +764,8 @@ class FakeTensorMode(TorchDispatchMode):
             if isinstance(e, NotImplementedError) or (
                     "Meta" in msg and ("Could not run" in msg or "not implemented" in msg)):
                 raise FakeUnsupported(str(func), e) from e
+            if any(w in msg for w in _SYMBOLIC_LIMITS) and any(map(_is_symbolic, fakes)):
+                raise FakeUnsupported(f"{func} on symbolic sizes", e) from e
             raise
         finally:
             _hint.device = prior_hint
@@ -905,6 +911,10 @@ def _size_key(n):
 
 def _sizes_key(sizes) -> tuple:
     return tuple(n if type(n) is int else ("sym", n.node.expr) for n in sizes)
+
+
+def _is_symbolic(t: torch.Tensor) -> bool:
+    return any(type(n) is not int for n in (*t.shape, *t.stride(), t.storage_offset()))
 
 
 def _same_geometry(a: torch.Tensor, b: torch.Tensor) -> bool:

@@ -9,7 +9,7 @@ import sympy
 import torch
 import torch.nn.functional as F
 
-from ember.fake import FakeTensor, FakeTensorMode, storage_key
+from ember.fake import FakeTensor, FakeTensorMode, FakeUnsupported, storage_key
 from ember.shapes import ShapeEnv
 from ember.shapes.geometry import TensorProperty
 
@@ -323,3 +323,18 @@ def test_strides_are_not_duck_sized_onto_sizes():
     mode = FakeTensorMode(shape_env=env)
     x = mode.from_real(sliced((8, 5)), dynamic_dims={0, 1}, source="x")   # stride(0) == 8
     assert str(x.shape) == "torch.Size([s0, s1])" and str(x.stride()) == "(s2, 1)"
+
+
+@pytest.mark.parametrize("op", ["take_along_dim", "resize_as_", "resize_"])
+def test_ops_torch_cannot_run_on_symbolic_sizes_name_the_op(op):
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+    x = mode.from_real(torch.randn(8, 5), dynamic_dims={0, 1}, source="x")
+    i = mode.from_real(torch.zeros(8, 5, dtype=torch.long), dynamic_dims={0, 1}, source="i")
+    run = {"take_along_dim": lambda: torch.take_along_dim(x, i, 1),
+           "resize_as_": lambda: torch.empty(0).resize_as_(x),
+           "resize_": lambda: x.clone().resize_(3, 3)}[op]
+    # (take_along_dim's C++ kernel asks for concrete sizes: the op named is aten.size)
+    name = "aten.size" if op == "take_along_dim" else op
+    with mode, pytest.raises(FakeUnsupported, match=f"{name}.* on symbolic sizes"):
+        run()
