@@ -910,7 +910,12 @@ def _size_key(n):
 
 
 def _sizes_key(sizes) -> tuple:
-    return tuple(n if type(n) is int else ("sym", n.node.expr) for n in sizes)
+    sizes = tuple(sizes)
+    try:
+        hash(sizes)                  # all ints (the static case: as fast as before)
+        return sizes
+    except TypeError:                # a SymInt
+        return tuple(n if type(n) is int else ("sym", n.node.expr) for n in sizes)
 
 
 def _is_symbolic(t: torch.Tensor) -> bool:

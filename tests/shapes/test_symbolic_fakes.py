@@ -142,6 +142,17 @@ PROGRAMS = {
                      [Input((8, 6), {0})], [[(10, 6)], [(4, 6)]]),
     "slice by a size": (lambda x: (x[: x.shape[0] // 2], x[:, 1:], x.narrow(0, 1, 2)),
                         [X], [[(3, 7)], [(10, 9)]]),
+    "expanded input": (lambda x: (x + 1, x.sum(0), x.contiguous()),
+                       [Input((8, 5), {0, 1}, lambda s: torch.randn(1, s[1]).expand(s))],
+                       [[(3, 7)], [(6, 9)]]),
+    "selected input (offset)": (lambda x: (x * 2, x.unsqueeze(1)),
+                                [Input((6, 5), {0, 1}, lambda s: torch.randn(3, *s)[2])],
+                                [[(3, 7)], [(6, 9)]]),
+    "channels_last_3d": (lambda x: (x.relu(), x.sum((2, 3))),
+                         [Input((2, 3, 4, 5, 6), {0, 2, 3, 4},
+                                lambda s: torch.randn(s).contiguous(
+                                    memory_format=torch.channels_last_3d))],
+                         [[(3, 3, 2, 7, 5)]]),
     # matmul family
     "matmul": (lambda a, b: a @ b, [Input((4, 3), {0, 1}), Input((3, 5), {0, 1})],
                [[(7, 2), (2, 9)], [(2, 6), (6, 8)]]),
@@ -338,3 +349,27 @@ def test_ops_torch_cannot_run_on_symbolic_sizes_name_the_op(op):
     name = "aten.size" if op == "take_along_dim" else op
     with mode, pytest.raises(FakeUnsupported, match=f"{name}.* on symbolic sizes"):
         run()
+
+
+def test_sizes_zero_and_one_are_specialised():
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+    x = mode.from_real(torch.randn(1, 5, 0), dynamic_dims={0, 1, 2}, source="a0")
+    assert x.shape[0] == 1 and x.shape[2] == 0 and not isinstance(x.shape[1], int)
+    assert env.first_failing_guard(properties([torch.randn(1, 9, 0)])) is None
+    assert env.first_failing_guard(properties([torch.randn(2, 9, 0)])) is not None
+
+
+def test_parameters_and_non_leaves_keep_their_kind():
+    import copy
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+    p = mode.from_real(torch.nn.Parameter(torch.randn(8, 5)), dynamic_dims={0}, source="p")
+    h = mode.from_real(torch.randn(8, 5, requires_grad=True) * 2, dynamic_dims={0},
+                       source="h")
+    assert isinstance(p, torch.nn.Parameter) and p.requires_grad and p.is_leaf
+    assert h.requires_grad and not h.is_leaf
+    with mode:
+        h[0] = 0                         # in-place on the non-leaf, as on the real one
+        copied = copy.deepcopy(p)
+    assert str(copied.shape) == str(p.shape) == "torch.Size([s0, 5])"
