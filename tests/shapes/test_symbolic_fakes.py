@@ -36,6 +36,10 @@ def sliced(shape):                         # a view with a gap: strides of its b
     return torch.randn(shape[0], shape[1] + 3)[:, 3:]
 
 
+def leaf(make=torch.randn):
+    return lambda shape: make(shape).requires_grad_()
+
+
 def indices(high):
     return lambda shape: torch.randint(0, high, shape)
 
@@ -190,6 +194,21 @@ PROGRAMS = {
         [Input((2, 3, 6, 4), {0, 2}), Input((2, 3, 6, 4), {0, 2}),
          Input((2, 3, 6, 4), {0, 2})],
         [[(3, 3, 9, 4), (3, 3, 9, 4), (3, 3, 9, 4)]]),
+    # backward (autograd runs on fakes: the grads' geometry)
+    "grads of conv2d, linear, layer_norm": (
+        lambda x, w, l: torch.autograd.grad(
+            F.layer_norm(F.linear(F.conv2d(x, w, padding=1).relu(), l), (3,)).sum(),
+            (x, w, l)),
+        [Input((2, 3, 6, 7), {0, 2}, leaf(channels_last)), Input((4, 3, 3, 3), set(), leaf()),
+         Input((3, 7), set(), leaf())],
+        [[(3, 3, 9, 7), (4, 3, 3, 3), (3, 7)]]),
+    "grads of softmax, matmul, embedding, sdpa": (
+        lambda i, e, q: torch.autograd.grad(
+            (F.scaled_dot_product_attention(q, q, q) @ F.embedding(i, e).softmax(-1).mT).sum(),
+            (e, q)),
+        [Input((6,), {0}, indices(5)), Input((5, 4), set(), leaf()),
+         Input((2, 3, 6, 4), {0, 2}, leaf())],
+        [[(9,), (5, 4), (3, 3, 9, 4)]]),
     # more families: fake.py's backend fixups (batch norm, roll) and layout-keeping ops
     "batch_norm eval and train": (
         lambda x, m, v: (F.batch_norm(x, m, v, training=False),
