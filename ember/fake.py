@@ -604,8 +604,6 @@ class FakeTensorMode(TorchDispatchMode):
         if fake is not None:
             return fake
         self._check_supported(t)
-        if t.is_meta:
-            raise FakeUnsupported("symbolic fakes of meta tensors")
         from ember.shapes.geometry import symbolic_geometry    # sympy: only when needed
         sizes, strides, offset, extent = symbolic_geometry(
             env, t.shape, t.stride(), t.storage_offset(), dims, source)

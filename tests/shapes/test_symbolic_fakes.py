@@ -370,6 +370,15 @@ def test_ops_torch_cannot_run_on_symbolic_sizes_name_the_op(op):
         run()
 
 
+def test_a_meta_tensor_makes_a_symbolic_fake():
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+    m = mode.from_real(torch.empty(8, 5, device="meta"), dynamic_dims={0}, source="m")
+    assert m.device.type == "meta" and str(m.shape) == "torch.Size([s0, 5])"
+    with mode:
+        assert str((m @ m.t()).shape) == "torch.Size([s0, s0])"
+
+
 def test_sizes_zero_and_one_are_specialised():
     env = ShapeEnv()
     mode = FakeTensorMode(shape_env=env)
