@@ -502,6 +502,7 @@ class FakeTensorMode(TorchDispatchMode):
         # real tensor -> {(dynamic dims, source): symbolic FakeTensor}
         self._symbolic_memo = WeakTensorKeyDictionary()
         self._symbolic_storages: dict[int, tuple] = {}   # as _storages, for symbolic fakes
+        self._unnamed = 0                 # symbolic fakes made without a source: t0, t1, ...
         self._storages: dict[int, tuple] = {}       # real StorageImpl addr -> (weakref, meta storage)
         self._op_infos: dict = {}
         # (op, arguments' metadata) -> outputs' (size, stride, dtype): ops that make new
@@ -559,7 +560,7 @@ class FakeTensorMode(TorchDispatchMode):
         With ``dynamic_dims`` (dims of ``t``), those dims' sizes are symbols of the mode's
         ``shape_env`` (hints: ``t``'s sizes), strides and storage offset follow
         (``ember.shapes.geometry``); ``source`` names ``t`` in the env's guards (default
-        ``"t<n>_<id>"``). Symbolic fakes of one real storage share a meta storage (see
+        ``"t0"``, ``"t1"``, ...). Symbolic fakes of one real storage share a meta storage (see
         ``_symbolic_storage``), but not with static fakes of it."""
         if isinstance(t, FakeTensor):
             return t
@@ -598,12 +599,14 @@ class FakeTensorMode(TorchDispatchMode):
         per_tensor = self._symbolic_memo.get(t)
         if per_tensor is None:
             per_tensor = self._symbolic_memo[t] = {}
-        if source is None:
-            source = f"t{len(env.symbols)}_{id(t):x}"
         fake = per_tensor.get((dims, source))
         if fake is not None:
             return fake
         self._check_supported(t)
+        key = (dims, source)
+        if source is None:
+            source = f"t{self._unnamed}"
+            self._unnamed += 1
         from ember.shapes.geometry import symbolic_geometry    # sympy: only when needed
         sizes, strides, offset, extent = symbolic_geometry(
             env, t.shape, t.stride(), t.storage_offset(), dims, source)
@@ -614,7 +617,7 @@ class FakeTensorMode(TorchDispatchMode):
             meta = torch.empty(0, dtype=t.dtype, device=_META)
             meta.set_(storage, wrap(offset), [wrap(n) for n in sizes],
                       [wrap(n) for n in strides])
-        fake = per_tensor[(dims, source)] = self._finish_fake(t, meta)
+        fake = per_tensor[key] = self._finish_fake(t, meta)
         return fake
 
     def _symbolic_storage(self, t: torch.Tensor, extent, source):

@@ -264,6 +264,9 @@ def test_static_fakes_are_unchanged_and_dims_are_chosen():
     assert mode.from_real(t, dynamic_dims={1}, source="x") is dynamic       # memoised
     assert mode.from_real(t, dynamic_dims={0}, source="x") is not dynamic
     assert "x.size(0) == 8" in env.guards_as_python()           # the static dim's guard
+    unnamed = mode.from_real(t, dynamic_dims={0})
+    assert mode.from_real(t, dynamic_dims={0}) is unnamed
+    assert "t0.size(1) == 5" in env.guards_as_python()
     with pytest.raises(IndexError, match=r"dynamic dims \[2\] out of range"):
         mode.from_real(t, dynamic_dims={2})
     with pytest.raises(ValueError, match="shape_env"):
