@@ -358,17 +358,18 @@ def test_strides_are_not_duck_sized_onto_sizes():
     assert str(x.shape) == "torch.Size([s0, s1])" and str(x.stride()) == "(s2, 1)"
 
 
-@pytest.mark.parametrize("op", ["take_along_dim", "resize_as_", "resize_"])
+@pytest.mark.parametrize("op", ["take_along_dim", "kron", "resize_as_", "resize_"])
 def test_ops_torch_cannot_run_on_symbolic_sizes_name_the_op(op):
     env = ShapeEnv()
     mode = FakeTensorMode(shape_env=env)
     x = mode.from_real(torch.randn(8, 5), dynamic_dims={0, 1}, source="x")
     i = mode.from_real(torch.zeros(8, 5, dtype=torch.long), dynamic_dims={0, 1}, source="i")
     run = {"take_along_dim": lambda: torch.take_along_dim(x, i, 1),
+           "kron": lambda: torch.kron(x, x),
            "resize_as_": lambda: torch.empty(0).resize_as_(x),
            "resize_": lambda: x.clone().resize_(3, 3)}[op]
-    # (take_along_dim's C++ kernel asks for concrete sizes: the op named is aten.size)
-    name = "aten.size" if op == "take_along_dim" else op
+    # (these C++ kernels ask for concrete sizes: the op named is aten.size)
+    name = "aten.size" if op in ("take_along_dim", "kron") else op
     with mode, pytest.raises(FakeUnsupported, match=f"{name}.* on symbolic sizes"):
         run()
 
@@ -404,3 +405,62 @@ def test_parameters_and_non_leaves_keep_their_kind():
         h[0] = 0                         # in-place on the non-leaf, as on the real one
         copied = copy.deepcopy(p)
     assert str(copied.shape) == str(p.shape) == "torch.Size([s0, 5])"
+
+
+# OpInfo samples: every dim of every tensor input symbolic; checked at the hints + 1 and + 3
+# (where the recorded guards admit them) against eager on inputs of those sizes
+OPINFO_NAMES = ["flip", "tril", "diagonal", "unbind", "stack", "movedim", "squeeze", "rot90",
+                "nn.functional.unfold", "nn.functional.pixel_shuffle", "cumprod", "narrow",
+                "nn.functional.grid_sample", "nn.functional.cosine_similarity", "outer",
+                "addmm", "baddbmm", "einsum", "cdist", "logsumexp", "std_mean",
+                "nn.functional.normalize", "diff", "tensordot", "vstack",
+                "nn.functional.avg_pool1d"]
+
+
+@pytest.mark.parametrize("name", OPINFO_NAMES)
+def test_opinfo_samples_on_symbolic_fakes(name):
+    from torch.testing._internal.common_methods_invocations import op_db
+    from torch.utils import _pytree as pytree
+    op = next(o for o in op_db if o.name == name)
+    checked = 0
+    for sample in op.sample_inputs("cpu", torch.float32):
+        leaves = [a for a in pytree.tree_leaves((sample.input, sample.args, sample.kwargs))
+                  if isinstance(a, torch.Tensor)]
+        if any(a.dtype != torch.float32 or not a.is_contiguous() or a.dim() == 0
+               for a in leaves):
+            continue
+        env = ShapeEnv()
+        mode = FakeTensorMode(shape_env=env)
+        fakes = []
+
+        def fake(a):
+            if not isinstance(a, torch.Tensor):
+                return a
+            fakes.append(mode.from_real(a, dynamic_dims=range(a.dim()),
+                                        source=f"a{len(fakes)}"))
+            return fakes[-1]
+        args = pytree.tree_map(fake, (sample.input, sample.args, sample.kwargs))
+        with mode:
+            out = op(args[0], *args[1], **args[2])
+        for delta in (1, 3):
+            sizes = {s: sympy.Integer(env.hint_of(s) + delta) for s in env.symbols}
+
+            def at(n):
+                return n if isinstance(n, int) else int(n.node.expr.xreplace(sizes))
+            reals = [torch.randn([at(n) for n in f.shape]) for f in fakes]
+            if env.first_failing_guard(properties(reals)) is not None:
+                continue
+            it = iter(reals)
+            real_args = pytree.tree_map(
+                lambda a: next(it) if isinstance(a, torch.Tensor) else a,
+                (sample.input, sample.args, sample.kwargs))
+            eager = op(real_args[0], *real_args[1], **real_args[2])
+            for sym, real in zip(pytree.tree_leaves(out), pytree.tree_leaves(eager)):
+                if isinstance(real, torch.Tensor):
+                    assert [at(n) for n in sym.shape] == list(real.shape), (sample, delta)
+                    if real.numel() > 1:
+                        assert [at(n) for n in sym.stride()] == list(real.stride())
+            checked += 1
+        if checked >= 2:
+            break
+    assert checked, "no sample checked"
