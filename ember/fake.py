@@ -67,6 +67,17 @@ Decisions
   channels-last input's layout; and torch's ``device_hint`` (which
   its Python meta kernels ask) answers the fake device, not "cuda", so CPU svd/fft/
   nonzero_static get the CPU kernels' output strides.
+* **Symbolic sizes** (issue 31). ``FakeTensorMode(shape_env=env)`` with ``from_real(t,
+  dynamic_dims={0}, source="L['x']")`` makes a fake whose chosen dims are ``env``'s symbols
+  (``torch.SymInt`` over ``ember.shapes``' node), with strides inferred from them where
+  ``t`` is dense in its stride order and symbols of their own otherwise
+  (``ember.shapes.geometry``). Ops then run unchanged: meta kernels compute with SymInts
+  under the Python dispatcher, and every decision they take on a size is a guard in
+  ``env``. Here sizes are compared structurally, never with ``==`` (which would guard):
+  the result cache keys a SymInt by its expression (one env per mode), in-place geometry
+  changes compare expressions. Symbolic fakes of one real storage share a meta storage
+  (``_symbolic_storage``: a view's storage size is a symbol); they share none with static
+  fakes of it. Not wired into the frontend or backend yet.
 * **Randomness.** ``rand``/``randn``/``dropout``/``bernoulli`` run meta kernels: metadata
   only, no RNG state consumed, so capturing does not shift the user's random stream.
 * **Python dispatcher.** Several meta kernels (view/reshape/expand, layer_norm) are Python
@@ -319,6 +330,10 @@ _MIXED_DEVICE_OK = {
     "_index_put_impl_", "_unsafe_index_put", "set_", "detach", "alias",
 }
 _KIND_PLAIN, _KIND_DATA, _KIND_MIXED = 0, 1, 2
+# What torch's C++ answers where it cannot run an op on tensors with symbolic sizes
+# (resize_ to static sizes; resize_as_, take_along_dim, cov: an assertion in its argument
+# parser): never the user's error, so FakeUnsupported naming the op.
+_SYMBOLIC_LIMITS = ("INTERNAL ASSERT FAILED", "directly modify sizes for customized tensor")
 
 
 
@@ -479,9 +494,15 @@ class FakeTensorMode(TorchDispatchMode):
         # torch._dynamo on first use (seconds); Ember never runs TorchDynamo
         return False
 
-    def __init__(self):
+    def __init__(self, shape_env=None):
         super().__init__()
+        # ember.shapes.ShapeEnv owning the symbols of symbolic fakes (see from_real)
+        self.shape_env = shape_env
         self._memo = WeakTensorKeyDictionary()      # real tensor -> FakeTensor
+        # real tensor -> {(dynamic dims, source): symbolic FakeTensor}
+        self._symbolic_memo = WeakTensorKeyDictionary()
+        self._symbolic_storages: dict[int, tuple] = {}   # as _storages, for symbolic fakes
+        self._unnamed = 0                 # symbolic fakes made without a source: t0, t1, ...
         self._storages: dict[int, tuple] = {}       # real StorageImpl addr -> (weakref, meta storage)
         self._op_infos: dict = {}
         # (op, arguments' metadata) -> outputs' (size, stride, dtype): ops that make new
@@ -533,12 +554,24 @@ class FakeTensorMode(TorchDispatchMode):
             torch._C._set_dispatch_mode(prev)
 
     # -- real -> fake -------------------------------------------------------------------------
-    def from_real(self, t: torch.Tensor) -> FakeTensor:
-        """The fake of real tensor ``t`` (memoised while ``t`` is alive)."""
+    def from_real(self, t: torch.Tensor, *, dynamic_dims=None, source=None) -> FakeTensor:
+        """The fake of real tensor ``t`` (memoised while ``t`` is alive).
+
+        With ``dynamic_dims`` (dims of ``t``), those dims' sizes are symbols of the mode's
+        ``shape_env`` (hints: ``t``'s sizes), strides and storage offset follow
+        (``ember.shapes.geometry``); ``source`` names ``t`` in the env's guards (default
+        ``"t0"``, ``"t1"``, ...). Symbolic fakes of one real storage share a meta storage (see
+        ``_symbolic_storage``), but not with static fakes of it."""
         if isinstance(t, FakeTensor):
             return t
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"from_real expects a torch.Tensor, got {type(t).__name__}")
+        if dynamic_dims is not None:
+            dims = frozenset(dynamic_dims)
+            if any(not -t.dim() <= d < t.dim() for d in dims):
+                raise IndexError(f"dynamic dims {sorted(dims)} out of range for a tensor of "
+                                 f"{t.dim()} dims")
+            return self._symbolic_from_real(t, frozenset(d % t.dim() for d in dims), source)
         fake = self._memo.get(t)
         if fake is not None:
             return fake
@@ -546,13 +579,74 @@ class FakeTensorMode(TorchDispatchMode):
         with _disable_current_modes(), torch._C.DisableTorchFunctionSubclass(), \
                 torch.no_grad():
             meta = self._meta_like(t)
+        fake = self._finish_fake(t, meta)
+        self._memo[t] = fake
+        return fake
+
+    def _finish_fake(self, t: torch.Tensor, meta: torch.Tensor) -> FakeTensor:
         fake = FakeTensor(self, meta, t.device, requires_grad=t.requires_grad)
         if isinstance(t, torch.nn.Parameter):
             fake._is_param = True                 # isinstance(fake, nn.Parameter) -> True
         elif t.requires_grad and t.grad_fn is not None:
             fake = _as_non_leaf(fake)
-        self._memo[t] = fake
         return fake
+
+    def _symbolic_from_real(self, t: torch.Tensor, dims: frozenset, source) -> FakeTensor:
+        env = self.shape_env
+        if env is None:
+            raise ValueError("from_real(dynamic_dims=...) needs a FakeTensorMode made with "
+                             "shape_env=ember.shapes.ShapeEnv()")
+        per_tensor = self._symbolic_memo.get(t)
+        if per_tensor is None:
+            per_tensor = self._symbolic_memo[t] = {}
+        fake = per_tensor.get((dims, source))
+        if fake is not None:
+            return fake
+        self._check_supported(t)
+        key = (dims, source)
+        if source is None:
+            source = f"t{self._unnamed}"
+            self._unnamed += 1
+        from ember.shapes.geometry import symbolic_geometry    # sympy: only when needed
+        sizes, strides, offset, extent = symbolic_geometry(
+            env, t.shape, t.stride(), t.storage_offset(), dims, source)
+        wrap = env.wrap
+        with _disable_current_modes(), torch._C.DisableTorchFunctionSubclass(), \
+                torch.no_grad(), enable_python_dispatcher():
+            storage = self._symbolic_storage(t, extent, source)
+            meta = torch.empty(0, dtype=t.dtype, device=_META)
+            meta.set_(storage, wrap(offset), [wrap(n) for n in sizes],
+                      [wrap(n) for n in strides])
+        fake = per_tensor[key] = self._finish_fake(t, meta)
+        return fake
+
+    def _symbolic_storage(self, t: torch.Tensor, extent, source):
+        """The meta storage of a symbolic fake, shared by the symbolic fakes of one real
+        storage. A tensor that is all of its storage (not a view, storage as big as its
+        extent) gets a storage of its extent's size; otherwise the storage's size is a
+        symbol of its own (source ``<source>.untyped_storage().nbytes()``), so that views
+        of one base at other sizes need no relation between their extents (each view's
+        bounds check is then a guard ``extent <= nbytes``)."""
+        from ember.shapes.geometry import TensorProperty
+        env, real = self.shape_env, t.untyped_storage()
+        key = real._cdata
+        entry = self._symbolic_storages.get(key)
+        if entry is not None and not entry[0].expired():
+            return entry[1]
+        hint_extent = 0 if t.numel() == 0 else 1 + t.storage_offset() + sum(
+            (n - 1) * s for n, s in zip(t.shape, t.stride()))
+        if t._base is None and real.nbytes() == hint_extent * t.element_size():
+            nbytes = extent * t.element_size()
+        else:
+            nbytes = env.create_symbol(real.nbytes(), TensorProperty(source, "storage_nbytes"),
+                                       duck=False)
+        storage = torch.empty(env.wrap(nbytes), dtype=torch.uint8, device=_META
+                              ).untyped_storage()
+        if len(self._symbolic_storages) > 1024:
+            self._symbolic_storages = {k: v for k, v in self._symbolic_storages.items()
+                                       if not v[0].expired()}
+        self._symbolic_storages[key] = (StorageWeakRef(real), storage)
+        return storage
 
     @staticmethod
     def _check_supported(t: torch.Tensor) -> None:
@@ -671,6 +765,8 @@ class FakeTensorMode(TorchDispatchMode):
             if isinstance(e, NotImplementedError) or (
                     "Meta" in msg and ("Could not run" in msg or "not implemented" in msg)):
                 raise FakeUnsupported(str(func), e) from e
+            if any(w in msg for w in _SYMBOLIC_LIMITS) and any(map(_is_symbolic, fakes)):
+                raise FakeUnsupported(f"{func} on symbolic sizes", e) from e
             raise
         finally:
             _hint.device = prior_hint
@@ -687,8 +783,7 @@ class FakeTensorMode(TorchDispatchMode):
             f = by_meta.get(id(o))
             if f is not None:
                 if writes:                       # in-place / out=: the mutated fake itself
-                    if f.shape != o.shape or f.stride() != o.stride() \
-                            or f.storage_offset() != o.storage_offset():
+                    if not _same_geometry(f, o):
                         _restride(f, o)          # t_, unsqueeze_, resize_, set_, out= resize
                     return f
                 # A meta kernel returned its input for a non-mutating op (e.g. a decomposition
@@ -793,10 +888,13 @@ def _describe(value):
     """A hashable description of an op's argument for the result cache: fakes by geometry,
     plain values by value; anything else is not cached (``_NotPlain``)."""
     if isinstance(value, FakeTensor):
-        return ("T", tuple(value.shape), value.stride(), value.storage_offset(), value.dtype,
-                value.fake_device, value.requires_grad)
+        return ("T", _sizes_key(value.shape), _sizes_key(value.stride()),
+                _size_key(value.storage_offset()), value.dtype, value.fake_device,
+                value.requires_grad)
     if isinstance(value, torch.Tensor):
         raise _NotPlain
+    if isinstance(value, torch.SymInt):
+        return _size_key(value)
     if isinstance(value, (tuple, list)):
         return (type(value).__name__, tuple(_describe(v) for v in value))
     if isinstance(value, float) and value != value:
@@ -804,6 +902,33 @@ def _describe(value):
     if isinstance(value, _PLAIN):
         return (type(value), value)
     raise _NotPlain
+
+
+def _size_key(n):
+    """A size as a hashable key: an int, or a SymInt's expression (a mode's fakes share one
+    ShapeEnv, so equal expressions are equal sizes; SymInts themselves are unhashable)."""
+    return n if type(n) is int else ("sym", n.node.expr)
+
+
+def _sizes_key(sizes) -> tuple:
+    sizes = tuple(sizes)
+    try:
+        hash(sizes)                  # all ints (the static case: as fast as before)
+        return sizes
+    except TypeError:                # a SymInt
+        return tuple(n if type(n) is int else ("sym", n.node.expr) for n in sizes)
+
+
+def _is_symbolic(t: torch.Tensor) -> bool:
+    return any(type(n) is not int for n in (*t.shape, *t.stride(), t.storage_offset()))
+
+
+def _same_geometry(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same sizes, strides and offset, compared structurally: comparing SymInts with ``==``
+    would record guards."""
+    return (_sizes_key(a.shape) == _sizes_key(b.shape)
+            and _sizes_key(a.stride()) == _sizes_key(b.stride())
+            and _size_key(a.storage_offset()) == _size_key(b.storage_offset()))
 
 
 def storage_key(t: torch.Tensor) -> int:
@@ -829,7 +954,7 @@ def _recipe(out, input_storages: set, device: torch.device):
     recipe = []
     for o in items:
         if not isinstance(o, torch.Tensor) or isinstance(o, FakeTensor) or \
-                o.device.type != "meta" or o.storage_offset() != 0 or \
+                o.device.type != "meta" or _size_key(o.storage_offset()) != 0 or \
                 o.untyped_storage()._cdata in input_storages:
             return None
         recipe.append((tuple(o.shape), o.stride(), o.dtype, device))

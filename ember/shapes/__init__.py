@@ -12,12 +12,13 @@ Modules: ``env.py`` (:class:`ShapeEnv`: symbols, hints, ranges, guards, their Py
 and checker), ``node.py`` (:class:`SymNode`: the protocol torch's ``SymInt``/``SymFloat``/
 ``SymBool`` forward to), ``functions.py`` (``FloorDiv``, ``Mod``: Python's integer
 semantics in sympy), ``ranges.py`` (value ranges and what they decide), ``printer.py``
-(expressions as Python text).
+(expressions as Python text), ``geometry.py`` (an input tensor's sizes, strides and storage
+offset as expressions, for ``ember.fake``'s symbolic fakes).
 
 This package is self-contained: it builds on torch's carriers and meta kernels and on sympy,
 and imports no other part of Ember, and nothing of torch's own compiler (DESIGN.md §4).
-Fake tensors, the frontend's ``dynamic=`` policy and the backend use it (issue 31); they are
-not wired to it yet.
+Fake tensors use it (``FakeTensorMode(shape_env=...).from_real(t, dynamic_dims=...)``);
+the frontend's ``dynamic=`` policy and the backend are not wired to it yet (issue 31).
 """
 from ember.shapes.env import Guard, GuardFailure, ShapeEnv, user_location
 from ember.shapes.functions import FloorDiv, Mod, TruncToInt

@@ -127,10 +127,12 @@ class ShapeEnv:
     # -- creating sizes ---------------------------------------------------------------------
 
     def create_symbol(self, hint: int, source: Hashable, *, dynamic: bool = True,
-                      min: int | None = None, max: int | None = None) -> sympy.Expr:
+                      min: int | None = None, max: int | None = None,
+                      duck: bool = True) -> sympy.Expr:
         """The sympy expression for a size read from ``source`` whose value now is ``hint``:
         a new (or, with duck sizing, shared) symbol, or ``Integer(hint)`` for a static size
-        or a specialised 0/1, with the guard that justifies it."""
+        or a specialised 0/1, with the guard that justifies it. ``duck=False``: a symbol of
+        its own, never shared (strides and offsets equal to a size only by coincidence)."""
         hint = int(hint)
         if hint < 0:
             raise ValueError(f"a size is >= 0, got {hint} for {source}")
@@ -145,7 +147,8 @@ class ShapeEnv:
         upper = sympy.oo if max is None else sympy.Integer(int(max))
         if not lower <= hint <= upper:
             raise ValueError(f"size {hint} of {source} is outside its range [{lower}, {upper}]")
-        if self.duck_shape and min is None and max is None and hint in self._by_hint:
+        duck = duck and self.duck_shape and min is None and max is None
+        if duck and hint in self._by_hint:
             sym = self._by_hint[hint]
             self.symbols[sym].sources.append(source)
             self._add_guard(sympy.Eq(self._source_symbol(source), sym), "duck", location)
@@ -153,7 +156,7 @@ class ShapeEnv:
         sign = {"positive": True} if lower > 0 else {"nonnegative": True}
         sym = sympy.Symbol(f"s{len(self.symbols)}", integer=True, **sign)
         self.symbols[sym] = _SymbolInfo(hint, [source], ValueRange.of(lower, upper))
-        if min is None and max is None:
+        if duck:
             self._by_hint.setdefault(hint, sym)
         self._add_guard(sympy.Ge(sym, lower), "range", location)
         if upper != sympy.oo:

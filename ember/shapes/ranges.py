@@ -208,6 +208,11 @@ def _forms(diff):
     factored = sympy.factor_terms(rest) + const
     if factored != diff:
         yield factored
+    # a storage size computed two ways (sum of (size - 1) * stride terms, and a product)
+    # cancels only when multiplied out
+    expanded = sympy.expand(diff)
+    if expanded != diff and expanded != factored:
+        yield expanded
     if diff.has(FloorDiv, Mod):
         # a // b == (a - r) / b and a % b == r with 0 <= r < b, for a constant b > 0;
         # for a symbolic b > 0, r's bound b - 1 is not a number: a // b == (a - r) / b with
