@@ -1,6 +1,12 @@
 """Context managers the evaluator understands: grad mode (``torch.no_grad()`` and friends,
-also as decorators), autocast and inference mode, and the objects that carry an open block
-across a graph break into the resume function."""
+also as decorators), autocast and inference mode, profiler ranges, and the objects that carry
+an open block across a graph break into the resume function.
+
+Profiler ranges (``torch.autograd.profiler.record_function``, ``torch.profiler.record_function``,
+``torch.autograd.profiler.emit_nvtx``) are captured as no-ops: the graph has no node for them,
+so a profiler shows no such range inside a compiled graph. Recording them would put a
+``ScriptObject`` handle into the graph, and ops inside one graph are fused and reordered
+anyway, so the range would not mark what it marks in eager mode; DDP's forward opens one."""
 from __future__ import annotations
 
 import types
@@ -49,6 +55,8 @@ class CtxMethodVariable(VariableTracker):
     def rebuild(self, cg):
         if isinstance(self.ctx, GradModeVariable) and self.name == "__exit__":
             return cg.const(GradModeExit(self.ctx.restore_mode()))
+        if isinstance(self.ctx, ProfilerRangeVariable) and self.name == "__exit__":
+            return cg.const(PROFILER_RANGE_EXIT)
         return super().rebuild(cg)
 
 
@@ -229,3 +237,98 @@ class GradModeExitVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         tx.output.set_grad_enabled(self.mode)
         return ConstantVariable(False)
+
+
+class ProfilerRangeVariable(ContextManagerVariable):
+    """A profiler range (``record_function(name)``, ``emit_nvtx()``): entered and left as a
+    no-op (see the module docstring). ``ctor`` is ``(args, kwargs)`` as constants when the
+    range was made during capture (to rebuild it), None when read from a source."""
+
+    def __init__(self, py_type: type, ctor: tuple | None, source=None):
+        super().__init__(source)
+        self.py_type = py_type
+        self.ctor = ctor
+
+    def python_type(self):
+        return self.py_type
+
+    def enter(self, tx):
+        return self    # record_function's and emit_nvtx's __enter__ return the manager
+
+    def exit(self, tx):
+        return None
+
+    def var_getattr(self, tx, name):
+        if name == "_recreate_cm":      # contextlib.ContextDecorator's wrapper asks for it
+            return CtxMethodVariable(self, lambda tx: self, name)
+        return super().var_getattr(tx, name)
+
+    def call_function(self, tx, args, kwargs):
+        # used as a decorator: @record_function("name") def f(...)
+        if len(args) != 1 or kwargs:
+            raise Unsupported(f"calling a {self.py_type.__name__} with these arguments")
+        return ProfiledFunctionVariable(args[0], self)
+
+    def rebuild(self, cg):
+        if self.ctor is None:
+            return super().rebuild(cg)
+        args, kwargs = self.ctor
+        parts = [cg.const(a) for a in args] + [f"{k}={cg.const(v)}" for k, v in kwargs.items()]
+        return f"{cg.const(self.py_type)}({', '.join(parts)})"
+
+
+class ProfiledFunctionVariable(VariableTracker):
+    """A function decorated inside the frame with a profiler range: a call runs the
+    function (the range is a no-op in the graph); rebuilt decorated."""
+
+    def __init__(self, fn: VariableTracker, manager: ProfilerRangeVariable):
+        super().__init__()
+        self.fn = fn
+        self.manager = manager
+
+    def python_type(self):
+        return types.FunctionType
+
+    def truthy(self, tx):
+        return True
+
+    def call_function(self, tx, args, kwargs):
+        return tx.call(self.fn, args, kwargs)
+
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__", "__module__", "__doc__", "__wrapped__"):
+            return self.fn if name == "__wrapped__" else tx.getattr(self.fn, name)
+        return super().var_getattr(tx, name)
+
+    def rebuild(self, cg):
+        return f"{cg.reconstruct(self.manager)}({cg.reconstruct(self.fn)})"
+
+
+class ProfilerRangeExit:
+    """The exit of an open profiler range handed to a resume function after a graph break:
+    nothing to close (the range was a no-op)."""
+    __slots__ = ()
+
+    def __call__(self, *exc_info) -> bool:
+        return False
+
+    def __repr__(self):
+        return "ProfilerRangeExit()"
+
+
+PROFILER_RANGE_EXIT = ProfilerRangeExit()
+
+
+class ProfilerRangeExitVariable(VariableTracker):
+    """A :class:`ProfilerRangeExit` read from a resume function's arguments."""
+
+    def python_type(self):
+        return ProfilerRangeExit
+
+    def call_function(self, tx, args, kwargs):
+        return ConstantVariable(False)
+
+
+# the profiler context managers captured as no-ops (torch.profiler.record_function is the
+# same class as torch.autograd.profiler's)
+PROFILER_RANGES = (torch.autograd.profiler.record_function, torch.autograd.profiler.emit_nvtx)
