@@ -349,11 +349,11 @@ def check_blocks(tx, inst) -> None:
     resume function can call for real: a grad-mode exit, the Python ``__exit__`` of a
     user object whose ``__enter__`` ran (inlined, its effects replayed), the exit of an
     autocast/inference-mode block, which the graph closes and the resume enters again, or
-    a profiler range's (a no-op)."""
+    a no-op block's (a profiler range's)."""
     from ember.frontend.variables.functions import UserMethodVariable
     from ember.frontend.variables.ctx_manager import (
         CtxMethodVariable, GlobalContextVariable, GradModeExitVariable, GradModeVariable,
-        ProfilerRangeExitVariable, ProfilerRangeVariable)
+        NoOpContextVariable, ProfilerRangeExitVariable)
     entry = inst.exn_tab_entry
     while entry is not None:
         handler = entry.target
@@ -365,7 +365,7 @@ def check_blocks(tx, inst) -> None:
             grad = (isinstance(exit_fn, (GradModeExitVariable, ProfilerRangeExitVariable))
                     or isinstance(exit_fn, CtxMethodVariable)
                     and isinstance(exit_fn.ctx, (GradModeVariable, GlobalContextVariable,
-                                                 ProfilerRangeVariable)))
+                                                 NoOpContextVariable)))
             if not (grad or isinstance(exit_fn, UserMethodVariable)):
                 raise Unsupported(f"graph break inside a `with` block of {exit_fn} (its "
                                   f"exit cannot run outside the graph)")

@@ -104,3 +104,20 @@ def _register_random_state_setters() -> None:
 
 
 _register_random_state_setters()
+
+
+def _register_ddp() -> None:
+    """DistributedDataParallel's bookkeeping around its module's forward (the reducer's
+    per-iteration state, buffer broadcast, ``require_backward_grad_sync`` under
+    ``no_sync()``, unused-parameter search) runs in Python on every call, as in eager and
+    as under torch.compile: no flag of it is ever baked into a graph. The module it wraps is
+    captured between the two."""
+    import torch
+    if not torch.distributed.is_available():
+        return
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    for name in ("_pre_forward", "_post_forward"):
+        disable(vars(DDP)[name])
+
+
+_register_ddp()

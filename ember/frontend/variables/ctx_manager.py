@@ -9,6 +9,7 @@ so a profiler shows no such range inside a compiled graph. Recording them would 
 anyway, so the range would not mark what it marks in eager mode; DDP's forward opens one."""
 from __future__ import annotations
 
+import contextlib
 import types
 
 import torch
@@ -55,7 +56,7 @@ class CtxMethodVariable(VariableTracker):
     def rebuild(self, cg):
         if isinstance(self.ctx, GradModeVariable) and self.name == "__exit__":
             return cg.const(GradModeExit(self.ctx.restore_mode()))
-        if isinstance(self.ctx, ProfilerRangeVariable) and self.name == "__exit__":
+        if isinstance(self.ctx, NoOpContextVariable) and self.name == "__exit__":
             return cg.const(PROFILER_RANGE_EXIT)
         return super().rebuild(cg)
 
@@ -239,10 +240,11 @@ class GradModeExitVariable(VariableTracker):
         return ConstantVariable(False)
 
 
-class ProfilerRangeVariable(ContextManagerVariable):
-    """A profiler range (``record_function(name)``, ``emit_nvtx()``): entered and left as a
-    no-op (see the module docstring). ``ctor`` is ``(args, kwargs)`` as constants when the
-    range was made during capture (to rebuild it), None when read from a source."""
+class NoOpContextVariable(ContextManagerVariable):
+    """A context manager whose enter and exit the graph does not need: profiler ranges (see
+    the module docstring) and DDP's ``_inside_ddp_forward`` (it marks the module DDP runs for
+    torch.compile's DDPOptimizer, which nothing else reads). ``ctor`` is ``(args, kwargs)``
+    as constants when the manager was made during capture (to rebuild it), else None."""
 
     def __init__(self, py_type: type, ctor: tuple | None, source=None):
         super().__init__(source)
@@ -253,10 +255,25 @@ class ProfilerRangeVariable(ContextManagerVariable):
         return self.py_type
 
     def enter(self, tx):
-        return self    # record_function's and emit_nvtx's __enter__ return the manager
+        return ConstantVariable(None)
 
     def exit(self, tx):
         return None
+
+    def rebuild(self, cg):
+        if self.ctor is None:
+            return super().rebuild(cg)
+        args, kwargs = self.ctor
+        parts = [cg.const(a) for a in args] + [f"{k}={cg.const(v)}" for k, v in kwargs.items()]
+        return f"{cg.const(self.py_type)}({', '.join(parts)})"
+
+
+class ProfilerRangeVariable(NoOpContextVariable):
+    """A profiler range (``record_function(name)``, ``emit_nvtx()``): a no-op, also as a
+    decorator."""
+
+    def enter(self, tx):
+        return self    # record_function's and emit_nvtx's __enter__ return the manager
 
     def var_getattr(self, tx, name):
         if name == "_recreate_cm":      # contextlib.ContextDecorator's wrapper asks for it
@@ -268,13 +285,6 @@ class ProfilerRangeVariable(ContextManagerVariable):
         if len(args) != 1 or kwargs:
             raise Unsupported(f"calling a {self.py_type.__name__} with these arguments")
         return ProfiledFunctionVariable(args[0], self)
-
-    def rebuild(self, cg):
-        if self.ctor is None:
-            return super().rebuild(cg)
-        args, kwargs = self.ctor
-        parts = [cg.const(a) for a in args] + [f"{k}={cg.const(v)}" for k, v in kwargs.items()]
-        return f"{cg.const(self.py_type)}({', '.join(parts)})"
 
 
 class ProfiledFunctionVariable(VariableTracker):
@@ -305,8 +315,8 @@ class ProfiledFunctionVariable(VariableTracker):
 
 
 class ProfilerRangeExit:
-    """The exit of an open profiler range handed to a resume function after a graph break:
-    nothing to close (the range was a no-op)."""
+    """The exit of an open no-op block (a profiler range's) handed to a resume function
+    after a graph break: nothing to close."""
     __slots__ = ()
 
     def __call__(self, *exc_info) -> bool:
@@ -332,3 +342,28 @@ class ProfilerRangeExitVariable(VariableTracker):
 # the profiler context managers captured as no-ops (torch.profiler.record_function is the
 # same class as torch.autograd.profiler's)
 PROFILER_RANGES = (torch.autograd.profiler.record_function, torch.autograd.profiler.emit_nvtx)
+
+
+def _ddp_inside_forward():
+    """``DistributedDataParallel._inside_ddp_forward`` as stored on the class, or None."""
+    if not torch.distributed.is_available():
+        return None
+    return vars(torch.nn.parallel.DistributedDataParallel).get("_inside_ddp_forward")
+
+
+# methods of modules whose call makes a no-op block: DDP marks the module it runs for
+# torch.compile's DDPOptimizer (nothing else reads the mark)
+NO_OP_CONTEXT_METHODS = frozenset(f for f in (_ddp_inside_forward(),) if f is not None)
+
+
+class NoOpContextMethodVariable(VariableTracker):
+    """A bound method in ``NO_OP_CONTEXT_METHODS``: called, a no-op block."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def call_function(self, tx, args, kwargs):
+        if args or kwargs:
+            raise Unsupported(f"{self.fn.__qualname__} with arguments")
+        return NoOpContextVariable(contextlib._GeneratorContextManager, None)
