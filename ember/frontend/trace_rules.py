@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 _disabled: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
 _disabled_codes: set[types.CodeType] = set()
+_disabled_reasons: dict[types.CodeType, str] = {}    # why Ember itself disabled a function
 # functions the graph breaks at (they run in Python), with the reason a break gives
 _runs_in_python: dict[int, tuple[Any, str]] = {}
 _allowed_in_graph: dict[int, Any] = {}   # id -> callable (held, so the id stays unique)
@@ -51,6 +52,11 @@ def is_disabled(fn: Any) -> bool:
 
 def is_disabled_code(code: types.CodeType) -> bool:
     return code in _disabled_codes
+
+
+def disabled_reason(code: types.CodeType) -> str:
+    """Why a call to a disabled function breaks the graph."""
+    return _disabled_reasons.get(code, f"call to {code.co_name}, which ember.disable excludes")
 
 
 def allow_in_graph(fn: Callable) -> Callable:
@@ -117,7 +123,10 @@ def _register_ddp() -> None:
         return
     from torch.nn.parallel import DistributedDataParallel as DDP
     for name in ("_pre_forward", "_post_forward"):
-        disable(vars(DDP)[name])
+        fn = vars(DDP)[name]
+        disable(fn)    # runs as it is, not captured as a frame of its own
+        _disabled_reasons[fn.__code__] = (f"DistributedDataParallel.{name} keeps DDP's "
+                                          f"per-call state; it runs in Python between graphs")
 
 
 _register_ddp()

@@ -61,6 +61,15 @@ class TinyTransformer(nn.Module):
         return self.head(self.blocks(x))
 
 
+class TransformerWithSpare(TinyTransformer):
+    """A parameter the forward never uses: DDP with ``find_unused_parameters`` must mark it
+    ready by walking the autograd graph of the compiled output."""
+
+    def __init__(self, dim=16):
+        super().__init__(dim)
+        self.spare = nn.Linear(dim, dim)
+
+
 class SmallCNN(nn.Module):
     def __init__(self):
         super().__init__()
@@ -76,11 +85,11 @@ class SmallCNN(nn.Module):
 
 def _batch(model_name, rank, step):
     g = torch.Generator().manual_seed(100 * rank + step)
-    shape = (4, 6, 16) if model_name == "transformer" else (4, 3, 8, 8)
+    shape = (4, 3, 8, 8) if model_name == "cnn" else (4, 6, 16)
     return torch.randn(shape, generator=g)
 
 
-MODELS = {"transformer": TinyTransformer, "cnn": SmallCNN}
+MODELS = {"transformer": TinyTransformer, "spare": TransformerWithSpare, "cnn": SmallCNN}
 
 # name -> (model, form, no_sync accumulation, DDP keyword arguments)
 SCENARIOS = {
@@ -91,8 +100,10 @@ SCENARIOS = {
     "cnn-ddp_of_compiled": ("cnn", "ddp_of_compiled", False, {}),
     "cnn-compiled_ddp": ("cnn", "compiled_ddp", False, {}),
     "cnn-compiled_ddp-no_sync": ("cnn", "compiled_ddp", True, {}),
-    "transformer-compiled_ddp-find_unused": ("transformer", "compiled_ddp", False,
-                                             {"find_unused_parameters": True}),
+    "spare-compiled_ddp-find_unused": ("spare", "compiled_ddp", False,
+                                       {"find_unused_parameters": True}),
+    "spare-ddp_of_compiled-find_unused": ("spare", "ddp_of_compiled", True,
+                                          {"find_unused_parameters": True}),
     "transformer-compiled_ddp-static_graph": ("transformer", "compiled_ddp", False,
                                               {"static_graph": True}),
 }
