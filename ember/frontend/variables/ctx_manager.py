@@ -3,8 +3,8 @@ also as decorators), autocast and inference mode, profiler ranges, and the objec
 an open block across a graph break into the resume function.
 
 Profiler ranges (``torch.autograd.profiler.record_function``, ``torch.profiler.record_function``,
-``torch.autograd.profiler.emit_nvtx``) are captured as no-ops: the graph has no node for them,
-so a profiler shows no such range inside a compiled graph. Recording them would put a
+``torch.autograd.profiler.emit_nvtx``, ``emit_itt``) are captured as no-ops: the graph has no
+node for them, so a profiler shows no such range inside a compiled graph. Recording them would put a
 ``ScriptObject`` handle into the graph, and ops inside one graph are fused and reordered
 anyway, so the range would not mark what it marks in eager mode; DDP's forward opens one."""
 from __future__ import annotations
@@ -341,7 +341,8 @@ class ProfilerRangeExitVariable(VariableTracker):
 
 # the profiler context managers captured as no-ops (torch.profiler.record_function is the
 # same class as torch.autograd.profiler's)
-PROFILER_RANGES = (torch.autograd.profiler.record_function, torch.autograd.profiler.emit_nvtx)
+PROFILER_RANGES = (torch.autograd.profiler.record_function, torch.autograd.profiler.emit_nvtx,
+                   torch.autograd.profiler.emit_itt)
 
 
 def _ddp_inside_forward():
