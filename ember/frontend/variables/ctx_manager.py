@@ -107,15 +107,13 @@ class GradModeVariable(ContextManagerVariable):
         return cg.const(torch.enable_grad() if self.mode else torch.no_grad())
 
 
-class GradModeFunctionVariable(VariableTracker):
-    """A function decorated inside the frame with ``@torch.no_grad()`` or
-    ``@torch.enable_grad()``: a call runs the function in that mode, recorded in the graph
-    like a ``with`` block around it."""
+class DecoratedFunctionVariable(VariableTracker):
+    """A function decorated inside the frame with a context manager: a function whose
+    metadata (``__name__``, ``__wrapped__``...) is the decorated one's."""
 
-    def __init__(self, fn: VariableTracker, mode: bool):
+    def __init__(self, fn: VariableTracker):
         super().__init__()
         self.fn = fn
-        self.mode = mode
 
     def python_type(self):
         return types.FunctionType
@@ -123,17 +121,27 @@ class GradModeFunctionVariable(VariableTracker):
     def truthy(self, tx):
         return True
 
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__", "__module__", "__doc__", "__wrapped__"):
+            return self.fn if name == "__wrapped__" else tx.getattr(self.fn, name)
+        return super().var_getattr(tx, name)
+
+
+class GradModeFunctionVariable(DecoratedFunctionVariable):
+    """A function decorated inside the frame with ``@torch.no_grad()`` or
+    ``@torch.enable_grad()``: a call runs the function in that mode, recorded in the graph
+    like a ``with`` block around it."""
+
+    def __init__(self, fn: VariableTracker, mode: bool):
+        super().__init__(fn)
+        self.mode = mode
+
     def call_function(self, tx, args, kwargs):
         prior = torch.is_grad_enabled()
         tx.output.set_grad_enabled(self.mode)
         result = tx.call(self.fn, args, kwargs)
         tx.output.set_grad_enabled(prior)
         return result
-
-    def var_getattr(self, tx, name):
-        if name in ("__name__", "__qualname__", "__module__", "__doc__", "__wrapped__"):
-            return self.fn if name == "__wrapped__" else tx.getattr(self.fn, name)
-        return super().var_getattr(tx, name)
 
     def rebuild(self, cg):
         manager = torch.enable_grad() if self.mode else torch.no_grad()
@@ -287,28 +295,16 @@ class ProfilerRangeVariable(NoOpContextVariable):
         return ProfiledFunctionVariable(args[0], self)
 
 
-class ProfiledFunctionVariable(VariableTracker):
+class ProfiledFunctionVariable(DecoratedFunctionVariable):
     """A function decorated inside the frame with a profiler range: a call runs the
     function (the range is a no-op in the graph); rebuilt decorated."""
 
     def __init__(self, fn: VariableTracker, manager: ProfilerRangeVariable):
-        super().__init__()
-        self.fn = fn
+        super().__init__(fn)
         self.manager = manager
-
-    def python_type(self):
-        return types.FunctionType
-
-    def truthy(self, tx):
-        return True
 
     def call_function(self, tx, args, kwargs):
         return tx.call(self.fn, args, kwargs)
-
-    def var_getattr(self, tx, name):
-        if name in ("__name__", "__qualname__", "__module__", "__doc__", "__wrapped__"):
-            return self.fn if name == "__wrapped__" else tx.getattr(self.fn, name)
-        return super().var_getattr(tx, name)
 
     def rebuild(self, cg):
         return f"{cg.reconstruct(self.manager)}({cg.reconstruct(self.fn)})"
