@@ -347,11 +347,13 @@ def emitter_for(opname: str) -> tuple[Callable, Callable] | None:
 def check_blocks(tx, inst) -> None:
     """Unsupported unless every ``with`` block open around ``inst`` keeps an exit that the
     resume function can call for real: a grad-mode exit, the Python ``__exit__`` of a
-    user object whose ``__enter__`` ran (inlined, its effects replayed), or the exit of an
-    autocast/inference-mode block, which the graph closes and the resume enters again."""
+    user object whose ``__enter__`` ran (inlined, its effects replayed), the exit of an
+    autocast/inference-mode block, which the graph closes and the resume enters again, or
+    a no-op block's (a profiler range's)."""
     from ember.frontend.variables.functions import UserMethodVariable
-    from ember.frontend.variables.ctx_manager import (CtxMethodVariable, GlobalContextVariable,
-                                                      GradModeExitVariable, GradModeVariable)
+    from ember.frontend.variables.ctx_manager import (
+        CtxMethodVariable, GlobalContextVariable, GradModeExitVariable, GradModeVariable,
+        NoOpContextVariable, ProfilerRangeExitVariable)
     entry = inst.exn_tab_entry
     while entry is not None:
         handler = entry.target
@@ -360,9 +362,10 @@ def check_blocks(tx, inst) -> None:
             break
         if tx.instructions[i + 1].opname == "WITH_EXCEPT_START":
             exit_fn = tx.stack[entry.depth - 1] if 0 < entry.depth <= len(tx.stack) else None
-            grad = (isinstance(exit_fn, GradModeExitVariable)
+            grad = (isinstance(exit_fn, (GradModeExitVariable, ProfilerRangeExitVariable))
                     or isinstance(exit_fn, CtxMethodVariable)
-                    and isinstance(exit_fn.ctx, (GradModeVariable, GlobalContextVariable)))
+                    and isinstance(exit_fn.ctx, (GradModeVariable, GlobalContextVariable,
+                                                 NoOpContextVariable)))
             if not (grad or isinstance(exit_fn, UserMethodVariable)):
                 raise Unsupported(f"graph break inside a `with` block of {exit_fn} (its "
                                   f"exit cannot run outside the graph)")

@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 _disabled: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
 _disabled_codes: set[types.CodeType] = set()
+_disabled_reasons: dict[types.CodeType, str] = {}    # why Ember itself disabled a function
 # functions the graph breaks at (they run in Python), with the reason a break gives
 _runs_in_python: dict[int, tuple[Any, str]] = {}
 _allowed_in_graph: dict[int, Any] = {}   # id -> callable (held, so the id stays unique)
@@ -51,6 +52,11 @@ def is_disabled(fn: Any) -> bool:
 
 def is_disabled_code(code: types.CodeType) -> bool:
     return code in _disabled_codes
+
+
+def disabled_reason(code: types.CodeType) -> str:
+    """Why a call to a disabled function breaks the graph."""
+    return _disabled_reasons.get(code, f"call to {code.co_name}, which ember.disable excludes")
 
 
 def allow_in_graph(fn: Callable) -> Callable:
@@ -104,3 +110,23 @@ def _register_random_state_setters() -> None:
 
 
 _register_random_state_setters()
+
+
+def _register_ddp() -> None:
+    """DistributedDataParallel's bookkeeping around its module's forward (the reducer's
+    per-iteration state, buffer broadcast, ``require_backward_grad_sync`` under
+    ``no_sync()``, unused-parameter search) runs in Python on every call, as in eager and
+    as under torch.compile: no flag of it is ever baked into a graph. The module it wraps is
+    captured between the two."""
+    import torch
+    if not torch.distributed.is_available():
+        return
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    for name in ("_pre_forward", "_post_forward"):
+        fn = vars(DDP)[name]
+        disable(fn)    # runs as it is, not captured as a frame of its own
+        _disabled_reasons[fn.__code__] = (f"DistributedDataParallel.{name} keeps DDP's "
+                                          f"per-call state; it runs in Python between graphs")
+
+
+_register_ddp()

@@ -416,7 +416,7 @@ class InstructionTranslator:
     def inline_function(self, fn: BaseUserFunctionVariable, args, kwargs) -> VariableTracker:
         code = fn.get_code()
         if trace_rules.is_disabled_code(code):
-            raise Unsupported(f"call to {code.co_name}, which ember.disable excludes")
+            raise Unsupported(trace_rules.disabled_reason(code))
         if self.depth >= config.inline_depth_limit:
             raise Unsupported(f"inlining deeper than inline_depth_limit "
                               f"({config.inline_depth_limit})")

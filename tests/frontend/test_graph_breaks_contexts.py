@@ -231,3 +231,72 @@ def test_frame_without_ops_under_autocast_has_no_graph():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert compiled(torch.randn(2), 3) == 4
     assert cnt.frame_count == 0
+
+
+# -- profiler ranges: captured as no-ops (issue 33: DDP's forward opens one) ------------------
+
+_range = torch.autograd.profiler.record_function("decorated")
+
+
+@_range
+def _ranged_cos(x):
+    return x.cos()
+
+
+@torch.profiler.record_function("decorated2")
+def _ranged_exp(x):
+    return x.exp()
+
+
+def profiled(x):
+    with torch.autograd.profiler.record_function("a") as r:
+        y = x.sin()
+    with torch.profiler.record_function("b"):
+        y = y + 1
+    with torch.autograd.profiler.emit_nvtx(enabled=False):
+        y = y * 3
+    with torch.autograd.profiler.emit_itt(enabled=False):
+        y = y - 1
+    return _ranged_exp(_ranged_cos(y)), r is not None
+
+
+def test_profiler_ranges_are_one_graph():
+    cnt = check(profiled, (torch.randn(4, 5),), graphs=1)
+    assert not any(n.op == "call_function" and "profiler" in str(n.target)
+                   for g in cnt.graphs for n in g.graph.nodes)
+
+
+def profiled_print(x):
+    with torch.autograd.profiler.record_function("a"):
+        y = x.sin()
+        print("in-range")
+        y = y + 1
+    return y
+
+
+def test_break_inside_profiler_range(capsys):
+    check(profiled_print, (torch.randn(4),), graphs=2)
+    assert capsys.readouterr().out.count("in-range") == 4
+
+
+def profiled_decorated_inside(x):
+    ranged = torch.autograd.profiler.record_function("inner")(torch.cos)
+    return ranged(x), ranged
+
+
+def test_profiler_range_as_decorator_inside_the_frame():
+    x = torch.randn(4)
+    out, ranged = ember.compile(profiled_decorated_inside, backend=CompileCounter())(x)
+    same(out, x.cos())
+    same(ranged(x), x.cos())    # rebuilt decorated: callable outside the graph
+
+
+def test_profiler_range_under_a_running_profiler_matches():
+    # the profiler records the compiled graph's ops, not the range, and the values are eager's
+    x = torch.randn(4, 5)
+    compiled = ember.compile(profiled, backend=CompileCounter())
+    compiled(x)
+    with torch.profiler.profile() as prof:
+        out = compiled(x)
+    same(out[0], profiled(x)[0])
+    assert "a" not in {e.name for e in prof.events()}

@@ -30,9 +30,11 @@ from ember.frontend.variables.container_iterators import (ResumedDequeIterator,
 from ember.frontend.variables.containers import (DequeVariable, ListVariable, NamedTupleVariable,
                                                  SizeVariable, TupleVariable, is_namedtuple_class,
                                                  is_structseq_class)
-from ember.frontend.variables.ctx_manager import (GLOBAL_CONTEXTS, GlobalContextReentry,
+from ember.frontend.variables.ctx_manager import (GLOBAL_CONTEXTS, PROFILER_RANGE_EXIT,
+                                                  PROFILER_RANGES, GlobalContextReentry,
                                                   GlobalContextVariable, GradModeExit,
-                                                  GradModeExitVariable)
+                                                  GradModeExitVariable, ProfilerRangeExitVariable,
+                                                  ProfilerRangeVariable)
 from ember.frontend.variables.dicts import DictVariable, SetVariable, is_plain_dict_subclass
 from ember.frontend.variables.functions import (GraphCallableVariable, PartialVariable,
                                                 UserFunctionVariable, UserMethodVariable)
@@ -183,6 +185,13 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         add(guards.type_match(source, GradModeExit))
         add(guards.constant_match(AttrSource(source, "mode"), value.mode))
         return GradModeExitVariable(value.mode, source)
+    if value is PROFILER_RANGE_EXIT:
+        add(guards.id_match(source, value))
+        return ProfilerRangeExitVariable(source)
+    if type(value) in PROFILER_RANGES:
+        # a profiler range made outside the frame (a decorator's): a no-op in the graph
+        add(guards.type_match(source, type(value)))
+        return ProfilerRangeVariable(type(value), None, source)
     if isinstance(value, torch.Size):
         add(guards.constant_match(source, value))
         return SizeVariable([ConstantVariable(v) for v in value], source)

@@ -1,8 +1,15 @@
 """Context managers the evaluator understands: grad mode (``torch.no_grad()`` and friends,
-also as decorators), autocast and inference mode, and the objects that carry an open block
-across a graph break into the resume function."""
+also as decorators), autocast and inference mode, profiler ranges, and the objects that carry
+an open block across a graph break into the resume function.
+
+Profiler ranges (``torch.autograd.profiler.record_function``, ``torch.profiler.record_function``,
+``torch.autograd.profiler.emit_nvtx``, ``emit_itt``) are captured as no-ops: the graph has no
+node for them, so a profiler shows no such range inside a compiled graph. Recording them would put a
+``ScriptObject`` handle into the graph, and ops inside one graph are fused and reordered
+anyway, so the range would not mark what it marks in eager mode; DDP's forward opens one."""
 from __future__ import annotations
 
+import contextlib
 import types
 
 import torch
@@ -49,6 +56,8 @@ class CtxMethodVariable(VariableTracker):
     def rebuild(self, cg):
         if isinstance(self.ctx, GradModeVariable) and self.name == "__exit__":
             return cg.const(GradModeExit(self.ctx.restore_mode()))
+        if isinstance(self.ctx, NoOpContextVariable) and self.name == "__exit__":
+            return cg.const(PROFILER_RANGE_EXIT)
         return super().rebuild(cg)
 
 
@@ -98,15 +107,13 @@ class GradModeVariable(ContextManagerVariable):
         return cg.const(torch.enable_grad() if self.mode else torch.no_grad())
 
 
-class GradModeFunctionVariable(VariableTracker):
-    """A function decorated inside the frame with ``@torch.no_grad()`` or
-    ``@torch.enable_grad()``: a call runs the function in that mode, recorded in the graph
-    like a ``with`` block around it."""
+class DecoratedFunctionVariable(VariableTracker):
+    """A function decorated inside the frame with a context manager: a function whose
+    metadata (``__name__``, ``__wrapped__``...) is the decorated one's."""
 
-    def __init__(self, fn: VariableTracker, mode: bool):
+    def __init__(self, fn: VariableTracker):
         super().__init__()
         self.fn = fn
-        self.mode = mode
 
     def python_type(self):
         return types.FunctionType
@@ -114,17 +121,27 @@ class GradModeFunctionVariable(VariableTracker):
     def truthy(self, tx):
         return True
 
+    def var_getattr(self, tx, name):
+        if name in ("__name__", "__qualname__", "__module__", "__doc__", "__wrapped__"):
+            return self.fn if name == "__wrapped__" else tx.getattr(self.fn, name)
+        return super().var_getattr(tx, name)
+
+
+class GradModeFunctionVariable(DecoratedFunctionVariable):
+    """A function decorated inside the frame with ``@torch.no_grad()`` or
+    ``@torch.enable_grad()``: a call runs the function in that mode, recorded in the graph
+    like a ``with`` block around it."""
+
+    def __init__(self, fn: VariableTracker, mode: bool):
+        super().__init__(fn)
+        self.mode = mode
+
     def call_function(self, tx, args, kwargs):
         prior = torch.is_grad_enabled()
         tx.output.set_grad_enabled(self.mode)
         result = tx.call(self.fn, args, kwargs)
         tx.output.set_grad_enabled(prior)
         return result
-
-    def var_getattr(self, tx, name):
-        if name in ("__name__", "__qualname__", "__module__", "__doc__", "__wrapped__"):
-            return self.fn if name == "__wrapped__" else tx.getattr(self.fn, name)
-        return super().var_getattr(tx, name)
 
     def rebuild(self, cg):
         manager = torch.enable_grad() if self.mode else torch.no_grad()
@@ -229,3 +246,121 @@ class GradModeExitVariable(VariableTracker):
     def call_function(self, tx, args, kwargs):
         tx.output.set_grad_enabled(self.mode)
         return ConstantVariable(False)
+
+
+class NoOpContextVariable(ContextManagerVariable):
+    """A context manager whose enter and exit the graph does not need: profiler ranges (see
+    the module docstring) and DDP's ``_inside_ddp_forward`` (it marks the module DDP runs for
+    torch.compile's DDPOptimizer, which nothing else reads). ``ctor`` is ``(args, kwargs)``
+    as constants when the manager was made during capture (to rebuild it), else None."""
+
+    def __init__(self, py_type: type, ctor: tuple | None, source=None):
+        super().__init__(source)
+        self.py_type = py_type
+        self.ctor = ctor
+
+    def python_type(self):
+        return self.py_type
+
+    def enter(self, tx):
+        return ConstantVariable(None)
+
+    def exit(self, tx):
+        return None
+
+    def rebuild(self, cg):
+        if self.ctor is None:
+            return super().rebuild(cg)
+        args, kwargs = self.ctor
+        parts = [cg.const(a) for a in args] + [f"{k}={cg.const(v)}" for k, v in kwargs.items()]
+        return f"{cg.const(self.py_type)}({', '.join(parts)})"
+
+
+class ProfilerRangeVariable(NoOpContextVariable):
+    """A profiler range (``record_function(name)``, ``emit_nvtx()``): a no-op, also as a
+    decorator."""
+
+    def enter(self, tx):
+        return self    # record_function's and emit_nvtx's __enter__ return the manager
+
+    def var_getattr(self, tx, name):
+        if name == "_recreate_cm":      # contextlib.ContextDecorator's wrapper asks for it
+            return CtxMethodVariable(self, lambda tx: self, name)
+        return super().var_getattr(tx, name)
+
+    def call_function(self, tx, args, kwargs):
+        # used as a decorator: @record_function("name") def f(...)
+        if len(args) != 1 or kwargs:
+            raise Unsupported(f"calling a {self.py_type.__name__} with these arguments")
+        return ProfiledFunctionVariable(args[0], self)
+
+
+class ProfiledFunctionVariable(DecoratedFunctionVariable):
+    """A function decorated inside the frame with a profiler range: a call runs the
+    function (the range is a no-op in the graph); rebuilt decorated."""
+
+    def __init__(self, fn: VariableTracker, manager: ProfilerRangeVariable):
+        super().__init__(fn)
+        self.manager = manager
+
+    def call_function(self, tx, args, kwargs):
+        return tx.call(self.fn, args, kwargs)
+
+    def rebuild(self, cg):
+        return f"{cg.reconstruct(self.manager)}({cg.reconstruct(self.fn)})"
+
+
+class ProfilerRangeExit:
+    """The exit of an open no-op block (a profiler range's) handed to a resume function
+    after a graph break: nothing to close."""
+    __slots__ = ()
+
+    def __call__(self, *exc_info) -> bool:
+        return False
+
+    def __repr__(self):
+        return "ProfilerRangeExit()"
+
+
+PROFILER_RANGE_EXIT = ProfilerRangeExit()
+
+
+class ProfilerRangeExitVariable(VariableTracker):
+    """A :class:`ProfilerRangeExit` read from a resume function's arguments."""
+
+    def python_type(self):
+        return ProfilerRangeExit
+
+    def call_function(self, tx, args, kwargs):
+        return ConstantVariable(False)
+
+
+# the profiler context managers captured as no-ops (torch.profiler.record_function is the
+# same class as torch.autograd.profiler's)
+PROFILER_RANGES = (torch.autograd.profiler.record_function, torch.autograd.profiler.emit_nvtx,
+                   torch.autograd.profiler.emit_itt)
+
+
+def _ddp_inside_forward():
+    """``DistributedDataParallel._inside_ddp_forward`` as stored on the class, or None."""
+    if not torch.distributed.is_available():
+        return None
+    return vars(torch.nn.parallel.DistributedDataParallel).get("_inside_ddp_forward")
+
+
+# methods of modules whose call makes a no-op block: DDP marks the module it runs for
+# torch.compile's DDPOptimizer (nothing else reads the mark)
+NO_OP_CONTEXT_METHODS = frozenset(f for f in (_ddp_inside_forward(),) if f is not None)
+
+
+class NoOpContextMethodVariable(VariableTracker):
+    """A bound method in ``NO_OP_CONTEXT_METHODS``: called, a no-op block."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def call_function(self, tx, args, kwargs):
+        if args or kwargs:
+            raise Unsupported(f"{self.fn.__qualname__} with arguments")
+        return NoOpContextVariable(contextlib._GeneratorContextManager, None)

@@ -24,6 +24,7 @@ from ember.frontend.variables.base import (BoundMethodVariable, ConstantVariable
                                            VariableTracker)
 from ember.frontend.variables.container_iterators import ListIteratorVariable
 from ember.frontend.variables.containers import BaseSequenceVariable, TupleVariable
+from ember.frontend.variables.ctx_manager import NO_OP_CONTEXT_METHODS, NoOpContextMethodVariable
 from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.functions import UserFunctionVariable, UserMethodVariable
 from ember.frontend.variables.tensor import TensorVariable
@@ -100,6 +101,8 @@ class NNModuleVariable(VariableTracker):
                 tx.output.guards.add(guards.not_in_instance_dict(self.source, name))
             if is_module_call(desc):
                 return ModuleCallVariable(self, impl=desc is MODULE_CALL_IMPL)
+            if desc in NO_OP_CONTEXT_METHODS:      # DDP's _inside_ddp_forward
+                return NoOpContextMethodVariable(desc)
             if (name in _MODULE_METHODS and desc is torch.nn.Module.__dict__[name]) or (
                     name in _CONTAINER_METHODS and isinstance(mod, _CONTAINERS)):
                 return BoundMethodVariable(self, name)

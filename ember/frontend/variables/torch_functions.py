@@ -22,7 +22,8 @@ from ember.frontend.exc import Unsupported
 from ember.frontend.variables.base import ConstantVariable, NotConstant
 from ember.frontend.variables.builtins import bind_arguments, constants, fold, type_argument
 from ember.frontend.variables.containers import ListVariable, SizeVariable, TupleVariable
-from ember.frontend.variables.ctx_manager import GlobalContextVariable, GradModeVariable
+from ember.frontend.variables.ctx_manager import (PROFILER_RANGES, GlobalContextVariable,
+                                                  GradModeVariable, ProfilerRangeVariable)
 from ember.frontend.variables.dicts import DictVariable
 from ember.frontend.variables.tensor import TensorVariable
 
@@ -299,6 +300,13 @@ def _inference_mode(tx, fn, args, kwargs):
     return GlobalContextVariable(torch.autograd.grad_mode._enter_inference_mode,
                                  torch.autograd.grad_mode._exit_inference_mode, (mode,),
                                  torch.inference_mode)
+
+
+@special(*PROFILER_RANGES)
+def _profiler_range(tx, fn, args, kwargs):
+    """``record_function(name)``, ``emit_nvtx()``: a no-op range (ctx_manager's docstring)."""
+    consts = constants(args, kwargs)
+    return ProfilerRangeVariable(fn, consts)
 
 
 @special(_maybe("torch.cuda.amp.autocast"), _maybe("torch.cpu.amp.autocast"),
