@@ -96,12 +96,12 @@ def test_unsupported_python_backward_matches_eager(unsupported):
 def test_unsupported_python_fullgraph_and_explain_raise(unsupported):
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
-        with pytest.raises(support.UnsupportedPythonError,
+        with pytest.raises(ember.UnsupportedPythonError,
                            match=r"Python 3\.99 .*fullgraph=True\) cannot capture a graph"):
             ember.compile(breaks_graph, fullgraph=True)
-        with pytest.raises(support.UnsupportedPythonError, match="fullgraph=True"):
+        with pytest.raises(ember.UnsupportedPythonError, match="fullgraph=True"):
             ember.compile(fullgraph=True)(Net())
-        with pytest.raises(support.UnsupportedPythonError, match="ember.explain"):
+        with pytest.raises(ember.UnsupportedPythonError, match="ember.explain"):
             ember.explain(breaks_graph)(torch.ones(2), 1)
     assert not _ember_warnings(record)     # an error instead of the warning, not both
 
