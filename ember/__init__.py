@@ -6,10 +6,12 @@ from ember import config, logs
 from ember.api import (OptimizedFunction, OptimizedModule, allow_in_graph, compile, disable,
                        explain, reset)
 from ember.frontend.exc import GraphBreakError
+from ember.frontend.support import UnsupportedPythonError
 from ember.backend_registry import list_backends, register_backend
 from ember import testing
 
 __all__ = ["compile", "reset", "disable", "allow_in_graph", "explain", "GraphBreakError",
+           "UnsupportedPythonError",
            "OptimizedFunction",
            "OptimizedModule", "config", "logs", "testing", "list_backends", "register_backend"]
 __version__ = "0.1.0"

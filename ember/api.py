@@ -36,7 +36,7 @@ import torch
 from ember import config, logs, metrics
 from ember.backend.options import check_mode_and_options, resolve_options
 from ember.backend_registry import ember_backend, lookup_backend
-from ember.frontend import trace_rules
+from ember.frontend import support, trace_rules
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,6 +77,11 @@ def compile(fn_or_module=None, *, backend="ember", fullgraph=False, dynamic=None
             options=None):
     """Compile a function or ``nn.Module``; also usable as ``@compile`` or ``@compile(...)``."""
     settings = _validate(backend, fullgraph, dynamic, mode, options)
+    if not support.frontend_supported():   # see ember/frontend/support.py
+        if fullgraph:
+            raise support.refuse("ember.compile(..., fullgraph=True)",
+                                 "without fullgraph=True the function runs eagerly")
+        support.warn_once(stacklevel=2)
     if fn_or_module is None:
         return lambda f: _wrap(f, settings)
     return _wrap(fn_or_module, settings)
@@ -168,6 +173,9 @@ class OptimizedFunction:
         lock): the entry, or None when the frame runs eagerly from now on."""
         fn = self._func
         if self._eager_reason is not None:
+            return None
+        if not support.frontend_supported():   # ember.compile warned
+            self._eager_reason = support.unsupported_reason()
             return None
         if self._entries:
             self._log_recompile(args, kwargs)
@@ -344,6 +352,8 @@ def explain(fn: Callable, *, backend="eager"):
     ``ExplainOutput``: ``graph_count``, ``graph_break_count``, ``break_reasons`` (each with
     its text, the user's ``file:line`` and that source line), ``ops_per_graph``, ``graphs``;
     ``print()`` shows a report."""
+    if not support.frontend_supported():   # its report would claim zero graphs
+        raise support.refuse("ember.explain", "run it on a supported Python")
     from ember.frontend import graph_break
     from ember.frontend.explain import Collector
 

@@ -39,7 +39,8 @@ Decisions
 * **Version differences live in ``_VersionSpec`` tables** (one per minor version), selected once
   at import; code below asks the table, never ``sys.version_info``. Adding 3.13 means adding a
   row (plus its new super-instructions such as LOAD_FAST_LOAD_FAST, whose operand packs two
-  locals; not handled yet).
+  locals; not handled yet) and the version to ``support.SUPPORTED_PYTHONS``, which decides
+  where ``ember.compile`` captures at all.
 
 :func:`assemble` writes the final ``arg`` and ``offset`` back into the instructions it was given
 (and may flip a jump's ``opname`` to the right direction): after assembly the list describes the
@@ -54,6 +55,8 @@ import types
 from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
+
+from ember.frontend.support import SUPPORTED_PYTHONS
 
 __all__ = [
     "Instruction", "ExceptionTableEntry", "disassemble", "assemble", "create_instruction",
@@ -155,6 +158,10 @@ _SPEC_312 = _VersionSpec(
 )
 
 _SPECS = {s.version: s for s in (_SPEC_311, _SPEC_312)}
+# The versions ember.compile captures on (see support.py) are exactly those with a table.
+if set(_SPECS) != set(SUPPORTED_PYTHONS):
+    raise ImportError(f"bytecode tables for {sorted(_SPECS)} but support.SUPPORTED_PYTHONS "
+                      f"says {sorted(SUPPORTED_PYTHONS)}: update both together")
 
 
 def _select_spec() -> _VersionSpec:
@@ -163,7 +170,8 @@ def _select_spec() -> _VersionSpec:
         return _SPECS[here]
     if here < min(_SPECS):
         raise ImportError(f"ember's bytecode layer needs CPython >= 3.11, not {here}")
-    # Newer than any table: use the newest and let the round-trip tests show what broke.
+    # Newer than any table: use the newest and let the round-trip tests show what broke
+    # (ember.compile never captures here: see support.py).
     return _SPECS[max(_SPECS)]
 
 
