@@ -9,27 +9,19 @@ every call reads the freshly gathered parameters. Each scenario trains for 3 SGD
 compares the losses and every full parameter (``DTensor.full_tensor()``) with eager FSDP2's
 with the same settings, on both ranks.
 
-The two processes are spawned once for the module; each runs every scenario in the same
-order (collectives must match across ranks) and writes its results to a file the tests read.
+The two processes are spawned once for the module (``ranks.run_on_ranks``).
 """
 from __future__ import annotations
 
-import datetime
-import os
-import traceback
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 
-from test_ddp import Block, _free_port
+from ranks import WORLD, requires_gloo, run_on_ranks
+from test_ddp import Block
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                                reason="torch.distributed with gloo is not available")
+pytestmark = requires_gloo
 
-WORLD = 2
 STEPS = 3
 
 
@@ -107,28 +99,9 @@ def _compare(name, rank):
     return result
 
 
-def _worker(rank, port, out_dir):
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=60))
-    from ember import config
-    results = {}
-    with config.patch(fallback_on_lowering_error=False, suppress_errors=False):
-        for name in SCENARIOS:
-            try:
-                results[name] = _compare(name, rank)
-            except Exception:
-                results[name] = {"error": traceback.format_exc()}
-    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    out_dir = str(tmp_path_factory.mktemp("fsdp2"))
-    mp.spawn(_worker, args=(_free_port(), out_dir), nprocs=WORLD, join=True)
-    return [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(WORLD)]
+    return run_on_ranks(_compare, SCENARIOS, str(tmp_path_factory.mktemp("fsdp2")))
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))
@@ -136,7 +109,8 @@ def test_fsdp2_trains_like_eager(results, name):
     """Losses and full parameters equal eager FSDP2's on both ranks: a gathered parameter
     baked into a graph would show as a difference from the second step on."""
     for rank in range(WORLD):
-        assert results[rank][name]["error"] is None, f"rank {rank}: {results[rank][name]}"
+        r = results[rank][name]
+        assert isinstance(r, dict) and r["error"] is None, f"rank {rank}: {r}"
 
 
 @pytest.mark.parametrize("name", ["per_block-fp32", "per_block-bf16_params"])
