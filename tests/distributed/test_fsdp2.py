@@ -43,11 +43,13 @@ def _batch(rank, step):
 
 
 # name -> (form, mixed precision, rtol/atol); form "per_block" compiles each block's
-# forward, "whole" compiles the FSDP2-wrapped root
+# forward, "whole" compiles the FSDP2-wrapped root, "compiled_then_sharded" replaces each
+# block by ember.compile(block) and shards that
 SCENARIOS = {
     "per_block-fp32": ("per_block", False, 1e-5),
     "per_block-bf16_params": ("per_block", True, 2e-2),
     "whole-fp32": ("whole", False, 1e-5),
+    "compiled_then_sharded-fp32": ("compiled_then_sharded", False, 1e-5),
 }
 
 
@@ -62,6 +64,9 @@ def _train(form, mixed, counter=None, rank=0):
     if mixed:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
                                                    reduce_dtype=torch.float32)
+    if form == "compiled_then_sharded":
+        for i, layer in enumerate(list(model.layers)):
+            model.layers[i] = ember.compile(layer, backend=counter)
     for layer in model.layers:
         fully_shard(layer, **kwargs)
         if form == "per_block":
@@ -113,7 +118,8 @@ def test_fsdp2_trains_like_eager(results, name):
         assert isinstance(r, dict) and r["error"] is None, f"rank {rank}: {r}"
 
 
-@pytest.mark.parametrize("name", ["per_block-fp32", "per_block-bf16_params"])
+@pytest.mark.parametrize("name", ["per_block-fp32", "per_block-bf16_params",
+                                  "compiled_then_sharded-fp32"])
 def test_each_block_is_one_graph(results, name):
     for rank in range(WORLD):
         r = results[rank][name]
