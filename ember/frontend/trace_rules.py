@@ -6,6 +6,7 @@ while capturing. Keeping them in the frontend means the evaluator never imports 
 from __future__ import annotations
 
 import inspect
+import sys
 import types
 import weakref
 from typing import Any, Callable
@@ -151,13 +152,14 @@ def _register_fsdp2_once_imported() -> None:
     baked into a graph. Registered at capture time once the user has imported FSDP2 (importing
     it with Ember would cost most of a second)."""
     global _fsdp2_registered
-    import sys
     if _fsdp2_registered or _FSDP2_STATE not in sys.modules:
         return
     _fsdp2_registered = True
     state_cls = sys.modules[_FSDP2_STATE].FSDPState
     for name in ("_pre_forward", "_post_forward"):
-        fn = vars(state_cls)[name]
+        fn = vars(state_cls).get(name)
+        if fn is None:      # another torch version: nothing of it to exclude
+            continue
         # torch wraps them in one closure (``_dynamo_disable``) shared by all its FSDP hooks:
         # its code and the hook's own are both excluded
         for code in {fn.__code__, inspect.unwrap(fn).__code__}:
