@@ -335,6 +335,11 @@ class OptimizedModule(torch.nn.Module):
         return getattr(object.__getattribute__(self, "_orig_mod"), name)
 
     def __setattr__(self, name: str, value) -> None:
+        if name == "__class__":
+            # a mixin swapped in around the wrapper (FSDP2's fully_shard does so) is the
+            # wrapper's: the original module keeps its class
+            object.__setattr__(self, name, value)
+            return
         setattr(self._orig_mod, name, value)
 
     def __delattr__(self, name: str) -> None:

@@ -208,6 +208,21 @@ def test_compiled_module_behaves_like_the_module():
     assert same(cm(x), net(x))
 
 
+def test_mixin_class_swapped_onto_compiled_module_stays_on_the_wrapper():
+    """FSDP2's fully_shard(module) sets ``module.__class__`` to a subclass with its mixin:
+    on a compiled module that is the wrapper's class; the original keeps its own."""
+    class Mixin:
+        def extra(self):
+            return "mixin"
+
+    net = Net().eval()
+    cm = ember.compile(net, backend="eager")
+    cm.__class__ = type("MixedCompiled", (Mixin, type(cm)), {})
+    assert type(net) is Net and cm.extra() == "mixin"
+    x = torch.randn(2, 4)
+    assert same(cm(x), net(x))
+
+
 def test_training_flag_change_recompiles_not_wrong_answer():
     torch.manual_seed(0)
     net = Net().eval()

@@ -6,6 +6,7 @@ while capturing. Keeping them in the frontend means the evaluator never imports 
 from __future__ import annotations
 
 import inspect
+import sys
 import types
 import weakref
 from typing import Any, Callable
@@ -36,6 +37,7 @@ def disable(fn: Callable) -> Callable:
 
 
 def is_disabled(fn: Any) -> bool:
+    _register_fsdp2_once_imported()
     try:
         if _disabled.get(fn):
             return True
@@ -51,12 +53,19 @@ def is_disabled(fn: Any) -> bool:
 
 
 def is_disabled_code(code: types.CodeType) -> bool:
+    _register_fsdp2_once_imported()
     return code in _disabled_codes
 
 
 def disabled_reason(code: types.CodeType) -> str:
     """Why a call to a disabled function breaks the graph."""
     return _disabled_reasons.get(code, f"call to {code.co_name}, which ember.disable excludes")
+
+
+def disabled_call_reason(fn: Any) -> str:
+    """Why a call to the disabled callable ``fn`` breaks the graph."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    return _disabled_reasons.get(code, "which ember.disable excludes from compilation")
 
 
 def allow_in_graph(fn: Callable) -> Callable:
@@ -130,3 +139,30 @@ def _register_ddp() -> None:
 
 
 _register_ddp()
+
+
+_FSDP2_STATE = "torch.distributed.fsdp._fully_shard._fsdp_state"
+_fsdp2_registered = False
+
+
+def _register_fsdp2_once_imported() -> None:
+    """FSDP2's module hooks (all-gather of a module's parameters before its forward, reshard
+    after it, the registration of its backward hooks) run in Python between graphs, as torch
+    itself excludes them from tracing: a gathered parameter or a training-state flag is never
+    baked into a graph. Registered at capture time once the user has imported FSDP2 (importing
+    it with Ember would cost most of a second)."""
+    global _fsdp2_registered
+    if _fsdp2_registered or _FSDP2_STATE not in sys.modules:
+        return
+    _fsdp2_registered = True
+    state_cls = sys.modules[_FSDP2_STATE].FSDPState
+    for name in ("_pre_forward", "_post_forward"):
+        fn = vars(state_cls).get(name)
+        if fn is None:      # another torch version: nothing of it to exclude
+            continue
+        # torch wraps them in one closure (``_dynamo_disable``) shared by all its FSDP hooks:
+        # its code and the hook's own are both excluded
+        for code in {fn.__code__, inspect.unwrap(fn).__code__}:
+            _disabled_codes.add(code)
+            _disabled_reasons[code] = ("FSDP2's forward hooks gather and reshard parameters; "
+                                       "they run in Python between graphs")

@@ -7,27 +7,19 @@ so ``no_sync()`` and buffer broadcast behave as in eager, and the wrapped model 
 graph). Each scenario trains for 3 SGD steps and compares every parameter and buffer with
 eager DDP's on both ranks.
 
-The two processes are spawned once for the module; each runs every scenario in the same
-order (collectives must match across ranks) and writes its results to a file the tests read.
+The two processes are spawned once for the module (``ranks.run_on_ranks``).
 """
 from __future__ import annotations
 
-import datetime
-import os
-import socket
-import traceback
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
+from ranks import WORLD, requires_gloo, run_on_ranks
 
-pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
-                                reason="torch.distributed with gloo is not available")
+pytestmark = requires_gloo
 
-WORLD = 2
 STEPS = 3
 
 
@@ -156,34 +148,9 @@ def _compare(name, rank):
     return None
 
 
-def _worker(rank, port, out_dir):
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD,
-                            timeout=datetime.timedelta(seconds=60))
-    from ember import config
-    results = {}
-    with config.patch(fallback_on_lowering_error=False, suppress_errors=False):
-        for name in SCENARIOS:
-            try:
-                results[name] = _compare(name, rank)
-            except Exception:
-                results[name] = traceback.format_exc()
-    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    out_dir = str(tmp_path_factory.mktemp("ddp"))
-    mp.spawn(_worker, args=(_free_port(), out_dir), nprocs=WORLD, join=True)
-    return [torch.load(os.path.join(out_dir, f"rank{r}.pt")) for r in range(WORLD)]
+    return run_on_ranks(_compare, SCENARIOS, str(tmp_path_factory.mktemp("ddp")))
 
 
 @pytest.mark.parametrize("name", list(SCENARIOS))

@@ -294,8 +294,7 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
     if trace_rules.is_disabled(value):
         add(guards.id_match(source, value))
         return HandlerFunctionVariable(
-            value, _unsupported_call(value, "which ember.disable excludes from compilation"),
-            source)
+            value, _unsupported_call(value, trace_rules.disabled_call_reason(value)), source)
     if trace_rules.is_allowed_in_graph(value):
         add(guards.id_match(source, value))
         return GraphCallableVariable(value, source)
