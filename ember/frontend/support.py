@@ -11,9 +11,9 @@ Decision, on any other version (an install with ``--ignore-requires-python``, a 
 or module eagerly: nothing is captured, no bytecode is generated and nothing Ember generates
 runs, so the program behaves as without Ember. ``fullgraph=True`` promises a graph (or an
 error), so it raises :class:`UnsupportedPythonError` at ``ember.compile`` instead, and so does
-``ember.explain``, whose report would otherwise claim zero graphs. ``torch.compile(...,
-backend="ember")`` is not affected: torch's own frontend captures there, and Ember's backend
-generates kernels, not bytecode.
+``ember.explain``, whose report would otherwise claim zero graphs. Ember used as a backend of
+torch's own compile entry point is not affected: torch's frontend captures there, and Ember's
+backend generates kernels, not bytecode.
 
 This module imports nothing of Ember: the check must work on a Python whose bytecode layer
 would not even import.
