@@ -67,8 +67,9 @@ for step in $STEPS; do
     train) timeout 420 python3 -m ember.bench --device cuda --mode train --suite gpu --amp \
              --compilers eager,ember,torch-inductor --repeat 10 --warmup 3 \
              --no-warm-compile --torch-compile-budget 90 > "$OUT/train.txt" 2>&1 ;;
-    survey) (timeout 280 python3 tests/frontend/survey_models.py; timeout 280 python3 \
-             tests/frontend/survey_models.py --train) > "$OUT/survey.txt" 2>&1 ;;
+    survey) (timeout 280 python3 tests/frontend/model_libraries/survey_models.py;
+             timeout 280 python3 tests/frontend/model_libraries/survey_models.py --train) \
+             > "$OUT/survey.txt" 2>&1 ;;
     launch) timeout 60 python3 benchmarks/launch_overhead.py > "$OUT/launch.txt" 2>&1 ;;
     warm) timeout 90 python3 benchmarks/warm_start.py resnet50 > "$OUT/warm.txt" 2>&1 ;;
     trainprof) timeout 300 python3 benchmarks/train_profile.py resnet50 --torch-compile \

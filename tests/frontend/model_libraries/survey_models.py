@@ -1,5 +1,6 @@
 """Frontend survey over real models: how many capture, how many without a graph break, and
-which breaks remain (run it: ``python tests/frontend/survey_models.py [--train] [names]``).
+which breaks remain (run it:
+``python tests/frontend/model_libraries/survey_models.py [--train] [names]``).
 
 timm, HuggingFace transformers and torchvision models built from small configs with random
 weights (nothing is downloaded), on the CPU, compiled with the counting backend

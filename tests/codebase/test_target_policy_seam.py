@@ -8,7 +8,7 @@ per-device behaviour, add the module below with its reason.
 import pathlib
 import re
 
-EMBER = pathlib.Path(__file__).resolve().parents[1] / "ember"
+EMBER = pathlib.Path(__file__).resolve().parents[2] / "ember"
 
 # module (or folder) -> why it may look at the device type
 ALLOWED = {

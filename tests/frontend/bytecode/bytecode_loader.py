@@ -6,7 +6,7 @@ import pathlib
 import sys
 import types
 
-_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def _import_frontend():

@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-_ROOT = pathlib.Path(__file__).resolve().parents[2]
+_ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 from bytecode_loader import _import_frontend  # noqa: E402

@@ -4,7 +4,7 @@ import fnmatch
 import pathlib
 import tomllib
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_every_non_python_file_is_package_data():

@@ -6,7 +6,7 @@ FORBIDDEN = ("torch._dynamo", "torch._inductor", "torch._functorch", "torch.expo
              "torch._subclasses.fake_tensor", "torch.fx.experimental.symbolic_shapes",
              "torch.fx.experimental.sym_node", "torch.fx.experimental.proxy_tensor",
              "torch._C._dynamo")
-ROOT = pathlib.Path(__file__).resolve().parents[1] / "ember"
+ROOT = pathlib.Path(__file__).resolve().parents[2] / "ember"
 ALLOWED_DIRS = {"bench"}   # the benchmark harness compares against torch.compile as a peer
 
 

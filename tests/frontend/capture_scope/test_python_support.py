@@ -109,7 +109,7 @@ def test_unsupported_python_fullgraph_and_explain_raise(unsupported):
 def test_supported_set_matches_bytecode_tables_and_requires_python():
     assert support.frontend_supported()    # the Python running the tests is a supported one
     assert set(bytecode._SPECS) == set(support.SUPPORTED_PYTHONS)
-    pyproject = pathlib.Path(__file__).resolve().parents[2] / "pyproject.toml"
+    pyproject = pathlib.Path(__file__).resolve().parents[3] / "pyproject.toml"
     requires = tomllib.loads(pyproject.read_text())["project"]["requires-python"]
     lowest, highest = min(support.SUPPORTED_PYTHONS), max(support.SUPPORTED_PYTHONS)
     assert requires == f">={lowest[0]}.{lowest[1]},<{highest[0]}.{highest[1] + 1}"

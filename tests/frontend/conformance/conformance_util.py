@@ -1,4 +1,5 @@
-"""Shared helper of the frontend conformance suite (``tests/frontend/test_conformance_*.py``).
+"""Shared helper of the frontend conformance suite (``tests/frontend/conformance/``),
+also used by the other folders of ``tests/frontend/``.
 
 ``check(fn, inputs_a, inputs_b)`` runs ``fn`` eagerly and through ``ember.compile(fn,
 backend=CompileCounter())`` on two input sets, and asserts that outputs, input mutations,
