@@ -409,6 +409,16 @@ def _roll_layout(out, args, kwargs, device):
     return out.contiguous(memory_format=fmt)
 
 
+def _group_norm_layout(out, args, kwargs, device):
+    """CPU ``native_group_norm`` keeps a channels-last input's layout (its kernel has a
+    channels-last path); the Python reference torch runs on meta answers contiguous from torch
+    2.14 on (it asks the meta tensor's device type). CUDA's output is contiguous."""
+    fmt = {4: torch.channels_last, 5: torch.channels_last_3d}.get(out[0].dim())
+    if device.type != "cpu" or fmt is None or suggest_memory_format(args[0]) != fmt:
+        return out
+    return (out[0].contiguous(memory_format=fmt), *out[1:])
+
+
 def _updated_stats_dtype(out, args, kwargs, device):
     """``_batch_norm_with_update_functional``'s meta kernel gives the updated running
     statistics the computation dtype (float32 for half input); its kernels return them in
@@ -429,7 +439,7 @@ _FIXUPS = {aten.convolution.default: _conv_layout, aten._convolution.default: _c
            aten._native_batch_norm_legit.default: _bn_eval_stats(5),
            aten._native_batch_norm_legit_no_training.default: _bn_eval_stats(None),
            aten._batch_norm_with_update_functional.default: _updated_stats_dtype,
-           aten.roll.default: _roll_layout}
+           aten.roll.default: _roll_layout, aten.native_group_norm.default: _group_norm_layout}
 
 
 _BELOW_PYTHON = (torch._C.DispatchKeySet(torch._C.DispatchKey.Python)
