@@ -135,8 +135,7 @@ def profile_model(name: str, args: argparse.Namespace) -> ModelResult:
         ember.reset()
         if args.torch_compile:
             torch.compiler.reset()
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        _free(device)
     return result
 
 
@@ -164,14 +163,16 @@ def _profile_variants(model, inputs, device, args, result: ModelResult) -> None:
                     f"kernels; library calls {dict(compile_stats.extern_calls)}; eager "
                     f"fallbacks {dict(compile_stats.fallback_ops)}")
         except Exception as e:
-            _fail(variant, e, device)
+            _fail(variant, e)
         finally:
             compiled = None
             ember.reset()
+            _free(device)
 
     if args.torch_compile:
         variant = Variant("torch.compile")
         result.variants.append(variant)
+        peer = None
         try:
             notes: list[str] = []
             peer = harness.compile_peer(model, inputs, device, args.compile_budget or None,
@@ -184,10 +185,11 @@ def _profile_variants(model, inputs, device, args, result: ModelResult) -> None:
                 del out
                 _measure(variant, compiled, inputs, device, args, reference)
         except Exception as e:
-            _fail(variant, e, device)
+            _fail(variant, e)
         finally:
-            compiled = None
+            compiled = peer = None
             torch.compiler.reset()
+            _free(device)
 
 
 def _first_call(variant: Variant, fn, inputs, device, args) -> None:
@@ -244,9 +246,13 @@ def _relative_error(out, reference) -> float:
     return max(accuracy.relative_errors(out, reference), default=0.0)
 
 
-def _fail(variant: Variant, e: BaseException, device: torch.device) -> None:
+def _fail(variant: Variant, e: BaseException) -> None:
     variant.failure = _one_line(e)
     traceback.print_exc()
+
+
+def _free(device: torch.device) -> None:
+    """Give the caching allocator's blocks back (after an out-of-memory failure above all)."""
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
