@@ -5,27 +5,18 @@ Speed is never asserted (DESIGN.md §7). torch.compile is left out (``--no-torch
 importing torch._dynamo alone takes ~10 s here; its path is harness.compile_peer's, tested with
 the bench harness.
 """
-import importlib.util
-import pathlib
-import sys
-
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "profile_models.py"
+from benchmark_scripts import loaded
+
 SMALL_RUN = ["--device", "cpu", "--dtype", "float32", "--batch-size", "2", "--iters", "2",
              "--warmup", "1", "--profile-iters", "1", "--rows", "3", "--no-torch-compile"]
 
 
 @pytest.fixture(scope="module")
 def profiler():
-    spec = importlib.util.spec_from_file_location("benchmarks_profile_models", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    with loaded("profile_models") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def rows_of(markdown: str, first_cell: str) -> list[list[str]]:
