@@ -77,7 +77,7 @@ for step in $STEPS; do
     dropout) timeout 200 python3 benchmarks/dropout_train.py > "$OUT/dropout.txt" 2>&1 ;;
     profile) (for layout in auto channels_last; do timeout 200 python3 \
              benchmarks/profile_models.py ${PROFILE_MODELS:-mobilenetv3_large_100,convnext_tiny,vit_base} \
-             --eager --rows 12 --layout $layout; done) > "$OUT/profile.txt" 2>&1 ;;
+             --eager --rows 12 --layout $layout --no-torch-compile; done) > "$OUT/profile.txt" 2>&1 ;;
     *) echo "unknown step $step" >&2 ;;
   esac
   echo "== $step: $(tail -n 1 "$OUT"/*"$step"*.txt 2>/dev/null | tail -n 1)"

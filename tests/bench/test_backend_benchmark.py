@@ -3,28 +3,20 @@
 Speed is never asserted (DESIGN.md §7); only that the rows exist, the numbers are sane and
 Ember's outputs match eager.
 """
-import importlib.util
 import json
-import pathlib
-import sys
 
 import pytest
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "backend.py"
+from benchmark_scripts import loaded
+
 SMALL_RUN = ["--rows", "pointwise,softmax", "--iters", "2", "--warmup", "1",
              "--no-torch-compile", "--small"]
 
 
 @pytest.fixture(scope="module")
 def backend_bench():
-    spec = importlib.util.spec_from_file_location("benchmarks_backend", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module   # dataclasses look their module up there
-    try:
-        spec.loader.exec_module(module)
+    with loaded("backend") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_speed_table_has_the_rows_and_small_errors(backend_bench, capsys, tmp_path):

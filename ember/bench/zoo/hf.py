@@ -1,11 +1,12 @@
 """The ``hf`` suite, and the gpu suite's BERT-base and GPT-2: HuggingFace transformers models
 built from the configs of published checkpoints, with random weights (nothing is downloaded).
 
-Encoders (BERT, DistilBERT, ALBERT, ELECTRA), decoders (GPT-2, OPT, a Llama of SmolLM's
-size), encoder-decoders (T5, BART) and speech (Whisper, an encoder-decoder on log-mel
+Encoders (BERT, DistilBERT, ALBERT, ELECTRA, DeBERTa-v3 with its disentangled attention),
+decoders (GPT-2, OPT, a Llama of SmolLM's size, an 8-layer Mistral with grouped-query
+attention), encoder-decoders (T5, BART) and speech (Whisper, an encoder-decoder on log-mel
 features; wav2vec 2.0, an encoder on raw audio), each with its usual task head. Text inputs
-are 1 x 128 token ids on the CPU and 16 x 512 on CUDA (decoder inputs of encoder-decoders a
-quarter of that); decoders run with ``use_cache=False``, so outputs hold only tensors. Every
+are 1 x 128 token ids on the CPU and 16 x 512 on CUDA (8 x 512 for DeBERTa and Mistral, the
+size issue 34 measured them at; decoder inputs of encoder-decoders a quarter of that); decoders run with ``use_cache=False``, so outputs hold only tensors. Every
 dropout, layer drop and SpecAugment probability is 0 (``no_dropout``): eval mode ignores
 them, and a training step stays deterministic.
 """
@@ -20,6 +21,7 @@ from ember.bench.zoo.catalog import register_model
 
 
 TEXT_SHAPE = "batch 1 x 128 token ids (CPU), 16 x 512 (CUDA)"
+TEXT_SHAPE_8 = "batch 1 x 128 token ids (CPU), 8 x 512 (CUDA)"
 
 
 def _seq_len(device: torch.device) -> int:
@@ -109,6 +111,29 @@ _register("BartForConditionalGeneration", "bart-base encoder-decoder, 6 + 6 laye
               encoder_attention_heads=12, decoder_attention_heads=12, encoder_ffn_dim=3072,
               decoder_ffn_dim=3072, use_cache=False)),
           _seq2seq, shape="batch 1 x 128 + 32 token ids (CPU), 16 x 512 + 128 (CUDA)")
+
+
+# The two HF models of issue 34's GPU table, measured at 8 x 512 tokens on the H100.
+_register("DebertaV2ForMaskedLM", "deberta-v3-base's config: 12 layers, hidden 768, "
+                                  "disentangled relative attention (p2c, c2p), MLM head",
+          lambda t: t.DebertaV2ForMaskedLM(_config(
+              t, "DebertaV2Config", hidden_size=768, num_hidden_layers=12,
+              num_attention_heads=12, intermediate_size=3072, vocab_size=128100,
+              relative_attention=True, position_buckets=256, norm_rel_ebd="layer_norm",
+              share_att_key=True, pos_att_type=["p2c", "c2p"], max_relative_positions=-1,
+              position_biased_input=False, type_vocab_size=0, layer_norm_eps=1e-7)),
+          _text, cuda_batch_size=8, shape=TEXT_SHAPE_8)
+# 8 Mistral layers at GPT-2's width: 12 query heads share 4 key/value heads (head 64), a
+# 4x SwiGLU MLP (3072), RoPE, Mistral's own 32000-token vocabulary and 4096-token sliding
+# window (wider than the sequence, so the mask is plain causal).
+_register("MistralForCausalLM", "Mistral decoder, 8 layers, hidden 768, grouped-query "
+                                "attention 12 / 4 heads, MLP 3072, vocab 32000",
+          lambda t: t.MistralForCausalLM(_config(
+              t, "MistralConfig", hidden_size=768, intermediate_size=3072,
+              num_hidden_layers=8, num_attention_heads=12, num_key_value_heads=4,
+              head_dim=64, vocab_size=32000, max_position_embeddings=4096,
+              sliding_window=4096, use_cache=False)),
+          _text, cuda_batch_size=8, shape=TEXT_SHAPE_8)
 
 
 def _whisper_inputs(config, batch, device):

@@ -3,8 +3,9 @@ with random weights.
 
 CNNs of several block types (residual, inverted residual with squeeze-excite, ghost modules,
 ConvNeXt, RegNet, EdgeNeXt), vision transformers (ViT, DeiT with its distillation token, Swin
-with shifted windows, LeViT), an MLP-Mixer and a hybrid (MobileViT). Each takes 224x224 images
-but resnet18 (128x128); batch 1 on the CPU, 32 on CUDA. Stochastic depth and dropout stay at
+with shifted windows, LeViT), an MLP-Mixer and hybrids (MobileViT; MaxViT: MBConv blocks with
+block and grid window attention). Each takes 224x224 images but resnet18 (128x128); batch 1 on
+the CPU, 32 on CUDA. Stochastic depth and dropout stay at
 timm's defaults for these models: off. The gpu suite's resnet50, mobilenetv3_large_100 and
 vit_base run in bfloat16 at the batches of the training benchmark.
 
@@ -50,6 +51,8 @@ TIMM_MODELS = {
     "levit_128s": ("levit_128s", "hybrid: convolutional stem, attention with biases"),
     "mixer_s16": ("mixer_s16_224", "MLP-Mixer: token and channel MLPs"),
     "mobilevit_xxs": ("mobilevit_xxs", "hybrid: MobileNet blocks and transformers"),
+    "maxvit_tiny_rw_224": ("maxvit_tiny_rw_224", "hybrid: MBConv blocks, block and grid "
+                                                 "window attention"),
 }
 
 

@@ -1,7 +1,8 @@
 """The ``torchvision`` suite: torchvision's classification and segmentation models, random
 weights (``weights=None``).
 
-Classic CNNs (AlexNet, GoogLeNet, SqueezeNet, DenseNet, ResNeXt), mobile CNNs (MobileNet v2
+Classic CNNs (AlexNet, VGG-16 with batch norm, GoogLeNet, SqueezeNet, DenseNet, ResNet-152,
+ResNeXt), mobile CNNs (MobileNet v2
 and v3, ShuffleNet v2 with its channel shuffle, MnasNet, RegNet), ConvNeXt, transformers (ViT,
 Swin) and a segmentation network (DeepLabV3 on MobileNetV3, atrous convolutions and
 upsampling, a dict output). 224x224 images; batch 1 on the CPU, 32 on CUDA. Stochastic
@@ -20,10 +21,12 @@ from ember.bench.zoo.catalog import register_model
 # registry name -> (torchvision builder, constructor keywords, what it covers)
 TORCHVISION_MODELS = {
     "alexnet": ("alexnet", {}, "classic CNN, large fully connected layers"),
+    "vgg16_bn": ("vgg16_bn", {}, "VGG-16: 13 plain 3x3 conv-bn-relu, large fully connected"),
     "googlenet": ("googlenet", {"aux_logits": False, "init_weights": True},
                   "inception blocks (parallel branches, concat)"),
     "squeezenet1_1": ("squeezenet1_1", {}, "fire modules"),
     "densenet121": ("densenet121", {}, "dense blocks (many concats)"),
+    "resnet152": ("resnet152", {}, "deep ResNet: 50 bottleneck blocks"),
     "resnext50_32x4d": ("resnext50_32x4d", {}, "grouped bottleneck convolutions"),
     "mobilenet_v2": ("mobilenet_v2", {}, "inverted residuals, ReLU6"),
     "mobilenet_v3_small": ("mobilenet_v3_small", {}, "squeeze-excite, hardswish"),
