@@ -7,6 +7,6 @@ lowering runs its ATen kernel from the wrapper (a fallback: correct, just not fu
 """
 from ember.backend.lowering.registry import LOWERINGS, register_lowering
 
-from ember.backend.lowering import pointwise, reductions, views, indexing, pooling, random, matmul  # noqa: F401,E501
+from ember.backend.lowering import pointwise, reductions, views, indexing, pooling, random, matmul, convolution  # noqa: F401,E501
 
 __all__ = ["LOWERINGS", "register_lowering"]

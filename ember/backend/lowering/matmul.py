@@ -29,24 +29,9 @@ import torch.fx
 
 from ember import config, logs
 from ember.backend.ir import Layout, Pointwise, sym
-from ember.backend.lowering.cost import LIBRARY_OPS
-from ember.backend.lowering.registry import (LOWERINGS, aten, broadcast_loader, is_ir,
-                                             register_lowering)
+from ember.backend.lowering.registry import (aten, broadcast_loader, is_ir,
+                                             read_by_generated_code_only, register_lowering)
 from ember.backend.ops import ops
-from ember.fake import returns_alias
-
-
-def _read_by_generated_code_only(node: torch.fx.Node) -> bool:
-    """``node``'s value (through views: ops whose schema returns an alias) has one reader,
-    an op with a lowering that is not a library call."""
-    while len(node.users) == 1:
-        (user,) = node.users
-        if user.op != "call_function":
-            return False
-        if not (isinstance(user.target, torch._ops.OpOverload) and returns_alias(user.target)):
-            return user.target in LOWERINGS and user.target not in LIBRARY_OPS
-        node = user
-    return False
 
 
 def _padded_columns(ctx, a, b) -> int | None:
@@ -108,7 +93,7 @@ def _addmm(ctx, bias, a, b, *, beta=1, alpha=1):
     columns = _padded_columns(ctx, a, b)
     if columns is not None:
         product = _padded_product(ctx, a, b, ctx.node.args[2].meta["val"], columns)
-    elif ctx.graph.target.adds_addmm_bias(ctx.dtype) and _read_by_generated_code_only(ctx.node):
+    elif ctx.graph.target.adds_addmm_bias(ctx.dtype) and read_by_generated_code_only(ctx.node):
         product = ctx.graph.library_call(aten.mm.default, [a, b], ctx.out).make_loader()
     else:
         return NotImplemented

@@ -7,7 +7,9 @@ import sympy
 import torch
 
 from ember.backend.ir import IRNode, Pointwise, sym
+from ember.backend.lowering.cost import LIBRARY_OPS
 from ember.backend.ops import ops
+from ember.fake import returns_alias
 
 aten = torch.ops.aten
 LOWERINGS: dict[Any, Callable] = {}
@@ -130,3 +132,17 @@ def _fn_result_dtype(fn, compute):
 def bool_result(fn):
     fn.result_dtype = torch.bool
     return fn
+
+
+def read_by_generated_code_only(node: torch.fx.Node) -> bool:
+    """``node``'s value (through views: ops whose schema returns an alias) has one reader,
+    an op with a lowering that is not a library call (matmul.py, convolution.py: a bias
+    added by the kernel that reads the product)."""
+    while len(node.users) == 1:
+        (user,) = node.users
+        if user.op != "call_function":
+            return False
+        if not (isinstance(user.target, torch._ops.OpOverload) and returns_alias(user.target)):
+            return user.target in LOWERINGS and user.target not in LIBRARY_OPS
+        node = user
+    return False

@@ -120,6 +120,12 @@ class Target:
         addmm costs a pass over its result to copy the bias in."""
         return False
 
+    def adds_conv_bias(self, dtype: torch.dtype) -> bool:
+        """Whether a ``convolution`` whose readers are all generated code runs without its
+        bias, the bias added in the kernel that reads it (lowering/convolution.py): where
+        the library adds the bias in a pass of its own."""
+        return False
+
     def prefers_channels_last(self, gm: torch.fx.GraphModule, convolutions: list,
                               training: bool) -> bool:
         """Whether ``config.layout_optimization="auto"`` runs the captured graph ``gm``'s 2-D
@@ -149,6 +155,10 @@ class CpuPolicy:
         """ATen's CPU addmm copies the broadcast bias into its result before the GEMM adds
         to it (lowering/matmul.py); in float32 and float64."""
         return dtype in (torch.float32, torch.float64)
+
+    def adds_conv_bias(self, dtype: torch.dtype) -> bool:
+        """oneDNN adds a convolution's bias inside its kernel."""
+        return False
 
     def prefers_channels_last(self, gm, convolutions, training):
         """Inference graphs whose weights that need converting are not large next to the

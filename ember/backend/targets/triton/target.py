@@ -61,6 +61,10 @@ class TritonTarget(Target):
         """cuBLAS's fast half-precision kernels need 16-byte aligned rows."""
         return dtype in (torch.float16, torch.bfloat16)
 
+    def adds_conv_bias(self, dtype):
+        """ATen's cuDNN convolution adds its bias in a kernel of its own."""
+        return True
+
     def prefers_channels_last(self, gm, convolutions, training):
         """cuDNN's tensor-core convolutions work on NHWC data: graphs whose convolutions
         compute in half precision (passes/layout.py)."""
