@@ -192,6 +192,28 @@ def _call_text(ctx: EmitContext, fn_expr: str, parts: list[str]) -> str:
     return f"{fn_expr}({', '.join(parts)})"
 
 
+def _frame_readers() -> dict:
+    """Callables that read the frame that calls them when given at most this many positional
+    arguments: run at a break, they would see the generated entry's frame (its locals, its
+    globals, no ``__class__`` cell), not the user's."""
+    import inspect
+    import sys
+    return {locals: 0, globals: 0, vars: 0, dir: 0, super: 0, eval: 1, exec: 1,
+            sys._getframe: 1, inspect.currentframe: 0}
+
+
+def _refuse_frame_reader(fn, nargs: int | None) -> None:
+    """Unsupported (the frame runs eagerly) for a call that reads its caller's frame."""
+    value = getattr(fn, "value", None)
+    try:
+        limit = _frame_readers().get(value)
+    except TypeError:        # an unhashable value: not one of them
+        return
+    if limit is not None and (nargs is None or nargs <= limit):
+        raise Unsupported(f"{getattr(value, '__name__', value)}() reads the calling frame, "
+                          f"which is not the user's outside the graph")
+
+
 @emitter("CALL", "CALL_KW", inputs=_call_inputs)
 def _emit_call(ctx: EmitContext, inst) -> Emitted:
     from ember.frontend.translator import split_callable
@@ -201,6 +223,7 @@ def _emit_call(ctx: EmitContext, inst) -> Emitted:
     else:
         names = ctx.tx.kw_names
     fn, args = split_callable(first, second, args)
+    _refuse_frame_reader(fn, len(args) - len(names))
     positional = args[:len(args) - len(names)]
     parts = [_rebuild(ctx, a) for a in positional]
     parts += [f"**{{{k!r}: {_rebuild(ctx, v)}}}" for k, v in
@@ -214,6 +237,7 @@ def _emit_call_ex(ctx: EmitContext, inst) -> Emitted:
     from ember.frontend.translator import NULL
     ops = [v for v in ctx.operands if v is not NULL]
     fn, args, kwargs = ops[0], ops[1], ops[2] if inst.arg & 1 else None
+    _refuse_frame_reader(fn, None)
     parts = [f"*{_rebuild(ctx, args)}"]
     if kwargs is not None:
         parts.append(f"**{_rebuild(ctx, kwargs)}")
