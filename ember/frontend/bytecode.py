@@ -411,6 +411,10 @@ def disassemble(code: types.CodeType) -> list[Instruction]:
     for raw in dis.get_instructions(code):
         if raw.opname in ("EXTENDED_ARG", "CACHE"):
             continue   # folded into the next instruction's arg / re-created by assemble
+        if raw.opname == "ENTER_EXECUTOR" or raw.opname.startswith("INSTRUMENTED_"):
+            # run-time rewrites (3.12+'s optimizer, monitoring) that co_code normally hides:
+            # their operands mean nothing in a copy, so refuse rather than copy them
+            raise ValueError(f"{code.co_qualname}: {raw.opname} at offset {raw.offset}")
         positions = raw.positions
         argval = raw.argval
         if raw.opname in _CONST_OPS:

@@ -125,7 +125,10 @@ def _disassembled(code):
     if found is None:
         if len(_DISASSEMBLED) >= 1024:
             _DISASSEMBLED.clear()
-        instructions = disassemble(code)
+        try:
+            instructions = disassemble(code)
+        except ValueError as e:
+            raise Unsupported(f"bytecode the frontend cannot read: {e}") from None
         found = _DISASSEMBLED[code] = (instructions,
                                        {id(inst): i for i, inst in enumerate(instructions)})
     return found
