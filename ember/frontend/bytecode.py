@@ -53,12 +53,12 @@ code object that was produced.
 """
 from __future__ import annotations
 
+import dataclasses
 import dis
 import io
 import sys
 import types
 from bisect import bisect_left
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -119,8 +119,6 @@ class _VersionSpec:
     load_fast_of_cell_is_closure: bool = False
     # COMPARE_OP bit asking for the result converted to bool (3.13 folds TO_BOOL into it).
     compare_to_bool_bit: int = 0
-    # How keyword names reach a call: "KW_NAMES" (a prefix) or "CALL_KW" (on the stack).
-    kw_call: str = "KW_NAMES"
     # Opcodes the compiler sizes the stack for as the pair they replace (3.13 forms
     # RETURN_CONST from LOAD_CONST + RETURN_VALUE after computing co_stacksize).
     sized_as_push: frozenset[str] = frozenset()
@@ -195,7 +193,6 @@ _SPEC_313 = dataclasses.replace(
                    "STORE_FAST_LOAD_FAST": ("STORE_FAST", "LOAD_FAST"),
                    "STORE_FAST_STORE_FAST": ("STORE_FAST", "STORE_FAST")},
     load_fast_of_cell_is_closure=True,
-    kw_call="CALL_KW",
     sized_as_push=frozenset({"RETURN_CONST"}),
 )
 

@@ -98,8 +98,8 @@ def split_callable(first: VariableTracker, second: VariableTracker, args: list
 
 def attr_method_form(inst: Instruction) -> bool:
     """LOAD_ATTR with the low bit set (3.12+): load for a call, with a NULL or self."""
-    return (VERSION_SPEC.name_flag_bits.get(inst.opname) is not None
-            and inst.opname == "LOAD_ATTR" and inst.arg is not None and bool(inst.arg & 1))
+    return (inst.opname == "LOAD_ATTR" and "LOAD_ATTR" in VERSION_SPEC.name_flag_bits
+            and inst.arg is not None and bool(inst.arg & 1))
 
 
 class _LazyLocal:
