@@ -24,15 +24,28 @@ from __future__ import annotations
 import dis
 from typing import Iterable, Sequence
 
-from ember.frontend.bytecode import (VERSION_SPEC, Instruction, is_jump, is_scope_exit,
+from ember.frontend.bytecode import (VERSION_SPEC, Instruction, has_arg, is_jump, is_scope_exit,
                                      is_unconditional_jump)
 
 __all__ = ["stack_effect", "stack_depth", "jump_targets", "livevars_at", "remove_nops",
            "remove_dead_code", "reachable"]
 
-# Locals these opcodes read / write (3.13's LOAD_FAST_LOAD_FAST packs two: not handled yet).
+# Locals these opcodes read / write (3.13's super-instructions do one of each half, in order).
 _LOCAL_READS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_AND_CLEAR", "DELETE_FAST"})
 _LOCAL_WRITES = frozenset({"STORE_FAST"})
+
+
+def _local_effects(inst: Instruction) -> list[tuple[bool, str]]:
+    """(is_read, name) for each local ``inst`` reads or writes, in execution order."""
+    halves = VERSION_SPEC.paired_locals.get(inst.opname)
+    if halves is not None:
+        return [(half in _LOCAL_READS, name) for half, name in zip(halves, inst.argval)
+                if half in _LOCAL_READS or half in _LOCAL_WRITES]
+    if inst.opname in _LOCAL_READS:
+        return [(True, inst.argval)]
+    if inst.opname in _LOCAL_WRITES:
+        return [(False, inst.argval)]
+    return []
 
 
 def stack_effect(inst: Instruction, jump: bool = False) -> int:
@@ -41,7 +54,7 @@ def stack_effect(inst: Instruction, jump: bool = False) -> int:
     if override is not None:
         return override
     opcode = inst.opcode
-    if opcode < dis.HAVE_ARGUMENT:
+    if not has_arg(opcode):
         return dis.stack_effect(opcode, None, jump=jump)
     return dis.stack_effect(opcode, inst.arg if inst.arg is not None else 0, jump=jump)
 
@@ -81,6 +94,8 @@ def stack_depth(instructions: Sequence[Instruction]) -> int:
                 push(inst.exn_tab_entry.target, _handler_depth(inst))
             if is_jump(inst):
                 push(inst.target, depth + stack_effect(inst, jump=True))
+            if inst.opname in VERSION_SPEC.sized_as_push:
+                max_depth = max(max_depth, depth + 1)
             depth += stack_effect(inst, jump=False)
             if depth < 0:
                 raise ValueError(f"stack underflow at {inst}")
@@ -130,12 +145,16 @@ def livevars_at(instructions: Sequence[Instruction], inst: Instruction) -> set[s
             out: set[str] = set()
             for j in normal:
                 out |= live_in[j]
-            if current.opname in _LOCAL_WRITES:
-                out.discard(current.argval)
+            # backwards through the instruction's own reads and writes; the handler may be
+            # entered before any of its writes happened, so its live locals stay live
+            effects = _local_effects(current)
+            for is_read, name in reversed(effects):
+                if is_read:
+                    out.add(name)
+                else:
+                    out.discard(name)
             for j in exceptional:
                 out |= live_in[j]
-            if current.opname in _LOCAL_READS:
-                out.add(current.argval)
             new = frozenset(out)
             if new != live_in[i]:
                 live_in[i] = new

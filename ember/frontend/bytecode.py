@@ -1,4 +1,4 @@
-"""Decode code objects into editable instructions and assemble them back (CPython 3.11, 3.12).
+"""Decode code objects into editable instructions and assemble them back (CPython 3.11-3.13).
 
 The frontend reads a frame's bytecode, rewrites it (prologue calling the compiled graph, resume
 functions after a graph break) and needs a valid code object back. This module is the only place
@@ -37,10 +37,15 @@ Decisions
   CPython shrinks too, so in rare pathological layouts our code may carry a redundant
   ``EXTENDED_ARG 0``.  It is still valid.
 * **Version differences live in ``_VersionSpec`` tables** (one per minor version), selected once
-  at import; code below asks the table, never ``sys.version_info``. Adding 3.13 means adding a
-  row (plus its new super-instructions such as LOAD_FAST_LOAD_FAST, whose operand packs two
-  locals; not handled yet) and the version to ``support.SUPPORTED_PYTHONS``, which decides
-  where ``ember.compile`` captures at all.
+  at import; code below (and the translator, the graph-break emitters, resume functions) asks
+  the table, never ``sys.version_info``. A new version means a row here and the version in
+  ``support.SUPPORTED_PYTHONS``, which decides where ``ember.compile`` captures at all.
+* **Super-instructions stay whole** (3.13's LOAD_FAST_LOAD_FAST, STORE_FAST_LOAD_FAST,
+  STORE_FAST_STORE_FAST: ``argval`` is the pair of names), so unedited code round-trips and an
+  instruction index means the same in the code and in its disassembly. Their operand packs two
+  4-bit local indices; when an edit moves a local past index 15 (a resume function's new
+  parameters come first), :func:`assemble` splits the pair into its two plain instructions
+  (the first keeps the object's identity, so jumps and handlers still land on it).
 
 :func:`assemble` writes the final ``arg`` and ``offset`` back into the instructions it was given
 (and may flip a jump's ``opname`` to the right direction): after assembly the list describes the
@@ -48,6 +53,7 @@ code object that was produced.
 """
 from __future__ import annotations
 
+import dataclasses
 import dis
 import io
 import sys
@@ -102,6 +108,20 @@ class _VersionSpec:
     # 3.12's compiler writes one location entry for a run of equal locations; 3.11 one per
     # instruction. Either decodes the same; matching it keeps round trips byte-identical.
     merge_equal_locations: bool
+    # Where the NULL (or self) of a call sits: below the callable (3.11/3.12: LOAD_GLOBAL and
+    # method-form LOAD_ATTR push NULL first) or above it (3.13: ``callable, self_or_null``).
+    null_after_callable: bool = False
+    # What FOR_ITER skips at its target when the iterator is exhausted (it pops the iterator).
+    for_iter_exit_skips: tuple[str, ...] = ()
+    # Super-instructions whose operand packs two locals (first << 4 | second): their halves.
+    paired_locals: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+    # 3.13 has no LOAD_CLOSURE: LOAD_FAST of a cell variable pushes the cell itself.
+    load_fast_of_cell_is_closure: bool = False
+    # COMPARE_OP bit asking for the result converted to bool (3.13 folds TO_BOOL into it).
+    compare_to_bool_bit: int = 0
+    # Opcodes the compiler sizes the stack for as the pair they replace (3.13 forms
+    # RETURN_CONST from LOAD_CONST + RETURN_VALUE after computing co_stacksize).
+    sized_as_push: frozenset[str] = frozenset()
 
 
 _SPEC_311 = _VersionSpec(
@@ -155,9 +175,28 @@ _SPEC_312 = _VersionSpec(
     load_method=("LOAD_ATTR", 1),
     stack_effect_overrides={"RETURN_GENERATOR": 1},
     merge_equal_locations=True,
+    for_iter_exit_skips=("END_FOR",),
 )
 
-_SPECS = {s.version: s for s in (_SPEC_311, _SPEC_312)}
+# 3.13: CALL_KW replaces KW_NAMES, the NULL of a call moves above the callable, TO_BOOL and the
+# COMPARE_OP bool bit make conditional jumps take exact bools, FORMAT_VALUE splits into
+# CONVERT_VALUE/FORMAT_SIMPLE/FORMAT_WITH_SPEC, MAKE_FUNCTION's flags become
+# SET_FUNCTION_ATTRIBUTE, LOAD_CLOSURE becomes LOAD_FAST, and locals pair up in
+# super-instructions. Jumps, tables and location entries are as in 3.12.
+_SPEC_313 = dataclasses.replace(
+    _SPEC_312,
+    version=(3, 13),
+    compare_shift=5, compare_keep_bits=16, compare_to_bool_bit=16,
+    null_after_callable=True,
+    for_iter_exit_skips=("END_FOR", "POP_TOP"),
+    paired_locals={"LOAD_FAST_LOAD_FAST": ("LOAD_FAST", "LOAD_FAST"),
+                   "STORE_FAST_LOAD_FAST": ("STORE_FAST", "LOAD_FAST"),
+                   "STORE_FAST_STORE_FAST": ("STORE_FAST", "STORE_FAST")},
+    load_fast_of_cell_is_closure=True,
+    sized_as_push=frozenset({"RETURN_CONST"}),
+)
+
+_SPECS = {s.version: s for s in (_SPEC_311, _SPEC_312, _SPEC_313)}
 # The versions ember.compile captures on (see support.py) are exactly those with a table.
 if set(_SPECS) != set(SUPPORTED_PYTHONS):
     raise ImportError(f"bytecode tables for {sorted(_SPECS)} but support.SUPPORTED_PYTHONS "
@@ -177,7 +216,14 @@ def _select_spec() -> _VersionSpec:
 
 VERSION_SPEC = _select_spec()
 
-_HAVE_ARGUMENT = dis.HAVE_ARGUMENT
+# Opcodes that take an operand: from HAVE_ARGUMENT up, except (3.13) WITH_EXCEPT_START.
+_HAS_ARG = frozenset(getattr(dis, "hasarg", range(dis.HAVE_ARGUMENT, 256)))
+
+
+def has_arg(opcode: int) -> bool:
+    return opcode in _HAS_ARG
+
+
 _EXTENDED_ARG = dis.opmap["EXTENDED_ARG"]
 _CACHE = dis.opmap["CACHE"]
 _JUMP_OPNAMES = frozenset(VERSION_SPEC.forward_jumps | VERSION_SPEC.backward_jumps
@@ -362,6 +408,10 @@ def disassemble(code: types.CodeType) -> list[Instruction]:
     for raw in dis.get_instructions(code):
         if raw.opname in ("EXTENDED_ARG", "CACHE"):
             continue   # folded into the next instruction's arg / re-created by assemble
+        if raw.opname == "ENTER_EXECUTOR" or raw.opname.startswith("INSTRUMENTED_"):
+            # run-time rewrites (3.12+'s optimizer, monitoring) that co_code normally hides:
+            # their operands mean nothing in a copy, so refuse rather than copy them
+            raise ValueError(f"{code.co_qualname}: {raw.opname} at offset {raw.offset}")
         positions = raw.positions
         argval = raw.argval
         if raw.opname in _CONST_OPS:
@@ -567,6 +617,10 @@ class _Tables:
     def register(self, inst: Instruction) -> None:
         """Make sure the value ``inst`` refers to has a slot (pass 1: tables only grow)."""
         name, value = inst.opname, inst.argval
+        if name in VERSION_SPEC.paired_locals:
+            for half, local in zip(VERSION_SPEC.paired_locals[name], _pair_of(inst)):
+                self.register(Instruction(half, None, local))
+            return
         if name in _NAME_OPS:
             if value not in self.names:
                 self.names.append(value)
@@ -586,6 +640,11 @@ class _Tables:
         name, value, arg = inst.opname, inst.argval, inst.arg
         if name == "COMPARE_OP":
             return _compare_arg(value, arg)
+        if name in VERSION_SPEC.paired_locals:
+            first, second = (self.localsplus.index(v) for v in _pair_of(inst))
+            if first > 15 or second > 15:
+                raise ValueError(f"{inst}: locals past index 15 do not fit the paired operand")
+            return (first << 4) | second
         if name in _NAME_OPS:
             table, same = self.names, (lambda a, b: a == b)
         elif name in _CONST_OPS:
@@ -594,7 +653,7 @@ class _Tables:
             table, same = self.localsplus, (lambda a, b: a == b)
         else:
             if arg is None:
-                if dis.opmap[name] >= _HAVE_ARGUMENT:
+                if has_arg(dis.opmap[name]):
                     raise ValueError(f"{inst} takes an operand but has arg=None")
                 return 0
             return arg
@@ -606,6 +665,54 @@ class _Tables:
                 return arg
         index = next(i for i, entry in enumerate(table) if same(entry, value))
         return (index << shift) | flags
+
+
+def _pair_of(inst: Instruction) -> tuple[str, str]:
+    value = inst.argval
+    if not (isinstance(value, tuple) and len(value) == 2
+            and all(isinstance(v, str) for v in value)):
+        raise ValueError(f"{inst}: argval must be the pair of local names")
+    return value
+
+
+def _split_wide_pairs(insts: list[Instruction], tables: _Tables) -> list[Instruction]:
+    """Super-instructions whose locals no longer fit 4 bits, as their two plain halves (the
+    first half is the same object: jumps and handlers that reach it still do)."""
+    pairs = VERSION_SPEC.paired_locals
+    if not pairs or not any(inst.opname in pairs for inst in insts):
+        return insts
+    out = []
+    for inst in insts:
+        if inst.opname in pairs:
+            names = _pair_of(inst)
+            if any(tables.localsplus.index(v) > 15 for v in names):
+                first_op, second_op = pairs[inst.opname]
+                second = Instruction(second_op, None, names[1], lineno=inst.lineno,
+                                     positions=inst.positions,
+                                     exn_tab_entry=inst.exn_tab_entry)
+                inst.opname, inst.arg, inst.argval = first_op, None, names[0]
+                out += [inst, second]
+                continue
+        out.append(inst)
+    return out
+
+
+def _check_for_iter_exits(insts: list[Instruction]) -> None:
+    """An exhausted FOR_ITER skips a fixed number of code units at its target (3.12: END_FOR;
+    3.13: END_FOR and POP_TOP) without looking: anything else there would run out of step
+    with the stack and can crash the interpreter, so it is an error here."""
+    skips = VERSION_SPEC.for_iter_exit_skips
+    if not skips:
+        return
+    position = {id(inst): i for i, inst in enumerate(insts)}
+    for inst in insts:
+        if inst.opname != "FOR_ITER":
+            continue
+        at = position[id(inst.target)]
+        found = tuple(i.opname for i in insts[at:at + len(skips)])
+        if found != skips:
+            raise ValueError(f"{inst}: its exit must be {' '.join(skips)}, not "
+                             f"{' '.join(found)}")
 
 
 def _extended_args_needed(arg: int) -> int:
@@ -655,6 +762,8 @@ def assemble(instructions: Sequence[Instruction], template: types.CodeType,
     for inst in insts:
         if _needs_argval(inst.opname) and inst.opname != "COMPARE_OP":
             tables.register(inst)
+    insts = _split_wide_pairs(insts, tables)
+    _check_for_iter_exits(insts)
     opcodes = [dis.opmap[inst.opname] for inst in insts]
     caches = [_cache_count(inst.opname) for inst in insts]
     jumps = [inst.opname in _JUMP_OPNAMES for inst in insts]
@@ -695,7 +804,7 @@ def assemble(instructions: Sequence[Instruction], template: types.CodeType,
         for shift in range(prefixes[i], 0, -1):
             code += bytes((_EXTENDED_ARG, (arg >> (8 * shift)) & 0xFF))
         inst.offset = len(code)
-        inst.arg = arg if opcodes[i] >= _HAVE_ARGUMENT else None
+        inst.arg = arg if has_arg(opcodes[i]) else None
         code += bytes((opcodes[i], arg & 0xFF))
         code += bytes((_CACHE, 0)) * caches[i]
         location = _location(inst)

@@ -369,7 +369,8 @@ def _live_locals(tx, target: int, cg: EntryCodegen, on_stack: dict[int, int]
     made again by the resume's prologue, once however many names (locals, a ``for`` loop's
     stack item) it has, so advancing it through one name advances it through all."""
     live = livevars_at(tx.instructions, tx.instructions[target])
-    cells = set(resume.cell_params(tx.code))
+    # a cell's value lives in the cell (3.13 reads a cell for a closure with LOAD_FAST)
+    cells = set(resume.cell_params(tx.code)) | set(resume.origin(tx.code).co_cellvars)
     names, values, iterators = [], [], []
     named: dict[int, str] = {}
     for name in tx.code.co_varnames:

@@ -174,11 +174,14 @@ def _rebuild(ctx: EmitContext, vt) -> str:
 
 
 def _call_inputs(tx, inst) -> int:
-    return inst.arg + 2
+    return inst.arg + 2 + (inst.opname == "CALL_KW")   # CALL_KW: + the names tuple
 
 
 def _call_ex_inputs(tx, inst) -> int:
-    n = 2 + (inst.arg & 1)
+    from ember.frontend.bytecode import VERSION_SPEC
+    n = 2 + (inst.arg & 1)                  # callable, args[, kwargs]
+    if VERSION_SPEC.null_after_callable:    # 3.13: callable, NULL, args[, kwargs]
+        return n + 1
     from ember.frontend.translator import NULL
     return n + (len(tx.stack) > n and tx.stack[-n - 1] is NULL)
 
@@ -189,12 +192,38 @@ def _call_text(ctx: EmitContext, fn_expr: str, parts: list[str]) -> str:
     return f"{fn_expr}({', '.join(parts)})"
 
 
-@emitter("CALL", inputs=_call_inputs)
+def _frame_readers() -> dict:
+    """Callables that read the frame that calls them when given at most this many positional
+    arguments: run at a break, they would see the generated entry's frame (its locals, its
+    globals, no ``__class__`` cell), not the user's."""
+    import inspect
+    import sys
+    return {locals: 0, globals: 0, vars: 0, dir: 0, super: 0, eval: 1, exec: 1,
+            sys._getframe: 1, inspect.currentframe: 0}
+
+
+def _refuse_frame_reader(fn, nargs: int | None) -> None:
+    """Unsupported (the frame runs eagerly) for a call that reads its caller's frame."""
+    value = getattr(fn, "value", None)
+    try:
+        limit = _frame_readers().get(value)
+    except TypeError:        # an unhashable value: not one of them
+        return
+    if limit is not None and (nargs is None or nargs <= limit):
+        raise Unsupported(f"{getattr(value, '__name__', value)}() reads the calling frame, "
+                          f"which is not the user's outside the graph")
+
+
+@emitter("CALL", "CALL_KW", inputs=_call_inputs)
 def _emit_call(ctx: EmitContext, inst) -> Emitted:
-    from ember.frontend.translator import NULL
+    from ember.frontend.translator import split_callable
     first, second, *args = ctx.operands
-    fn, args = (second, args) if first is NULL else (first, [second, *args])
-    names = ctx.tx.kw_names
+    if inst.opname == "CALL_KW":
+        names = args.pop().as_python_constant()
+    else:
+        names = ctx.tx.kw_names
+    fn, args = split_callable(first, second, args)
+    _refuse_frame_reader(fn, len(args) - len(names))
     positional = args[:len(args) - len(names)]
     parts = [_rebuild(ctx, a) for a in positional]
     parts += [f"**{{{k!r}: {_rebuild(ctx, v)}}}" for k, v in
@@ -208,6 +237,7 @@ def _emit_call_ex(ctx: EmitContext, inst) -> Emitted:
     from ember.frontend.translator import NULL
     ops = [v for v in ctx.operands if v is not NULL]
     fn, args, kwargs = ops[0], ops[1], ops[2] if inst.arg & 1 else None
+    _refuse_frame_reader(fn, None)
     parts = [f"*{_rebuild(ctx, args)}"]
     if kwargs is not None:
         parts.append(f"**{_rebuild(ctx, kwargs)}")
@@ -235,7 +265,20 @@ def _compare_op(inst):
 
 
 _EMITTERS["BINARY_OP"] = (lambda tx, inst: 2, _operator_emitter(_binary_op))
-_EMITTERS["COMPARE_OP"] = (lambda tx, inst: 2, _operator_emitter(_compare_op))
+@emitter("COMPARE_OP", inputs=2)
+def _emit_compare(ctx: EmitContext, inst) -> Emitted:
+    from ember.frontend.bytecode import VERSION_SPEC
+    emitted = _operator_emitter(_compare_op)(ctx, inst)
+    if inst.arg & VERSION_SPEC.compare_to_bool_bit:   # 3.13: the branch after takes a bool
+        r = emitted.outcomes[0].pushed[0]
+        emitted.lines.append(f"{r} = bool({r})")
+    return emitted
+
+
+@emitter("TO_BOOL", inputs=1)
+def _emit_to_bool(ctx: EmitContext, inst) -> Emitted:
+    r = ctx.result()
+    return Emitted([f"{r} = bool({_rebuild(ctx, ctx.operands[0])})"], ctx.next(r))
 _EMITTERS["BINARY_SUBSCR"] = (lambda tx, inst: 2, _operator_emitter(lambda i: operator.getitem))
 _EMITTERS["UNARY_NEGATIVE"] = (lambda tx, inst: 1, _operator_emitter(lambda i: operator.neg))
 _EMITTERS["UNARY_POSITIVE"] = (lambda tx, inst: 1, _operator_emitter(lambda i: operator.pos))
@@ -280,22 +323,42 @@ def _emit_delete_attr(ctx: EmitContext, inst) -> Emitted:
 
 @emitter("LOAD_ATTR", "LOAD_METHOD", inputs=1)
 def _emit_load_attr(ctx: EmitContext, inst) -> Emitted:
-    from ember.frontend.translator import PY312
+    from ember.frontend.bytecode import VERSION_SPEC
+    from ember.frontend.translator import attr_method_form
     r = ctx.result()
     lines = [f"{r} = getattr({_rebuild(ctx, ctx.operands[0])}, {inst.argval!r})"]
-    method_form = inst.opname == "LOAD_METHOD" or (PY312 and inst.arg is not None
-                                                   and inst.arg & 1)
-    # a bound method under a NULL calls the same as the unbound method and its self
-    return Emitted(lines, ctx.next(None, r) if method_form else ctx.next(r))
+    if not (inst.opname == "LOAD_METHOD" or attr_method_form(inst)):
+        return Emitted(lines, ctx.next(r))
+    # a bound method with a NULL calls the same as the unbound method and its self
+    pushed = (r, None) if VERSION_SPEC.null_after_callable else (None, r)
+    return Emitted(lines, ctx.next(*pushed))
+
+
+_CONVERSIONS = {0: "", 1: "str", 2: "repr", 3: "ascii"}
 
 
 @emitter("FORMAT_VALUE", inputs=lambda tx, inst: 2 if inst.arg & 0x04 else 1)
 def _emit_format_value(ctx: EmitContext, inst) -> Emitted:
     value = _rebuild(ctx, ctx.operands[0])
     spec = _rebuild(ctx, ctx.operands[1]) if inst.arg & 0x04 else "''"
-    convert = {0: "", 1: "str", 2: "repr", 3: "ascii"}[inst.arg & 0x03]
+    convert = _CONVERSIONS[inst.arg & 0x03]
     r = ctx.result()
     return Emitted([f"{r} = format({convert}({value}), {spec})"], ctx.next(r))
+
+
+@emitter("CONVERT_VALUE", inputs=1)
+def _emit_convert_value(ctx: EmitContext, inst) -> Emitted:
+    r = ctx.result()
+    return Emitted([f"{r} = {_CONVERSIONS[inst.arg]}({_rebuild(ctx, ctx.operands[0])})"],
+                   ctx.next(r))
+
+
+@emitter("FORMAT_SIMPLE", "FORMAT_WITH_SPEC",
+         inputs=lambda tx, inst: 2 if inst.opname == "FORMAT_WITH_SPEC" else 1)
+def _emit_format(ctx: EmitContext, inst) -> Emitted:
+    parts = [_rebuild(ctx, v) for v in ctx.operands]
+    r = ctx.result()
+    return Emitted([f"{r} = format({', '.join(parts)})"], ctx.next(r))
 
 
 @emitter("UNPACK_SEQUENCE", inputs=1)

@@ -13,8 +13,9 @@ from typing import Callable
 
 from ember.frontend.exc import Unsupported
 from ember.frontend.source import AttrSource
-from ember.frontend.translator import (HANDLERS, NULL, _VERSION, InstructionTranslator,
-                                       _Return, handler)
+from ember.frontend.bytecode import VERSION_SPEC
+from ember.frontend.translator import (HANDLERS, NULL, InstructionTranslator, _Return, handler,
+                                       split_callable)
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.container_iterators import ListIteratorVariable
 from ember.frontend.variables.dicts import DictVariable
@@ -42,8 +43,10 @@ def _for_iter(tx, inst):
         return
     tx.pop()
     tx.jump(inst)
-    if _VERSION["for_iter_skips_end_for"] and tx.instructions[tx.ip].opname == "END_FOR":
-        tx.ip += 1
+    # 3.12+ jump past the loop's END_FOR (3.13: and the POP_TOP after it), iterator popped
+    for skipped in VERSION_SPEC.for_iter_exit_skips:
+        if tx.instructions[tx.ip].opname == skipped:
+            tx.ip += 1
 
 
 # ----------------------------------------------------------------------------- control flow
@@ -100,16 +103,20 @@ def _kw_names(tx, inst):
         tx.code.co_consts[inst.arg]
 
 
+@handler("CALL_KW")
+def _call_kw(tx, inst):
+    """3.13: the keyword names are a tuple on top of the arguments (KW_NAMES before)."""
+    tx.kw_names = tx.pop().as_python_constant()
+    _call(tx, inst)
+
+
 @handler("CALL")
 def _call(tx, inst):
     argc = inst.arg
     args = tx.popn(argc)
     second = tx.pop()
     first = tx.pop()
-    if first is NULL:
-        fn = second
-    else:
-        fn, args = first, [second, *args]
+    fn, args = split_callable(first, second, args)
     kwargs = {}
     if tx.kw_names:
         n = len(tx.kw_names)
@@ -123,9 +130,13 @@ def _call(tx, inst):
 def _call_function_ex(tx, inst):
     kwargs_vt = tx.pop() if inst.arg & 1 else None
     args_vt = tx.pop()
-    fn = tx.pop()
-    if tx.stack and tx.stack[-1] is NULL:
+    if VERSION_SPEC.null_after_callable:   # 3.13: callable, NULL, args[, kwargs]
         tx.pop()
+        fn = tx.pop()
+    else:
+        fn = tx.pop()
+        if tx.stack and tx.stack[-1] is NULL:
+            tx.pop()
     args = tx.unpack_iterable(args_vt)
     kwargs = {}
     if kwargs_vt is not None:
@@ -146,7 +157,7 @@ def call_function(tx, fn: VariableTracker, args: list, kwargs: dict) -> Variable
 @handler("MAKE_FUNCTION")
 def _make_function(tx, inst):
     code = tx.pop().as_python_constant()
-    flags = inst.arg
+    flags = inst.arg or 0     # 3.13: no operand; SET_FUNCTION_ATTRIBUTE adds each part
     closure = tx.pop().items if flags & 0x08 else None
     if flags & 0x04:
         tx.pop()   # annotations do not affect behaviour
@@ -157,6 +168,23 @@ def _make_function(tx, inst):
     defaults = tx.pop().items if flags & 0x01 else None
     tx.push(NestedUserFunctionVariable(code, tx.f_globals, code.co_qualname, defaults,
                                        kwdefaults, closure))
+
+
+@handler("SET_FUNCTION_ATTRIBUTE")
+def _set_function_attribute(tx, inst):
+    fn = tx.pop()
+    value = tx.pop()
+    if not isinstance(fn, NestedUserFunctionVariable):
+        raise Unsupported(f"SET_FUNCTION_ATTRIBUTE on {fn}")
+    if inst.arg == 0x01:
+        fn.defaults = value.items
+    elif inst.arg == 0x02:
+        fn.kwdefaults = {k: v for k, v in value.items.items()}
+    elif inst.arg == 0x08:
+        fn.closure = value.items
+    elif inst.arg != 0x04:    # annotations do not affect behaviour
+        raise Unsupported(f"SET_FUNCTION_ATTRIBUTE {inst.arg}")
+    tx.push(fn)
 
 
 @handler("RETURN_GENERATOR")

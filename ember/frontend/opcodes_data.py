@@ -14,7 +14,8 @@ from typing import Callable
 
 from ember.frontend.exc import Unsupported
 from ember.frontend.source import GlobalSource, Source
-from ember.frontend.translator import HANDLERS, NULL, PY312, handler
+from ember.frontend.bytecode import VERSION_SPEC
+from ember.frontend.translator import HANDLERS, NULL, attr_method_form, handler, push_callable
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.builtins import apply_operator
 from ember.frontend.variables.containers import ListVariable, SliceVariable, TupleVariable
@@ -65,14 +66,46 @@ def _swap(tx, inst):
 
 @handler("END_FOR")
 def _end_for(tx, inst):
-    tx.popn(2)
+    tx.popn(-dis.stack_effect(inst.opcode))   # 3.12: the item and the iterator; 3.13: item
 
 
 # -------------------------------------------------------------------------- locals/globals
 
 @handler("LOAD_FAST", "LOAD_FAST_CHECK")
 def _load_fast(tx, inst):
-    tx.push(tx.read_local(inst.argval))
+    name = inst.argval
+    if VERSION_SPEC.load_fast_of_cell_is_closure and name in tx.code.co_cellvars:
+        tx.push(tx.cells[name])   # 3.13's LOAD_CLOSURE: the cell itself, for a closure
+        return
+    tx.push(tx.read_local(name))
+
+
+def _store_local(tx, name: str, value) -> None:
+    if value is NULL:
+        tx.symbolic_locals.pop(name, None)
+    else:
+        tx.symbolic_locals[name] = value
+
+
+@handler("LOAD_FAST_LOAD_FAST")
+def _load_fast_load_fast(tx, inst):
+    first, second = inst.argval
+    tx.push(tx.read_local(first))
+    tx.push(tx.read_local(second))
+
+
+@handler("STORE_FAST_LOAD_FAST")
+def _store_fast_load_fast(tx, inst):
+    stored, loaded = inst.argval
+    _store_local(tx, stored, tx.pop())
+    tx.push(tx.read_local(loaded))
+
+
+@handler("STORE_FAST_STORE_FAST")
+def _store_fast_store_fast(tx, inst):
+    first, second = inst.argval
+    _store_local(tx, first, tx.pop())
+    _store_local(tx, second, tx.pop())
 
 
 @handler("LOAD_FAST_AND_CLEAR")
@@ -84,11 +117,7 @@ def _load_fast_and_clear(tx, inst):
 
 @handler("STORE_FAST")
 def _store_fast(tx, inst):
-    value = tx.pop()
-    if value is NULL:
-        tx.symbolic_locals.pop(inst.argval, None)
-    else:
-        tx.symbolic_locals[inst.argval] = value
+    _store_local(tx, inst.argval, tx.pop())
 
 
 @handler("DELETE_FAST")
@@ -130,9 +159,8 @@ def _global_source(tx, name: str) -> Source | None:
 
 @handler("LOAD_GLOBAL")
 def _load_global(tx, inst):
-    if inst.arg is not None and inst.arg & 1:
-        tx.push(NULL)
-    tx.push(_load_global_value(tx, inst.argval))
+    push_callable(tx, _load_global_value(tx, inst.argval),
+                  null=inst.arg is not None and bool(inst.arg & 1))
 
 
 @handler("STORE_GLOBAL")
@@ -174,18 +202,13 @@ def _store_deref(tx, inst):
 @handler("LOAD_ATTR")
 def _load_attr(tx, inst):
     obj = tx.pop()
-    method_form = PY312 and inst.arg is not None and inst.arg & 1
-    value = tx.getattr(obj, inst.argval)
-    if method_form:
-        tx.push(NULL)
-    tx.push(value)
+    push_callable(tx, tx.getattr(obj, inst.argval), null=attr_method_form(inst))
 
 
 @handler("LOAD_METHOD")
 def _load_method(tx, inst):
     obj = tx.pop()
-    tx.push(NULL)
-    tx.push(tx.getattr(obj, inst.argval))
+    push_callable(tx, tx.getattr(obj, inst.argval))
 
 
 @handler("STORE_ATTR")
@@ -206,10 +229,7 @@ def _load_super_attr(tx, inst):
     cls = tx.pop()
     tx.pop()   # the global `super`
     sup = SuperVariable(cls.as_python_constant(), obj)
-    value = sup.var_getattr(tx, inst.argval)
-    if inst.arg & 1:
-        tx.push(NULL)
-    tx.push(value)
+    push_callable(tx, sup.var_getattr(tx, inst.argval), null=bool(inst.arg & 1))
 
 
 # ------------------------------------------------------------------------------- operators
@@ -238,8 +258,25 @@ def _unary_not(tx, inst):
     tx.push(ConstantVariable(not tx.pop().truthy(tx)))
 
 
+# Instructions that take any value's truth themselves (the translator's handlers do).
+_TRUTH_CONSUMERS = frozenset({"POP_JUMP_IF_TRUE", "POP_JUMP_IF_FALSE", "UNARY_NOT"})
+
+
+@handler("TO_BOOL")
+def _to_bool(tx, inst):
+    """3.13 converts to bool before a branch or ``not``. Those handlers take the truth of any
+    value, so before them TO_BOOL leaves the value as it is: a tensor condition then breaks
+    the graph at the branch, as on 3.11/3.12, whose emitter passes on a real bool."""
+    nxt = tx.instructions[tx.ip] if tx.ip < len(tx.instructions) else None
+    if nxt is not None and nxt.opname in _TRUTH_CONSUMERS:
+        return
+    tx.push(ConstantVariable(tx.pop().truthy(tx)))
+
+
 @handler("COMPARE_OP")
 def _compare_op(tx, inst):
+    # 3.13's bool bit (VERSION_SPEC.compare_to_bool_bit) is left to what consumes the result,
+    # a branch or ``not``, as for TO_BOOL; the graph-break emitter applies it.
     b = tx.pop()
     a = tx.pop()
     tx.push(apply_operator(tx, _COMPARE_OPS[inst.argval], [a, b]))
@@ -369,21 +406,39 @@ def _build_string(tx, inst):
     tx.push(ConstantVariable("".join(p.as_python_constant() for p in parts)))
 
 
+_CONVERSIONS = {0: None, 1: str, 2: repr, 3: ascii}
+
+
+def _constant_for_format(value):
+    if isinstance(value, TensorVariable):
+        raise Unsupported("formatting a tensor into a string")
+    return value.as_python_constant()
+
+
 @handler("FORMAT_VALUE")
 def _format_value(tx, inst):
     spec = tx.pop().as_python_constant() if inst.arg & 0x04 else ""
-    value = tx.pop()
-    if isinstance(value, TensorVariable):
-        raise Unsupported("formatting a tensor into a string")
-    value = value.as_python_constant()
-    conv = inst.arg & 0x03
-    if conv == 1:
-        value = str(value)
-    elif conv == 2:
-        value = repr(value)
-    elif conv == 3:
-        value = ascii(value)
+    value = _constant_for_format(tx.pop())
+    conv = _CONVERSIONS[inst.arg & 0x03]
+    if conv is not None:
+        value = conv(value)
     tx.push(ConstantVariable(format(value, spec)))
+
+
+@handler("CONVERT_VALUE")
+def _convert_value(tx, inst):
+    tx.push(ConstantVariable(_CONVERSIONS[inst.arg](_constant_for_format(tx.pop()))))
+
+
+@handler("FORMAT_SIMPLE")
+def _format_simple(tx, inst):
+    tx.push(ConstantVariable(format(_constant_for_format(tx.pop()), "")))
+
+
+@handler("FORMAT_WITH_SPEC")
+def _format_with_spec(tx, inst):
+    spec = tx.pop().as_python_constant()
+    tx.push(ConstantVariable(format(_constant_for_format(tx.pop()), spec)))
 
 
 @handler("LIST_APPEND")

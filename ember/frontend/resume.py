@@ -49,7 +49,8 @@ import dis
 import inspect
 import types
 
-from ember.frontend.bytecode import Instruction, assemble, create_instruction, disassemble
+from ember.frontend.bytecode import (VERSION_SPEC, Instruction, assemble, create_instruction,
+                                     disassemble)
 from ember.frontend.exc import Unsupported
 
 # resume code -> (original code, per instruction of the resume: the index of the original
@@ -186,7 +187,10 @@ def _build(original: types.CodeType, target: int, stack: tuple[str, ...],
         lasti = raised.offset // 2
         code = code.replace(co_consts=tuple(lasti if isinstance(c, _LastiPlaceholder) else c
                                             for c in code.co_consts))
-    _ORIGIN[code] = (original, tuple(index_of.get(id(inst)) for inst in prologue + body))
+    # by offset (assemble wrote them back): what assembly added (a jump trampoline, the
+    # second half of a split super-instruction) has no original
+    by_offset = {inst.offset: index_of.get(id(inst)) for inst in prologue + body}
+    _ORIGIN[code] = (original, tuple(by_offset.get(inst.offset) for inst in disassemble(code)))
     if cells:
         _CELL_PARAMS[code] = cells
     return code
@@ -250,13 +254,18 @@ def _cells_as_parameters(body: list[Instruction], cellvars: tuple[str, ...]
     out, started = [], False
     for inst in body:
         started = started or inst.opname == "RESUME"
-        if inst.opname not in slot_ops or inst.argval not in cellvars:
+        paired = inst.opname in VERSION_SPEC.paired_locals
+        names = inst.argval if paired else (inst.argval,)
+        if inst.opname not in slot_ops or not any(n in cellvars for n in names):
             out.append(inst)
             continue
-        if inst.opname not in _CELL_OPS or (inst.opname == "MAKE_CELL" and started):
+        kind = inst.opname
+        if kind == "LOAD_FAST" and VERSION_SPEC.load_fast_of_cell_is_closure:
+            kind = "LOAD_CLOSURE"     # 3.13 loads a cell for a closure with LOAD_FAST
+        if paired or kind not in _CELL_OPS or (kind == "MAKE_CELL" and started):
             raise Unsupported(f"graph break in a frame that uses cell variable "
                               f"{inst.argval!r} with {inst.opname}")
-        follow, attr = _CELL_OPS[inst.opname]
+        follow, attr = _CELL_OPS[kind]
         inst.opname = "LOAD_FAST"
         inst.arg, inst.argval = None, cell_param(inst.argval)
         out.append(inst)

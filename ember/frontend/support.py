@@ -25,7 +25,7 @@ import warnings
 
 # Keep in step with bytecode.py's _SPECS (one table per version), requires-python in
 # pyproject.toml and the README.
-SUPPORTED_PYTHONS: tuple[tuple[int, int], ...] = ((3, 11), (3, 12))
+SUPPORTED_PYTHONS: tuple[tuple[int, int], ...] = ((3, 11), (3, 12), (3, 13))
 
 # The version the checks below look at; tests replace it to take the unsupported path.
 RUNNING_PYTHON: tuple[int, int] = tuple(sys.version_info[:2])

@@ -1,15 +1,16 @@
 """The symbolic evaluator: runs a frame's bytecode over VariableTrackers.
 
-One handler per opcode (``@handler("LOAD_FAST")``), registered by name, so CPython 3.11 and
-3.12 share every handler whose opcode exists in both; the few differences in how an opcode
-behaves are in ``_VERSION`` below. Calls to user functions are inlined by a child translator
+One handler per opcode (``@handler("LOAD_FAST")``), registered by name, so CPython 3.11, 3.12
+and 3.13 share every handler whose opcode exists in more than one; the few differences in how
+an opcode behaves are read from ``bytecode.VERSION_SPEC`` (helpers below: where a call's NULL
+goes, whether LOAD_ATTR has a method form). Calls to user functions are inlined by a child translator
 that shares the parent's OutputGraph. Anything the evaluator cannot handle raises
 :class:`Unsupported` with the user's file:line; the caller then runs the frame eagerly.
 
 The handlers live in two modules: ``opcodes_data`` (stack, locals, globals, attributes,
 operators, subscripts, containers) and ``opcodes_control`` (iteration, jumps, returns, calls,
 with blocks, exception handlers, imports). They register into ``HANDLERS`` here and use this
-module's ``NULL``, ``_Return``, ``PY312`` and ``_VERSION``, so this module imports them at its
+module's ``NULL``, ``_Return`` and ``push_callable``, so this module imports them at its
 end, once all of those exist: importing the translator always fills the table, and nothing
 else has to remember to import the handler modules.
 """
@@ -18,14 +19,13 @@ from __future__ import annotations
 import collections.abc
 import inspect
 import operator
-import sys
 import types
 from typing import Any, Callable
 
 import torch
 
 from ember import config
-from ember.frontend.bytecode import Instruction, disassemble
+from ember.frontend.bytecode import VERSION_SPEC, Instruction, disassemble
 from ember.frontend import trace_rules
 from ember.frontend.exc import ObservedException, Unsupported
 from ember.frontend.output_graph import OutputGraph
@@ -48,13 +48,6 @@ from ember.frontend.variables.user_defined import DataclassDictVariable, UserDef
 from ember.frontend.variables.storage import UntypedStorageVariable, same_storage
 from ember.frontend.variables.tensor import TensorVariable
 
-PY312 = sys.version_info >= (3, 12)
-
-# How opcodes that exist in both versions differ.
-_VERSION = {
-    # After FOR_ITER is exhausted: 3.12 jumps to END_FOR's successor with the iterator popped.
-    "for_iter_skips_end_for": PY312,
-}
 
 HANDLERS: dict[str, Callable[["InstructionTranslator", Instruction], None]] = {}
 
@@ -75,6 +68,38 @@ class _Null(VariableTracker):
 
 
 NULL = _Null()
+
+
+def push_callable(tx, fn: VariableTracker, null: bool = True) -> None:
+    """Push ``fn`` for a call, with the NULL that LOAD_GLOBAL's low bit or a method-form
+    LOAD_ATTR adds where this version puts it (below the callable before 3.13, above it
+    since). A method loaded with its self is pushed as the bound method with a NULL."""
+    if not null:
+        tx.push(fn)
+    elif VERSION_SPEC.null_after_callable:
+        tx.push(fn)
+        tx.push(NULL)
+    else:
+        tx.push(NULL)
+        tx.push(fn)
+
+
+def split_callable(first: VariableTracker, second: VariableTracker, args: list
+                   ) -> tuple[VariableTracker, list]:
+    """The callable and the arguments of a CALL whose two slots below the arguments hold
+    ``first, second``: NULL and the callable (in either order, by version) or a method and
+    its self (every version)."""
+    if first is NULL:
+        return second, args
+    if second is NULL:
+        return first, args
+    return first, [second, *args]
+
+
+def attr_method_form(inst: Instruction) -> bool:
+    """LOAD_ATTR with the low bit set (3.12+): load for a call, with a NULL or self."""
+    return (inst.opname == "LOAD_ATTR" and "LOAD_ATTR" in VERSION_SPEC.name_flag_bits
+            and inst.arg is not None and bool(inst.arg & 1))
 
 
 class _LazyLocal:
@@ -100,7 +125,10 @@ def _disassembled(code):
     if found is None:
         if len(_DISASSEMBLED) >= 1024:
             _DISASSEMBLED.clear()
-        instructions = disassemble(code)
+        try:
+            instructions = disassemble(code)
+        except ValueError as e:
+            raise Unsupported(f"bytecode the frontend cannot read: {e}") from None
         found = _DISASSEMBLED[code] = (instructions,
                                        {id(inst): i for i, inst in enumerate(instructions)})
     return found

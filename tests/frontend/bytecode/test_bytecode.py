@@ -328,7 +328,9 @@ def _with_nops(instructions, count, every=4):
     """Insert ``count`` NOPs before every ``every``-th instruction (inside handlers' ranges too)."""
     out = []
     for i, inst in enumerate(instructions):
-        if i >= _prologue_index(instructions) and i % every == 0:
+        # (not between a loop's END_FOR and its POP_TOP, which 3.13's FOR_ITER skips blindly)
+        fused = inst.opname == "POP_TOP" and instructions[i - 1].opname == "END_FOR"
+        if i >= _prologue_index(instructions) and i % every == 0 and not fused:
             for _ in range(count):
                 nop = bc.create_instruction("NOP")
                 nop.lineno, nop.positions = inst.lineno, inst.positions
@@ -445,7 +447,9 @@ def _countdown_instructions(jump_opname):
         mk("STORE_FAST", argval="acc"),
         mk("LOAD_FAST", argval="n"), mk("LOAD_CONST", argval=1),
         mk("BINARY_OP", arg=_binary_op_arg("NB_INPLACE_SUBTRACT")), mk("STORE_FAST", argval="n"),
-        mk("LOAD_FAST", argval="n"), mk(jump_opname, target=top),
+        mk("LOAD_FAST", argval="n"),
+        # 3.13's conditional jumps take an exact bool
+        *([mk("TO_BOOL")] if "TO_BOOL" in dis.opmap else []), mk(jump_opname, target=top),
         mk("LOAD_FAST", argval="acc"), mk("RETURN_VALUE"),
     ]
     return template, head + body
