@@ -620,6 +620,28 @@ class FakeTensorMode(TorchDispatchMode):
         fake = per_tensor[key] = self._finish_fake(t, meta)
         return fake
 
+    def from_real_with_geometry(self, t: torch.Tensor, sizes, strides) -> FakeTensor:
+        """A fake of real tensor ``t`` whose sizes and strides are the given sympy
+        expressions over the mode's ``shape_env`` symbols (the backend's fakes of a graph
+        whose symbolic sizes another frontend chose: ``ember.backend.symbolic``). ``t`` must
+        be all of its storage, at offset 0; the fake's storage is its extent."""
+        env = self.shape_env
+        self._check_supported(t)
+        if t.storage_offset() != 0 or t.untyped_storage().nbytes() != (
+                0 if t.numel() == 0 else 1 + sum((n - 1) * s for n, s in
+                                                 zip(t.shape, t.stride()))) * t.element_size():
+            raise NotImplementedError("a symbolic input that is a view of a larger storage")
+        extent = 0 if any(n == 0 for n in t.shape) else 1 + sum(
+            ((n - 1) * s for n, s in zip(sizes, strides)), 0)
+        wrap = env.wrap
+        with _disable_current_modes(), torch._C.DisableTorchFunctionSubclass(), \
+                torch.no_grad(), enable_python_dispatcher():
+            storage = torch.empty(wrap(extent * t.element_size()), dtype=torch.uint8,
+                                  device=_META).untyped_storage()
+            meta = torch.empty(0, dtype=t.dtype, device=_META)
+            meta.set_(storage, 0, [wrap(n) for n in sizes], [wrap(n) for n in strides])
+        return self._finish_fake(t, meta)
+
     def _symbolic_storage(self, t: torch.Tensor, extent, source):
         """The meta storage of a symbolic fake, shared by the symbolic fakes of one real
         storage. A tensor that is all of its storage (not a view, storage as big as its

@@ -16,6 +16,7 @@ import torch
 
 from ember.backend.ir import FloorDiv, ModIndex
 from ember.backend.ops import DEFAULT_INDEX_CHECK, IndexCheck
+from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod
 
 
 class Value:
@@ -140,6 +141,11 @@ class IndexPrinter:
         if isinstance(e, FloorDiv):
             return self.floordiv(self.print(e.args[0]), self.print(e.args[1]))
         if isinstance(e, ModIndex):
+            return self.mod(self.print(e.args[0]), self.print(e.args[1]))
+        # Python's // and % of sizes (non-negative: truncation and floor agree)
+        if isinstance(e, SizeFloorDiv):
+            return self.floordiv(self.print(e.args[0]), self.print(e.args[1]))
+        if isinstance(e, SizeMod):
             return self.mod(self.print(e.args[0]), self.print(e.args[1]))
         if isinstance(e, sympy.Min):
             return self.fold("min", [self.print(a) for a in e.args])

@@ -13,6 +13,7 @@ from ember.backend.ir import (Buffer, FloorDiv, IndexView, InputBuffer, Layout, 
 from ember.backend.lowering.cost import body_cost
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
+from ember.backend.sizevars import is_static, to_symint
 from ember.fake import storage_key
 
 
@@ -26,12 +27,41 @@ def _memory_view(x):
 
 
 def _meta_view(layout: Layout, op, args, kwargs) -> Layout:
+    if not all(is_static(e) for e in (*layout.size, *layout.stride, layout.offset)) or any(
+            isinstance(a, sympy.Basic) and not a.is_Integer
+            for a in _flat_args(args, kwargs)):
+        return _symbolic_meta_view(layout, op, args, kwargs)
     numel = int(layout.storage_numel())
     base = torch.empty(max(numel, 1), dtype=layout.dtype, device="meta").as_strided(
         [int(s) for s in layout.size], [int(s) for s in layout.stride], int(layout.offset))
     out = op(base, *args, **kwargs)
     return Layout(layout.device, layout.dtype, [sym(s) for s in out.shape],
                   [sym(s) for s in out.stride()], sym(out.storage_offset()))
+
+
+def _flat_args(args, kwargs):
+    for a in [*args, *kwargs.values()]:
+        yield from (a if isinstance(a, (list, tuple)) else [a])
+
+
+def _symbolic_meta_view(layout: Layout, op, args, kwargs) -> Layout:
+    """``_meta_view`` of a layout or arguments with symbolic sizes: the op runs on a meta
+    tensor sized by SymInts of the graph's ShapeEnv (``sizevars.to_symint``)."""
+    from torch._dispatch.python import enable_python_dispatcher
+
+    def convert(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(convert(x) for x in a)
+        return to_symint(a) if isinstance(a, sympy.Basic) else a
+    with enable_python_dispatcher():
+        base = torch.empty_strided([to_symint(s) for s in layout.size],
+                                   [to_symint(s) for s in layout.stride], dtype=layout.dtype,
+                                   device="meta")
+        if layout.offset != 0:
+            base = base.as_strided(base.shape, base.stride(), to_symint(layout.offset))
+        out = op(base, *convert(list(args)), **{k: convert(v) for k, v in kwargs.items()})
+        return Layout(layout.device, layout.dtype, [sym(s) for s in out.shape],
+                      [sym(s) for s in out.stride()], sym(out.storage_offset()))
 
 
 def _view_lowering(index_view, op=None):

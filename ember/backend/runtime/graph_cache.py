@@ -68,6 +68,7 @@ class KernelRecord:
     numel_x: int = 0
     exports_flags: bool = False         # a C++ kernel with <name>_flags (targets/cpp/kernel.py)
     matmul_spec: dict | None = None     # a matmul with its epilogue (targets/triton/matmul.py)
+    size_args: list = dataclasses.field(default_factory=list)   # size symbols it takes
 
     @classmethod
     def of(cls, kernel) -> "KernelRecord":
@@ -75,7 +76,7 @@ class KernelRecord:
                    set(getattr(kernel, "stored", ())), getattr(kernel, "grid", None),
                    getattr(kernel, "config", None), getattr(kernel, "candidates", None),
                    getattr(kernel, "numel_x", 0), getattr(kernel, "exports_flags", False),
-                   getattr(kernel, "matmul_spec", None))
+                   getattr(kernel, "matmul_spec", None), list(getattr(kernel, "size_args", ())))
 
 
 @dataclasses.dataclass

@@ -42,6 +42,7 @@ from ember.backend.ir import index_vars, product
 from ember.backend.loops import access_indices, runs_with, store_order
 from ember.backend.ops import use_handler
 from ember.backend.scheduler import FusionGroup, SchedulerNode
+from ember.backend import sizevars
 from ember.backend.sizevars import is_static, size_hint
 from ember.backend.targets.cpp.build import has_avx512
 from ember.backend.targets.cpp.ops import CPP_TYPES, CppOpsHandler, CppValue, _fields, cpp_index
@@ -65,6 +66,7 @@ _DOUBLE_LIBM = re.compile(r"double.*ember_(exp|erf|tanh|sigmoid)\(")    # on one
 _SIMD_PRAGMA = re.compile(r"(#pragma omp (?:parallel for )?simd)")
 
 
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 _OMP_LOOP = re.compile(r"^(\s*#pragma omp (?:parallel for|simd).*)$")
 
 
@@ -114,6 +116,7 @@ class CppKernel(Kernel):
         # integer bounds of temporaries: constants, and what a piece of a split loop decides
         # (see CppOpsHandler._fold)
         self.bounds: dict[str, tuple[int, int]] = {}
+        self.size_args: list[str] = []    # size symbols it takes (after the buffers)
 
     def declare(self, var: str, text: str) -> str:
         return f"auto {var} = {text};"
@@ -167,7 +170,7 @@ class CppKernel(Kernel):
                                   _fields(*group_kind(members)))
 
     def call_lines(self, refs: dict[str, str]) -> list[str]:
-        ptrs = ", ".join(f"{refs[a]}.data_ptr()" for a in self.args)
+        ptrs = ", ".join([f"{refs[a]}.data_ptr()" for a in self.args] + self.size_args)
         lines = [f"{self.name}({ptrs})"]
         if self.exports_flags:
             # eager's exceptions: ZeroDivisionError (a RuntimeError) for integer division
@@ -239,7 +242,8 @@ class CppKernel(Kernel):
         written = {n.writes for n in k.nodes} | {n.name for n in k.nodes} | {
             n.buf.reuses for n in k.nodes if n.buf.reuses}
         self.invariant = {v.name for v in x if isinstance(v, sympy.Symbol)} | {
-            f"p_{name}" for name in self.dtypes if name not in written}
+            f"p_{name}" for name in self.dtypes if name not in written} | set(
+            sizevars.symbol_names())
         with use_handler(CppOpsHandler(self)):
             if column:
                 with self.delegating(ColumnBlocks(self)) as blocks:
@@ -356,6 +360,12 @@ class CppKernel(Kernel):
             const = "" if name in self.stored else "const "
             params.append(f"{const}{ctype}* p_{name}")
         self.args = sorted(self.loaded | self.stored)
+        # the size symbols the body reads (graphs with symbolic sizes), after the buffers
+        names = sizevars.symbol_names()
+        body = "\n".join(self.lines)
+        self.size_args = sorted({m for m in _WORD.findall(body) if m in names},
+                                key=lambda n: int(n[1:]))
+        params += [f"int64_t {n}" for n in self.size_args]
         return f'extern "C" void {self.name}({", ".join(params)})'
 
 

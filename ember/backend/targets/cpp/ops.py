@@ -144,6 +144,10 @@ class CppOpsHandler:
         return self.k.load(name, index)
 
     def constant(self, value, dtype) -> CppValue:
+        if isinstance(value, sympy.Expr) and value.free_symbols:    # a symbolic size
+            if not value.is_integer:
+                raise NotImplementedError(f"the non-integer symbolic constant {value}")
+            return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({cpp_index(value)})", dtype)
         out = self._emit(cpp_constant(value, dtype), dtype)
         if not dtype.is_floating_point and (isinstance(value, (bool, int)) or (
                 isinstance(value, sympy.Expr) and value.is_Integer)):

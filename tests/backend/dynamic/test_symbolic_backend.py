@@ -1,0 +1,180 @@
+"""Graphs with symbolic sizes compiled by the "ember" backend (issue 31, items 5 and 6):
+one symbolic C++ compile serves every size, checked against eager at several sizes, behind
+torch.compile's own frontend (``dynamic=True``) and on graphs built by hand with Ember's
+ShapeEnv (the convention of Ember's frontend)."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ember import config, logs
+from ember.backend import compile_stats, pipeline
+from ember.backend_registry import ember_backend
+from ember.fake import FakeTensorMode
+from ember.shapes import ShapeEnv
+
+pytestmark = pytest.mark.usefixtures("fresh_no_grad")
+
+# sizes no fixed dim of the programs equals (torch's duck sizing would tie them)
+SIZES = (11, 17, 23)
+
+# name -> (program, inputs at size n); every one compiles once, symbolically
+PROGRAMS = {
+    # pointwise
+    "pointwise": (lambda x: (x * 2 + 1).relu().sigmoid(), lambda n: [torch.randn(n, 3)]),
+    "broadcast": (lambda x, y: x * y + x, lambda n: [torch.randn(n, 4), torch.randn(4)]),
+    "where": (lambda x: torch.where(x > 0, x, 0.0), lambda n: [torch.randn(n, 7)]),
+    "size_arithmetic": (lambda x: x * x.shape[0] + x.shape[1],
+                        lambda n: [torch.randn(n, n + 2)]),
+    "arange": (lambda x: x + torch.arange(x.shape[0]), lambda n: [torch.randn(n)]),
+    "ones": (lambda x: x + torch.ones(x.shape[0], 1), lambda n: [torch.randn(n, 3)]),
+    # reductions over a symbolic dim
+    "sum_last": (lambda x: x.sum(-1), lambda n: [torch.randn(3, n)]),
+    "sum_first": (lambda x: x.sum(0), lambda n: [torch.randn(n, 5)]),
+    "mean": (lambda x: x.mean(1, keepdim=True), lambda n: [torch.randn(4, n)]),
+    "amax": (lambda x: x.amax(-1), lambda n: [torch.randn(n, n + 1)]),
+    "softmax": (lambda x: torch.softmax(x, -1), lambda n: [torch.randn(2, n)]),
+    "log_softmax": (lambda x: torch.log_softmax(x, 0), lambda n: [torch.randn(n, 3)]),
+    "var": (lambda x: x.var(0), lambda n: [torch.randn(n, 4)]),
+    "layer_norm": (lambda x: F.layer_norm(x, (x.shape[-1],)), lambda n: [torch.randn(3, n)]),
+    # views, reshapes, slicing
+    "view": (lambda x: x.view(-1, 2).sum(1), lambda n: [torch.randn(2 * n)]),
+    "reshape_transposed": (lambda x: x.reshape(x.shape[0] * x.shape[1]) + 1,
+                           lambda n: [torch.randn(n, 3).t()]),
+    "permute": (lambda x: x.permute(1, 0).contiguous() * 2, lambda n: [torch.randn(n, 5)]),
+    "slice": (lambda x: x[1:-1, ::2] * 3, lambda n: [torch.randn(n + 2, n)]),
+    "slice_by_size": (lambda x, y: (x * 2).sum(1) + y[: x.shape[0] // 2].sum(),
+                      lambda n: [torch.randn(n, 5), torch.randn(n + 1)]),
+    "expand": (lambda x: x.unsqueeze(1).expand(-1, 3, -1) + 1, lambda n: [torch.randn(n, 2)]),
+    # cat
+    "cat": (lambda x, y: torch.cat([x, y], 0) * 2,
+            lambda n: [torch.randn(n, 3), torch.randn(n + 1, 3)]),
+    "cat_dim1": (lambda x, y: torch.cat([x, y.relu()], 1),
+                 lambda n: [torch.randn(4, n), torch.randn(4, 3)]),
+    # matmul: library calls with symbolic sizes
+    "matmul": (lambda x, w: x @ w, lambda n: [torch.randn(n, 8), torch.randn(8, 5)]),
+    "linear": (lambda x, w, b: F.linear(x, w, b).relu(),
+               lambda n: [torch.randn(n, 8), torch.randn(6, 8), torch.randn(6)]),
+    "bmm": (lambda x, y: torch.bmm(x, y), lambda n: [torch.randn(2, n, 4), torch.randn(2, 4, n)]),
+    # indexing
+    "index": (lambda x, i: x[i] * 2, lambda n: [torch.randn(n, 3), torch.tensor([0, 1, 1])]),
+    "embedding": (lambda w, i: F.embedding(i, w) + 1,
+                  lambda n: [torch.randn(10, 4), torch.randint(0, 10, (n,))]),
+    # ATen fallbacks inside the symbolic program
+    "cumsum": (lambda x: x.cumsum(0) * 2, lambda n: [torch.randn(n)]),
+    "max_pool": (lambda x: F.max_pool2d(x, 2), lambda n: [torch.randn(1, 2, 2 * n, 6)]),
+}
+
+
+def _reset():
+    torch._dynamo.reset()
+    compile_stats.reset()
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_torch_compile_dynamic_is_one_symbolic_compile(name):
+    _reset()
+    fn, make = PROGRAMS[name]
+    compiled = torch.compile(fn, backend="ember", dynamic=True)
+    for n in SIZES:
+        args = make(n)
+        torch.testing.assert_close(compiled(*args), fn(*args), rtol=1e-5, atol=1e-5)
+    assert dict(compile_stats.symbolic_declines) == {}
+    assert compile_stats.symbolic_compiles == 1
+    assert compile_stats.size_specializations == 0
+
+
+def test_kernels_take_sizes_as_arguments():
+    _reset()
+    compiled = torch.compile(lambda x: (x * 2).sum(1), backend="ember", dynamic=True)
+    x = torch.randn(11, 5)
+    torch.testing.assert_close(compiled(x), (x * 2).sum(1))
+    kernels = [s for s in pipeline.generated_sources if 'extern "C"' in s]
+    assert kernels and all("int64_t s0" in k and "int64_t s1" in k for k in kernels)
+
+
+def _hand_built(fn, real: torch.Tensor, dynamic_dims):
+    """``fn(size, x)`` traced to FX as Ember's frontend would hand it over: the size a
+    placeholder whose example is an Ember SymInt, ``x``'s symbolic fake in meta["val"]."""
+    env = ShapeEnv()
+    fake = FakeTensorMode(shape_env=env).from_real(real, dynamic_dims=dynamic_dims,
+                                                   source="L['x']")
+    gm = torch.fx.symbolic_trace(fn)
+    size_node, x_node = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    size = fake.shape[0]
+    size_node.meta["val"] = size
+    x_node.meta["val"] = fake
+    return gm, [size, real]
+
+
+def test_hand_built_graph_with_ember_symints():
+    def fn(s, x):
+        return (torch.softmax(x, 0)[: s // 2] * s,)
+
+    x = torch.randn(9, 3)
+    gm, example = _hand_built(fn, x, {0})
+    assert isinstance(example[0], torch.SymInt)
+    compiled = ember_backend(gm, example)
+    for n in (9, 14, 31):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(compiled(n, x), fn(n, x))
+    assert compile_stats.symbolic_compiles == 1
+    assert compile_stats.size_specializations == 0
+
+
+def test_sizes_failing_a_guard_are_compiled_per_size(ember_log):
+    def fn(s, x):
+        return (x.view(s // 2, 2, -1).sum(1) * s,)     # the view guards s % 2 == 0
+
+    gm, example = _hand_built(fn, torch.randn(8, 3), {0})
+    compiled = ember_backend(gm, example)
+    for n in (8, 12, 30):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(compiled(n, x), fn(n, x))
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
+
+    # an odd size breaks the guard s % 2 == 0: a static compile for it serves it (eager
+    # views [1, 2, 3] here, as the static program does)
+    logs.set_logs("perf_hints")
+    with config.patch(suppress_errors=False):
+        x = torch.randn(3, 2)
+        torch.testing.assert_close(compiled(3, x), fn(3, x))
+        torch.testing.assert_close(compiled(3, x), fn(3, x))
+    assert compile_stats.size_specializations == 1
+    assert "fail the symbolic program's guards" in ember_log.text
+
+
+def test_a_declined_symbolic_compile_is_served_per_size(ember_log, monkeypatch):
+    from ember.backend import symbolic
+
+    def declines(*args, **kwargs):
+        raise NotImplementedError("declined by the test")
+    monkeypatch.setattr(symbolic, "compile_symbolic", declines)
+    logs.set_logs("perf_hints")
+    _reset()
+    fn = PROGRAMS["slice_by_size"][0]
+    compiled = torch.compile(fn, backend="ember", dynamic=True)
+    for n in (11, 17, 11):
+        args = PROGRAMS["slice_by_size"][1](n)
+        torch.testing.assert_close(compiled(*args), fn(*args))
+    assert compile_stats.symbolic_compiles == 0
+    assert compile_stats.size_specializations == 2      # 11 again: the kept compile
+    assert dict(compile_stats.symbolic_declines) == {"declined by the test": 1}
+    assert "declined by the test" in ember_log.text
+
+
+def test_a_bug_in_the_symbolic_path_raises_in_tests(monkeypatch):
+    from ember.backend import symbolic
+
+    def fails(*args, **kwargs):
+        raise ValueError("a bug")
+    monkeypatch.setattr(symbolic, "compile_symbolic", fails)
+    gm, example = _hand_built(lambda s, x: (x * s,), torch.randn(4, 3), {0})
+    with pytest.raises(ValueError, match="a bug"):
+        ember_backend(gm, example)
+    with config.patch(fallback_on_lowering_error=True):
+        compiled = ember_backend(gm, example)
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(compiled(5, x), (x * 5,))
+    assert compile_stats.size_specializations == 1
