@@ -266,11 +266,11 @@ class CppKernel(Kernel):
         k = self.group
         outer_n = product(k.outer)
         scatter = any(n.role == "scatter" for n in k.nodes)
-        parallel_outer = bool(k.outer) and outer_n.is_Integer and \
-            size_hint(outer_n) >= PARALLEL_MIN_ITERS and not scatter
+        # (from the hints where sizes are symbolic: threads are right at any size)
+        parallel_outer = bool(k.outer) and size_hint(outer_n) >= PARALLEL_MIN_ITERS and \
+            not scatter
         inner_n = product(k.inner)
-        parallel_inner = not parallel_outer and inner_n.is_Integer and \
-            size_hint(inner_n) >= PARALLEL_MIN_INNER
+        parallel_inner = not parallel_outer and size_hint(inner_n) >= PARALLEL_MIN_INNER
         if k.outer:
             if parallel_outer:
                 collapse = f" collapse({len(k.outer)})" if len(k.outer) > 1 else ""
@@ -318,7 +318,8 @@ class CppKernel(Kernel):
                     reduced.generate(nodes, groups, x, r, size)
             else:
                 self.strategy.declare_accumulators(groups)     # the scalars a range reduces into
-                lanes = is_static(size) and size_hint(size) >= 2 * PARTIAL_SUMS
+                # (symbolic: from the hint; the lane loop handles any length)
+                lanes = size_hint(size) >= 2 * PARTIAL_SUMS
                 reduced = self.inner_range(nodes, groups, x, r, lanes=lanes)
         reduced.store_results(groups, x)
 
