@@ -99,14 +99,17 @@ class SizeSpecializer:
                       else "scalar" if isinstance(v, (float, bool, torch.SymFloat,
                                                       torch.SymBool))
                       else "tensor" for v in example_inputs]
+        self.items = item_inputs(gm)
+        for i in self.items:
+            self.kinds[i] = "item"
         self.reason = "guard failed"
         self.entries: collections.OrderedDict = collections.OrderedDict()
         self.compiles = 0
 
     def key(self, args) -> tuple:
-        return tuple(a if kind != "tensor" else (tuple(a.shape), a.stride(), a.dtype)
-                     if isinstance(a, torch.Tensor) else a
-                     for a, kind in zip(args, self.kinds))
+        return tuple(a if kind in ("size", "scalar") else a.item() if kind == "item" else
+                     (tuple(a.shape), a.stride(), a.dtype) if isinstance(a, torch.Tensor)
+                     else a for a, kind in zip(args, self.kinds))
 
     def __call__(self, *args):
         key = self.key(args)
@@ -128,7 +131,8 @@ class SizeSpecializer:
         args = [_concrete(a) for a in args]
         keep = [i for i, kind in enumerate(self.kinds) if kind != "size"]
         gm = specialize_graph(self.gm, {i: args[i] for i, kind in enumerate(self.kinds)
-                                        if kind == "size"})
+                                        if kind == "size"},
+                              {i: args[i].item() for i in self.items})
         compiled = compile_graph(gm, [args[i] for i in keep], **self.options)
         getter = operator.itemgetter(*keep) if len(keep) > 1 else None
         if getter is None:
@@ -139,21 +143,45 @@ class SizeSpecializer:
         return lambda *a: compiled(*getter(a))
 
 
-def specialize_graph(gm: torch.fx.GraphModule, sizes: dict[int, int]) -> torch.fx.GraphModule:
+def item_inputs(gm: torch.fx.GraphModule) -> list[int]:
+    """Positions of the tensor placeholders the graph reads only through ``.item()``: a
+    module's float attribute, which torch's frontend passes as a 0-dim tensor under
+    ``dynamic=True``. Compiles specialise on its value (fakes have none), checked per
+    call."""
+    out = []
+    for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        if node.users and all(_is_item(u) for u in node.users):
+            out.append(i)
+    return out
+
+
+def _is_item(node: torch.fx.Node) -> bool:
+    return (node.op == "call_method" and node.target == "item") or (
+        node.op == "call_function" and node.target is torch.Tensor.item)
+
+
+def specialize_graph(gm: torch.fx.GraphModule, sizes: dict[int, int],
+                     items: dict[int, object] | None = None, *,
+                     keep_meta: bool = False) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose size placeholders (position -> value) are constants and no
-    longer inputs, and whose nodes carry no symbolic metadata (the static compile computes
-    its own)."""
+    longer inputs, whose ``.item()`` reads of the ``items`` placeholders (position ->
+    value) are constants (the placeholders stay, unread), and whose nodes carry no
+    symbolic metadata (the static compile computes its own) unless ``keep_meta``."""
     graph = torch.fx.Graph()
     env: dict = {}
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     constant_of = {placeholders[i]: value for i, value in sizes.items()}
+    item_of = {placeholders[i]: value for i, value in (items or {}).items()}
     for node in gm.graph.nodes:
         if node in constant_of:
             env[node] = constant_of[node]
             continue
+        if _is_item(node) and node.args and node.args[0] in item_of:
+            env[node] = item_of[node.args[0]]
+            continue
         new = graph.node_copy(node, lambda n: env[n])
-        for key in ("val", "example_value"):
-            new.meta.pop(key, None)
+        if not keep_meta:
+            for key in ("val", "example_value"):
+                new.meta.pop(key, None)
         env[node] = new
-    out = torch.fx.GraphModule(gm, graph)
-    return out
+    return torch.fx.GraphModule(gm, graph)

@@ -118,7 +118,7 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list):
             raise NotImplementedError(f"graph input #{i} of type {type(value).__name__}")
         meta = _fake_meta(node)
         if meta is None:
-            if mapping:
+            if mapping and value.dim():     # (a 0-dim tensor has no size to be symbolic)
                 raise NotImplementedError(f"tensor input #{i} ({node.name}) has no symbolic "
                                           f"fake in its meta")
             meta = value
@@ -142,7 +142,10 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list):
                     raise NotImplementedError(f"tensor input #{i}'s geometry {e}")
                 exprs.append(e)
             geometry.append(exprs)
-        fakes.append(mode.from_real_with_geometry(value, *geometry))
+        if all(e.is_Integer for part in geometry for e in part):
+            fakes.append(mode.from_real(value))     # static: as the static trace fakes it
+        else:
+            fakes.append(mode.from_real_with_geometry(value, *geometry))
     return env, mode, fakes, size_symbols
 
 
@@ -166,6 +169,12 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: di
         raise NotImplementedError("a graph that records gradients (training)")
     if torch._C._is_any_autocast_enabled():
         raise NotImplementedError("a graph compiled inside an autocast region")
+    # 0-dim tensors read by ``.item()`` (a module's eps): their values are constants,
+    # checked per call
+    from ember.backend.dynamic import item_inputs, specialize_graph
+    items = {i: example_inputs[i].item() for i in item_inputs(gm)}
+    if items:
+        gm = specialize_graph(gm, {}, items, keep_meta=True)
     env, mode, fakes, size_symbols = symbolic_inputs(gm, example_inputs)
     with compile_stats.timed("aot trace"):
         aten = trace_to_aten(gm, fakes, decompositions=core_decompositions(), fake_mode=mode)
@@ -179,8 +188,10 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: di
         env.generating = False
     with autocast_off():
         compiled = instantiate(artifact, target)
-    text = env.guards_as_python()
-    check = eval(f"lambda a: {text}", _guard_globals())
+    text = " and ".join([env.guards_as_python(), *(f"a[{i}].item() == _item{i}"
+                                                   for i in items)])
+    check = eval(f"lambda a: {text}", {**_guard_globals(),
+                                       **{f"_item{i}": v for i, v in items.items()}})
     logs.log("output_code", "compiled %d-node graph with symbolic sizes %s in %.3f s; "
              "guards: %s", len(gm.graph.nodes),
              ", ".join(f"{s}=a[{i}]" for i, s in size_symbols.items()),

@@ -200,3 +200,33 @@ def test_triton_target_serves_symbolic_graphs_per_size():
     assert compile_stats.size_specializations == 2
     assert list(compile_stats.symbolic_declines) == [
         "the triton target takes no size arguments yet"]
+
+
+def test_module_float_attributes_are_guarded_constants():
+    # under dynamic=True torch's frontend passes eps as a 0-dim tensor read by .item()
+    _reset()
+    norm = torch.nn.LayerNorm(6)
+    compiled = torch.compile(norm, backend="ember", dynamic=True)
+    for n in (11, 17):
+        x = torch.randn(n, 3, 6)
+        torch.testing.assert_close(compiled(x), norm(x))
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
+    norm.eps = 0.5
+    x = torch.randn(11, 3, 6)
+    torch.testing.assert_close(compiled(x), norm(x))
+
+
+def test_item_of_an_input_is_a_guarded_constant():
+    def fn(s, x, eps):
+        return (x * eps.item() + s,)
+
+    gm = torch.fx.symbolic_trace(fn)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+    fake = fake_mode.from_real(torch.randn(5, 3), dynamic_dims={0}, source="L['x']")
+    placeholders[0].meta["val"], placeholders[1].meta["val"] = fake.shape[0], fake
+    compiled = ember_backend(gm, [fake.shape[0], torch.randn(5, 3), torch.tensor(0.25)])
+    for n, eps in ((5, 0.25), (9, 0.25), (9, 0.5)):
+        x, e = torch.randn(n, 3), torch.tensor(eps)
+        torch.testing.assert_close(compiled(n, x, e), fn(n, x, e))
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 1)
