@@ -163,8 +163,11 @@ class GraphLowering:
             return self.env[a]
         if isinstance(a, torch.SymInt):
             return a.node.expr
-        if isinstance(a, (torch.SymFloat, torch.SymBool)):
-            raise NotImplementedError(f"a {type(a).__name__} argument ({a})")
+        if isinstance(a, torch.SymFloat):     # a float of sizes (``s ** 0.5``)
+            expr = a.node.expr
+            return float(expr) if expr.is_Number else expr
+        if isinstance(a, torch.SymBool):
+            raise NotImplementedError(f"a SymBool argument ({a})")
         if isinstance(a, (list, tuple)):
             return type(a)(self._arg(x) for x in a)
         return a

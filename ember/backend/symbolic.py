@@ -24,7 +24,7 @@ How
 * **Declines** (``NotImplementedError``, then ``dynamic.py`` compiles per size): a target
   without size arguments, ``freezing``, a graph that records gradients, inputs a frontend
   symbol of which has no placeholder, a tensor input without a symbolic fake, an input that
-  is a view, a SymFloat, and any lowering or generator that needs a static size.
+  is a view, a SymFloat input, and any lowering or generator that needs a static size.
 """
 from __future__ import annotations
 

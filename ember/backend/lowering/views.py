@@ -317,7 +317,7 @@ def _split(ctx, x, split_size, dim=0):
     size = x.get_size()
     dim %= len(size)
     if not size[dim].is_Integer or not isinstance(split_size, int) or split_size <= 0:
-        return NotImplemented
+        return _pieces_as_traced(ctx, x, dim)
     length = int(size[dim])
     return _pieces(x, dim, [min(split_size, length - s) for s in range(0, length, split_size)]
                    or [0])
@@ -327,9 +327,20 @@ def _split(ctx, x, split_size, dim=0):
 def _split_with_sizes(ctx, x, split_sizes, dim=0):
     size = x.get_size()
     dim %= len(size)
-    if not size[dim].is_Integer or sum(split_sizes) != int(size[dim]):
+    if not size[dim].is_Integer or not all(isinstance(n, int) for n in split_sizes):
+        return _pieces_as_traced(ctx, x, dim)
+    if sum(split_sizes) != int(size[dim]):
         return NotImplemented
     return _pieces(x, dim, list(split_sizes))
+
+
+def _pieces_as_traced(ctx, x, dim: int):
+    """A split of a symbolic size: the pieces the trace made (their number is fixed by
+    the frontend's guards; their sizes are expressions)."""
+    if not is_static(x.get_size()[dim]) and isinstance(ctx.out, (list, tuple)) and all(
+            isinstance(o, torch.Tensor) for o in ctx.out):
+        return _pieces(x, dim, [sym(o.shape[dim]) for o in ctx.out])
+    return NotImplemented
 
 
 @register_lowering(aten.roll.default)
@@ -353,7 +364,7 @@ def _repeat(ctx, x, repeats):
     """``out[i] = x[i mod size]`` per dim; leading new dims are broadcast."""
     size = list(x.get_size())
     lead = len(repeats) - len(size)
-    if lead < 0 or not all(s.is_Integer and int(s) > 0 for s in size):
+    if lead < 0 or not all(s.is_positive for s in size):     # (size symbols are >= 2)
         return NotImplemented
     out = [sym(r) for r in repeats[:lead]] + [s * r for s, r in zip(size, repeats[lead:])]
 

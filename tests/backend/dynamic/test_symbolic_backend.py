@@ -67,9 +67,38 @@ PROGRAMS = {
     "index": (lambda x, i: x[i] * 2, lambda n: [torch.randn(n, 3), torch.tensor([0, 1, 1])]),
     "embedding": (lambda w, i: F.embedding(i, w) + 1,
                   lambda n: [torch.randn(10, 4), torch.randint(0, 10, (n,))]),
+    "gather": (lambda x, i: x.gather(1, i) * 2,
+               lambda n: [torch.randn(n, 6), torch.randint(0, 6, (n, 2))]),
+    "scatter_add": (lambda x, i, v: x.scatter_add(0, i, v),
+                    lambda n: [torch.zeros(5, 3), torch.randint(0, 5, (n, 3)), torch.randn(n, 3)]),
+    "split": (lambda x: torch.mul(*x.split(x.shape[1] // 2, 1)), lambda n: [torch.randn(3, 2 * n)]),
+    "repeat": (lambda x: x.repeat(2, 1) + 1, lambda n: [torch.randn(n, 3)]),
+    # floats of sizes, attention, interpolation
+    "scaled_scores": (lambda q, k: torch.softmax(q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5, -1),
+                      lambda n: [torch.randn(2, n, 8), torch.randn(2, n, 8)]),
+    "sdpa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+             lambda n: [torch.randn(1, 2, n, 8) for _ in range(3)]),
+    "interpolate": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"),
+                    lambda n: [torch.randn(1, 2, n, 3)]),
     # ATen fallbacks inside the symbolic program
     "cumsum": (lambda x: x.cumsum(0) * 2, lambda n: [torch.randn(n)]),
     "max_pool": (lambda x: F.max_pool2d(x, 2), lambda n: [torch.randn(1, 2, 2 * n, 6)]),
+}
+
+
+def _write_input(x):
+    x.add_(1)
+    return x * 2
+
+
+# modules and input mutations (checked separately: parameters, eps as a tensor)
+MODULES = {
+    "mlp": (torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)),
+            lambda n: [torch.randn(n, 8)]),
+    "conv_bn_relu": (torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1),
+                                         torch.nn.BatchNorm2d(4).eval(), torch.nn.ReLU()),
+                     lambda n: [torch.randn(2, 3, n, n + 1)]),
+    "input_mutation": (_write_input, lambda n: [torch.randn(n, 3)]),
 }
 
 
@@ -89,6 +118,19 @@ def test_torch_compile_dynamic_is_one_symbolic_compile(name):
     assert dict(compile_stats.symbolic_declines) == {}
     assert compile_stats.symbolic_compiles == 1
     assert compile_stats.size_specializations == 0
+
+
+@pytest.mark.parametrize("name", MODULES)
+def test_modules_and_mutations_compile_once(name):
+    _reset()
+    fn, make = MODULES[name]
+    compiled = torch.compile(fn, backend="ember", dynamic=True)
+    for n in SIZES:
+        args = make(n)
+        expected_args = [a.clone() for a in args]
+        torch.testing.assert_close(compiled(*args), fn(*expected_args), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(args, expected_args)
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
 
 
 def test_kernels_take_sizes_as_arguments():
