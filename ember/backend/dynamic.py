@@ -42,6 +42,7 @@ import torch.fx
 
 from ember import config, logs
 from ember.backend import compile_stats
+from ember.backend.passes.specialize import item_inputs, specialize_graph
 
 SPECIALIZATIONS_KEPT = 8     # per-size compiles kept per graph (least recently used dropped)
 
@@ -141,47 +142,3 @@ class SizeSpecializer:
             only = keep[0]
             return lambda *a: compiled(a[only])
         return lambda *a: compiled(*getter(a))
-
-
-def item_inputs(gm: torch.fx.GraphModule) -> list[int]:
-    """Positions of the tensor placeholders the graph reads only through ``.item()``: a
-    module's float attribute, which torch's frontend passes as a 0-dim tensor under
-    ``dynamic=True``. Compiles specialise on its value (fakes have none), checked per
-    call."""
-    out = []
-    for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
-        if node.users and all(_is_item(u) for u in node.users):
-            out.append(i)
-    return out
-
-
-def _is_item(node: torch.fx.Node) -> bool:
-    return (node.op == "call_method" and node.target == "item") or (
-        node.op == "call_function" and node.target is torch.Tensor.item)
-
-
-def specialize_graph(gm: torch.fx.GraphModule, sizes: dict[int, int],
-                     items: dict[int, object] | None = None, *,
-                     keep_meta: bool = False) -> torch.fx.GraphModule:
-    """A copy of ``gm`` whose size placeholders (position -> value) are constants and no
-    longer inputs, whose ``.item()`` reads of the ``items`` placeholders (position ->
-    value) are constants (the placeholders stay, unread), and whose nodes carry no
-    symbolic metadata (the static compile computes its own) unless ``keep_meta``."""
-    graph = torch.fx.Graph()
-    env: dict = {}
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    constant_of = {placeholders[i]: value for i, value in sizes.items()}
-    item_of = {placeholders[i]: value for i, value in (items or {}).items()}
-    for node in gm.graph.nodes:
-        if node in constant_of:
-            env[node] = constant_of[node]
-            continue
-        if _is_item(node) and node.args and node.args[0] in item_of:
-            env[node] = item_of[node.args[0]]
-            continue
-        new = graph.node_copy(node, lambda n: env[n])
-        if not keep_meta:
-            for key in ("val", "example_value"):
-                new.meta.pop(key, None)
-        env[node] = new
-    return torch.fx.GraphModule(gm, graph)

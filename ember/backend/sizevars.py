@@ -28,22 +28,14 @@ def symbols(env):
         _env = outer
 
 
+def shape_env():
+    """The ShapeEnv whose symbols are known now (``symbols``), or None."""
+    return _env
+
+
 def symbol_names() -> frozenset:
     """The names of the size symbols now known (none while a static graph is generated)."""
     return frozenset(s.name for s in _env.symbols) if _env is not None else frozenset()
-
-
-def to_symint(expr):
-    """A size as torch takes it: an int, or a ``torch.SymInt`` of the graph's ShapeEnv (for
-    meta kernels that compute views and shapes with symbolic sizes)."""
-    expr = sympy.sympify(expr)
-    if expr.is_Integer:
-        return int(expr)
-    if _env is None:
-        raise NotImplementedError(f"the symbolic size {expr} outside a symbolic compile")
-    from ember.backend.ir import FloorDiv, ModIndex
-    from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod
-    return _env.wrap(expr.replace(FloorDiv, SizeFloorDiv).replace(ModIndex, Mod))
 
 
 def simplify(expr) -> sympy.Expr:

@@ -171,7 +171,7 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: di
         raise NotImplementedError("a graph compiled inside an autocast region")
     # 0-dim tensors read by ``.item()`` (a module's eps): their values are constants,
     # checked per call
-    from ember.backend.dynamic import item_inputs, specialize_graph
+    from ember.backend.passes.specialize import item_inputs, specialize_graph
     items = {i: example_inputs[i].item() for i in item_inputs(gm)}
     if items:
         gm = specialize_graph(gm, {}, items, keep_meta=True)

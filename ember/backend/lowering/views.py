@@ -13,7 +13,8 @@ from ember.backend.ir import (Buffer, FloorDiv, IndexView, InputBuffer, Layout, 
 from ember.backend.lowering.cost import body_cost
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
-from ember.backend.sizevars import is_static, to_symint
+from ember.backend.sizevars import is_static, shape_env
+from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod
 from ember.fake import storage_key
 
 
@@ -39,6 +40,18 @@ def _meta_view(layout: Layout, op, args, kwargs) -> Layout:
                   [sym(s) for s in out.stride()], sym(out.storage_offset()))
 
 
+def to_symint(expr):
+    """A size as torch takes it: an int, or a ``torch.SymInt`` of the graph's ShapeEnv
+    (``sizevars.symbols``), for meta kernels that compute views with symbolic sizes."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        return int(expr)
+    env = shape_env()
+    if env is None:
+        raise NotImplementedError(f"the symbolic size {expr} outside a symbolic compile")
+    return env.wrap(expr.replace(FloorDiv, SizeFloorDiv).replace(ModIndex, SizeMod))
+
+
 def _flat_args(args, kwargs):
     for a in [*args, *kwargs.values()]:
         yield from (a if isinstance(a, (list, tuple)) else [a])
@@ -46,7 +59,7 @@ def _flat_args(args, kwargs):
 
 def _symbolic_meta_view(layout: Layout, op, args, kwargs) -> Layout:
     """``_meta_view`` of a layout or arguments with symbolic sizes: the op runs on a meta
-    tensor sized by SymInts of the graph's ShapeEnv (``sizevars.to_symint``)."""
+    tensor sized by SymInts of the graph's ShapeEnv (``to_symint``)."""
     from torch._dispatch.python import enable_python_dispatcher
 
     def convert(a):
