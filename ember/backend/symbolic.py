@@ -21,10 +21,14 @@ How
 * **Guards.** What the trace or the lowering decided about sizes is the env's guards, one
   Python expression over the call's arguments, checked on every call; a call that fails it
   goes to ``per_size`` (the per-size path of ``dynamic.py``).
+* **Training graphs** (inputs that require grad): the joint graph is traced on the same
+  fakes, partitioned (costs at the hints), and both halves compiled symbolically; the
+  backward takes the size inputs' values after its tangents (``ember.aot.training``).
 * **Declines** (``NotImplementedError``, then ``dynamic.py`` compiles per size): a target
-  without size arguments, ``freezing``, a graph that records gradients, inputs a frontend
-  symbol of which has no placeholder, a tensor input without a symbolic fake, an input that
-  is a view, a SymFloat input, and any lowering or generator that needs a static size.
+  without size arguments, ``freezing``, a training graph that turns grad mode on, inputs a
+  frontend symbol of which has no placeholder, a tensor input without a symbolic fake, an
+  input that is a view, a SymFloat input, and any lowering or generator that needs a
+  static size.
 """
 from __future__ import annotations
 
@@ -165,8 +169,9 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: di
         raise NotImplementedError(f"the {target.name} target takes no size arguments yet")
     if options["freezing"]:
         raise NotImplementedError("freezing=True")
-    if may_record_grad(tensors, enables_grad(gm)):
-        raise NotImplementedError("a graph that records gradients (training)")
+    training = may_record_grad(tensors, enables_grad(gm))
+    if training and enables_grad(gm):
+        raise NotImplementedError("a training graph that turns grad mode on")
     if torch._C._is_any_autocast_enabled():
         raise NotImplementedError("a graph compiled inside an autocast region")
     # 0-dim tensors read by ``.item()`` (a module's eps): their values are constants,
@@ -176,18 +181,28 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: di
     if items:
         gm = specialize_graph(gm, {}, items, keep_meta=True)
     env, mode, fakes, size_symbols = symbolic_inputs(gm, example_inputs)
-    with compile_stats.timed("aot trace"):
-        aten = trace_to_aten(gm, fakes, decompositions=core_decompositions(), fake_mode=mode)
-    lowering_inputs = [n.meta["val"] for n in aten.gm.graph.nodes if n.op == "placeholder"]
-    env.generating = True
-    try:
-        with sizevars.symbols(env), autocast_off():
-            artifact = generate(aten.gm, lowering_inputs, target, device,
-                                fused_random=not options["fallback_random"])
-    finally:
-        env.generating = False
-    with autocast_off():
-        compiled = instantiate(artifact, target)
+    def compile_aten(g: torch.fx.GraphModule, inputs=None) -> Callable:
+        """An ATen graph over ``env``'s symbols, compiled from its placeholders' fakes."""
+        lowering_inputs = [n.meta["val"] for n in g.graph.nodes if n.op == "placeholder"]
+        env.generating = True
+        try:
+            with sizevars.symbols(env), autocast_off():
+                artifact = generate(g, lowering_inputs, target, device,
+                                    fused_random=not options["fallback_random"])
+        finally:
+            env.generating = False
+        with autocast_off():
+            return instantiate(artifact, target)
+
+    if training:     # forward and backward halves, each compiled once for every size
+        from ember.aot.training import compile_training
+        compiled = compile_training(gm, fakes, compile_graph=compile_aten,
+                                    decompositions=core_decompositions(), fake_mode=mode)
+    else:
+        with compile_stats.timed("aot trace"):
+            aten = trace_to_aten(gm, fakes, decompositions=core_decompositions(),
+                                 fake_mode=mode)
+        compiled = compile_aten(aten.gm)
     text = " and ".join([env.guards_as_python(), *(f"a[{i}].item() == _item{i}"
                                                    for i in items)])
     check = eval(f"lambda a: {text}", {**_guard_globals(),

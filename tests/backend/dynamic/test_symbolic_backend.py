@@ -272,3 +272,37 @@ def test_item_of_an_input_is_a_guarded_constant():
         x, e = torch.randn(n, 3), torch.tensor(eps)
         torch.testing.assert_close(compiled(n, x, e), fn(n, x, e))
     assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 1)
+
+
+def _train_step(model, x, target):
+    out = model(x)
+    loss = F.mse_loss(out[0], target)
+    loss.backward()         # out[1] gets no gradient: the backward without its part
+    return loss.detach(), out[1].detach()
+
+
+class _TwoHeads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU())
+        self.a, self.b = torch.nn.Linear(16, 1), torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        h = self.body(x)
+        return self.a(h), torch.softmax(self.b(h), -1)
+
+
+def test_training_graph_compiles_once_for_every_size():
+    import copy
+    _reset()
+    with torch.enable_grad():
+        model = _TwoHeads()
+        reference = copy.deepcopy(model)
+        compiled = torch.compile(model, backend="ember", dynamic=True)
+        for n in SIZES:
+            x, target = torch.randn(n, 8), torch.randn(n, 1)
+            got, want = _train_step(compiled, x, target), _train_step(reference, x, target)
+            torch.testing.assert_close(got, want)
+            for p, q in zip(model.parameters(), reference.parameters()):
+                torch.testing.assert_close(p.grad, q.grad)
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
