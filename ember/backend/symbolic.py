@@ -21,6 +21,8 @@ How
 * **Guards.** What the trace or the lowering decided about sizes is the env's guards, one
   Python expression over the call's arguments, checked on every call; a call that fails it
   goes to ``per_size`` (the per-size path of ``dynamic.py``).
+* **Graph cache.** An inference graph's entry is keyed on its symbolic inputs (sizes as
+  ``s0, s1, ...``, never the hints) and holds the guards with the wrapper and kernels.
 * **Training graphs** (inputs that require grad): the joint graph is traced on the same
   fakes, partitioned (costs at the hints), and both halves compiled symbolically; the
   backward takes the size inputs' values after its tangents (``ember.aot.training``).
@@ -41,6 +43,7 @@ import torch
 from ember import logs
 from ember.aot.autocast import autocast_off
 from ember.backend import compile_stats, sizevars
+from ember.backend.runtime import graph_cache
 from ember.backend.targets import kernel_device, target_for
 from ember.shapes import ShapeEnv
 
@@ -181,30 +184,50 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: di
     if items:
         gm = specialize_graph(gm, {}, items, keep_meta=True)
     env, mode, fakes, size_symbols = symbolic_inputs(gm, example_inputs)
-    def compile_aten(g: torch.fx.GraphModule, inputs=None) -> Callable:
-        """An ATen graph over ``env``'s symbols, compiled from its placeholders' fakes."""
+
+    def generate_aten(g: torch.fx.GraphModule):
+        """An ATen graph over ``env``'s symbols, generated from its placeholders' fakes."""
         lowering_inputs = [n.meta["val"] for n in g.graph.nodes if n.op == "placeholder"]
         env.generating = True
         try:
             with sizevars.symbols(env), autocast_off():
-                artifact = generate(g, lowering_inputs, target, device,
-                                    fused_random=not options["fallback_random"])
+                return generate(g, lowering_inputs, target, device,
+                                fused_random=not options["fallback_random"])
         finally:
             env.generating = False
-        with autocast_off():
-            return instantiate(artifact, target)
 
-    if training:     # forward and backward halves, each compiled once for every size
+    def compile_aten(g: torch.fx.GraphModule, inputs=None) -> Callable:
+        with autocast_off():
+            return instantiate(generate_aten(g), target)
+
+    item_checks = [f"a[{i}].item() == _item{i}" for i in items]
+    # the graph cache: keyed on the symbolic inputs (no hint), the entry holds the guards
+    cache_key = graph_cache.key(gm, [*fakes, *(("item", i, v) for i, v in items.items())],
+                                options, target) \
+        if graph_cache.enabled() and not training else None
+    artifact = graph_cache.load(cache_key) if cache_key else None
+    if artifact is not None and artifact.guards:
+        with autocast_off():
+            compiled = instantiate(artifact, target)
+        text = artifact.guards
+        logs.log("output_code", "graph cache hit (symbolic sizes): %d kernels",
+                 len(artifact.kernels))
+    elif training:     # forward and backward halves, each compiled once for every size
         from ember.aot.training import compile_training
         compiled = compile_training(gm, fakes, compile_graph=compile_aten,
                                     decompositions=core_decompositions(), fake_mode=mode)
+        text = " and ".join([env.guards_as_python(), *item_checks])
     else:
         with compile_stats.timed("aot trace"):
             aten = trace_to_aten(gm, fakes, decompositions=core_decompositions(),
                                  fake_mode=mode)
-        compiled = compile_aten(aten.gm)
-    text = " and ".join([env.guards_as_python(), *(f"a[{i}].item() == _item{i}"
-                                                   for i in items)])
+        artifact = generate_aten(aten.gm)
+        with autocast_off():
+            compiled = instantiate(artifact, target)
+        text = " and ".join([env.guards_as_python(), *item_checks])
+        if cache_key:
+            artifact.guards = text
+            graph_cache.store(cache_key, artifact)
     check = eval(f"lambda a: {text}", {**_guard_globals(),
                                        **{f"_item{i}": v for i, v in items.items()}})
     logs.log("output_code", "compiled %d-node graph with symbolic sizes %s in %.3f s; "

@@ -306,3 +306,19 @@ def test_training_graph_compiles_once_for_every_size():
             for p, q in zip(model.parameters(), reference.parameters()):
                 torch.testing.assert_close(p.grad, q.grad)
     assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
+
+
+def test_graph_cache_keys_on_the_symbolic_program(tmp_path, monkeypatch, ember_log):
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("EMBER_GRAPH_CACHE", raising=False)
+    logs.set_logs("output_code")
+    fn = PROGRAMS["slice_by_size"][0]
+    for first in (11, 29):     # the second compile sees other sizes: the same entry
+        _reset()
+        compiled = torch.compile(fn, backend="ember", dynamic=True)
+        for n in (first, 17):
+            args = PROGRAMS["slice_by_size"][1](n)
+            torch.testing.assert_close(compiled(*args), fn(*args))
+    hits = [r for r in ember_log.records if "graph cache hit (symbolic" in r.getMessage()]
+    assert len({id(r) for r in hits}) == 1      # (the handler may see a record twice)
+    assert compile_stats.size_specializations == 0
