@@ -113,6 +113,8 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list):
             hint = value.node.hint
             if hint is None:
                 raise NotImplementedError(f"size input #{i} ({expr}) has no hint")
+            if int(hint) < 0:      # an int input that is not a size: symbols are sizes
+                raise NotImplementedError(f"int input #{i} ({expr}) is negative")
             new = env.create_symbol(int(hint), f"a[{i}]", duck=False)
             mapping[expr] = new
             size_symbols[i] = new

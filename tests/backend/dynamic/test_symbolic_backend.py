@@ -31,6 +31,9 @@ PROGRAMS = {
     "size_arithmetic": (lambda x: x * x.shape[0] + x.shape[1],
                         lambda n: [torch.randn(n, n + 2)]),
     "arange": (lambda x: x + torch.arange(x.shape[0]), lambda n: [torch.randn(n)]),
+    # (Python's floor semantics where a size expression goes negative: C's / and % differ)
+    "negative_floor": (lambda x: x * ((x.shape[0] - 15) // 3) + (x.shape[0] - 19) % 5,
+                       lambda n: [torch.randn(n)]),
     "ones": (lambda x: x + torch.ones(x.shape[0], 1), lambda n: [torch.randn(n, 3)]),
     # reductions over a symbolic dim
     "sum_last": (lambda x: x.sum(-1), lambda n: [torch.randn(3, n)]),
@@ -322,3 +325,19 @@ def test_graph_cache_keys_on_the_symbolic_program(tmp_path, monkeypatch, ember_l
     hits = [r for r in ember_log.records if "graph cache hit (symbolic" in r.getMessage()]
     assert len({id(r) for r in hits}) == 1      # (the handler may see a record twice)
     assert compile_stats.size_specializations == 0
+
+
+def test_negative_int_inputs_are_compiled_per_size():
+    # size symbols are >= 2: an int input seen negative is no size (compiled per value),
+    # and a negative value later fails the symbolic program's guards
+    _reset()
+
+    def fn(x, n):
+        return x * n + n // 3
+
+    compiled = torch.compile(fn, backend="ember", dynamic=True)
+    for n in (-4, 5, -2):
+        x = torch.randn(6)
+        torch.testing.assert_close(compiled(x, n), fn(x, n))
+    assert compile_stats.symbolic_compiles == 0
+    assert [r.endswith("is negative") for r in compile_stats.symbolic_declines] == [True]

@@ -106,6 +106,12 @@ class CppIndexPrinter(IndexPrinter):
 
     fold_template = "std::{fn}<int64_t>({a}, {b})"
 
+    def python_floordiv(self, a: str, b: str) -> str:
+        return f"ember_floordiv<int64_t>({a}, {b})"
+
+    def python_mod(self, a: str, b: str) -> str:
+        return f"ember_remainder<int64_t>({a}, {b})"
+
 
 cpp_index = CppIndexPrinter()   # C++ for an index expression (int64 arithmetic)
 
