@@ -34,6 +34,7 @@ Decisions
 from __future__ import annotations
 
 import collections
+import contextlib
 import operator
 from typing import Callable
 
@@ -64,7 +65,8 @@ def compile_dynamic(gm: torch.fx.GraphModule, example_inputs: list, options: dic
     from ember.backend.symbolic import compile_symbolic
     specializer = SizeSpecializer(gm, example_inputs, options)
     try:
-        compiled = compile_symbolic(gm, example_inputs, options, specializer)
+        with _output_code_logged(options["debug"]):
+            compiled = compile_symbolic(gm, example_inputs, options, specializer)
     except NotImplementedError as e:
         compile_stats.symbolic_declines[str(e)] += 1
         logs.log("perf_hints", "ember backend: symbolic compile declined (%s); compiling per "
@@ -80,6 +82,21 @@ def compile_dynamic(gm: torch.fx.GraphModule, example_inputs: list, options: dic
         return specializer
     compile_stats.symbolic_compiles += 1
     return compiled
+
+
+@contextlib.contextmanager
+def _output_code_logged(debug: bool):
+    """``debug=True``: the compile logs its code as under ``EMBER_LOGS=output_code`` (as
+    ``compile_graph`` does for static graphs)."""
+    if not debug or logs.enabled("output_code"):
+        yield
+        return
+    was_on = [a for a in logs.ARTIFACTS if logs.enabled(a)]
+    logs.set_logs(",".join([*was_on, "output_code"]))
+    try:
+        yield
+    finally:
+        logs.set_logs(",".join(was_on))
 
 
 def _concrete(value):

@@ -341,3 +341,12 @@ def test_negative_int_inputs_are_compiled_per_size():
         torch.testing.assert_close(compiled(x, n), fn(x, n))
     assert compile_stats.symbolic_compiles == 0
     assert [r.endswith("is negative") for r in compile_stats.symbolic_declines] == [True]
+
+
+def test_debug_option_logs_the_symbolic_program(ember_log):
+    _reset()
+    compiled = torch.compile(lambda x: x.sum(0), backend="ember", dynamic=True,
+                             options={"debug": True})
+    x = torch.randn(11, 3)
+    torch.testing.assert_close(compiled(x), x.sum(0))
+    assert "int64_t s0" in ember_log.text
