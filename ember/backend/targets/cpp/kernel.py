@@ -157,7 +157,8 @@ class CppKernel(Kernel):
         start (only loops known to run: a value moved out is computed even when the loop
         has no iteration). On exit the reductions' accumulators hold final values."""
         size = product(self.group.inner)
-        if self.hoist is not None or not is_static(size) or size_hint(size) < 1:
+        # (a symbolic size runs at least once where the ranges say so: symbols are >= 2)
+        if self.hoist is not None or not sizevars.statically_known_leq(1, size):
             yield
             return
         self.hoist = _Hoist(len(self.lines), self.indent)
