@@ -28,9 +28,10 @@ How
   backward takes the size inputs' values after its tangents (``ember.aot.training``).
 * **Declines** (``NotImplementedError``, then ``dynamic.py`` compiles per size): a target
   without size arguments, ``freezing``, a training graph that turns grad mode on, inputs a
-  frontend symbol of which has no placeholder, a tensor input without a symbolic fake, an
-  input that is a view, a SymFloat input, and any lowering or generator that needs a
-  static size.
+  frontend symbol of which has no placeholder, a tensor input without a symbolic fake,
+  inputs that share memory, a SymFloat input, and any lowering or generator that needs a
+  static size. (An input that is a view is seen as a tensor of its own: kernels address
+  inputs from their data pointers.)
 """
 from __future__ import annotations
 
@@ -119,6 +120,7 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list):
             mapping[expr] = new
             size_symbols[i] = new
     fakes = []
+    storages: set = set()
     for i, (node, value) in enumerate(zip(placeholders, example_inputs)):
         if isinstance(value, torch.SymInt):
             fakes.append(env.wrap(size_symbols[i]))
@@ -153,8 +155,15 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list):
             geometry.append(exprs)
         if all(e.is_Integer for part in geometry for e in part):
             fakes.append(mode.from_real(value))     # static: as the static trace fakes it
-        else:
-            fakes.append(mode.from_real_with_geometry(value, *geometry))
+            continue
+        # a symbolic fake has a storage of its own: inputs sharing memory would lose that
+        storage = value.untyped_storage().data_ptr()
+        if storage in storages or any(isinstance(v, torch.Tensor) and v is not value and
+                                      v.untyped_storage().data_ptr() == storage
+                                      for v in example_inputs):
+            raise NotImplementedError(f"tensor input #{i} shares memory with another input")
+        storages.add(storage)
+        fakes.append(mode.from_real_with_geometry(value, *geometry))
     return env, mode, fakes, size_symbols
 
 

@@ -340,3 +340,25 @@ def test_debug_option_logs_the_symbolic_program(ember_log):
     x = torch.randn(11, 3)
     torch.testing.assert_close(compiled(x), x.sum(0))
     assert "int64_t s0" in ember_log.text
+
+
+def test_view_inputs_and_inputs_sharing_memory():
+    _reset()
+    compiled = torch.compile(lambda x: x * 2 + 1, backend="ember", dynamic=True)
+    for n in SIZES:     # a view with an offset: seen from its data pointer
+        x = torch.randn(n + 3, 4)[2:, 1:]
+        torch.testing.assert_close(compiled(x), x * 2 + 1)
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
+
+    def write_read(x, y):
+        x.add_(1)
+        return y * 2
+
+    _reset()
+    compiled = torch.compile(write_read, backend="ember", dynamic=True)
+    for n in SIZES:     # y aliases x: the read sees the write
+        base, expected = torch.randn(n, n), None
+        ref = base.clone()
+        expected = write_read(ref, ref.t())
+        torch.testing.assert_close(compiled(base, base.t()), expected)
+        torch.testing.assert_close(base, ref)
