@@ -362,3 +362,24 @@ def test_view_inputs_and_inputs_sharing_memory():
         expected = write_read(ref, ref.t())
         torch.testing.assert_close(compiled(base, base.t()), expected)
         torch.testing.assert_close(base, ref)
+
+
+def test_dynamic_batch_keeps_static_loop_transforms():
+    # only the batch is symbolic (torch's automatic dynamic): the 4 x 4 plane still runs
+    # as one loop of 16, and a channels-last value is still computed channel-fastest
+    _reset()
+
+    def fn(x, b):
+        return (x * 2 + b).relu()
+
+    compiled = torch.compile(fn, backend="ember")
+    b = torch.randn(8, 1, 1)
+    for n in (3, 5, 9):
+        x = torch.randn(n, 8, 4, 4)
+        xc = x.to(memory_format=torch.channels_last)
+        torch.testing.assert_close(compiled(x, b), fn(x, b))
+        torch.testing.assert_close(compiled(xc, b), fn(xc, b))
+        assert compiled(xc, b).stride() == fn(xc, b).stride()
+    kernels = [s for s in pipeline.generated_sources if "int64_t s0" in s]
+    assert any("r0 < 16;" in k for k in kernels)                  # h and w merged
+    assert any("p_arg1[r0]" in k for k in kernels)                # channels fastest

@@ -385,9 +385,10 @@ def _in_store_order(group: FusionGroup, x: list, r: list) -> FusionGroup:
     inner loop runs along stride 1 (contiguous SIMD loads and stores), not along ``w`` with
     a stride of ``c``. Returns a copy whose nodes take their dims through ``perm``, or the
     group itself."""
+    # (symbolic sizes too: a pointwise loop nest may run in any order; the order comes
+    # from the store's coefficients, which must be numbers)
     if (len(group.inner) != 1 or not group.outer
-            or any(n.role != "inner" or n.perm is not None for n in group.nodes)
-            or not all(s.is_Integer for s in group.outer + group.inner)):
+            or any(n.role != "inner" or n.perm is not None for n in group.nodes)):
         return group
     sizes, kernel_vars = list(group.outer) + list(group.inner), list(x) + list(r)
     order = [kernel_vars.index(v) for v in store_order(group, x, r, sizes, kernel_vars)[1]]
@@ -409,9 +410,10 @@ def _merge_contiguous_dims(group: FusionGroup, x: list, r: list):
     ``[n, c, 4, 4]`` plane is one loop of 16, not four loops of 4. Repeated while it holds.
     Returns the group (a copy with merged loops) and the outer variables to call bodies
     with (a merged dim's variable is 0: the inner variable covers it)."""
+    # (symbolic sizes too: ``runs_with`` merges only dims whose strides it proves
+    # contiguous, which a symbolic stride never is; the loop lengths are hints)
     if (len(group.inner) != 1 or not group.outer
-            or any(n.role != "inner" for n in group.nodes)
-            or not all(s.is_Integer for s in group.outer + group.inner)):
+            or any(n.role != "inner" for n in group.nodes)):
         return group, x
     indices = access_indices(group, x, r)
     outer, inner, merged = list(group.outer), group.inner[0], 0
