@@ -23,6 +23,10 @@ How
   goes to ``per_size`` (the per-size path of ``dynamic.py``).
 * **Graph cache.** An inference graph's entry is keyed on its symbolic inputs (sizes as
   ``s0, s1, ...``, never the hints) and holds the guards with the wrapper and kernels.
+* **Not in this path yet** (the static pipeline's torch-level passes, which read static
+  shapes): the layout pass (channels-last convolutions), dropping dead convolution taps,
+  and the attention-mask pass. Code generation choices that depend on a size's value for
+  correctness stay static-only (``sizevars``); the others use the hints.
 * **Training graphs** (inputs that require grad): the joint graph is traced on the same
   fakes, partitioned (costs at the hints), and both halves compiled symbolically; the
   backward takes the size inputs' values after its tangents (``ember.aot.training``).
