@@ -383,3 +383,26 @@ def test_dynamic_batch_keeps_static_loop_transforms():
     kernels = [s for s in pipeline.generated_sources if "int64_t s0" in s]
     assert any("r0 < 16;" in k for k in kernels)                  # h and w merged
     assert any("p_arg1[r0]" in k for k in kernels)                # channels fastest
+
+
+def test_hand_built_graph_with_shared_symbols_and_strides():
+    # Ember's frontend: x and y share the symbol of their equal dim (duck sizing), y is
+    # transposed (its strides are expressions), the view's size is an operator on a size
+    def fn(s, x, y):
+        return ((x + y.t()).reshape(s * 3) * 2,)
+
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+    x, y = torch.randn(6, 3), torch.randn(6, 3).t()
+    fx, fy = (mode.from_real(x, dynamic_dims={0}, source="L['x']"),
+              mode.from_real(y, dynamic_dims={1}, source="L['y']"))
+    assert fy.stride() == (1, 3)
+    assert fx.shape[0].node.expr == fy.shape[1].node.expr      # one symbol
+    gm = torch.fx.symbolic_trace(fn)
+    s_node, x_node, y_node = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    s_node.meta["val"], x_node.meta["val"], y_node.meta["val"] = fx.shape[0], fx, fy
+    compiled = ember_backend(gm, [fx.shape[0], x, y])
+    for n in (6, 13, 20):
+        x, y = torch.randn(n, 3), torch.randn(n, 3).t()
+        torch.testing.assert_close(compiled(n, x, y), fn(n, x, y))
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
