@@ -115,6 +115,9 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list):
             if not isinstance(expr, sympy.Symbol):
                 raise NotImplementedError(f"size input #{i} is the expression {expr}, not a "
                                           f"symbol")
+            if expr in mapping:      # two inputs of one symbol (the frontend equated them)
+                size_symbols[i] = mapping[expr]
+                continue
             hint = value.node.hint
             if hint is None:
                 raise NotImplementedError(f"size input #{i} ({expr}) has no hint")

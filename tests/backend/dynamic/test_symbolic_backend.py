@@ -406,3 +406,22 @@ def test_hand_built_graph_with_shared_symbols_and_strides():
         x, y = torch.randn(n, 3), torch.randn(n, 3).t()
         torch.testing.assert_close(compiled(n, x, y), fn(n, x, y))
     assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
+
+
+def test_two_size_inputs_of_one_symbol():
+    # a frontend that equated two sizes (a guard s1 == s0) hands both over as one symbol
+    def fn(a, b, x):
+        return (x * a + b,)
+
+    env = ShapeEnv()
+    fake = FakeTensorMode(shape_env=env).from_real(torch.randn(5), dynamic_dims={0},
+                                                   source="L['x']")
+    gm = torch.fx.symbolic_trace(fn)
+    nodes = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    nodes[0].meta["val"] = nodes[1].meta["val"] = fake.shape[0]
+    nodes[2].meta["val"] = fake
+    compiled = ember_backend(gm, [fake.shape[0], fake.shape[0], torch.randn(5)])
+    for n in (5, 8):
+        x = torch.randn(n)
+        torch.testing.assert_close(compiled(n, n, x), fn(n, n, x))
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
