@@ -25,6 +25,7 @@ import sympy
 import torch
 
 from ember.backend.ops import ops
+from ember.backend.sizevars import size_hint, statically_known_leq
 
 Expr = sympy.Expr
 
@@ -128,7 +129,6 @@ class Layout:
         return all(isinstance(e, (int, sympy.Integer)) for e in (*self.size, *self.stride))
 
     def _by_hinted_stride(self) -> list:
-        from ember.backend.sizevars import size_hint
         dims = [(size_hint(st), size_hint(sz), i, st, sz)
                 for i, (sz, st) in enumerate(zip(self.size, self.stride)) if sz != 1]
         return [(st, sz) for *_, st, sz in sorted(dims, key=lambda d: d[:3])]
@@ -145,7 +145,6 @@ class Layout:
     def is_non_overlapping(self) -> bool:
         """No two elements share memory (a slice's gaps allowed; no expanded dims)."""
         if not self._static():
-            from ember.backend.sizevars import statically_known_leq
             extent = sympy.Integer(1)
             for st, sz in self._by_hinted_stride():
                 if not statically_known_leq(extent, st):
