@@ -69,10 +69,11 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str |
                 f"ember backend: graph input of type {type(value).__name__} is not supported")
     from ember.backend.dynamic import compile_dynamic, is_symbolic
     if is_symbolic(example_inputs):    # symbolic sizes: one program for all, or per size
-        from ember.backend.options import check_option
+        from ember.backend.options import DEFAULTS, check_option
         for name, value in resolved.items():
             check_option(name, value)
-        return compile_dynamic(gm, example_inputs, resolved)
+        # (compile_graph's keywords: those not given keep their defaults)
+        return compile_dynamic(gm, example_inputs, {**DEFAULTS, **resolved})
     from ember.backend.compile import compile_graph
     return compile_graph(gm, example_inputs, **resolved)
 

@@ -425,3 +425,13 @@ def test_two_size_inputs_of_one_symbol():
         x = torch.randn(n)
         torch.testing.assert_close(compiled(n, n, x), fn(n, n, x))
     assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
+
+
+def test_backend_called_with_some_options_only():
+    # ember_backend(gm, inputs, cpu_backend=...) as tests and tools call it: the options
+    # not given keep their defaults, as compile_graph's keywords do
+    gm, example = _hand_built(lambda s, x: (x * s,), torch.randn(4, 3), {0})
+    compiled = ember_backend(gm, example, cpu_backend="cpp")
+    x = torch.randn(6, 3)
+    torch.testing.assert_close(compiled(6, x), (x * 6,))
+    assert compile_stats.symbolic_compiles == 1
