@@ -11,31 +11,35 @@ correctness depends on a size's value must take the size only when ``is_static``
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import sympy
 
-_env = None        # the ShapeEnv of the graph being generated (``symbols``), or None
+# the ShapeEnv of the graph this thread is generating (``symbols``): per thread, as two
+# threads may compile at once
+_state = threading.local()
 
 
 @contextlib.contextmanager
 def symbols(env):
     """Within the block, ``env``'s symbols are the size symbols: hints and ranges known."""
-    global _env
-    outer, _env = _env, env
+    outer = shape_env()
+    _state.env = env
     try:
         yield
     finally:
-        _env = outer
+        _state.env = outer
 
 
 def shape_env():
     """The ShapeEnv whose symbols are known now (``symbols``), or None."""
-    return _env
+    return getattr(_state, "env", None)
 
 
 def symbol_names() -> frozenset:
     """The names of the size symbols now known (none while a static graph is generated)."""
-    return frozenset(s.name for s in _env.symbols) if _env is not None else frozenset()
+    env = shape_env()
+    return frozenset(s.name for s in env.symbols) if env is not None else frozenset()
 
 
 def simplify(expr) -> sympy.Expr:
@@ -47,8 +51,9 @@ def size_hint(expr) -> int:
     expr = simplify(expr)
     if expr.is_Integer:
         return int(expr)
-    if _env is not None:
-        value = simplify(_env.hint_value(expr))
+    env = shape_env()
+    if env is not None:
+        value = simplify(env.hint_value(expr))
         if value.is_Integer:
             return int(value)
     raise NotImplementedError(f"no hint for the size {expr}")
@@ -63,9 +68,10 @@ def _known_nonnegative(diff) -> bool:
         return int(diff) >= 0
     if diff.is_nonnegative:
         return True
-    if _env is not None:
+    env = shape_env()
+    if env is not None:
         try:
-            return bool(_env.bound(diff).lower >= 0)
+            return bool(env.bound(diff).lower >= 0)
         except (TypeError, AttributeError):     # a function the ranges do not bound
             return False
     return False
