@@ -64,12 +64,16 @@ def ember_backend(gm: torch.fx.GraphModule, example_inputs: list, *, mode: str |
     if not resolved:   # torch.compile's call (or a plain backend(gm, example_inputs))
         resolved = resolve_options(mode, options)
     for value in example_inputs:
-        if not isinstance(value, (torch.Tensor, int, float, bool)) or isinstance(
-                value, torch.SymInt) or (isinstance(value, torch.Tensor) and any(
-                    isinstance(s, torch.SymInt) for s in value.shape)):
+        if not isinstance(value, (torch.Tensor, int, float, bool, torch.SymInt)):
             raise NotImplementedError(
-                f"ember backend: graph input of type {type(value).__name__} (symbolic "
-                f"shapes are not supported yet; use dynamic=False)")
+                f"ember backend: graph input of type {type(value).__name__} is not supported")
+    from ember.backend.dynamic import compile_dynamic, is_symbolic
+    if is_symbolic(example_inputs):    # symbolic sizes: one program for all, or per size
+        from ember.backend.options import DEFAULTS, check_option
+        for name, value in resolved.items():
+            check_option(name, value)
+        # (compile_graph's keywords: those not given keep their defaults)
+        return compile_dynamic(gm, example_inputs, {**DEFAULTS, **resolved})
     from ember.backend.compile import compile_graph
     return compile_graph(gm, example_inputs, **resolved)
 

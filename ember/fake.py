@@ -630,6 +630,26 @@ class FakeTensorMode(TorchDispatchMode):
         fake = per_tensor[key] = self._finish_fake(t, meta)
         return fake
 
+    def from_real_with_geometry(self, t: torch.Tensor, sizes, strides) -> FakeTensor:
+        """A fake of real tensor ``t`` whose sizes and strides are the given sympy
+        expressions over the mode's ``shape_env`` symbols (the backend's fakes of a graph
+        whose symbolic sizes another frontend chose: ``ember.backend.symbolic``). The fake
+        is all of a storage of its own, at offset 0: offsets count from ``t``'s data
+        pointer, as the backend's kernels address their inputs (a view is seen as its own
+        tensor; the caller rules out inputs that share memory)."""
+        env = self.shape_env
+        self._check_supported(t)
+        extent = 0 if any(n == 0 for n in t.shape) else 1 + sum(
+            ((n - 1) * s for n, s in zip(sizes, strides)), 0)
+        wrap = env.wrap
+        with _disable_current_modes(), torch._C.DisableTorchFunctionSubclass(), \
+                torch.no_grad(), enable_python_dispatcher():
+            storage = torch.empty(wrap(extent * t.element_size()), dtype=torch.uint8,
+                                  device=_META).untyped_storage()
+            meta = torch.empty(0, dtype=t.dtype, device=_META)
+            meta.set_(storage, 0, [wrap(n) for n in sizes], [wrap(n) for n in strides])
+        return self._finish_fake(t, meta)
+
     def _symbolic_storage(self, t: torch.Tensor, extent, source):
         """The meta storage of a symbolic fake, shared by the symbolic fakes of one real
         storage. A tensor that is all of its storage (not a view, storage as big as its

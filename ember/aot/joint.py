@@ -65,17 +65,26 @@ class JointGraph:
 
 
 def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
+    return hint_int(t.numel()) * t.element_size()
+
+
+def hint_int(n) -> int:
+    """A size as an int: a symbolic one's value at its hint (for costs and logs only: a
+    comparison of the SymInt itself would be a guard)."""
+    return int(n.node.hint) if isinstance(n, torch.SymInt) else int(n)
 
 
 def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
-                decompositions: dict | None = None) -> JointGraph:
+                decompositions: dict | None = None, fake_mode=None) -> JointGraph:
+    """``fake_mode``: ``example_inputs`` are its fakes and SymInts (symbolic sizes:
+    ``begin_trace``)."""
     if any(p.requires_grad for p in gm.parameters()):
         raise NotImplementedError("ember.aot: parameters read as graph attributes (not inputs) "
                                   "that require grad")
-    state = begin_trace(gm, example_inputs, decompositions)
+    state = begin_trace(gm, example_inputs, decompositions, fake_mode)
     tracer, graph = state.tracer, state.graph
-    grad_inputs = [i for i, f in enumerate(state.fakes) if f.requires_grad]
+    grad_inputs = [i for i, f in enumerate(state.fakes)
+                   if isinstance(f, torch.Tensor) and f.requires_grad]
     for i in grad_inputs:
         tracer.frozen_inputs.add(id(state.fakes[i]))
     if len({id(f) for f in state.fakes}) != len(state.fakes):
@@ -113,7 +122,8 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
         tracer.track(t, node)
         tangents.append(t)
 
-    forward_values = {i: tracer.node_of[id(f)] for i, f in enumerate(state.fakes)}
+    forward_values = {i: tracer.node_of[id(f)] for i, f in enumerate(state.fakes)
+                      if isinstance(f, torch.Tensor)}
     grads: list = [None] * len(grad_inputs)
     if diff_outputs and grad_inputs:
         # autocast off, as around eager's ``backward()`` under AMP (``ember.aot.autocast``):
@@ -122,7 +132,8 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
             grads = list(torch.autograd.grad([flat_out[j] for j in diff_outputs],
                                              [state.fakes[i] for i in grad_inputs], tangents,
                                              allow_unused=True))
-    if any(tracer.node_of[id(f)] is not forward_values[i] for i, f in enumerate(state.fakes)):
+    if any(tracer.node_of[id(f)] is not forward_values[i] for i, f in enumerate(state.fakes)
+           if isinstance(f, torch.Tensor)):
         raise NotImplementedError("ember.aot: the backward writes a graph input")
     grad_nodes = [tracer.to_node(g) if isinstance(g, torch.Tensor) else None for g in grads]
     graph.output([*fw_nodes, *grad_nodes])
@@ -137,7 +148,7 @@ def _distinct_storages(tensors, inputs):
     """One tensor per storage (views of one saved tensor cost its memory once), inputs'
     storages left out (they are alive anyway)."""
     from ember.fake import storage_key
-    input_keys = {storage_key(t) for t in inputs}
+    input_keys = {storage_key(t) for t in inputs if isinstance(t, torch.Tensor)}
     seen = {}
     for t in tensors:
         key = storage_key(t)

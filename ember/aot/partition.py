@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import torch
 import torch.fx
 
-from ember.aot.joint import JointGraph
+from ember.aot.joint import JointGraph, hint_int
 from ember.aot.rng import ReplayRandom, draws, replay_random_ops, twin
 
 __all__ = ["Partition", "ancestors", "partition", "recomputable"]
@@ -86,7 +86,7 @@ class Partition:
 
 def _nbytes(val) -> int | None:
     if isinstance(val, torch.Tensor):
-        return val.numel() * val.element_size()
+        return hint_int(val.numel()) * val.element_size()   # (symbolic: at the hints)
     return None
 
 

@@ -55,8 +55,10 @@ Scope
 ``trace_to_aten`` traces inference graphs: if grad mode is on and any input (or a parameter
 of ``gm``) requires grad, ``NotImplementedError("training graphs: ...")`` (those go to
 ``ember.aot.joint.trace_joint``); otherwise the trace runs under ``torch.no_grad()``. Both
-share the setup (``begin_trace``) and the replay of input mutations (``replay_mutations``). Static shapes only: non-tensor graph inputs (symbolic ints) raise
-``NotImplementedError``. Dead nodes are removed afterwards (mutating and random ops are kept).
+share the setup (``begin_trace``) and the replay of input mutations (``replay_mutations``). Sizes are static unless the caller gives a fake mode with a
+ShapeEnv and its fakes and SymInts (``begin_trace``'s ``fake_mode``): SymInts then stay in
+the recorded ops' arguments (their expressions are read by the backend); otherwise a
+non-tensor graph input raises ``NotImplementedError``. Dead nodes are removed afterwards (mutating and random ops are kept).
 """
 from __future__ import annotations
 
@@ -505,19 +507,24 @@ class TraceState:
 
 
 def begin_trace(gm: torch.fx.GraphModule, example_inputs: list,
-                decompositions: dict | None) -> TraceState:
+                decompositions: dict | None, fake_mode: FakeTensorMode | None = None
+                ) -> TraceState:
+    """``fake_mode``: given, ``example_inputs`` are its fakes and its SymInts (a graph with
+    symbolic sizes: ``ember.backend.symbolic``); else real tensors, faked here."""
     if decompositions is None:
         from ember.decomp import core_decompositions
         decompositions = core_decompositions()
     for i, x in enumerate(example_inputs):
-        if not isinstance(x, torch.Tensor):
+        if not isinstance(x, torch.Tensor) and not (fake_mode is not None and
+                                                    isinstance(x, torch.SymInt)):
             raise NotImplementedError(f"ember.aot: non-tensor graph input #{i} "
                                       f"({type(x).__name__}); only static shapes are supported")
     graph = torch.fx.Graph()
     root = torch.nn.Module()
-    fake_mode = FakeTensorMode()
+    given = fake_mode is not None
+    fake_mode = fake_mode if given else FakeTensorMode()
     tracer = _AtenTracer(fake_mode, graph, root, decompositions)
-    fakes = [fake_mode.from_real(x) for x in example_inputs]
+    fakes = list(example_inputs) if given else [fake_mode.from_real(x) for x in example_inputs]
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     if len(names) != len(fakes):
         names = [f"arg{i}" for i in range(len(fakes))]
@@ -526,6 +533,8 @@ def begin_trace(gm: torch.fx.GraphModule, example_inputs: list,
         node = graph.placeholder(name)
         node.meta["val"] = f
         placeholders.append(node)
+        if not isinstance(f, torch.Tensor):     # a size (SymInt): read where it is used
+            continue
         if id(f) in tracer.node_of:
             # The same tensor passed twice: both placeholders exist, uses go to the first.
             continue
@@ -573,14 +582,17 @@ def output_node(state: TraceState, copy_of: dict, x):
 
 
 def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,
-                  decompositions: dict | None = None) -> AtenGraph:
-    """Trace ``gm`` (torch-level FX) on fakes of ``example_inputs`` into an ATen-level graph."""
+                  decompositions: dict | None = None,
+                  fake_mode: FakeTensorMode | None = None) -> AtenGraph:
+    """Trace ``gm`` (torch-level FX) on fakes of ``example_inputs`` into an ATen-level graph
+    (``fake_mode``: ``example_inputs`` are already its fakes and SymInts, see
+    ``begin_trace``)."""
     if torch.is_grad_enabled() and (any(isinstance(x, torch.Tensor) and x.requires_grad
                                         for x in example_inputs)
                                     or any(p.requires_grad for p in gm.parameters())):
         raise NotImplementedError("training graphs: trace them with "
                                   "ember.aot.joint.trace_joint")
-    state = begin_trace(gm, example_inputs, decompositions)
+    state = begin_trace(gm, example_inputs, decompositions, fake_mode)
     with torch.no_grad(), state.fake_mode, state.tracer:
         out = run_program(gm, state.fakes)
     mutations, copy_of = replay_mutations(state)

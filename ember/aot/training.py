@@ -64,8 +64,11 @@ def _blank(val):
     return val
 
 
-def _placeholder_values(gm: torch.fx.GraphModule) -> list:
-    return [_blank(n.meta.get("val")) for n in gm.graph.nodes if n.op == "placeholder"]
+def _placeholder_values(gm: torch.fx.GraphModule, symbolic: bool = False) -> list:
+    """Example inputs to compile ``gm`` with: blank tensors, or (``symbolic``: the graph's
+    sizes are symbols, which its compile reads from the placeholders) the fakes."""
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    return vals if symbolic else [_blank(v) for v in vals]
 
 
 def _mib(n: int) -> str:
@@ -140,8 +143,12 @@ class TrainingGraph:
     """The callable a backend returns for a training graph."""
 
     def __init__(self, joint: JointGraph, parts: Partition, forward: Callable,
-                 backward: Callable, captured: Callable, compile_graph: Callable):
+                 backward: Callable, captured: Callable, compile_graph: Callable,
+                 size_inputs: tuple[int, ...] = ()):
         self.joint = joint
+        # positions of the size (int) inputs of a graph with symbolic sizes: the backward
+        # takes their values after its tangents
+        self.size_inputs = size_inputs
         self.partition = parts
         self.forward = forward
         self.backward = backward
@@ -182,7 +189,8 @@ class TrainingGraph:
                          "their part (%d of %d nodes left)", outputs, after, before)
                 try:
                     with autocast_off():
-                        compiled = self.compile_graph(pruned, _placeholder_values(pruned))
+                        compiled = self.compile_graph(
+                            pruned, _placeholder_values(pruned, bool(self.size_inputs)))
                 except Exception as e:
                     if not config.suppress_errors:
                         raise
@@ -219,6 +227,8 @@ class CompiledFunction(torch.autograd.Function):
             results = list(graph.forward(*args))
         outputs, saved = results[:graph.num_outputs], results[graph.num_outputs:]
         ctx.graph = graph
+        ctx.sizes = [args[i] for i in graph.size_inputs]
+        ctx.output_shapes = [o.shape if isinstance(o, torch.Tensor) else None for o in outputs]
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(*saved)
         ctx.mark_non_differentiable(*[outputs[j] for j in graph.non_differentiable
@@ -240,7 +250,8 @@ class CompiledFunction(torch.autograd.Function):
             g = grad_outputs[j]
             if g is None:
                 # a variant leaves it unread: a broadcast zero costs nothing
-                g = torch.zeros((), dtype=val.dtype, device=val.device).expand(val.shape)
+                g = torch.zeros((), dtype=val.dtype, device=val.device).expand(
+                    ctx.output_shapes[j])
                 if backward is graph.backward:
                     g = g.contiguous()
             else:
@@ -249,6 +260,7 @@ class CompiledFunction(torch.autograd.Function):
             tangents.append(g)
         args = list(ctx.saved_tensors)
         args.extend(tangents)
+        args.extend(ctx.sizes)
         tangents = g = grad_outputs = None      # no references but in args
         boxed = getattr(backward, "call_boxed", None)
         with autocast_off():        # a no-op unless ``backward()`` is called inside autocast
@@ -266,17 +278,35 @@ class CompiledFunction(torch.autograd.Function):
 
 
 def compile_training(gm: torch.fx.GraphModule, example_inputs: list, *,
-                     compile_graph: Callable, decompositions: dict | None = None
-                     ) -> TrainingGraph:
+                     compile_graph: Callable, decompositions: dict | None = None,
+                     fake_mode=None) -> TrainingGraph:
     """Trace, partition and compile a training graph (``NotImplementedError``: callers run
-    the captured graph)."""
-    joint = trace_joint(gm, list(example_inputs), decompositions=decompositions)
+    the captured graph). ``fake_mode``: ``example_inputs`` are its fakes and SymInts (a
+    graph with symbolic sizes; the backward then also takes the size inputs' values)."""
+    joint = trace_joint(gm, list(example_inputs), decompositions=decompositions,
+                        fake_mode=fake_mode)
     parts = partition(joint)
+    sizes = tuple(i for i, x in enumerate(example_inputs) if isinstance(x, torch.SymInt))
+    if sizes:
+        _take_sizes(parts.backward, [example_inputs[i] for i in sizes])
     log_partition(joint, parts)
     merge_reduced_dims(parts.forward)
     merge_reduced_dims(parts.backward)
     with autocast_off():            # ATen graphs, autocast's casts in them already
         forward = compile_graph(parts.forward, list(example_inputs))
-        backward = compile_graph(parts.backward, _placeholder_values(parts.backward))
+        backward = compile_graph(parts.backward,
+                                 _placeholder_values(parts.backward, bool(sizes)))
     stats["compiled"] += 1
-    return TrainingGraph(joint, parts, forward, backward, gm.forward, compile_graph)
+    return TrainingGraph(joint, parts, forward, backward, gm.forward, compile_graph, sizes)
+
+
+def _take_sizes(backward: torch.fx.GraphModule, sizes: list) -> None:
+    """The backward of a graph with symbolic sizes takes the size inputs' values after its
+    tangents (its ops' size arguments are expressions over them)."""
+    graph = backward.graph
+    anchor = [n for n in graph.nodes if n.op == "placeholder"][-1]
+    for k, size in enumerate(sizes):
+        with graph.inserting_after(anchor):
+            anchor = graph.placeholder(f"size_{k}")
+        anchor.meta["val"] = size
+    backward.recompile()

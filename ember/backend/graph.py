@@ -9,6 +9,7 @@ groups into kernels.
 from __future__ import annotations
 
 import operator
+import re
 from typing import Any
 
 import sympy
@@ -16,10 +17,10 @@ import torch
 import torch.fx
 
 from ember import logs
-from ember.backend import compile_stats
+from ember.backend import compile_stats, sizevars
 from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, IndexView, InputBuffer,
                               IRNode, Layout, Loops, Pointwise, Reduction, ReinterpretView,
-                              contiguous_strides, index_vars, same_strides, sym)
+                              SizeInput, contiguous_strides, index_vars, same_strides, sym)
 from ember.backend.lowering import LOWERINGS
 from ember.backend.lowering.cost import LIBRARY_OPS, body_cost
 from ember.backend.lowering.registry import LoweringContext
@@ -106,7 +107,7 @@ class GraphLowering:
         convert back and forth."""
         val = self._eager_vals.get(id(node), (None, None))[1]
         if not isinstance(val, torch.Tensor) or val.dim() != 4 or \
-                list(val.shape) != [int(s) for s in node.get_size()] or \
+                [sym(s) for s in val.shape] != list(node.get_size()) or \
                 val.is_contiguous() or not val.is_contiguous(memory_format=torch.channels_last):
             return None
         return Layout(node.get_device(), node.get_dtype(), node.get_size(),
@@ -124,6 +125,13 @@ class GraphLowering:
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 value = next(placeholders)
+                if isinstance(value, torch.SymInt):     # a size: bound to its symbol's name
+                    expr = value.node.expr
+                    name = expr.name if isinstance(expr, sympy.Symbol) else \
+                        self.new_name("_size")
+                    self.inputs.append(SizeInput(name))
+                    self.env[node] = expr
+                    continue
                 buf = InputBuffer(self.new_name("arg"), _base_layout(value))
                 self.inputs.append(buf)
                 self.env[node] = buf
@@ -153,6 +161,13 @@ class GraphLowering:
     def _arg(self, a):
         if isinstance(a, torch.fx.Node):
             return self.env[a]
+        if isinstance(a, torch.SymInt):
+            return a.node.expr
+        if isinstance(a, torch.SymFloat):     # a float of sizes (``s ** 0.5``)
+            expr = a.node.expr
+            return float(expr) if expr.is_Number else expr
+        if isinstance(a, torch.SymBool):
+            raise NotImplementedError(f"a SymBool argument ({a})")
         if isinstance(a, (list, tuple)):
             return type(a)(self._arg(x) for x in a)
         return a
@@ -182,6 +197,11 @@ class GraphLowering:
                 logs.log("perf_hints", "lowering of %s declines (%s); running ATen", target, e)
                 result = NotImplemented
             except Exception as e:
+                if _needs_static_size(e):
+                    # a lowering that needs a static size, met with a symbolic one
+                    logs.log("perf_hints", "lowering of %s declines symbolic sizes (%s); "
+                                           "running ATen", target, e)
+                    return self.fallback(node, args, kwargs)
                 from ember import config
                 where = (f"{getattr(lowering, '__module__', '?')}."
                          f"{getattr(lowering, '__qualname__', lowering)}")
@@ -368,6 +388,18 @@ class GraphLowering:
         if want is not None and not want.is_non_overlapping():
             want = None
         return self.realize(value, want)
+
+
+# sympy's words for an int(), float() or comparison a symbolic size cannot answer
+_NEEDS_STATIC = re.compile(r"Cannot convert (symbols|expression) to (int|float)|"
+                           r"cannot determine truth value of Relational")
+
+
+def _needs_static_size(e: Exception) -> bool:
+    """``e`` is sympy refusing to make a number or a truth value of a symbolic size, in a
+    graph with symbolic sizes (``sizevars.symbols``)."""
+    return isinstance(e, TypeError) and bool(sizevars.symbol_names()) and bool(
+        _NEEDS_STATIC.search(str(e)))
 
 
 class _LoadProbe:

@@ -25,6 +25,7 @@ import sympy
 import torch
 
 from ember.backend.ops import ops
+from ember.backend.sizevars import size_hint, statically_known_leq
 
 Expr = sympy.Expr
 
@@ -58,7 +59,12 @@ class ModIndex(sympy.Function):
 
 
 def sym(value) -> Expr:
-    return value if isinstance(value, sympy.Expr) else sympy.Integer(int(value))
+    """A size as a sympy expression: a ``torch.SymInt`` is its symbolic expression."""
+    if isinstance(value, sympy.Expr):
+        return value
+    if isinstance(value, torch.SymInt):
+        return value.node.expr
+    return sympy.Integer(int(value))
 
 
 def product(values) -> Expr:
@@ -109,6 +115,8 @@ class Layout:
 
     def is_dense(self) -> bool:
         """Non-overlapping and dense: the strides are a permutation of contiguous ones."""
+        if not self._static():
+            return self._symbolic_dense()
         dims = sorted((int(st), int(sz)) for sz, st in zip(self.size, self.stride) if sz != 1)
         expected = 1
         for st, sz in dims:
@@ -117,8 +125,32 @@ class Layout:
             expected *= sz
         return True
 
+    def _static(self) -> bool:
+        return all(isinstance(e, (int, sympy.Integer)) for e in (*self.size, *self.stride))
+
+    def _by_hinted_stride(self) -> list:
+        dims = [(size_hint(st), size_hint(sz), i, st, sz)
+                for i, (sz, st) in enumerate(zip(self.size, self.stride)) if sz != 1]
+        return [(st, sz) for *_, st, sz in sorted(dims, key=lambda d: d[:3])]
+
+    def _symbolic_dense(self) -> bool:
+        """``is_dense`` where it holds at every size (the strides' order from the hints)."""
+        expected = sympy.Integer(1)
+        for st, sz in self._by_hinted_stride():
+            if sympy.expand(st - expected) != 0:
+                return False
+            expected = expected * sz
+        return True
+
     def is_non_overlapping(self) -> bool:
         """No two elements share memory (a slice's gaps allowed; no expanded dims)."""
+        if not self._static():
+            extent = sympy.Integer(1)
+            for st, sz in self._by_hinted_stride():
+                if not statically_known_leq(extent, st):
+                    return False
+                extent = st * (sz - 1) + extent
+            return True
         dims = sorted((int(st), int(sz)) for sz, st in zip(self.size, self.stride) if sz != 1)
         extent = 1
         for st, sz in dims:
@@ -184,6 +216,14 @@ class Buffer(_LaidOut):
 
 class InputBuffer(Buffer):
     """A graph input or a constant tensor (its memory is provided, never allocated)."""
+
+
+class SizeInput(InputBuffer):
+    """A graph input that is a size (an int at run time): the wrapper binds it to the name
+    of its symbol (``name``), which kernels and expressions read."""
+
+    def __init__(self, name: str):
+        super().__init__(name, None)
 
 
 class ComputedBuffer(Buffer):

@@ -1,14 +1,45 @@
 """Size arithmetic for the code generators: every question about a size is asked here.
 
-Sizes are sympy expressions; today every one is an Integer (graphs are specialised to their
-input shapes). Code generators never call ``int()`` on a size: they ask for a *hint* (the
-value seen at compile time, to choose block sizes and loop strategies) or for a fact that
-holds for every value (``statically_known_*``). When symbolic shapes arrive, only this
-module learns about symbols, their hints and their ranges.
+Sizes are sympy expressions: an Integer for a static size, else an expression over the size
+symbols of the graph being compiled (``symbols(env)`` makes an ``ember.shapes.ShapeEnv``'s
+symbols known while a graph with symbolic sizes is lowered and generated). Code generators
+never call ``int()`` on a size: they ask for a *hint* (the value seen at compile time, to
+choose block sizes and loop strategies) or for a fact that holds for every value
+(``statically_known_*``, decided by the symbols' ranges, every one ``>= 2``). A choice whose
+correctness depends on a size's value must take the size only when ``is_static``.
 """
 from __future__ import annotations
 
+import contextlib
+import threading
+
 import sympy
+
+# the ShapeEnv of the graph this thread is generating (``symbols``): per thread, as two
+# threads may compile at once
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def symbols(env):
+    """Within the block, ``env``'s symbols are the size symbols: hints and ranges known."""
+    outer = shape_env()
+    _state.env = env
+    try:
+        yield
+    finally:
+        _state.env = outer
+
+
+def shape_env():
+    """The ShapeEnv whose symbols are known now (``symbols``), or None."""
+    return getattr(_state, "env", None)
+
+
+def symbol_names() -> frozenset:
+    """The names of the size symbols now known (none while a static graph is generated)."""
+    env = shape_env()
+    return frozenset(s.name for s in env.symbols) if env is not None else frozenset()
 
 
 def simplify(expr) -> sympy.Expr:
@@ -18,14 +49,32 @@ def simplify(expr) -> sympy.Expr:
 def size_hint(expr) -> int:
     """The size's value for this compilation (used for heuristics, never for correctness)."""
     expr = simplify(expr)
-    if not expr.is_Integer:
-        raise NotImplementedError(f"symbolic size {expr} (symbolic shapes are not supported "
-                                  f"by the code generators yet)")
-    return int(expr)
+    if expr.is_Integer:
+        return int(expr)
+    env = shape_env()
+    if env is not None:
+        value = simplify(env.hint_value(expr))
+        if value.is_Integer:
+            return int(value)
+    raise NotImplementedError(f"no hint for the size {expr}")
 
 
 def is_static(expr) -> bool:
     return simplify(expr).is_Integer
+
+
+def _known_nonnegative(diff) -> bool:
+    if diff.is_Integer:
+        return int(diff) >= 0
+    if diff.is_nonnegative:
+        return True
+    env = shape_env()
+    if env is not None:
+        try:
+            return bool(env.bound(diff).lower >= 0)
+        except (TypeError, AttributeError):     # a function the ranges do not bound
+            return False
+    return False
 
 
 def statically_known_equals(a, b) -> bool:
@@ -33,8 +82,7 @@ def statically_known_equals(a, b) -> bool:
 
 
 def statically_known_leq(a, b) -> bool:
-    diff = simplify(sympy.sympify(b) - sympy.sympify(a))
-    return bool(diff.is_nonnegative) if not diff.is_Integer else int(diff) >= 0
+    return _known_nonnegative(simplify(sympy.sympify(b) - sympy.sympify(a)))
 
 
 def evaluate_min(a, b) -> sympy.Expr:

@@ -16,6 +16,8 @@ import torch
 
 from ember.backend.ir import FloorDiv, ModIndex
 from ember.backend.ops import DEFAULT_INDEX_CHECK, IndexCheck
+from ember.backend.sizevars import statically_known_leq
+from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod
 
 
 class Value:
@@ -141,6 +143,15 @@ class IndexPrinter:
             return self.floordiv(self.print(e.args[0]), self.print(e.args[1]))
         if isinstance(e, ModIndex):
             return self.mod(self.print(e.args[0]), self.print(e.args[1]))
+        # Python's // and % of sizes: truncation where the operands are known non-negative
+        # and positive (they agree there), else floor semantics
+        if isinstance(e, (SizeFloorDiv, SizeMod)):
+            a, b = e.args
+            plain = statically_known_leq(0, a) and statically_known_leq(1, b)
+            if isinstance(e, SizeFloorDiv):
+                return (self.floordiv if plain else self.python_floordiv)(self.print(a),
+                                                                          self.print(b))
+            return (self.mod if plain else self.python_mod)(self.print(a), self.print(b))
         if isinstance(e, sympy.Min):
             return self.fold("min", [self.print(a) for a in e.args])
         if isinstance(e, sympy.Max):
@@ -158,6 +169,13 @@ class IndexPrinter:
 
     def mod(self, a: str, b: str) -> str:
         return f"({a} % {b})"
+
+    def python_floordiv(self, a: str, b: str) -> str:
+        """``a // b`` with Python's floor semantics, any signs."""
+        raise NotImplementedError(f"floor division of sizes of any sign ({a} // {b})")
+
+    def python_mod(self, a: str, b: str) -> str:
+        raise NotImplementedError(f"modulo of sizes of any sign ({a} % {b})")
 
     fold_template = "{fn}({a}, {b})"     # min/max of two index values
 

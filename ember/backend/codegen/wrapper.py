@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import math
 
+import sympy
 import torch
 
 from ember import logs
-from ember.backend.ir import Buffer, ComputedBuffer, ExternBuffer, InputBuffer, ReinterpretView
+from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, FloorDiv, InputBuffer,
+                              ModIndex, ReinterpretView)
 from ember.backend.scheduler import FusionGroup, _extern_reads
 
 
@@ -33,9 +35,25 @@ WRITES_OUT = (torch.ops.aten.addmm.default, torch.ops.aten.mm.default,
               torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default)
 
 
+def size_text(value) -> str:
+    """Python for a size: the number, or the expression over the size symbols (each bound
+    to a local of its name: ``SizeInput``)."""
+    if isinstance(value, sympy.Basic) and not value.is_Integer:
+        from ember.shapes import to_python
+        from ember.shapes.functions import FloorDiv as PyFloorDiv, Mod as PyMod
+        expr = value.replace(FloorDiv, PyFloorDiv).replace(ModIndex, PyMod)
+        return to_python(expr, lambda s: s.name)
+    return str(int(value))
+
+
 def _tuple(values) -> str:
-    parts = [str(int(v)) for v in values]
+    parts = [size_text(v) for v in values]
     return "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+
+
+def _numel_key(n):
+    """A storage size as a pool key: an int, or the expression."""
+    return int(n) if n.is_Integer else n
 
 
 # ``call`` makes no Python-level call on its common path, only calls of C functions and
@@ -43,9 +61,9 @@ def _tuple(values) -> str:
 # (``call`` has hundreds of locals), and then every such call maps a fresh 16 KB chunk and
 # unmaps it on return (convnext_tiny: 150 mmap/munmap pairs and their page faults per call,
 # 5 ms of 50, depending on where the frame happened to start)
-def _as_strided(name: str, size, stride, offset: int) -> str:
+def _as_strided(name: str, size, stride, offset) -> str:
     """A view of ``name``'s memory, ``offset`` elements from its data pointer."""
-    start = f"{name}.storage_offset()" + (f" + {offset}" if offset else "")
+    start = f"{name}.storage_offset()" + (f" + {size_text(offset)}" if offset != 0 else "")
     return f"as_strided({name}, {_tuple(size)}, {_tuple(stride)}, {start})"
 
 
@@ -92,7 +110,7 @@ class WrapperCodegen:
         """Name ``name`` is bound to a tensor with ``lay``'s size and strides at offset 0: a
         view of it in that layout is the tensor itself (no ``as_strided`` per graph call)."""
         old = self.layouts.get(name)
-        return old is not None and int(lay.offset) == 0 and \
+        return old is not None and lay.offset == 0 and \
             _tuple(old.size) == _tuple(lay.size) and _tuple(old.stride) == _tuple(lay.stride)
 
     def ref(self, node, output: bool = False) -> str:
@@ -102,7 +120,7 @@ class WrapperCodegen:
             lay = node.layout
             if not output and self._same_layout(node.data.name, lay):
                 return node.data.name
-            return _as_strided(node.data.name, lay.size, lay.stride, int(lay.offset))
+            return _as_strided(node.data.name, lay.size, lay.stride, lay.offset)
         if isinstance(node, Buffer):
             return node.name
         if isinstance(node, (list, tuple)):
@@ -110,6 +128,8 @@ class WrapperCodegen:
             return f"[{inner}]" if isinstance(node, list) else f"({inner}{',' if len(node) == 1 else ''})"
         if isinstance(node, (torch.dtype, torch.device, torch.layout, torch.memory_format)):
             return self.const(node)
+        if isinstance(node, sympy.Basic):
+            return size_text(node)
         if isinstance(node, float) and not math.isfinite(node):
             return self.const(node)   # inf/nan have no literal
         return repr(node)
@@ -271,7 +291,7 @@ class WrapperCodegen:
         and size, in ``buf``'s layout, and that buffer's name), else (a buffer kept between
         calls, None), else None."""
         lay = buf.layout
-        free = pool.get((lay.dtype, int(lay.storage_numel())), [])
+        free = pool.get((lay.dtype, _numel_key(lay.storage_numel())), [])
         # kept memory goes only to buffers whose memory may be kept too
         usable = [] if buf.name in output_names else free if buf.name in self.keepable \
             else [name for name in free if name not in self.kept_names]

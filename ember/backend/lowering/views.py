@@ -13,6 +13,8 @@ from ember.backend.ir import (Buffer, FloorDiv, IndexView, InputBuffer, Layout, 
 from ember.backend.lowering.cost import body_cost
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
+from ember.backend.sizevars import is_static, shape_env
+from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod
 from ember.fake import storage_key
 
 
@@ -26,12 +28,53 @@ def _memory_view(x):
 
 
 def _meta_view(layout: Layout, op, args, kwargs) -> Layout:
+    if not all(is_static(e) for e in (*layout.size, *layout.stride, layout.offset)) or any(
+            isinstance(a, sympy.Basic) and not a.is_Integer
+            for a in _flat_args(args, kwargs)):
+        return _symbolic_meta_view(layout, op, args, kwargs)
     numel = int(layout.storage_numel())
     base = torch.empty(max(numel, 1), dtype=layout.dtype, device="meta").as_strided(
         [int(s) for s in layout.size], [int(s) for s in layout.stride], int(layout.offset))
     out = op(base, *args, **kwargs)
     return Layout(layout.device, layout.dtype, [sym(s) for s in out.shape],
                   [sym(s) for s in out.stride()], sym(out.storage_offset()))
+
+
+def to_symint(expr):
+    """A size as torch takes it: an int, or a ``torch.SymInt`` of the graph's ShapeEnv
+    (``sizevars.symbols``), for meta kernels that compute views with symbolic sizes."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        return int(expr)
+    env = shape_env()
+    if env is None:
+        raise NotImplementedError(f"the symbolic size {expr} outside a symbolic compile")
+    return env.wrap(expr.replace(FloorDiv, SizeFloorDiv).replace(ModIndex, SizeMod))
+
+
+def _flat_args(args, kwargs):
+    for a in [*args, *kwargs.values()]:
+        yield from (a if isinstance(a, (list, tuple)) else [a])
+
+
+def _symbolic_meta_view(layout: Layout, op, args, kwargs) -> Layout:
+    """``_meta_view`` of a layout or arguments with symbolic sizes: the op runs on a meta
+    tensor sized by SymInts of the graph's ShapeEnv (``to_symint``)."""
+    from torch._dispatch.python import enable_python_dispatcher
+
+    def convert(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(convert(x) for x in a)
+        return to_symint(a) if isinstance(a, sympy.Basic) else a
+    with enable_python_dispatcher():
+        base = torch.empty_strided([to_symint(s) for s in layout.size],
+                                   [to_symint(s) for s in layout.stride], dtype=layout.dtype,
+                                   device="meta")
+        if layout.offset != 0:
+            base = base.as_strided(base.shape, base.stride(), to_symint(layout.offset))
+        out = op(base, *convert(list(args)), **{k: convert(v) for k, v in kwargs.items()})
+        return Layout(layout.device, layout.dtype, [sym(s) for s in out.shape],
+                      [sym(s) for s in out.stride()], sym(out.storage_offset()))
 
 
 def _view_lowering(index_view, op=None):
@@ -287,7 +330,7 @@ def _split(ctx, x, split_size, dim=0):
     size = x.get_size()
     dim %= len(size)
     if not size[dim].is_Integer or not isinstance(split_size, int) or split_size <= 0:
-        return NotImplemented
+        return _pieces_as_traced(ctx, x, dim)
     length = int(size[dim])
     return _pieces(x, dim, [min(split_size, length - s) for s in range(0, length, split_size)]
                    or [0])
@@ -297,9 +340,20 @@ def _split(ctx, x, split_size, dim=0):
 def _split_with_sizes(ctx, x, split_sizes, dim=0):
     size = x.get_size()
     dim %= len(size)
-    if not size[dim].is_Integer or sum(split_sizes) != int(size[dim]):
+    if not size[dim].is_Integer or not all(isinstance(n, int) for n in split_sizes):
+        return _pieces_as_traced(ctx, x, dim)
+    if sum(split_sizes) != int(size[dim]):
         return NotImplemented
     return _pieces(x, dim, list(split_sizes))
+
+
+def _pieces_as_traced(ctx, x, dim: int):
+    """A split of a symbolic size: the pieces the trace made (their number is fixed by
+    the frontend's guards; their sizes are expressions)."""
+    if not is_static(x.get_size()[dim]) and isinstance(ctx.out, (list, tuple)) and all(
+            isinstance(o, torch.Tensor) for o in ctx.out):
+        return _pieces(x, dim, [sym(o.shape[dim]) for o in ctx.out])
+    return NotImplemented
 
 
 @register_lowering(aten.roll.default)
@@ -323,7 +377,7 @@ def _repeat(ctx, x, repeats):
     """``out[i] = x[i mod size]`` per dim; leading new dims are broadcast."""
     size = list(x.get_size())
     lead = len(repeats) - len(size)
-    if lead < 0 or not all(s.is_Integer and int(s) > 0 for s in size):
+    if lead < 0 or not all(s.is_positive for s in size):     # (size symbols are >= 2)
         return NotImplemented
     out = [sym(r) for r in repeats[:lead]] + [s * r for s, r in zip(size, repeats[lead:])]
 

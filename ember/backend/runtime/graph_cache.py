@@ -68,6 +68,7 @@ class KernelRecord:
     numel_x: int = 0
     exports_flags: bool = False         # a C++ kernel with <name>_flags (targets/cpp/kernel.py)
     matmul_spec: dict | None = None     # a matmul with its epilogue (targets/triton/matmul.py)
+    size_args: list = dataclasses.field(default_factory=list)   # size symbols it takes
 
     @classmethod
     def of(cls, kernel) -> "KernelRecord":
@@ -75,7 +76,7 @@ class KernelRecord:
                    set(getattr(kernel, "stored", ())), getattr(kernel, "grid", None),
                    getattr(kernel, "config", None), getattr(kernel, "candidates", None),
                    getattr(kernel, "numel_x", 0), getattr(kernel, "exports_flags", False),
-                   getattr(kernel, "matmul_spec", None))
+                   getattr(kernel, "matmul_spec", None), list(getattr(kernel, "size_args", ())))
 
 
 @dataclasses.dataclass
@@ -85,6 +86,7 @@ class CompiledArtifact:
     constants: dict            # the ATen graph's constant tensors
     kernels: list[KernelRecord]
     mutates_inputs: bool
+    guards: str = ""           # a graph with symbolic sizes: its guards (backend/symbolic.py)
 
 
 def enabled() -> bool:
@@ -300,7 +302,8 @@ def _serialize(cache_key: str, artifact: CompiledArtifact) -> bytes:
         "consts": {k: _encode(v) for k, v in artifact.consts.items()},
         "constants": records,
         "kernels": [_encode(dataclasses.asdict(k)) for k in artifact.kernels],
-        "mutates_inputs": artifact.mutates_inputs}, allow_nan=False).encode()
+        "mutates_inputs": artifact.mutates_inputs, "guards": artifact.guards},
+        allow_nan=False).encode()
     return disk_cache.seal(_MAGIC + struct.pack("<Q", len(header)) + header + b"".join(chunks))
 
 
@@ -324,7 +327,7 @@ def _deserialize(cache_key: str, blob: bytes) -> CompiledArtifact:
     return CompiledArtifact(
         header["wrapper"], {k: _decode(v) for k, v in header["consts"].items()},
         {k: _tensor_from(r, data) for k, r in header["constants"].items()}, kernels,
-        bool(header["mutates_inputs"]))
+        bool(header["mutates_inputs"]), str(header.get("guards", "")))
 
 
 def store(cache_key: str, artifact: CompiledArtifact) -> None:

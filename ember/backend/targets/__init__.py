@@ -93,6 +93,11 @@ class Target:
 
     # -- policy hooks: the defaults change nothing --------------------------------------
 
+    # graphs with symbolic sizes (backend/symbolic.py): its kernels read the size symbols
+    # their source names (``kernel.size_args``, set by ``generate()``: int64 values after
+    # the buffers) and its ``call_lines`` pass them by name (the wrapper binds each symbol);
+    # a target without it gets such graphs compiled once per size instead
+    takes_size_arguments = False
     # under max_autotune, its kernels have configurations to time (else a perf hint says
     # there is nothing to tune)
     tunes_kernels = False

@@ -41,14 +41,15 @@ def test_backend_is_found_by_name_through_the_entry_point():
     assert out.shape == (5,)
 
 
-def test_symbolic_inputs_are_refused_with_a_clear_error():
+def test_inputs_of_unknown_types_are_refused_with_a_clear_error():
+    # (SymInt inputs compile: tests/backend/dynamic/)
     gm = torch.fx.symbolic_trace(lambda x, n: x * n)
-    with pytest.raises(NotImplementedError, match="symbolic"):
-        ember_backend(gm, [torch.randn(3), _FakeSymInt()])
+    with pytest.raises(NotImplementedError, match="input of type _Unknown"):
+        ember_backend(gm, [torch.randn(3), _Unknown()])
 
 
-class _FakeSymInt:
-    """Stands for a torch.SymInt graph input (only its type is checked)."""
+class _Unknown:
+    """A graph input of a type no frontend passes."""
 
 
 # -- torch.compile's mode= and options= ---------------------------------------------------------

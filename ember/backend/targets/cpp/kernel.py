@@ -42,6 +42,7 @@ from ember.backend.ir import index_vars, product
 from ember.backend.loops import access_indices, runs_with, store_order
 from ember.backend.ops import use_handler
 from ember.backend.scheduler import FusionGroup, SchedulerNode
+from ember.backend import sizevars
 from ember.backend.sizevars import is_static, size_hint
 from ember.backend.targets.cpp.build import has_avx512
 from ember.backend.targets.cpp.ops import CPP_TYPES, CppOpsHandler, CppValue, _fields, cpp_index
@@ -65,6 +66,7 @@ _DOUBLE_LIBM = re.compile(r"double.*ember_(exp|erf|tanh|sigmoid)\(")    # on one
 _SIMD_PRAGMA = re.compile(r"(#pragma omp (?:parallel for )?simd)")
 
 
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
 _OMP_LOOP = re.compile(r"^(\s*#pragma omp (?:parallel for|simd).*)$")
 
 
@@ -114,6 +116,7 @@ class CppKernel(Kernel):
         # integer bounds of temporaries: constants, and what a piece of a split loop decides
         # (see CppOpsHandler._fold)
         self.bounds: dict[str, tuple[int, int]] = {}
+        self.size_args: list[str] = []    # size symbols it takes (after the buffers)
 
     def declare(self, var: str, text: str) -> str:
         return f"auto {var} = {text};"
@@ -154,7 +157,8 @@ class CppKernel(Kernel):
         start (only loops known to run: a value moved out is computed even when the loop
         has no iteration). On exit the reductions' accumulators hold final values."""
         size = product(self.group.inner)
-        if self.hoist is not None or not is_static(size) or size_hint(size) < 1:
+        # (a symbolic size runs at least once where the ranges say so: symbols are >= 2)
+        if self.hoist is not None or not sizevars.statically_known_leq(1, size):
             yield
             return
         self.hoist = _Hoist(len(self.lines), self.indent)
@@ -167,7 +171,7 @@ class CppKernel(Kernel):
                                   _fields(*group_kind(members)))
 
     def call_lines(self, refs: dict[str, str]) -> list[str]:
-        ptrs = ", ".join(f"{refs[a]}.data_ptr()" for a in self.args)
+        ptrs = ", ".join([f"{refs[a]}.data_ptr()" for a in self.args] + self.size_args)
         lines = [f"{self.name}({ptrs})"]
         if self.exports_flags:
             # eager's exceptions: ZeroDivisionError (a RuntimeError) for integer division
@@ -239,7 +243,8 @@ class CppKernel(Kernel):
         written = {n.writes for n in k.nodes} | {n.name for n in k.nodes} | {
             n.buf.reuses for n in k.nodes if n.buf.reuses}
         self.invariant = {v.name for v in x if isinstance(v, sympy.Symbol)} | {
-            f"p_{name}" for name in self.dtypes if name not in written}
+            f"p_{name}" for name in self.dtypes if name not in written} | set(
+            sizevars.symbol_names())
         with use_handler(CppOpsHandler(self)):
             if column:
                 with self.delegating(ColumnBlocks(self)) as blocks:
@@ -262,11 +267,11 @@ class CppKernel(Kernel):
         k = self.group
         outer_n = product(k.outer)
         scatter = any(n.role == "scatter" for n in k.nodes)
-        parallel_outer = bool(k.outer) and outer_n.is_Integer and \
-            size_hint(outer_n) >= PARALLEL_MIN_ITERS and not scatter
+        # (from the hints where sizes are symbolic: threads are right at any size)
+        parallel_outer = bool(k.outer) and size_hint(outer_n) >= PARALLEL_MIN_ITERS and \
+            not scatter
         inner_n = product(k.inner)
-        parallel_inner = not parallel_outer and inner_n.is_Integer and \
-            size_hint(inner_n) >= PARALLEL_MIN_INNER
+        parallel_inner = not parallel_outer and size_hint(inner_n) >= PARALLEL_MIN_INNER
         if k.outer:
             if parallel_outer:
                 collapse = f" collapse({len(k.outer)})" if len(k.outer) > 1 else ""
@@ -314,7 +319,8 @@ class CppKernel(Kernel):
                     reduced.generate(nodes, groups, x, r, size)
             else:
                 self.strategy.declare_accumulators(groups)     # the scalars a range reduces into
-                lanes = is_static(size) and size_hint(size) >= 2 * PARTIAL_SUMS
+                # (symbolic: from the hint; the lane loop handles any length)
+                lanes = size_hint(size) >= 2 * PARTIAL_SUMS
                 reduced = self.inner_range(nodes, groups, x, r, lanes=lanes)
         reduced.store_results(groups, x)
 
@@ -356,6 +362,12 @@ class CppKernel(Kernel):
             const = "" if name in self.stored else "const "
             params.append(f"{const}{ctype}* p_{name}")
         self.args = sorted(self.loaded | self.stored)
+        # the size symbols the body reads (graphs with symbolic sizes), after the buffers
+        names = sizevars.symbol_names()
+        body = "\n".join(self.lines)
+        self.size_args = sorted({m for m in _WORD.findall(body) if m in names},
+                                key=lambda n: int(n[1:]))
+        params += [f"int64_t {n}" for n in self.size_args]
         return f'extern "C" void {self.name}({", ".join(params)})'
 
 
@@ -373,9 +385,10 @@ def _in_store_order(group: FusionGroup, x: list, r: list) -> FusionGroup:
     inner loop runs along stride 1 (contiguous SIMD loads and stores), not along ``w`` with
     a stride of ``c``. Returns a copy whose nodes take their dims through ``perm``, or the
     group itself."""
+    # (symbolic sizes too: a pointwise loop nest may run in any order; the order comes
+    # from the store's coefficients, which must be numbers)
     if (len(group.inner) != 1 or not group.outer
-            or any(n.role != "inner" or n.perm is not None for n in group.nodes)
-            or not all(s.is_Integer for s in group.outer + group.inner)):
+            or any(n.role != "inner" or n.perm is not None for n in group.nodes)):
         return group
     sizes, kernel_vars = list(group.outer) + list(group.inner), list(x) + list(r)
     order = [kernel_vars.index(v) for v in store_order(group, x, r, sizes, kernel_vars)[1]]
@@ -397,9 +410,10 @@ def _merge_contiguous_dims(group: FusionGroup, x: list, r: list):
     ``[n, c, 4, 4]`` plane is one loop of 16, not four loops of 4. Repeated while it holds.
     Returns the group (a copy with merged loops) and the outer variables to call bodies
     with (a merged dim's variable is 0: the inner variable covers it)."""
+    # (symbolic sizes too: ``runs_with`` merges only dims whose strides it proves
+    # contiguous, which a symbolic stride never is; the loop lengths are hints)
     if (len(group.inner) != 1 or not group.outer
-            or any(n.role != "inner" for n in group.nodes)
-            or not all(s.is_Integer for s in group.outer + group.inner)):
+            or any(n.role != "inner" for n in group.nodes)):
         return group, x
     indices = access_indices(group, x, r)
     outer, inner, merged = list(group.outer), group.inner[0], 0

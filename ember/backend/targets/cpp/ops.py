@@ -106,8 +106,37 @@ class CppIndexPrinter(IndexPrinter):
 
     fold_template = "std::{fn}<int64_t>({a}, {b})"
 
+    def python_floordiv(self, a: str, b: str) -> str:
+        return f"ember_floordiv<int64_t>({a}, {b})"
+
+    def python_mod(self, a: str, b: str) -> str:
+        return f"ember_remainder<int64_t>({a}, {b})"
+
 
 cpp_index = CppIndexPrinter()   # C++ for an index expression (int64 arithmetic)
+
+
+def cpp_float(e) -> str:
+    """C++ (double arithmetic) for a float expression of sizes, as Python computes it
+    (``s ** 0.5``, ``1 / s``, ``s * 0.5``)."""
+    if e.is_integer:
+        return f"static_cast<double>({cpp_index(e)})"
+    if e.is_Number:
+        return repr(float(e))
+    if isinstance(e, sympy.Add):
+        return "(" + " + ".join(cpp_float(a) for a in e.args) + ")"
+    if isinstance(e, sympy.Mul):
+        num = [a for a in e.args if not (a.is_Pow and a.exp.is_negative)]
+        den = [a.base ** -a.exp for a in e.args if a.is_Pow and a.exp.is_negative]
+        text = " * ".join(cpp_float(a) for a in num) if num else "1.0"
+        return "(" + text + "".join(f" / {cpp_float(d)}" for d in den) + ")"
+    if isinstance(e, sympy.Pow):
+        if e.exp == sympy.Rational(1, 2):
+            return f"std::sqrt({cpp_float(e.base)})"
+        if e.exp.is_negative:
+            return f"(1.0 / {cpp_float(e.base ** -e.exp)})"
+        return f"std::pow({cpp_float(e.base)}, {cpp_float(e.exp)})"
+    raise NotImplementedError(f"the symbolic float {e}")
 
 
 def cpp_constant(value, dtype: torch.dtype) -> str:
@@ -144,6 +173,9 @@ class CppOpsHandler:
         return self.k.load(name, index)
 
     def constant(self, value, dtype) -> CppValue:
+        if isinstance(value, sympy.Expr) and value.free_symbols:    # a symbolic size
+            text = cpp_index(value) if value.is_integer else cpp_float(value)
+            return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({text})", dtype)
         out = self._emit(cpp_constant(value, dtype), dtype)
         if not dtype.is_floating_point and (isinstance(value, (bool, int)) or (
                 isinstance(value, sympy.Expr) and value.is_Integer)):

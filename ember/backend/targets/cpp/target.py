@@ -10,6 +10,7 @@ from ember.backend.targets import CpuPolicy, Target, register_target
 class CppTarget(CpuPolicy, Target):
     name = "cpp"
     source_suffix = ".cpp"
+    takes_size_arguments = True
 
     def splits(self, column: bool) -> bool:
         """Column reductions: a column kernel parallelises over blocks of columns, few
@@ -45,7 +46,8 @@ class CppTarget(CpuPolicy, Target):
             if kernels else []
         namespace = {}
         for kernel, lib in zip(kernels, libs):
-            namespace[kernel.name] = build.kernel_function(lib, kernel.name, len(kernel.args))
+            namespace[kernel.name] = build.kernel_function(
+                lib, kernel.name, len(kernel.args) + len(kernel.size_args))
             if kernel.exports_flags:     # it checks indices or divisors (targets/cpp/kernel.py)
                 flags = getattr(lib, f"{kernel.name}_flags")
                 flags.restype, flags.argtypes = ctypes.c_int, []

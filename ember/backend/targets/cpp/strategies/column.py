@@ -7,7 +7,7 @@ import sympy
 from ember.backend.codegen.common import group_kind, reduction_groups
 from ember.backend.ir import product
 from ember.backend.scheduler import FusionGroup, node_reads
-from ember.backend.sizevars import size_hint
+from ember.backend.sizevars import is_static, size_hint
 from ember.backend.targets.cpp.ops import CPP_TYPES, CppValue, _fields, cpp_index
 from ember.backend.targets.cpp.prelude import CASCADE
 from ember.backend.targets.cpp.strategies.base import FOLDED, PARALLEL_MIN_INNER, coarse_type
@@ -35,9 +35,8 @@ class ColumnBlocks(FoldingStrategy):
     def fits(group: FusionGroup, x, r) -> bool:
         """Whether the group's memory accesses mostly run along its last outer dim (stride
         1) rather than its last inner dim: then it is generated with blocks of columns."""
-        if (not group.outer or not group.inner or not group.outer[-1].is_Integer
-                or size_hint(group.outer[-1]) < COLUMN_MIN
-                or not all(s.is_Integer for s in group.outer + group.inner)
+        if (not group.outer or not group.inner
+                or size_hint(group.outer[-1]) < COLUMN_MIN     # (symbolic: from the hint)
                 or not any(n.is_reduction for n in group.nodes)
                 or any(n.role == "scatter" for n in group.nodes)):
             return False
@@ -71,6 +70,10 @@ class ColumnBlocks(FoldingStrategy):
         block = self.lanes
         blocks = (size_hint(size) + block - 1) // block
         iters = size_hint(product(group.outer[:-1])) * blocks
+        # a symbolic size: the blocks and the last one's length computed in the kernel
+        length = str(size_hint(size)) if is_static(size) else cpp_index(size)
+        if not is_static(size):
+            blocks = f"(({length} + {block - 1}) / {block})"
         if iters >= 2 and size_hint(product(group.outer + group.inner)) >= PARALLEL_MIN_INNER:
             collapse = f" collapse({len(group.outer)})" if len(group.outer) > 1 else ""
             self.line(f"#pragma omp parallel for{collapse}")
@@ -79,7 +82,7 @@ class ColumnBlocks(FoldingStrategy):
         self.open(f"for (int64_t {last}_blk = 0; {last}_blk < {blocks}; {last}_blk++) {{")
         self.line(f"const int64_t {last}_base = {last}_blk * {block};")
         self.line(f"const int64_t {last}_len = std::min<int64_t>({block}, "
-                  f"{size_hint(size)} - {last}_base);")
+                  f"{length} - {last}_base);")
         self.k.push()
         for node in group.nodes:
             if node.role != "inner":
