@@ -1,4 +1,6 @@
-"""Public entry points: ``compile``, ``reset``, ``disable``, ``allow_in_graph``, ``explain``.
+"""Public entry points: ``compile``, ``reset``, ``disable``, ``allow_in_graph``, ``explain``,
+``mark_dynamic``, ``maybe_mark_dynamic``, ``mark_static`` (dynamic shapes:
+``ember/frontend/dynamic.py``).
 
 ``compile(fn)`` returns an :class:`OptimizedFunction`; ``compile(module)`` an
 :class:`OptimizedModule` that forwards every attribute to the original module and runs
@@ -36,7 +38,9 @@ import torch
 from ember import config, logs, metrics
 from ember.backend.options import check_mode_and_options, resolve_options
 from ember.backend_registry import ember_backend, lookup_backend
-from ember.frontend import support, trace_rules
+from ember.frontend import dynamic as _dynamic, support, trace_rules
+from ember.frontend.dynamic import (mark_dynamic, mark_static,  # noqa: F401  (public API)
+                                    maybe_mark_dynamic)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -375,6 +379,7 @@ def reset() -> None:
     """Drop every compiled entry of every compiled function; later calls capture again."""
     for fn in list(_live_functions):
         fn._reset()
+    _dynamic.reset()     # the sizes frames saw (automatic dynamic)
     metrics.reset()
     from ember.backend import compile_stats
     compile_stats.reset()

@@ -184,6 +184,12 @@ class EntryCodegen:
         return made
 
     miss: Any = None
+    # sympy expression of sizes -> entry text computing it from the inputs (convert.py)
+    shape_text: Any = None
+
+    def size_expression(self, value) -> str:
+        """Text computing the symbolic number ``value`` from the inputs' sizes."""
+        return f"({self.shape_text(value.node.expr)})"
 
 
 def new_function(code, f_globals, name, defaults, kwdefaults, closure=()):

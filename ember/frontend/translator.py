@@ -46,6 +46,7 @@ from ember.frontend.variables.modules import NewModuleVariable, NNModuleVariable
 from ember.frontend.variables.super_call import SuperVariable
 from ember.frontend.variables.user_defined import DataclassDictVariable, UserDefinedObjectVariable
 from ember.frontend.variables.storage import UntypedStorageVariable, same_storage
+from ember.frontend.variables.symbolic import wrap_sym
 from ember.frontend.variables.tensor import TensorVariable
 
 PY312 = sys.version_info >= (3, 12)
@@ -252,7 +253,7 @@ class InstructionTranslator:
         if typ is list:
             return ListVariable([self.wrap_constant(v) for v in value])
         if typ is torch.Size:
-            return SizeVariable([ConstantVariable(v) for v in value])
+            return SizeVariable([wrap_sym(v) for v in value])
         if typ is dict:
             return DictVariable({k: self.wrap_constant(v) for k, v in value.items()})
         if typ in (set, frozenset):
@@ -261,7 +262,7 @@ class InstructionTranslator:
         return self.wrap(value, None)
 
     def size_variable(self, size) -> SizeVariable:
-        return SizeVariable([ConstantVariable(s) for s in size])
+        return SizeVariable([wrap_sym(s) for s in size])
 
     def cell_for(self, cell, source, cell_source=None) -> CellVariable:
         """The one tracker of a real cell (its contents read from ``source``)."""

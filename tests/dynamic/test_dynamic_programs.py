@@ -84,18 +84,19 @@ def test_benchmark_runs_three_programs_and_prints_the_summary(bench, capsys, tmp
         s = summary[mode]
         (line,) = [line for line in lines if line.startswith(label + ":")]
         assert line.startswith(f"{label}: {s['passed']}/3 pass, {s['compiles']} compiles")
-    # torch.compile meets its own table; every Ember result equals eager's (no "fail" from
-    # a wrong value, no error): only compile counts may fail today
+    # torch.compile meets its own table; so does Ember's frontend (the counting backend);
+    # every Ember result equals eager's (no "fail" from a wrong value). The "ember" backend
+    # refuses symbolic graphs until its side of issue 31 lands (a clear error, no result)
     assert summary["torch"]["passed"] == 3
+    assert summary["count"]["passed"] == 3
     for prog in report["programs"]:
         assert prog["results"]["torch"]["compiles"] == prog["torch_compiles_table"]
         for mode in ("count", "ember"):
             result = prog["results"][mode]
-            assert result["status"] != "error", result
+            assert result["status"] != "skipped", result
             assert "differs from eager" not in result["detail"], result
-            if result["status"] == "skipped":
-                assert not hasattr(ember, "mark_dynamic")
-                assert result["detail"] == "needs ember.mark_dynamic"
+            if result["status"] == "error":
+                assert mode == "ember" and "symbolic shapes" in result["detail"], result
     # dynamic=False: one compile per size under any compiler
     (static,) = [p for p in report["programs"] if p["name"] == "pol_false_pointwise"]
     assert static["results"]["count"] == {"status": "pass", "compiles": 5, "detail": "",

@@ -33,12 +33,17 @@ from ember.frontend.variables.dicts import (DictVariable, DictViewVariable, SetV
 from ember.frontend.variables.functions import PartialVariable, UserFunctionVariable
 from ember.frontend.variables.handlers import HANDLERS, builtin
 from ember.frontend.variables.scalars import IdVariable
+from ember.frontend.variables.symbolic import SymNodeVariable, is_symbolic
+from ember.frontend.variables.symbolic import register as symbolic_register
 from ember.frontend.variables.tensor import TensorVariable
 from ember.frontend.variables.user_defined import UserDefinedObjectVariable
 
 
 def constants(args, kwargs):
-    """(args, kwargs) as Python values, or None when any is not a constant."""
+    """(args, kwargs) as Python values, or None when any is not a constant. Symbolic sizes
+    are not constants here (``symbolic.py``): folding would specialise them."""
+    if any(is_symbolic(a) for a in args) or any(is_symbolic(v) for v in kwargs.values()):
+        return None
     try:
         return ([a.as_python_constant() for a in args],
                 {k: v.as_python_constant() for k, v in kwargs.items()})
@@ -388,6 +393,9 @@ def _next(tx, args, kwargs):
 
 @builtin(range)
 def _range(tx, args, kwargs):
+    # a symbolic bound is specialised (guarded): the loop is unrolled for this size
+    args = [ConstantVariable(a.as_python_constant()) if isinstance(a, SymNodeVariable) else a
+            for a in args]
     return fold(tx, range, args, kwargs) or unsupported("range() of non-constants")
 
 
@@ -759,3 +767,5 @@ for _name in dir(math):
     if callable(_fn):
         HANDLERS[_fn] = _math_handler(_fn)
 
+
+symbolic_register()   # symbolic sizes' operators and builtins wrap the ones above

@@ -100,7 +100,13 @@ class SizeVariable(TupleVariable):
 
     def call_method(self, tx, name, args, kwargs):
         if name == "numel":
-            return ConstantVariable(torch.Size(self.as_python_constant()).numel())
+            from ember.frontend.variables.symbolic import SymNodeVariable, wrap_sym
+            values = [v.value if isinstance(v, SymNodeVariable) else v.as_python_constant()
+                      for v in self.items]
+            total = 1
+            for v in values:
+                total = total * v
+            return wrap_sym(total)
         return super().call_method(tx, name, args, kwargs)
 
     def getitem(self, tx, index):

@@ -1,0 +1,303 @@
+"""Symbolic sizes in one capture: which input dims are symbols, the graph's size inputs, and
+the shape guards the entry checks.
+
+One :class:`SymbolicInputs` per :class:`~ember.frontend.output_graph.OutputGraph` owns the
+capture's :class:`~ember.shapes.ShapeEnv`. An input tensor whose dims the policy makes
+dynamic (``dynamic.py``) gets a symbolic fake (``ember.fake``'s ``from_real(...,
+dynamic_dims=...)``); its size sources are ``TensorProperty(<frontend Source>, "size", d)``,
+printed ``L['x'].size(0)``.
+
+The backend contract (torch.compile's, so one backend path serves both frontends):
+
+* every free symbol of the tensor inputs' sizes, strides and storage offsets, and of the
+  sizes graph calls take, is a placeholder of its own named like the symbol (``s0``),
+  before the tensor placeholders; its example input is the ``torch.SymInt`` (``.node.expr``
+  the symbol, ``.node.hint`` its value) and the entry passes the plain int read from the
+  input (``x.size(0)``);
+* a size the graph needs (``x.view(-1, s0 // 2)``) is computed from those placeholders by
+  ``operator`` nodes (``floordiv = s0 // 2``), never by ``x.size(0)`` calls in the graph;
+* tensor placeholders keep the real tensor as their example input and carry the symbolic
+  fake in ``meta["val"]``. A capture without symbols gives exactly the static graph.
+
+Guards: each of the env's guards (duck equalities, ``>= 2`` lower bounds, relations the
+program branched on, ``mark_dynamic`` bounds) becomes one frontend guard whose text reads
+the inputs' sizes; static dims' sizes and the stride pattern are checked by the tensor's
+own guard (``guards.tensor_match_dynamic``), so the env's guards that pin a static size
+are left out.
+"""
+from __future__ import annotations
+
+import math
+import operator
+
+import sympy
+import torch
+import torch.fx
+
+from ember.frontend import dynamic, guards as guards_mod
+from ember.frontend.exc import Unsupported
+from ember.shapes import ShapeEnv, to_python
+from ember.shapes.functions import FloorDiv, Mod, TruncToInt
+from ember.shapes.geometry import TensorProperty
+
+
+def property_text(tensor_text: str, prop: TensorProperty) -> str:
+    """Python text reading ``prop`` from the tensor ``tensor_text``."""
+    if prop.prop == "size":
+        return f"{tensor_text}.size({prop.dim})"
+    if prop.prop == "stride":
+        return f"{tensor_text}.stride({prop.dim})"
+    if prop.prop == "storage_offset":
+        return f"{tensor_text}.storage_offset()"
+    return f"{tensor_text}.untyped_storage().nbytes()"
+
+
+_BINARY = {FloorDiv: operator.floordiv, Mod: operator.mod, sympy.Eq: operator.eq,
+           sympy.Ne: operator.ne, sympy.Lt: operator.lt, sympy.Le: operator.le,
+           sympy.Gt: operator.gt, sympy.Ge: operator.ge}
+_UNARY = {sympy.floor: math.floor, sympy.ceiling: math.ceil, TruncToInt: int,
+          sympy.Abs: abs, sympy.Not: operator.not_}
+
+
+class SymbolicInputs:
+    def __init__(self, output, policy: bool | None, code):
+        self.output = output
+        self.policy = policy
+        self.code = code
+        self.env = ShapeEnv()
+        self.env.location = self._location
+        self.symbol_inputs: list = []                  # GraphInputs of symbols, in order
+        self._by_symbol: dict = {}
+        self._nodes: dict = {}                         # sympy expr -> FX node
+        self.dynamic_dims: list[dynamic.DynamicDim] = []
+        self.symbolic_tensors: list = []               # (source, fake, its DynamicDims)
+
+    def _location(self) -> str:
+        where = self.output.location()
+        return where.splitlines()[-1] if where else "<unknown>"
+
+    # -- inputs --------------------------------------------------------------------------------
+    def fake_for(self, value: torch.Tensor, source):
+        """A symbolic fake for input ``value`` if the policy makes some of its dims dynamic,
+        else None."""
+        if not isinstance(value, torch.Tensor) or value.dim() == 0:
+            return None
+        dims = dynamic.choose_dims(self.policy, self.code, source, value,
+                                   self._module_owned(source))
+        if not dims:
+            return None
+        fake = self.output.fake_mode.from_real(
+            value, dynamic_dims={d.dim: (d.min, d.max, d.duck) for d in dims}, source=source)
+        self.dynamic_dims += dims
+        self.symbolic_tensors.append((source, fake, dims))
+        return fake
+
+    def _module_owned(self, source) -> bool:
+        if source.is_under_module():
+            return True
+        modules = {vt.source for value, vt in self.output.tracked.values()
+                   if isinstance(value, torch.nn.Module) and vt.source is not None}
+        src = source.base
+        while src is not None:
+            if src in modules:
+                return True
+            src = src.base
+        return False
+
+    def symbol_node(self, sym: sympy.Symbol) -> torch.fx.Node:
+        """The placeholder of size symbol ``sym`` (made on first use, before the tensors')."""
+        from ember.frontend.output_graph import GraphInput
+        found = self._by_symbol.get(sym)
+        if found is not None:
+            return found.node
+        graph = self.output.graph
+        if self.symbol_inputs:
+            where = graph.inserting_after(self.symbol_inputs[-1].node)
+        else:
+            where = graph.inserting_before(next(iter(graph.nodes), None))
+        with where:
+            node = graph.placeholder(sym.name)
+        value = self.env.wrap(sym, int)
+        prop = self.env.source_of(sym)
+        node.meta["val"] = value
+        node.meta["source"] = prop
+        inp = GraphInput(node, prop.tensor, value, size_of=prop)
+        self.symbol_inputs.append(inp)
+        self._by_symbol[sym] = inp
+        return node
+
+    def lift_input_symbols(self) -> None:
+        """A placeholder for every symbol of the symbolic inputs' geometry."""
+        found = set()
+        for _, fake, _ in self.symbolic_tensors:
+            for s in (*fake.shape, *fake.stride(), fake.storage_offset()):
+                if isinstance(s, torch.SymInt):
+                    found |= s.node.expr.free_symbols
+        for sym in sorted(found, key=lambda s: int(s.name[1:])):
+            if sym in self.env.symbols:
+                self.symbol_node(sym)
+
+    # -- sizes in the graph --------------------------------------------------------------------
+    def node_for(self, value):
+        """An FX argument computing the symbolic number ``value`` from the size placeholders
+        (a plain number when it is one)."""
+        return self.expr_node(value.node.expr)
+
+    def expr_node(self, expr):
+        expr = self.env.replace(expr)
+        if expr is sympy.true or expr is sympy.false:
+            return bool(expr)
+        if expr.is_Integer:
+            return int(expr)
+        if expr.is_Number:
+            return float(expr)
+        node = self._nodes.get(expr)
+        if node is None:
+            node = self._build(expr)
+            if isinstance(node, torch.fx.Node) and "val" not in node.meta:
+                node.meta["val"] = self.env.wrap(expr, _pytype(expr))
+            self._nodes[expr] = node
+        return node
+
+    def _call(self, fn, *args):
+        return self.output.graph.call_function(fn, tuple(args))
+
+    def _build(self, e):
+        go = self.expr_node
+        if e.is_Symbol:
+            if e not in self.env.symbols:
+                raise Unsupported(f"size {e} has no input it is read from")
+            return self.symbol_node(e)
+        if isinstance(e, sympy.Add):
+            terms = sorted(sympy.Add.make_args(e), key=lambda t: t.is_Number)
+            out = go(terms[0])
+            for t in terms[1:]:
+                coeff, _ = t.as_coeff_Mul()
+                out = self._call(operator.sub, out, go(-t)) if coeff.is_negative else \
+                    self._call(operator.add, out, go(t))
+            return out
+        if isinstance(e, sympy.Mul):
+            num, den = [], []
+            for f in e.args:
+                if f.is_Pow and f.exp.is_Integer and f.exp.is_negative:
+                    den.append(f.base ** -f.exp)
+                elif f.is_Rational and not f.is_Integer:
+                    if f.p != 1:
+                        num.append(sympy.Integer(f.p))
+                    den.append(sympy.Integer(f.q))
+                else:
+                    num.append(f)
+            out = go(num[0]) if num else 1
+            for f in num[1:]:
+                out = self._call(operator.mul, out, go(f))
+            for d in den:
+                out = self._call(operator.truediv, out, go(d))
+            return out
+        if isinstance(e, sympy.Pow):
+            if e.exp == sympy.Rational(1, 2):
+                return self._call(math.sqrt, go(e.base))
+            if e.exp.is_Integer and e.exp.is_negative:
+                return self._call(operator.truediv, 1, go(e.base ** -e.exp))
+            return self._call(operator.pow, go(e.base), go(e.exp))
+        if isinstance(e, (sympy.Max, sympy.Min)):
+            fn = torch.sym_max if isinstance(e, sympy.Max) else torch.sym_min
+            out = go(e.args[0])
+            for a in e.args[1:]:
+                out = self._call(fn, out, go(a))
+            return out
+        if isinstance(e, (sympy.And, sympy.Or)):
+            fn = operator.and_ if isinstance(e, sympy.And) else operator.or_
+            out = go(e.args[0])
+            for a in e.args[1:]:
+                out = self._call(fn, out, go(a))
+            return out
+        for cls, fn in _BINARY.items():
+            if isinstance(e, cls):
+                return self._call(fn, go(e.args[0]), go(e.args[1]))
+        for cls, fn in _UNARY.items():
+            if isinstance(e, cls):
+                return self._call(fn, go(e.args[0]))
+        raise Unsupported(f"size expression {e} cannot be computed in the graph")
+
+    # -- the entry -----------------------------------------------------------------------------
+    def entry_text(self, expr, load, const) -> str:
+        """Python text computing ``expr`` in the entry (``load(source)``: the local holding a
+        source's value; ``const(obj)``: a name for an object)."""
+        def name(sym):
+            return property_text(load(self.env.source_of(sym).tensor),
+                                 self.env.source_of(sym))
+        text = to_python(self.env.replace(expr), name)
+        return _with_math(text, const)
+
+    def shape_guards(self) -> list[guards_mod.Guard]:
+        """The env's guards as frontend guards (see the module docstring)."""
+        env = self.env
+        covered = {source for source, _, _ in self.symbolic_tensors}
+        out = []
+        tensors: list = []
+
+        def token(prop):
+            if prop.tensor not in tensors:
+                tensors.append(prop.tensor)
+            return property_text(f"\0{tensors.index(prop.tensor)}\0", prop)
+        texts = env.guard_texts(token)
+        readable = env.guard_texts(str)
+        for i, (g, text, shown) in enumerate(zip(env.guards, texts, readable)):
+            if g.kind == "specialized" and self._pins_covered_size(g, covered):
+                continue
+            used = [t for j, t in enumerate(tensors) if f"\0{j}\0" in text]
+            if not used:
+                continue
+            out.append(_shape_guard(i, text, shown, g, used, tensors))
+        return out
+
+    def _pins_covered_size(self, g, covered) -> bool:
+        for sym in g.expr.free_symbols:
+            prop = self.env.source_symbols.get(sym)
+            if isinstance(prop, TensorProperty) and prop.prop == "size" and \
+                    prop.tensor in covered:
+                return True
+        return False
+
+    def check_marks(self) -> None:
+        """A ``mark_dynamic`` dim the program specialised is an error (as in torch)."""
+        for source, fake, dims in self.symbolic_tensors:
+            for d in dims:
+                size = fake.shape[d.dim]
+                if not d.strict or not isinstance(size, torch.SymInt) or \
+                        not size.node.expr.is_Integer:
+                    continue
+                where = [g.location for g in self.env.guards if g.kind == "evaluate"
+                         and isinstance(g.expr, sympy.Eq)
+                         and size.node._expr.free_symbols & g.expr.free_symbols]
+                raise dynamic.ConstraintViolation(
+                    f"ember.mark_dynamic({d.source}, {d.dim}): the program specialised this "
+                    f"dim to the constant {int(size.node.expr)}"
+                    f"{' at ' + where[0] if where else ''}; remove the mark, or use "
+                    f"ember.maybe_mark_dynamic to allow it")
+
+
+def _pytype(expr) -> type:
+    if isinstance(expr, (sympy.Rel, sympy.logic.boolalg.BooleanFunction)):
+        return bool
+    return int if expr.is_integer else float
+
+
+def _with_math(text: str, const) -> str:
+    return text.replace("math.", f"{const(math)}.") if "math." in text else text
+
+
+def _shape_guard(index: int, text: str, shown: str, g, used: list, tensors: list):
+    first, others = used[0], tuple(used[1:])
+    order = [tensors.index(t) for t in used]
+
+    def check(v, const, *values):
+        out = text
+        for j, local in zip(order, (v, *values)):
+            out = out.replace(f"\0{j}\0", local)
+        return _with_math(out, const)
+    return guards_mod.Guard(first, "SHAPE", check, f"{shown}  ({g.kind}, from {g.location})",
+                            ("shape", index), others)
+
+
+__all__ = ["SymbolicInputs", "property_text"]
