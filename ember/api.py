@@ -356,11 +356,13 @@ class OptimizedModule(torch.nn.Module):
         return f"OptimizedModule[{self._orig_mod._get_name()}]"
 
 
-def explain(fn: Callable, *, backend="eager"):
+def explain(fn: Callable, *, backend="eager", dynamic=None):
     """``explain(fn)(*args, **kwargs)`` runs ``fn`` once under the frontend and returns an
     ``ExplainOutput``: ``graph_count``, ``graph_break_count``, ``break_reasons`` (each with
-    its text, the user's ``file:line`` and that source line), ``ops_per_graph``, ``graphs``;
-    ``print()`` shows a report."""
+    its text, the user's ``file:line`` and that source line), ``ops_per_graph``, ``graphs``,
+    ``dynamic_dims`` (which input dims are symbolic and why: ``dynamic=``, a mark, or
+    automatic dynamic after earlier calls of the function saw other sizes); ``print()``
+    shows a report."""
     if not support.frontend_supported():   # its report would claim zero graphs
         raise support.refuse("ember.explain", "run it on a supported Python")
     from ember.frontend import graph_break
@@ -368,7 +370,7 @@ def explain(fn: Callable, *, backend="eager"):
 
     def run(*args, **kwargs):
         collector = Collector()
-        compiled = compile(fn, backend=backend)
+        compiled = compile(fn, backend=backend, dynamic=dynamic)
         with graph_break.observe(collector):
             compiled(*args, **kwargs)
         return collector.output()

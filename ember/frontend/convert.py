@@ -459,6 +459,7 @@ def _build_entry(fn, capture: _Capture, settings, miss,
             raise TypeError(f"backend {settings.backend!r} returned {type(compiled).__name__}, "
                             f"not a callable")
         metrics.counters["frontend"]["graphs"] += 1
+        gm.meta["ember_dynamic_dims"] = output.symbolic.live_dynamic_dims()
         graph_break.notify("graph", gm)
         graph_name = cg.const(compiled)
         args_text = ", ".join(_graph_argument(cg, inp) for inp in output.graph_inputs())

@@ -163,6 +163,11 @@ def choose_dims(policy: bool | None, code: types.CodeType | None, source, t: tor
             continue
         if d in marked:
             lo, hi = marked[d]
+            size = t.shape[d]
+            if (lo is not None and size < lo) or (hi is not None and size > hi):
+                raise ConstraintViolation(
+                    f"ember.mark_dynamic({name}, {d}, min={lo}, max={hi}): its size {size} is "
+                    f"outside these bounds")
             out.append(DynamicDim(name, d, "mark_dynamic", lo, hi, strict=True))
         elif d in maybe:
             out.append(DynamicDim(name, d, "maybe_mark_dynamic"))

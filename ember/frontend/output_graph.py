@@ -17,6 +17,7 @@ import torch.fx
 
 from ember import fake as fake_mod
 from ember.frontend import guards as guards_mod
+from ember.frontend.dynamic import ConstraintViolation
 from ember.frontend.exc import Unsupported
 from ember.frontend.guards import GuardSet
 from ember.frontend.side_effects import SideEffects
@@ -124,6 +125,8 @@ class OutputGraph:
             fake = self.symbolic.fake_for(value, source) if dynamic else None
             if fake is None:
                 fake = self.fake_mode.from_real(value)
+        except ConstraintViolation:     # a marked size outside its bounds: the user's error
+            raise
         except Exception as e:
             raise Unsupported(f"cannot make a fake tensor for {source.name()}: {e}") from None
         node.meta["val"] = fake

@@ -259,6 +259,12 @@ class SymbolicInputs:
                 return True
         return False
 
+    def live_dynamic_dims(self) -> list:
+        """The dynamic dims still symbolic at the end of capture (not specialised)."""
+        return [d for _, fake, dims in self.symbolic_tensors for d in dims
+                if isinstance(fake.shape[d.dim], torch.SymInt)
+                and not fake.shape[d.dim].node.expr.is_Integer]
+
     def check_marks(self) -> None:
         """A ``mark_dynamic`` dim the program specialised is an error (as in torch)."""
         for source, fake, dims in self.symbolic_tensors:

@@ -216,7 +216,7 @@ class InstructionTranslator:
 
     def root_location(self) -> str:
         frames = []
-        tx = self._innermost
+        tx = self._innermost or self     # before any call: this frame's instruction
         while tx is not None:
             frames.append(tx.location())
             tx = tx.parent

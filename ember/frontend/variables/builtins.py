@@ -768,4 +768,5 @@ for _name in dir(math):
         HANDLERS[_fn] = _math_handler(_fn)
 
 
-symbolic_register()   # symbolic sizes' operators and builtins wrap the ones above
+symbolic_register(sys.modules[__name__])   # symbolic sizes' operators and builtins wrap
+#                                            the ones above

@@ -100,13 +100,11 @@ class SizeVariable(TupleVariable):
 
     def call_method(self, tx, name, args, kwargs):
         if name == "numel":
-            from ember.frontend.variables.symbolic import SymNodeVariable, wrap_sym
-            values = [v.value if isinstance(v, SymNodeVariable) else v.as_python_constant()
-                      for v in self.items]
             total = 1
-            for v in values:
-                total = total * v
-            return wrap_sym(total)
+            for v in self.items:     # symbolic sizes (SymNodeVariable) multiply symbolically
+                value = getattr(v, "sym_value", None)
+                total = total * (value if value is not None else v.as_python_constant())
+            return tx.wrap_constant(total)
         return super().call_method(tx, name, args, kwargs)
 
     def getitem(self, tx, index):

@@ -79,6 +79,10 @@ class SymNodeVariable(VariableTracker):
     def expr(self):
         return self.value.node.expr
 
+    @property
+    def sym_value(self):
+        return self.value
+
     def python_type(self):
         return _PY_TYPES[type(self.value)]
 
@@ -113,12 +117,15 @@ def _number(vt):
     return None
 
 
+# the ``builtins`` module, handed in by its ``register`` call (it imports this module)
+_builtins = None
+
+
 def apply_operator(tx, op, args):
     """``op(*args)`` where some operand is symbolic (``OPERAND_OPERATORS``)."""
-    from ember.frontend.variables import builtins
-    from ember.frontend.variables.tensor import TensorVariable
+    builtins = _builtins
     op = builtins.INPLACE.get(op, op)      # numbers are immutable
-    if any(isinstance(a, TensorVariable) for a in args):
+    if any(isinstance(a, builtins.TensorVariable) for a in args):
         return tx.output.call_function(op, args, {})
     values = [_number(a) for a in args]
     if any(v is None for v in values) or op in _SPECIALISING:
@@ -142,7 +149,7 @@ _SPECIALISING = {operator.and_, operator.or_, operator.xor, operator.lshift, ope
 def _sym_builtin(fn, symbolic):
     """Wrap the handler of builtin ``fn``: ``symbolic(tx, values)`` where every argument is
     a number and some is symbolic; the original handler otherwise."""
-    from ember.frontend.variables.handlers import HANDLERS
+    HANDLERS = _builtins.HANDLERS
     original = HANDLERS[fn]
 
     def handler(tx, args, kwargs):
@@ -173,10 +180,12 @@ def _one(fn):
     return lambda values: fn(values[0]) if len(values) == 1 else NotImplemented
 
 
-def register() -> None:
-    """Install the operators and builtins (called once ``builtins`` has its handlers)."""
-    from ember.frontend.variables.builtins import OPERAND_OPERATORS
-    OPERAND_OPERATORS[SymNodeVariable] = apply_operator
+def register(builtins_module) -> None:
+    """Install the operators and builtins; ``builtins_module`` (``variables/builtins.py``)
+    calls this once it has its handlers."""
+    global _builtins
+    _builtins = builtins_module
+    builtins_module.OPERAND_OPERATORS[SymNodeVariable] = apply_operator
     _sym_builtin(min, _reduce(torch.sym_min))
     _sym_builtin(max, _reduce(torch.sym_max))
     _sym_builtin(abs, _one(abs))
