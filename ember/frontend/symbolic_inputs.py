@@ -133,9 +133,16 @@ class SymbolicInputs:
             for s in (*fake.shape, *fake.stride(), fake.storage_offset()):
                 if isinstance(s, torch.SymInt):
                     found |= s.node.expr.free_symbols
-        for sym in sorted(found, key=lambda s: int(s.name[1:])):
+        for sym in sorted(found, key=_index):
             if sym in self.env.symbols:
                 self.symbol_node(sym)
+        # in symbol order (s0, s1, ...), whatever order capture needed them in
+        self.symbol_inputs[:] = [inp for _, inp in sorted(self._by_symbol.items(),
+                                                          key=lambda item: _index(item[0]))]
+        if self.output.inputs:
+            anchor = self.output.inputs[0].node
+            for inp in self.symbol_inputs:
+                anchor.prepend(inp.node)
 
     # -- sizes in the graph --------------------------------------------------------------------
     def node_for(self, value):
@@ -281,6 +288,10 @@ class SymbolicInputs:
                     f"dim to the constant {int(size.node.expr)}"
                     f"{' at ' + where[0] if where else ''}; remove the mark, or use "
                     f"ember.maybe_mark_dynamic to allow it")
+
+
+def _index(sym) -> int:
+    return int(sym.name[1:])
 
 
 def _pytype(expr) -> type:
