@@ -33,7 +33,7 @@ from ember.frontend.codegen import EntryCodegen
 from ember.frontend.exc import GraphBreakError, Unsupported
 from ember.frontend.guards import Guard
 from ember.frontend.output_graph import OutputGraph
-from ember.frontend.symbolic_inputs import property_text
+from ember.frontend.symbolic_inputs import merged_guard, property_source, property_text
 from ember.frontend.source import AttrSource, ClosureCellSource, GetItemSource, LocalSource
 from ember.frontend.translator import NULL, InstructionTranslator, _LazyLocal
 from ember.frontend.variables.base import VariableTracker
@@ -468,7 +468,8 @@ def _build_entry(fn, capture: _Capture, settings, miss,
     # the shape guards last: the backend may have added some while compiling
     shape_guards = output.symbolic.shape_guards()
     guard_list += shape_guards
-    guard_lines += cg.guard_lines(shape_guards, lambda g: "return ___MISS")
+    if shape_guards:
+        guard_lines += cg.guard_lines([merged_guard(shape_guards)], lambda g: "return ___MISS")
     src, run = cg.build(guard_lines, body, name)
 
     def diagnostic_twin():
@@ -485,9 +486,9 @@ def _build_entry(fn, capture: _Capture, settings, miss,
 
 
 def _graph_argument(cg: EntryCodegen, inp) -> str:
-    value = cg.load(inp.source)
     if inp.size_of is not None:     # a size symbol: the int read from its input
-        return property_text(value, inp.size_of)
+        return property_text(cg.load(property_source(inp.size_of)), inp.size_of)
+    value = cg.load(inp.source)
     if inp.from_float:
         return f"{cg.const(torch.scalar_tensor)}({value}, dtype={cg.const(torch.float64)})"
     return value

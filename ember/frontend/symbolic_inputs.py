@@ -36,20 +36,27 @@ import torch.fx
 
 from ember.frontend import dynamic, guards as guards_mod
 from ember.frontend.exc import Unsupported
+from ember.frontend.source import Source, TensorMetaSource
 from ember.shapes import ShapeEnv, to_python
 from ember.shapes.functions import FloorDiv, Mod, TruncToInt
 from ember.shapes.geometry import TensorProperty
 
 
-def property_text(tensor_text: str, prop: TensorProperty) -> str:
-    """Python text reading ``prop`` from the tensor ``tensor_text``."""
-    if prop.prop == "size":
-        return f"{tensor_text}.size({prop.dim})"
-    if prop.prop == "stride":
-        return f"{tensor_text}.stride({prop.dim})"
+def property_source(prop: TensorProperty) -> Source:
+    """What the entry loads to read ``prop``: the tensor's ``size()``/``stride()`` (read
+    once per call, indexed by every use), or the tensor itself."""
+    if prop.prop in ("size", "stride"):
+        return TensorMetaSource(prop.tensor, prop.prop)
+    return prop.tensor
+
+
+def property_text(loaded: str, prop: TensorProperty) -> str:
+    """Python text reading ``prop`` from ``loaded``, the local of ``property_source(prop)``."""
+    if prop.prop in ("size", "stride"):
+        return f"{loaded}[{prop.dim}]"
     if prop.prop == "storage_offset":
-        return f"{tensor_text}.storage_offset()"
-    return f"{tensor_text}.untyped_storage().nbytes()"
+        return f"{loaded}.storage_offset()"
+    return f"{loaded}.untyped_storage().nbytes()"
 
 
 _BINARY = {FloorDiv: operator.floordiv, Mod: operator.mod, sympy.Eq: operator.eq,
@@ -231,8 +238,8 @@ class SymbolicInputs:
         """Python text computing ``expr`` in the entry (``load(source)``: the local holding a
         source's value; ``const(obj)``: a name for an object)."""
         def name(sym):
-            return property_text(load(self.env.source_of(sym).tensor),
-                                 self.env.source_of(sym))
+            prop = self.env.source_of(sym)
+            return property_text(load(property_source(prop)), prop)
         text = to_python(self.env.replace(expr), name)
         return _with_math(text, const)
 
@@ -241,12 +248,13 @@ class SymbolicInputs:
         env = self.env
         covered = {source for source, _, _ in self.symbolic_tensors}
         out = []
-        tensors: list = []
+        tensors: list = []          # the sources the guards load (sizes, strides, tensors)
 
         def token(prop):
-            if prop.tensor not in tensors:
-                tensors.append(prop.tensor)
-            return property_text(f"\0{tensors.index(prop.tensor)}\0", prop)
+            src = property_source(prop)
+            if src not in tensors:
+                tensors.append(src)
+            return property_text(f"\0{tensors.index(src)}\0", prop)
         texts = env.guard_texts(token)
         readable = env.guard_texts(str)
         for i, (g, text, shown) in enumerate(zip(env.guards, texts, readable)):
@@ -317,4 +325,21 @@ def _shape_guard(index: int, text: str, shown: str, g, used: list, tensors: list
                             ("shape", index), others)
 
 
-__all__ = ["SymbolicInputs", "property_text"]
+def merged_guard(guards: list[guards_mod.Guard]) -> guards_mod.Guard:
+    """One guard checking all of ``guards`` in one ``if`` (the entry's fast path; the
+    diagnostic twin checks them one by one to name the one that failed)."""
+    sources: list = []
+    for g in guards:
+        for src in (g.source, *g.others):
+            if src not in sources:
+                sources.append(src)
+
+    def check(v, const, *values):
+        local = dict(zip(sources, (v, *values)))
+        return " and ".join(f"({g.check(local[g.source], const, *[local[o] for o in g.others])})"
+                            for g in guards)
+    return guards_mod.Guard(sources[0], "SHAPE", check, f"{len(guards)} shape guards", (),
+                            tuple(sources[1:]))
+
+
+__all__ = ["SymbolicInputs", "property_text", "property_source", "merged_guard"]

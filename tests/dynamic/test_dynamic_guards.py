@@ -26,10 +26,19 @@ def test_entry_checks_the_relations_capture_recorded():
     compiled = ember.compile(branchy, backend=CompileCounter(), dynamic=True)
     compiled(torch.randn(4, 3), torch.randn(4, 3))
     src = compiled._entries[0].source
-    # duck sizing: y's sizes equal x's; lower bounds; the branch taken
-    for text in ("y.size(0) == x.size(0)", "y.size(1) == x.size(1)", "x.size(0) >= 2",
-                 "x.size(0) <= 16", "x.stride() == (x.size(1), 1)"):
+    # size() and stride() read once per input; then duck sizing (y's sizes equal x's),
+    # lower bounds, the branch taken, all in one check
+    x_size, x_stride, y_size = "___s0", "___s1", "___s2"
+    for text in (f"{x_size} = x.size()", f"{x_stride} = x.stride()", f"{y_size} = y.size()",
+                 f"{x_stride} == ({x_size}[1], 1)", f"({x_size}[0] >= 2)",
+                 f"({x_size}[0] <= 16)", f"({y_size}[0] == {x_size}[0])",
+                 f"({y_size}[1] == {x_size}[1])"):
         assert text in src, text
+    # the diagnostic twin names each guard on its own
+    assert [g.detail.split("  (")[0] for g in compiled._entries[0].guards
+            if g.kind == "SHAPE"] == [
+        "L['x'].size(0) >= 2", "L['x'].size(1) >= 2", "L['x'].size(0) <= 16",
+        "L['y'].size(0) == L['x'].size(0)", "L['y'].size(1) == L['x'].size(1)"]
 
 
 def test_recompile_log_names_the_relation_the_dim_and_the_user_line(ember_log):

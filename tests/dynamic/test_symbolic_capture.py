@@ -84,7 +84,7 @@ def test_entry_passes_sizes_read_from_the_inputs():
     compiled = ember.compile(half_rows, backend=Recorder(), dynamic=True)
     compiled(torch.randn(6, 4))
     source = compiled._entries[0].source
-    assert "(x.size(0), x.size(1), x)" in source
+    assert "___s0 = x.size()" in source and "(___s0[0], ___s0[1], x)" in source
 
 
 # -- Python on sizes ---------------------------------------------------------------------------
