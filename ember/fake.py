@@ -77,7 +77,8 @@ Decisions
   the result cache keys a SymInt by its expression (one env per mode), in-place geometry
   changes compare expressions. Symbolic fakes of one real storage share a meta storage
   (``_symbolic_storage``: a view's storage size is a symbol); they share none with static
-  fakes of it. Not wired into the frontend or backend yet.
+  fakes of it. The frontend makes them for its dynamic dims (``ember/frontend/
+  symbolic_inputs.py``); the backend does not take them yet.
 * **Randomness.** ``rand``/``randn``/``dropout``/``bernoulli`` run meta kernels: metadata
   only, no RNG state consumed, so capturing does not shift the user's random stream.
 * **Python dispatcher.** Several meta kernels (view/reshape/expand, layer_norm) are Python

@@ -21,6 +21,7 @@ from ember.frontend.dynamic import ConstraintViolation
 from ember.frontend.exc import Unsupported
 from ember.frontend.guards import GuardSet
 from ember.frontend.side_effects import SideEffects
+from ember.frontend.symbolic_inputs import SymbolicInputs
 from ember.frontend.source import ConstantSource, Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.scalars import scalar_operands
@@ -45,12 +46,11 @@ class GraphInput:
 
 class OutputGraph:
     def __init__(self, frame_name: str, dynamic: bool | None = None, code=None):
-        from ember.frontend.symbolic_inputs import SymbolicInputs
         self.graph = torch.fx.Graph()
         self.guards = GuardSet()
         self.side_effects = SideEffects()
         # sizes of dynamic dims (``dynamic=`` policy, marks, automatic dynamic)
-        self.symbolic = SymbolicInputs(self, dynamic, code)
+        self.symbolic = SymbolicInputs(self, dynamic, code, GraphInput)
         self.fake_mode = fake_mod.FakeTensorMode(shape_env=self.symbolic.env)
         self.inputs: list[GraphInput] = []
         self._input_by_id: dict[int, VariableTracker] = {}

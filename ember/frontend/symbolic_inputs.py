@@ -67,8 +67,9 @@ _UNARY = {sympy.floor: math.floor, sympy.ceiling: math.ceil, TruncToInt: int,
 
 
 class SymbolicInputs:
-    def __init__(self, output, policy: bool | None, code):
+    def __init__(self, output, policy: bool | None, code, make_input):
         self.output = output
+        self.make_input = make_input     # output_graph.GraphInput (which imports this module)
         self.policy = policy
         self.code = code
         self.env = ShapeEnv()
@@ -113,7 +114,6 @@ class SymbolicInputs:
 
     def symbol_node(self, sym: sympy.Symbol) -> torch.fx.Node:
         """The placeholder of size symbol ``sym`` (made on first use, before the tensors')."""
-        from ember.frontend.output_graph import GraphInput
         found = self._by_symbol.get(sym)
         if found is not None:
             return found.node
@@ -128,7 +128,7 @@ class SymbolicInputs:
         prop = self.env.source_of(sym)
         node.meta["val"] = value
         node.meta["source"] = prop
-        inp = GraphInput(node, prop.tensor, value, size_of=prop)
+        inp = self.make_input(node, prop.tensor, value, size_of=prop)
         self.symbol_inputs.append(inp)
         self._by_symbol[sym] = inp
         return node
