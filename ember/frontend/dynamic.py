@@ -16,6 +16,9 @@ Decisions
   ``maybe_mark_dynamic`` (also under ``dynamic=False``: an explicit request on one tensor
   beats the default of the whole function); then the policy (``dynamic=True``: every dim;
   ``None``: automatic).
+* **Int arguments** of the frame (``n`` in ``f(x, n)``, and the sizes a resume function
+  receives after a graph break) follow the policy too: symbolic under ``dynamic=True``, and
+  with ``None`` once captures of the frame saw the value change; else a constant, guarded.
 * **Automatic dynamic** remembers, per frame (code object) and source (``L['x']``), the sizes
   the last capture saw and which dims ever changed. A capture that sees another size of a
   dim of the same rank makes that dim symbolic, and it stays so for the frame. A change of
@@ -112,7 +115,7 @@ def mark_static(t: torch.Tensor, dim) -> None:
 class DynamicDim:
     """One symbolic dim of an input, and why it is symbolic."""
     source: str          # the input's source name, ``L['x']``
-    dim: int
+    dim: int | None      # None: the input is an int, not a tensor
     reason: str          # "dynamic=True", "automatic dynamic (...)", "mark_dynamic", ...
     min: int | None = None
     max: int | None = None
@@ -120,6 +123,8 @@ class DynamicDim:
     duck: bool = False    # may share a symbol with an equal size (dynamic=True only)
 
     def __str__(self) -> str:
+        if self.dim is None:            # an int argument
+            return f"{self.source}: {self.reason}"
         bounds = ""
         if self.min is not None or self.max is not None:
             bounds = f" in [{self.min if self.min is not None else 2}, " \
@@ -177,6 +182,22 @@ def choose_dims(policy: bool | None, code: types.CodeType | None, source, t: tor
             out.append(DynamicDim(name, d, "automatic dynamic: its size changed between "
                                            "captures of the frame"))
     return out
+
+
+def choose_int(policy: bool | None, code: types.CodeType | None, source,
+               value: int) -> DynamicDim | None:
+    """Whether int argument ``value`` of the frame (read from ``source``) is captured as a
+    symbol: under ``dynamic=True``, or once captures of the frame saw it change (the sizes a
+    resume function receives after a graph break, a length passed in)."""
+    if policy is False:
+        return None
+    name = source.name()
+    if policy is True:
+        return DynamicDim(name, None, "dynamic=True", duck=True)
+    if _record(code, name, (value,)):
+        return DynamicDim(name, None, "automatic dynamic: its value changed between "
+                                      "captures of the frame")
+    return None
 
 
 def _record(code, name: str, shape: tuple) -> set:

@@ -382,6 +382,8 @@ def _unwrap(vt, sym):
         return vt.value, vt.value
     if isinstance(vt, c.SizeVariable):
         n, f = _unwrap_all(vt.items, sym)
+        if any(isinstance(item, torch.fx.Node) for item in n):    # symbolic sizes
+            return tuple(n), torch.Size(f)
         return torch.Size(n), torch.Size(f)
     if isinstance(vt, (c.TupleVariable, c.ListVariable)):
         n, f = _unwrap_all(vt.items, sym)

@@ -42,16 +42,21 @@ from ember.shapes.functions import FloorDiv, Mod, TruncToInt
 from ember.shapes.geometry import TensorProperty
 
 
-def property_source(prop: TensorProperty) -> Source:
-    """What the entry loads to read ``prop``: the tensor's ``size()``/``stride()`` (read
-    once per call, indexed by every use), or the tensor itself."""
+def property_source(prop) -> Source:
+    """What the entry loads to read ``prop`` (a ``TensorProperty``, or the Source of an int
+    argument): the tensor's ``size()``/``stride()`` (read once per call, indexed by every
+    use), the tensor itself, or the int."""
+    if not isinstance(prop, TensorProperty):
+        return prop
     if prop.prop in ("size", "stride"):
         return TensorMetaSource(prop.tensor, prop.prop)
     return prop.tensor
 
 
-def property_text(loaded: str, prop: TensorProperty) -> str:
+def property_text(loaded: str, prop) -> str:
     """Python text reading ``prop`` from ``loaded``, the local of ``property_source(prop)``."""
+    if not isinstance(prop, TensorProperty):
+        return loaded
     if prop.prop in ("size", "stride"):
         return f"{loaded}[{prop.dim}]"
     if prop.prop == "storage_offset":
@@ -79,6 +84,7 @@ class SymbolicInputs:
         self._nodes: dict = {}                         # sympy expr -> FX node
         self.dynamic_dims: list[dynamic.DynamicDim] = []
         self.symbolic_tensors: list = []               # (source, fake, its DynamicDims)
+        self.symbolic_ints: list = []                  # (DynamicDim, its SymInt)
 
     def _location(self) -> str:
         where = self.output.location()
@@ -99,6 +105,20 @@ class SymbolicInputs:
         self.dynamic_dims += dims
         self.symbolic_tensors.append((source, fake, dims))
         return fake
+
+    def int_input(self, value: int, source):
+        """A SymInt for the frame's int argument ``value`` if the policy makes it dynamic
+        (``dynamic.choose_int``), else None; its type is guarded here, its value by the
+        shape guards (``>= 2``, or ``== 0``/``== 1``: specialised)."""
+        chosen = dynamic.choose_int(self.policy, self.code, source, value)
+        if chosen is None or value < 0:
+            return None
+        self.output.guards.add(guards_mod.type_match(source, int))
+        sym = self.env.create_symint(value, source, duck=chosen.duck)
+        if isinstance(sym, torch.SymInt):
+            self.dynamic_dims.append(chosen)
+            self.symbolic_ints.append((chosen, sym))
+        return sym
 
     def _module_owned(self, source) -> bool:
         if source.is_under_module():
@@ -128,7 +148,8 @@ class SymbolicInputs:
         prop = self.env.source_of(sym)
         node.meta["val"] = value
         node.meta["source"] = prop
-        inp = self.make_input(node, prop.tensor, value, size_of=prop)
+        source = prop.tensor if isinstance(prop, TensorProperty) else prop   # an int argument
+        inp = self.make_input(node, source, value, size_of=prop)
         self.symbol_inputs.append(inp)
         self._by_symbol[sym] = inp
         return node
@@ -278,7 +299,8 @@ class SymbolicInputs:
         """The dynamic dims still symbolic at the end of capture (not specialised)."""
         return [d for _, fake, dims in self.symbolic_tensors for d in dims
                 if isinstance(fake.shape[d.dim], torch.SymInt)
-                and not fake.shape[d.dim].node.expr.is_Integer]
+                and not fake.shape[d.dim].node.expr.is_Integer] + [
+            d for d, sym in self.symbolic_ints if not sym.node.expr.is_Integer]
 
     def check_marks(self) -> None:
         """A ``mark_dynamic`` dim the program specialised is an error (as in torch)."""

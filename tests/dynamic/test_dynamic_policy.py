@@ -49,7 +49,7 @@ def run_all(fn, calls, dynamic=None, marks=None):
     rec = Recorder()
     compiled = ember.compile(fn, backend=rec, dynamic=dynamic)
     for args in calls:
-        args = [a.clone() for a in args]
+        args = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
         if marks:
             marks(*args)
         assert same(fn(*args), compiled(*args)), [tuple(a.shape) for a in args]
@@ -245,3 +245,36 @@ def test_automatic_dynamic_through_a_graph_break_and_its_resume_function():
     # the frame and its resume function: static once, symbolic once each
     assert rec.count == 4
     assert [d for d in rec.symbolic_dims(-1).values()] in ([[0]], [[0], [0]])
+
+
+def first_rows(x, k):
+    return x[:k] * k + k
+
+
+def test_int_argument_is_symbolic_once_it_changed():
+    rec = run_all(first_rows, [(torch.randn(9, 3), k) for k in (3, 5, 7, 4, 2, 1, 0)])
+    assert rec.count == 4            # 3 (constant), then symbolic; 1 and 0 specialised
+    gm, example = rec.calls[1]
+    ints = [e for e in example if isinstance(e, torch.SymInt)]
+    assert len(ints) == 1 and ints[0].node.hint == 5
+    source = rec.compiled._entries[1].source
+    assert "type(k) is" in source and "(k >= 2)" in source
+
+
+def test_int_argument_under_dynamic_false_stays_a_constant():
+    rec = run_all(first_rows, [(torch.randn(9, 3), k) for k in (3, 5, 7)], dynamic=False)
+    assert rec.count == 3
+    assert not any(isinstance(e, torch.SymInt) for _, ex in rec.calls for e in ex)
+
+
+def test_a_size_crossing_a_graph_break_stays_symbolic():
+    def broken(x):
+        n = x.size(0)
+        print("ember-dynamic-test")        # graph break: n reaches the resume function
+        return x * n
+
+    rec = run_all(broken, [(torch.randn(n, 3),) for n in (3, 5, 7, 9, 4)])
+    assert rec.count == 2                  # the resume function: 3, then n symbolic
+    explained = ember.explain(broken)(torch.randn(6, 3))
+    assert "L['n']: automatic dynamic: its value changed between captures of the frame" in [
+        str(d) for d in explained.dynamic_dims]
