@@ -110,6 +110,13 @@ def convert_frame(fn, args: tuple, kwargs: dict, settings, miss, callees: Callee
         capture = _capture(fn, bound.arguments, dynamic=settings.dynamic)
         entry = _build_entry(fn, capture, settings, miss, _return_tail(capture))
     except Unsupported as e:
+        if e.symbolic_sizes and settings.dynamic is not False:
+            # capture failed on symbolic sizes where static sizes may work: this frame's
+            # entry is static (marked dims stay symbolic; failing again, it breaks there)
+            logs.log("recompiles", "%s: capturing with static sizes: %s", fn.__qualname__,
+                     e)
+            return convert_frame(fn, args, kwargs, dataclasses.replace(settings, dynamic=False),
+                                 miss, callees)
         if settings.fullgraph:
             raise GraphBreakError.from_unsupported(e) from None
         if e.break_step is None:

@@ -183,8 +183,11 @@ class OutputGraph:
                 raise
             except Exception as e:
                 what = target if isinstance(target, str) else getattr(target, "__name__", target)
-                raise Unsupported(f"{what} raised {type(e).__name__} on fake inputs: "
-                                  f"{str(e).splitlines()[0] if str(e) else ''}") from None
+                error = Unsupported(f"{what} raised {type(e).__name__} on fake inputs: "
+                                    f"{str(e).splitlines()[0] if str(e) else ''}")
+                error.symbolic_sizes = not isinstance(e, fake_mod.FakeUnsupported) and \
+                    _any_symbolic((fake_args, fake_kwargs))
+                raise error from None
         node_args, node_kwargs = self._numpy_scalars_made((node_args, node_kwargs))
         node = self.graph.create_node(kind, target, tuple(node_args), node_kwargs)
         node.meta["stack_trace"] = self.location()
@@ -407,6 +410,15 @@ def _unwrap_all(items, sym):
         return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
     pairs = [_unwrap(v, sym) for v in items]
     return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _any_symbolic(values) -> bool:
+    """Some fake tensor or number among ``values`` (nested) has symbolic sizes."""
+    from ember.frontend.variables.symbolic import SYM_TYPES
+    for v in torch.utils._pytree.tree_leaves(values):
+        if isinstance(v, SYM_TYPES) or (fake_mod.is_fake(v) and fake_mod.is_symbolic(v)):
+            return True
+    return False
 
 
 def _placeholder_name(source_name: str, graph: torch.fx.Graph) -> str:

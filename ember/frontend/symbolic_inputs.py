@@ -201,7 +201,9 @@ class SymbolicInputs:
         go = self.expr_node
         if e.is_Symbol:
             if e not in self.env.symbols:
-                raise Unsupported(f"size {e} has no input it is read from")
+                error = Unsupported(f"size {e} has no input it is read from")
+                error.symbolic_sizes = True
+                raise error
             return self.symbol_node(e)
         if isinstance(e, sympy.Add):
             terms = sorted(sympy.Add.make_args(e), key=lambda t: t.is_Number)
@@ -252,7 +254,9 @@ class SymbolicInputs:
         for cls, fn in _UNARY.items():
             if isinstance(e, cls):
                 return self._call(fn, go(e.args[0]))
-        raise Unsupported(f"size expression {e} cannot be computed in the graph")
+        error = Unsupported(f"size expression {e} cannot be computed in the graph")
+        error.symbolic_sizes = True
+        raise error
 
     # -- the entry -----------------------------------------------------------------------------
     def entry_text(self, expr, load, const) -> str:

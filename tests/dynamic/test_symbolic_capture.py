@@ -239,3 +239,30 @@ def test_item_as_a_size_breaks_the_graph():
     for rows, n in ((4, 2), (6, 3), (8, 5)):
         x, k = torch.randn(rows, 3), torch.tensor(n)
         assert same(by_item(x, k), compiled(x, k))
+
+
+def size_objects_as_arguments(x):
+    return x.new_zeros(x.shape) + x.expand(x.shape) + torch.zeros(x.shape[1:]) + x.view(x.shape)
+
+
+def test_torch_size_of_symbolic_sizes_as_an_argument():
+    check_sizes(size_objects_as_arguments, [(2, 3), (5, 7), (9, 4)], compiles=1)
+
+
+def _needs_static_sizes(x):
+    if isinstance(x.shape[0], torch.SymInt):
+        raise RuntimeError("this function cannot take symbolic sizes")
+    return x * 2
+
+
+def test_a_capture_failing_on_symbolic_sizes_is_captured_static(ember_log):
+    ember.logs.set_logs("recompiles")
+    picky = ember.allow_in_graph(_needs_static_sizes)
+
+    def fn(x):
+        return picky(x) + 1
+    # every size compiles its own static entry, and none runs eagerly
+    counter = check_sizes(fn, [(2, 3), (5, 3), (7, 3)], compiles=3)
+    assert all(not any(isinstance(e.meta.get("val"), torch.SymInt) for e in gm.graph.nodes)
+               for gm in counter.graphs)
+    assert "capturing with static sizes" in ember_log.text

@@ -137,7 +137,9 @@ def apply_operator(tx, op, args):
     try:
         result = op(*values)
     except Exception as e:
-        raise Unsupported(f"{type(e).__name__} from {op.__name__} on sizes: {e}") from None
+        error = Unsupported(f"{type(e).__name__} from {op.__name__} on sizes: {e}")
+        error.symbolic_sizes = True
+        raise error from None
     return wrap_sym(result)
 
 
