@@ -40,6 +40,7 @@ from ember.frontend.source import Source, TensorMetaSource
 from ember.shapes import ShapeEnv, to_python
 from ember.shapes.functions import FloorDiv, Mod, TruncToInt
 from ember.shapes.geometry import TensorProperty
+from ember.shapes.printer import split_fraction
 
 
 def property_source(prop) -> Source:
@@ -214,16 +215,7 @@ class SymbolicInputs:
                     self._call(operator.add, out, go(t))
             return out
         if isinstance(e, sympy.Mul):
-            num, den = [], []
-            for f in e.args:
-                if f.is_Pow and f.exp.is_Integer and f.exp.is_negative:
-                    den.append(f.base ** -f.exp)
-                elif f.is_Rational and not f.is_Integer:
-                    if f.p != 1:
-                        num.append(sympy.Integer(f.p))
-                    den.append(sympy.Integer(f.q))
-                else:
-                    num.append(f)
+            num, den = split_fraction(e)
             out = go(num[0]) if num else 1
             for f in num[1:]:
                 out = self._call(operator.mul, out, go(f))

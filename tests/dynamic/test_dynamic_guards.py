@@ -9,13 +9,6 @@ import ember
 from ember.testing import CompileCounter, same
 
 
-@pytest.fixture(autouse=True)
-def _fresh():
-    ember.reset()
-    yield
-    ember.reset()
-
-
 def branchy(x, y):
     if x.size(0) > 16:                       # the guard's line
         return x * 2 + y

@@ -10,23 +10,8 @@ import pytest
 import torch
 
 import ember
+from dynamic_util import Recorder
 from ember.testing import CompileCounter, same
-
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    ember.reset()
-    yield
-    ember.reset()
-
-
-class Recorder:
-    def __init__(self):
-        self.calls = []
-
-    def __call__(self, gm, example_inputs):
-        self.calls.append((gm, list(example_inputs)))
-        return gm.forward
 
 
 def check_sizes(fn, shapes, *, dynamic=True, compiles=None, make=torch.randn):
