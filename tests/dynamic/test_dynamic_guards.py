@@ -2,7 +2,6 @@
 ``ember.explain`` reports."""
 import re
 
-import pytest
 import torch
 
 import ember
