@@ -478,6 +478,7 @@ def _build_entry(fn, capture: _Capture, settings, miss,
     if shape_guards:
         guard_lines += cg.guard_lines([merged_guard(shape_guards)], lambda g: "return ___MISS")
     src, run = cg.build(guard_lines, body, name)
+    cg.shape_text = None     # the entry keeps cg (its diagnostic twin), not the capture
 
     def diagnostic_twin():
         """Same guards, answers which one failed."""

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import operator
+import weakref
 
 import sympy
 import torch
@@ -79,17 +80,15 @@ class SymbolicInputs:
         self.policy = policy
         self.code = code
         self.env = ShapeEnv()
-        self.env.location = self._location
+        # weakly: the env lives on in every fake tensor and SymInt of the graph a backend
+        # may keep, and must not keep the capture's state (tracked objects) alive
+        self.env.location = _location_of(weakref.ref(output))
         self.symbol_inputs: list = []                  # GraphInputs of symbols, in order
         self._by_symbol: dict = {}
         self._nodes: dict = {}                         # sympy expr -> FX node
         self.dynamic_dims: list[dynamic.DynamicDim] = []
         self.symbolic_tensors: list = []               # (source, fake, its DynamicDims)
         self.symbolic_ints: list = []                  # (DynamicDim, its SymInt)
-
-    def _location(self) -> str:
-        where = self.output.location()
-        return where.splitlines()[-1] if where else "<unknown>"
 
     # -- inputs --------------------------------------------------------------------------------
     def fake_for(self, value: torch.Tensor, source):
@@ -314,6 +313,14 @@ class SymbolicInputs:
                     f"dim to the constant {int(size.node.expr)}"
                     f"{' at ' + where[0] if where else ''}; remove the mark, or use "
                     f"ember.maybe_mark_dynamic to allow it")
+
+
+def _location_of(output_ref):
+    def location() -> str:
+        output = output_ref()
+        where = output.location() if output is not None else ""
+        return where.splitlines()[-1] if where else "<unknown>"
+    return location
 
 
 def _index(sym) -> int:

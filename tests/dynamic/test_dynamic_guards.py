@@ -110,3 +110,29 @@ def test_guards_of_a_symbolic_entry_reject_what_it_cannot_serve():
     assert not isinstance(run(torch.randn(1, 3)), torch.Tensor)          # size 1
     assert not isinstance(run(torch.randn(4, 3, dtype=torch.float64)), torch.Tensor)
     assert not isinstance(run(torch.randn(4)), torch.Tensor)              # rank
+
+
+def test_entries_and_graphs_do_not_keep_the_capture_alive(monkeypatch):
+    """The shape env lives on in every fake and SymInt of a graph the backend keeps, and
+    the entry keeps its code generator: neither may hold the capture's state (its graph
+    builder, the user objects it tracked)."""
+    import gc
+    import weakref
+
+    from ember.frontend import output_graph
+    made = []
+    init = output_graph.OutputGraph.__init__
+
+    def recording_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        made.append(weakref.ref(self))
+    monkeypatch.setattr(output_graph.OutputGraph, "__init__", recording_init)
+    counter = CompileCounter()                       # holds every graph it was given
+    compiled = ember.compile(lambda x: (x * 2).view(-1)[: x.size(0)], backend=counter,
+                             dynamic=True)
+    for n in (3, 5):
+        x = torch.randn(n, 4)
+        assert same(compiled(x), (x * 2).view(-1)[:n])
+    gc.collect()
+    assert made and all(ref() is None for ref in made)
+    assert counter.frame_count == 1 and compiled._entries
