@@ -41,7 +41,8 @@ class GraphInput:
     source: Source
     value: torch.Tensor          # a size symbol's input: its torch.SymInt
     from_float: bool = False    # the source holds a float: passed as a float64 0-d tensor
-    size_of: Any = None         # a size symbol's input: the TensorProperty it reads
+    size_of: Any = None         # a size symbol's input: the TensorProperty (or int
+    #                             argument's Source) it reads
 
 
 class OutputGraph:
