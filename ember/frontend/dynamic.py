@@ -192,8 +192,8 @@ def choose_int(policy: bool | None, code: types.CodeType | None, source,
     if policy is False:
         return None
     name = source.name()
-    if policy is True:
-        return DynamicDim(name, None, "dynamic=True", duck=True)
+    if policy is True:     # a symbol of its own: equal to a size only by coincidence
+        return DynamicDim(name, None, "dynamic=True")
     if _record(code, name, (value,)):
         return DynamicDim(name, None, "automatic dynamic: its value changed between "
                                       "captures of the frame")

@@ -245,3 +245,9 @@ def test_a_size_crossing_a_graph_break_stays_symbolic():
     explained = ember.explain(broken)(torch.randn(6, 3))
     assert "L['n']: automatic dynamic: its value changed between captures of the frame" in [
         str(d) for d in explained.dynamic_dims]
+
+
+def test_int_argument_under_dynamic_true_is_not_duck_sized_onto_a_dim():
+    # k == x.size(1) at the first call only by coincidence: no guard ties them
+    rec = run_all(first_rows, [(torch.randn(9, 3), k) for k in (3, 5, 7, 2)], dynamic=True)
+    assert rec.count == 1
