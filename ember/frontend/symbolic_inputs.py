@@ -5,7 +5,8 @@ One :class:`SymbolicInputs` per :class:`~ember.frontend.output_graph.OutputGraph
 capture's :class:`~ember.shapes.ShapeEnv`. An input tensor whose dims the policy makes
 dynamic (``dynamic.py``) gets a symbolic fake (``ember.fake``'s ``from_real(...,
 dynamic_dims=...)``); its size sources are ``TensorProperty(<frontend Source>, "size", d)``,
-printed ``L['x'].size(0)``.
+printed ``L['x'].size(0)``. An int argument the policy makes dynamic is a symbol whose
+source is the argument itself (``L['n']``).
 
 The backend contract (torch.compile's, so one backend path serves both frontends):
 
@@ -23,7 +24,11 @@ Guards: each of the env's guards (duck equalities, ``>= 2`` lower bounds, relati
 program branched on, ``mark_dynamic`` bounds) becomes one frontend guard whose text reads
 the inputs' sizes; static dims' sizes and the stride pattern are checked by the tensor's
 own guard (``guards.tensor_match_dynamic``), so the env's guards that pin a static size
-are left out.
+are left out. The entry reads each input's ``size()`` and ``stride()`` once
+(``TensorMetaSource``) and checks all shape guards in one condition (``merged_guard``);
+the diagnostic twin checks them one by one, so a recompile names the relation that failed.
+The env's guards are collected after the backend compiled the graph: a backend deciding
+on a size guards through the same env.
 """
 from __future__ import annotations
 
