@@ -188,8 +188,10 @@ class EntryCodegen:
     shape_text: Any = None
 
     def size_expression(self, value) -> str:
-        """Text computing the symbolic number ``value`` from the inputs' sizes."""
-        return f"({self.shape_text(value.node.expr)})"
+        """Text computing the symbolic number ``value`` from the inputs' sizes (a float for a
+        ``SymFloat``: ``math.floor`` and sizes are ints in Python)."""
+        text = self.shape_text(value.node.expr)
+        return f"float({text})" if isinstance(value, torch.SymFloat) else f"({text})"
 
 
 def new_function(code, f_globals, name, defaults, kwdefaults, closure=()):

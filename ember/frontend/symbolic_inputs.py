@@ -181,7 +181,18 @@ class SymbolicInputs:
     def node_for(self, value):
         """An FX argument computing the symbolic number ``value`` from the size placeholders
         (a plain number when it is one)."""
-        return self.expr_node(value.node.expr)
+        node = self.expr_node(value.node.expr)
+        if isinstance(value, torch.SymFloat):
+            # a float whatever the expression computes (``floor``, a size: Python ints)
+            key = ("float", value.node.expr)
+            found = self._nodes.get(key)
+            if found is None:
+                found = self._nodes[key] = self._call(float, node) if isinstance(
+                    node, torch.fx.Node) else float(node)
+                if isinstance(found, torch.fx.Node):
+                    found.meta["val"] = value
+            node = found
+        return node
 
     def expr_node(self, expr):
         expr = self.env.replace(expr)

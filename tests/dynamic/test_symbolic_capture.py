@@ -251,3 +251,58 @@ def test_a_capture_failing_on_symbolic_sizes_is_captured_static(ember_log):
     assert all(not any(isinstance(e.meta.get("val"), torch.SymInt) for e in gm.graph.nodes)
                for gm in counter.graphs)
     assert "capturing with static sizes" in ember_log.text
+
+
+def float_sizes(x):
+    k = x.size(0) // 0.5                  # a float in Python: 2 * n as a float
+    return x * k, k, math.floor(x.size(1) / 2.0), float(x.size(0))
+
+
+def test_float_results_of_sizes_stay_floats():
+    counter = CompileCounter()
+    compiled = ember.compile(float_sizes, backend=counter, dynamic=True)
+    for n, m in ((3, 5), (6, 4), (9, 7)):
+        x = torch.arange(n * m).reshape(n, m)          # an int tensor: k's type decides dtype
+        want, got = float_sizes(x), compiled(x)
+        assert same(want, got) and got[0].dtype == want[0].dtype == torch.float32
+        assert [type(v) for v in got[1:]] == [type(v) for v in want[1:]] == [float, int, float]
+    assert counter.frame_count == 1
+
+
+def numpy_sizes(x):
+    a = x.numpy()
+    return a.shape, a.size, len(a), a.nbytes
+
+
+def test_sizes_read_through_numpy_metadata_are_symbolic_not_baked():
+    counter = CompileCounter()
+    compiled = ember.compile(numpy_sizes, backend=counter, dynamic=True)
+    for n in (3, 5, 8):
+        x = torch.randn(n, 2)
+        got = compiled(x)
+        flat = [*got[0], *got[1:]]
+        assert got == numpy_sizes(x) and all(type(v) is int for v in flat), got
+
+
+def python_number_builtins(x):
+    q, r = divmod(x.size(0), 3)
+    return x * q + r + pow(x.size(1), 2) + math.log(x.size(0))
+
+
+def test_builtins_without_a_symbolic_rule_specialise_instead_of_breaking():
+    out = ember.explain(python_number_builtins, dynamic=True)(torch.randn(5, 3))
+    assert out.graph_count == 1 and out.graph_break_count == 0
+    check_sizes(python_number_builtins, [(5, 3), (7, 4), (5, 3)], compiles=2)
+
+
+def test_lazy_module_initialises_from_a_symbolic_input():
+    m, ref = torch.nn.Sequential(torch.nn.LazyLinear(3)), torch.nn.Sequential(
+        torch.nn.LazyLinear(3))
+    compiled = ember.compile(m, backend=CompileCounter(), dynamic=True)
+    for n in (4, 6):
+        x = torch.randn(n, 5)
+        torch.manual_seed(1)
+        got = compiled(x)
+        torch.manual_seed(1)
+        assert same(got, ref(x), rtol=1e-5, atol=1e-6)
+    assert type(m[0]) is torch.nn.Linear and m[0].weight.shape == (3, 5)

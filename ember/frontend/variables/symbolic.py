@@ -27,9 +27,11 @@ from __future__ import annotations
 import math
 import operator
 
+import sympy
 import torch
 
 from ember.frontend.exc import Unsupported
+from ember.frontend.variables import base
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 
 SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
@@ -49,8 +51,11 @@ def specialize(value):
 
 def wrap_sym(value) -> VariableTracker:
     """A tracker for ``value``: a :class:`SymNodeVariable` for a symbolic number, else a
-    constant."""
+    constant (also for a SymInt whose expression became a number through a guard)."""
     if isinstance(value, SYM_TYPES):
+        expr = value.node.expr
+        if expr.is_Number or expr is sympy.true or expr is sympy.false:
+            return ConstantVariable(specialize(value))
         return SymNodeVariable(value)
     return ConstantVariable(value)
 
@@ -202,5 +207,7 @@ def register(builtins_module) -> None:
         if sym_fn is not None:
             _sym_builtin(getattr(math, name), _one(sym_fn))
 
+
+base.wrap_symbolic = wrap_sym     # ConstantVariable(<a SymInt>) makes a SymNodeVariable
 
 __all__ = ["SymNodeVariable", "wrap_sym", "specialize", "is_symbolic", "SYM_TYPES"]
