@@ -220,6 +220,7 @@ class OptimizedFunction:
         # a new list, not cleared: a thread that missed on the old one sees it was replaced
         self._entries = []
         self._eager_reason = None
+        self._callees.seen_sizes.clear()     # the sizes its frames saw (automatic dynamic)
 
 
 @contextlib.contextmanager
@@ -246,6 +247,9 @@ class _Callees:
 
     def __init__(self, settings: CompileSettings):
         self.settings = settings
+        # what the captures of these frames saw (automatic dynamic): one memory per
+        # ember.compile(...), shared by its resume functions and calls compiled on their own
+        self.seen_sizes = _dynamic.SeenSizes()
         self._compiled: "weakref.WeakKeyDictionary[Any, OptimizedFunction]" = \
             weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
@@ -358,7 +362,9 @@ class OptimizedModule(torch.nn.Module):
 
 def explain(fn: Callable, *, backend="eager", dynamic=None):
     """``explain(fn)(*args, **kwargs)`` runs ``fn`` once under the frontend and returns an
-    ``ExplainOutput``: ``graph_count``, ``graph_break_count``, ``break_reasons`` (each with
+    ``ExplainOutput`` of what that call compiled (calling the same ``explain(fn)`` again
+    reuses its compiled entries: a call at another size shows what automatic dynamic
+    made of it): ``graph_count``, ``graph_break_count``, ``break_reasons`` (each with
     its text, the user's ``file:line`` and that source line), ``ops_per_graph``, ``graphs``,
     ``dynamic_dims`` (which input dims are symbolic and why: ``dynamic=``, a mark, or
     automatic dynamic after earlier calls of the function saw other sizes); ``print()``
@@ -368,9 +374,10 @@ def explain(fn: Callable, *, backend="eager", dynamic=None):
     from ember.frontend import graph_break
     from ember.frontend.explain import Collector
 
+    compiled = compile(fn, backend=backend, dynamic=dynamic)
+
     def run(*args, **kwargs):
         collector = Collector()
-        compiled = compile(fn, backend=backend, dynamic=dynamic)
         with graph_break.observe(collector):
             compiled(*args, **kwargs)
         return collector.output()
@@ -381,7 +388,6 @@ def reset() -> None:
     """Drop every compiled entry of every compiled function; later calls capture again."""
     for fn in list(_live_functions):
         fn._reset()
-    _dynamic.reset()     # the sizes frames saw (automatic dynamic)
     metrics.reset()
     from ember.backend import compile_stats
     compile_stats.reset()

@@ -81,6 +81,8 @@ class Callees(Protocol):
     def call(self, fn, /, *args, **kwargs):
         """Call ``fn`` with user functions, methods and modules compiled on their own."""
 
+    seen_sizes: object     # dynamic.SeenSizes: the sizes captures of these frames saw
+
 
 @dataclasses.dataclass
 class _Capture:
@@ -107,7 +109,8 @@ def convert_frame(fn, args: tuple, kwargs: dict, settings, miss, callees: Callee
     bound.apply_defaults()
     start = time.perf_counter()
     try:
-        capture = _capture(fn, bound.arguments, dynamic=settings.dynamic)
+        capture = _capture(fn, bound.arguments, dynamic=settings.dynamic,
+                           seen=getattr(callees, "seen_sizes", None))
         entry = _build_entry(fn, capture, settings, miss, _return_tail(capture))
     except Unsupported as e:
         if e.symbolic_sizes and settings.dynamic is not False:
@@ -128,11 +131,12 @@ def convert_frame(fn, args: tuple, kwargs: dict, settings, miss, callees: Callee
 
 
 def _capture(fn, arguments: dict, break_at: int | None = None,
-             dynamic: bool | None = None) -> _Capture:
+             dynamic: bool | None = None, seen=None) -> _Capture:
     """Run the evaluator over ``fn``'s frame (up to the ``break_at``-th instruction);
-    ``dynamic``: the ``dynamic=`` policy (``dynamic.py``)."""
+    ``dynamic``: the ``dynamic=`` policy, ``seen``: the sizes earlier captures saw
+    (``dynamic.py``)."""
     code = fn.__code__
-    output = OutputGraph(fn.__qualname__, dynamic, code)
+    output = OutputGraph(fn.__qualname__, dynamic, code, seen)
     symbolic_locals = {name: _LazyLocal(value, LocalSource(name))
                        for name, value in arguments.items()}
     cells = {}
@@ -251,7 +255,7 @@ def _break_entry(fn, arguments: dict, error: Unsupported, settings, miss,
     reason = graph_break.BreakReason.from_error(error)
     try:
         capture = _capture(fn, arguments, break_at=error.break_step,
-                           dynamic=settings.dynamic)
+                           dynamic=settings.dynamic, seen=getattr(callees, "seen_sizes", None))
         tx = capture.tx
         if tx.break_index is None:
             raise Unsupported("capture did not reach the graph break again")

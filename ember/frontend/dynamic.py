@@ -22,7 +22,10 @@ Decisions
 * **Automatic dynamic** remembers, per frame (code object) and source (``L['x']``), the sizes
   the last capture saw and which dims ever changed. A capture that sees another size of a
   dim of the same rank makes that dim symbolic, and it stays so for the frame. A change of
-  rank starts over (all static). ``ember.reset()`` forgets it all.
+  rank starts over (all static). The memory (:class:`SeenSizes`) belongs to one
+  ``ember.compile(...)`` result, shared with the resume functions and calls it compiles on
+  its own: compiling the same function again starts static, so separate compiles (and
+  tests) do not influence each other. ``ember.reset()`` forgets it.
 * **Duck sizing** (equal sizes share one symbol, with an equality guard) only under
   ``dynamic=True``, as torch does: a dim made dynamic because its size changed, or marked,
   gets a symbol of its own (two inputs equal at one call are often unequal at the next).
@@ -138,19 +141,43 @@ class _SeenInput:
     changed: set
 
 
-# code object -> source name -> what captures of that frame saw
-_frame_state: "weakref.WeakKeyDictionary[types.CodeType, dict]" = weakref.WeakKeyDictionary()
-_lock = threading.Lock()
+class SeenSizes:
+    """What the captures of the frames of one compiled function saw: code object -> source
+    name -> the last sizes and the dims that ever changed."""
+
+    def __init__(self):
+        self._frames: "weakref.WeakKeyDictionary[types.CodeType, dict]" = \
+            weakref.WeakKeyDictionary()
+        self._lock = threading.Lock()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._frames.clear()
+
+    def record(self, code, name: str, shape: tuple) -> set:
+        """Remember ``shape`` for (code, name); the dims that ever changed, this time
+        included."""
+        with self._lock:
+            per_frame = self._frames.get(code)
+            if per_frame is None:
+                per_frame = self._frames[code] = {}
+            seen = per_frame.get(name)
+            if seen is None or len(seen.shape) != len(shape):
+                per_frame[name] = _SeenInput(shape, set())
+                return set()
+            seen.changed |= {d for d, (a, b) in enumerate(zip(seen.shape, shape)) if a != b}
+            seen.shape = shape
+            return set(seen.changed)
 
 
-def reset() -> None:
-    """Forget the sizes every frame saw (``ember.reset()``)."""
-    with _lock:
-        _frame_state.clear()
+def _record(seen: SeenSizes | None, code, name: str, shape: tuple) -> set:
+    if seen is None or code is None:
+        return set()
+    return seen.record(code, name, shape)
 
 
-def choose_dims(policy: bool | None, code: types.CodeType | None, source, t: torch.Tensor,
-                module_owned: bool) -> list[DynamicDim]:
+def choose_dims(policy: bool | None, seen: SeenSizes | None, code: types.CodeType | None,
+                source, t: torch.Tensor, module_owned: bool) -> list[DynamicDim]:
     """The dims of input ``t`` (read from ``source``) to capture symbolic, with reasons;
     records ``t``'s sizes for automatic dynamic."""
     if t.dim() == 0:
@@ -161,7 +188,7 @@ def choose_dims(policy: bool | None, code: types.CodeType | None, source, t: tor
     maybe = t.__dict__.get(_MAYBE_ATTR, ())
     if module_owned or isinstance(t, torch.nn.Parameter):
         return []
-    changed = _record(code, name, tuple(t.shape)) if policy is None else set()
+    changed = _record(seen, code, name, tuple(t.shape)) if policy is None else set()
     out = []
     for d in range(t.dim()):
         if d in static:
@@ -184,8 +211,8 @@ def choose_dims(policy: bool | None, code: types.CodeType | None, source, t: tor
     return out
 
 
-def choose_int(policy: bool | None, code: types.CodeType | None, source,
-               value: int) -> DynamicDim | None:
+def choose_int(policy: bool | None, seen: SeenSizes | None, code: types.CodeType | None,
+               source, value: int) -> DynamicDim | None:
     """Whether int argument ``value`` of the frame (read from ``source``) is captured as a
     symbol: under ``dynamic=True``, or once captures of the frame saw it change (the sizes a
     resume function receives after a graph break, a length passed in)."""
@@ -194,28 +221,11 @@ def choose_int(policy: bool | None, code: types.CodeType | None, source,
     name = source.name()
     if policy is True:     # a symbol of its own: equal to a size only by coincidence
         return DynamicDim(name, None, "dynamic=True")
-    if _record(code, name, (value,)):
+    if _record(seen, code, name, (value,)):
         return DynamicDim(name, None, "automatic dynamic: its value changed between "
                                       "captures of the frame")
     return None
 
 
-def _record(code, name: str, shape: tuple) -> set:
-    """Remember ``shape`` for (code, name); the dims that ever changed, this time included."""
-    if code is None:
-        return set()
-    with _lock:
-        per_frame = _frame_state.get(code)
-        if per_frame is None:
-            per_frame = _frame_state[code] = {}
-        seen = per_frame.get(name)
-        if seen is None or len(seen.shape) != len(shape):
-            per_frame[name] = _SeenInput(shape, set())
-            return set()
-        seen.changed |= {d for d, (a, b) in enumerate(zip(seen.shape, shape)) if a != b}
-        seen.shape = shape
-        return set(seen.changed)
-
-
 __all__ = ["mark_dynamic", "maybe_mark_dynamic", "mark_static", "ConstraintViolation",
-           "DynamicDim", "choose_dims", "reset"]
+           "DynamicDim", "SeenSizes", "choose_dims", "choose_int"]

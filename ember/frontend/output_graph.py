@@ -46,12 +46,12 @@ class GraphInput:
 
 
 class OutputGraph:
-    def __init__(self, frame_name: str, dynamic: bool | None = None, code=None):
+    def __init__(self, frame_name: str, dynamic: bool | None = None, code=None, seen=None):
         self.graph = torch.fx.Graph()
         self.guards = GuardSet()
         self.side_effects = SideEffects()
         # sizes of dynamic dims (``dynamic=`` policy, marks, automatic dynamic)
-        self.symbolic = SymbolicInputs(self, dynamic, code, GraphInput)
+        self.symbolic = SymbolicInputs(self, dynamic, code, GraphInput, seen)
         self.fake_mode = fake_mod.FakeTensorMode(shape_env=self.symbolic.env)
         self.inputs: list[GraphInput] = []
         self._input_by_id: dict[int, VariableTracker] = {}

@@ -79,8 +79,9 @@ _UNARY = {sympy.floor: math.floor, sympy.ceiling: math.ceil, TruncToInt: int,
 
 
 class SymbolicInputs:
-    def __init__(self, output, policy: bool | None, code, make_input):
+    def __init__(self, output, policy: bool | None, code, make_input, seen=None):
         self.output = output
+        self.seen = seen                 # dynamic.SeenSizes of the compiled function
         self.make_input = make_input     # output_graph.GraphInput (which imports this module)
         self.policy = policy
         self.code = code
@@ -101,7 +102,7 @@ class SymbolicInputs:
         else None."""
         if not isinstance(value, torch.Tensor) or value.dim() == 0:
             return None
-        dims = dynamic.choose_dims(self.policy, self.code, source, value,
+        dims = dynamic.choose_dims(self.policy, self.seen, self.code, source, value,
                                    self._module_owned(source))
         if not dims:
             return None
@@ -115,7 +116,7 @@ class SymbolicInputs:
         """A SymInt for the frame's int argument ``value`` if the policy makes it dynamic
         (``dynamic.choose_int``), else None; its type is guarded here, its value by the
         shape guards (``>= 2``, or ``== 0``/``== 1``: specialised)."""
-        chosen = dynamic.choose_int(self.policy, self.code, source, value)
+        chosen = dynamic.choose_int(self.policy, self.seen, self.code, source, value)
         if chosen is None or value < 0:
             return None
         self.output.guards.add(guards_mod.type_match(source, int))

@@ -242,9 +242,20 @@ def test_a_size_crossing_a_graph_break_stays_symbolic():
 
     rec = run_all(broken, [(torch.randn(n, 3),) for n in (3, 5, 7, 9, 4)])
     assert rec.count == 2                  # the resume function: 3, then n symbolic
-    explained = ember.explain(broken)(torch.randn(6, 3))
+    explain_broken = ember.explain(broken)
+    explain_broken(torch.randn(6, 3))
+    explained = explain_broken(torch.randn(8, 3))
     assert "L['n']: automatic dynamic: its value changed between captures of the frame" in [
         str(d) for d in explained.dynamic_dims]
+
+
+def test_each_compile_of_a_function_starts_static():
+    """Automatic dynamic remembers sizes per ember.compile(...) result: compiling the same
+    function again (another model instance, another test) starts from static sizes."""
+    first = run_all(scale, [(torch.randn(n, 4),) for n in (3, 5)])
+    assert first.symbolic_dims(1) == {"L_x": [0]}
+    second = run_all(scale, [(torch.randn(n, 4),) for n in (7,)])
+    assert second.symbolic_dims(0) == {"L_x": []}
 
 
 def test_int_argument_under_dynamic_true_is_not_duck_sized_onto_a_dim():
