@@ -40,6 +40,7 @@ import sympy
 import torch
 import torch.fx
 
+from ember import logs
 from ember.frontend import dynamic, guards as guards_mod
 from ember.frontend.exc import Unsupported
 from ember.frontend.source import Source, TensorMetaSource
@@ -110,6 +111,10 @@ class SymbolicInputs:
             value, dynamic_dims={d.dim: (d.min, d.max, d.duck) for d in dims}, source=source)
         self.dynamic_dims += dims
         self.symbolic_tensors.append((source, fake, dims))
+        for d in dims:
+            if d.reason.startswith("automatic"):
+                logs.log("recompiles", "%s: %s is dynamic from now on (%s)",
+                         self.output.frame_name, f"{d.source}.size({d.dim})", d.reason)
         return fake
 
     def int_input(self, value: int, source):

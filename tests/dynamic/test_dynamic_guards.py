@@ -42,6 +42,7 @@ def test_recompile_log_names_the_relation_the_dim_and_the_user_line(ember_log):
         assert same(branchy(x, y), compiled(x, y))
     assert counter.frame_count == 2
     line = next(r.getMessage() for r in ember_log.records if "recompiling" in r.getMessage())
+    assert "dynamic from now on" not in ember_log.text      # dynamic=True: from the start
     lineno = branchy.__code__.co_firstlineno + 1
     assert "L['x'].size(0) <= 16" in line, line
     assert re.search(rf"test_dynamic_guards.py:{lineno}\b", line), line
@@ -63,6 +64,7 @@ def test_recompile_log_names_a_static_dim_that_changed(ember_log):
     compiled(torch.randn(4, 3))
     compiled(torch.randn(5, 3))      # the static entry's tensor guard fails
     assert "TENSOR_MATCH L['x']" in ember_log.text
+    assert "L['x'].size(0) is dynamic from now on (automatic dynamic" in ember_log.text
 
 
 def test_explain_reports_which_dims_are_dynamic_and_why():
