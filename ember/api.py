@@ -1,4 +1,6 @@
-"""Public entry points: ``compile``, ``reset``, ``disable``, ``allow_in_graph``, ``explain``.
+"""Public entry points: ``compile``, ``reset``, ``disable``, ``allow_in_graph``, ``explain``,
+``mark_dynamic``, ``maybe_mark_dynamic``, ``mark_static`` (dynamic shapes:
+``ember/frontend/dynamic.py``).
 
 ``compile(fn)`` returns an :class:`OptimizedFunction`; ``compile(module)`` an
 :class:`OptimizedModule` that forwards every attribute to the original module and runs
@@ -36,7 +38,9 @@ import torch
 from ember import config, logs, metrics
 from ember.backend.options import check_mode_and_options, resolve_options
 from ember.backend_registry import ember_backend, lookup_backend
-from ember.frontend import support, trace_rules
+from ember.frontend import dynamic as _dynamic, support, trace_rules
+from ember.frontend.dynamic import (mark_dynamic, mark_static,  # noqa: F401  (public API)
+                                    maybe_mark_dynamic)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,6 +220,7 @@ class OptimizedFunction:
         # a new list, not cleared: a thread that missed on the old one sees it was replaced
         self._entries = []
         self._eager_reason = None
+        self._callees.seen_sizes.clear()     # the sizes its frames saw (automatic dynamic)
 
 
 @contextlib.contextmanager
@@ -242,6 +247,9 @@ class _Callees:
 
     def __init__(self, settings: CompileSettings):
         self.settings = settings
+        # what the captures of these frames saw (automatic dynamic): one memory per
+        # ember.compile(...), shared by its resume functions and calls compiled on their own
+        self.seen_sizes = _dynamic.SeenSizes()
         self._compiled: "weakref.WeakKeyDictionary[Any, OptimizedFunction]" = \
             weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
@@ -352,19 +360,24 @@ class OptimizedModule(torch.nn.Module):
         return f"OptimizedModule[{self._orig_mod._get_name()}]"
 
 
-def explain(fn: Callable, *, backend="eager"):
+def explain(fn: Callable, *, backend="eager", dynamic=None):
     """``explain(fn)(*args, **kwargs)`` runs ``fn`` once under the frontend and returns an
-    ``ExplainOutput``: ``graph_count``, ``graph_break_count``, ``break_reasons`` (each with
-    its text, the user's ``file:line`` and that source line), ``ops_per_graph``, ``graphs``;
-    ``print()`` shows a report."""
+    ``ExplainOutput`` of what that call compiled (calling the same ``explain(fn)`` again
+    reuses its compiled entries: a call at another size shows what automatic dynamic
+    made of it): ``graph_count``, ``graph_break_count``, ``break_reasons`` (each with
+    its text, the user's ``file:line`` and that source line), ``ops_per_graph``, ``graphs``,
+    ``dynamic_dims`` (which input dims are symbolic and why: ``dynamic=``, a mark, or
+    automatic dynamic after earlier calls of the function saw other sizes); ``print()``
+    shows a report."""
     if not support.frontend_supported():   # its report would claim zero graphs
         raise support.refuse("ember.explain", "run it on a supported Python")
     from ember.frontend import graph_break
     from ember.frontend.explain import Collector
 
+    compiled = compile(fn, backend=backend, dynamic=dynamic)
+
     def run(*args, **kwargs):
         collector = Collector()
-        compiled = compile(fn, backend=backend)
         with graph_break.observe(collector):
             compiled(*args, **kwargs)
         return collector.output()

@@ -77,7 +77,8 @@ Decisions
   the result cache keys a SymInt by its expression (one env per mode), in-place geometry
   changes compare expressions. Symbolic fakes of one real storage share a meta storage
   (``_symbolic_storage``: a view's storage size is a symbol); they share none with static
-  fakes of it. Not wired into the frontend or backend yet.
+  fakes of it. The frontend makes them for its dynamic dims (``ember/frontend/
+  symbolic_inputs.py``); the backend does not take them yet.
 * **Randomness.** ``rand``/``randn``/``dropout``/``bernoulli`` run meta kernels: metadata
   only, no RNG state consumed, so capturing does not shift the user's random stream.
 * **Python dispatcher.** Several meta kernels (view/reshape/expand, layer_norm) are Python
@@ -104,7 +105,8 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils.weak import WeakTensorKeyDictionary
 
-__all__ = ["FakeTensor", "FakeTensorMode", "DataDependentError", "FakeUnsupported", "is_fake"]
+__all__ = ["FakeTensor", "FakeTensorMode", "DataDependentError", "FakeUnsupported", "is_fake",
+           "is_symbolic"]
 
 aten = torch.ops.aten
 _META = torch.device("meta")
@@ -132,6 +134,12 @@ class FakeUnsupported(RuntimeError):
 
 def is_fake(x) -> bool:
     return isinstance(x, FakeTensor)
+
+
+def is_symbolic(x) -> bool:
+    """A fake tensor some of whose sizes, strides or storage offset are symbolic."""
+    return any(isinstance(s, torch.SymInt) for s in (*x.shape, *x.stride(),
+                                                      x.storage_offset()))
 
 
 def _normalize_device(d) -> torch.device:
@@ -577,11 +585,15 @@ class FakeTensorMode(TorchDispatchMode):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"from_real expects a torch.Tensor, got {type(t).__name__}")
         if dynamic_dims is not None:
-            dims = frozenset(dynamic_dims)
-            if any(not -t.dim() <= d < t.dim() for d in dims):
-                raise IndexError(f"dynamic dims {sorted(dims)} out of range for a tensor of "
+            # a mapping gives each dim's (min, max[, duck]) (``ember.mark_dynamic``; see
+            # ember.shapes.geometry)
+            bounds = dict(dynamic_dims) if isinstance(dynamic_dims, dict) else \
+                {d: (None, None) for d in dynamic_dims}
+            if any(not -t.dim() <= d < t.dim() for d in bounds):
+                raise IndexError(f"dynamic dims {sorted(bounds)} out of range for a tensor of "
                                  f"{t.dim()} dims")
-            return self._symbolic_from_real(t, frozenset(d % t.dim() for d in dims), source)
+            bounds = {d % t.dim(): b for d, b in bounds.items()}
+            return self._symbolic_from_real(t, frozenset(bounds.items()), source)
         fake = self._memo.get(t)
         if fake is not None:
             return fake
@@ -618,8 +630,10 @@ class FakeTensorMode(TorchDispatchMode):
             source = f"t{self._unnamed}"
             self._unnamed += 1
         from ember.shapes.geometry import symbolic_geometry    # sympy: only when needed
+        bounds = dict(dims)
         sizes, strides, offset, extent = symbolic_geometry(
-            env, t.shape, t.stride(), t.storage_offset(), dims, source)
+            env, t.shape, t.stride(), t.storage_offset(), bounds, source,
+            bounds=bounds)
         wrap = env.wrap
         with _disable_current_modes(), torch._C.DisableTorchFunctionSubclass(), \
                 torch.no_grad(), enable_python_dispatcher():

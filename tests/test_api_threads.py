@@ -99,7 +99,8 @@ def test_a_compile_in_one_thread_does_not_stall_hits_in_another():
     compiling, release = threading.Event(), threading.Event()
 
     def backend(gm, example_inputs):
-        if example_inputs[0].shape == (5,):   # the second shape: hold its compile
+        tensors = [e for e in example_inputs if isinstance(e, torch.Tensor)]
+        if tensors[0].shape == (5,):   # the second shape (symbolic then): hold its compile
             compiling.set()
             assert release.wait(timeout=30)
         return gm.forward

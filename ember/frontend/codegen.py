@@ -184,6 +184,14 @@ class EntryCodegen:
         return made
 
     miss: Any = None
+    # sympy expression of sizes -> entry text computing it from the inputs (convert.py)
+    shape_text: Any = None
+
+    def size_expression(self, value) -> str:
+        """Text computing the symbolic number ``value`` from the inputs' sizes (a float for a
+        ``SymFloat``: ``math.floor`` and sizes are ints in Python)."""
+        text = self.shape_text(value.node.expr)
+        return f"float({text})" if isinstance(value, torch.SymFloat) else f"({text})"
 
 
 def new_function(code, f_globals, name, defaults, kwdefaults, closure=()):

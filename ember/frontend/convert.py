@@ -33,6 +33,7 @@ from ember.frontend.codegen import EntryCodegen
 from ember.frontend.exc import GraphBreakError, Unsupported
 from ember.frontend.guards import Guard
 from ember.frontend.output_graph import OutputGraph
+from ember.frontend.symbolic_inputs import merged_guard, property_source, property_text
 from ember.frontend.source import AttrSource, ClosureCellSource, GetItemSource, LocalSource
 from ember.frontend.translator import NULL, InstructionTranslator, _LazyLocal
 from ember.frontend.variables.base import VariableTracker
@@ -80,6 +81,8 @@ class Callees(Protocol):
     def call(self, fn, /, *args, **kwargs):
         """Call ``fn`` with user functions, methods and modules compiled on their own."""
 
+    seen_sizes: object     # dynamic.SeenSizes: the sizes captures of these frames saw
+
 
 @dataclasses.dataclass
 class _Capture:
@@ -106,9 +109,17 @@ def convert_frame(fn, args: tuple, kwargs: dict, settings, miss, callees: Callee
     bound.apply_defaults()
     start = time.perf_counter()
     try:
-        capture = _capture(fn, bound.arguments)
+        capture = _capture(fn, bound.arguments, dynamic=settings.dynamic,
+                           seen=getattr(callees, "seen_sizes", None))
         entry = _build_entry(fn, capture, settings, miss, _return_tail(capture))
     except Unsupported as e:
+        if e.symbolic_sizes and settings.dynamic is not False:
+            # capture failed on symbolic sizes where static sizes may work: this frame's
+            # entry is static (marked dims stay symbolic; failing again, it breaks there)
+            logs.log("recompiles", "%s: capturing with static sizes: %s", fn.__qualname__,
+                     e)
+            return convert_frame(fn, args, kwargs, dataclasses.replace(settings, dynamic=False),
+                                 miss, callees)
         if settings.fullgraph:
             raise GraphBreakError.from_unsupported(e) from None
         if e.break_step is None:
@@ -119,10 +130,13 @@ def convert_frame(fn, args: tuple, kwargs: dict, settings, miss, callees: Callee
     return entry
 
 
-def _capture(fn, arguments: dict, break_at: int | None = None) -> _Capture:
-    """Run the evaluator over ``fn``'s frame (up to the ``break_at``-th instruction)."""
+def _capture(fn, arguments: dict, break_at: int | None = None,
+             dynamic: bool | None = None, seen=None) -> _Capture:
+    """Run the evaluator over ``fn``'s frame (up to the ``break_at``-th instruction);
+    ``dynamic``: the ``dynamic=`` policy, ``seen``: the sizes earlier captures saw
+    (``dynamic.py``)."""
     code = fn.__code__
-    output = OutputGraph(fn.__qualname__)
+    output = OutputGraph(fn.__qualname__, dynamic, code, seen)
     symbolic_locals = {name: _LazyLocal(value, LocalSource(name))
                        for name, value in arguments.items()}
     cells = {}
@@ -240,7 +254,8 @@ def _break_entry(fn, arguments: dict, error: Unsupported, settings, miss,
     frame there is not safe: the frame then runs eagerly."""
     reason = graph_break.BreakReason.from_error(error)
     try:
-        capture = _capture(fn, arguments, break_at=error.break_step)
+        capture = _capture(fn, arguments, break_at=error.break_step,
+                           dynamic=settings.dynamic, seen=getattr(callees, "seen_sizes", None))
         tx = capture.tx
         if tx.break_index is None:
             raise Unsupported("capture did not reach the graph break again")
@@ -428,6 +443,7 @@ def _build_entry(fn, capture: _Capture, settings, miss,
     output.distinct_object_guards()
     cg = EntryCodegen(fn)
     cg.miss = miss
+    cg.shape_text = lambda expr: output.symbolic.entry_text(expr, cg.load, cg.const)
     for slot, tensor in output.constant_tensor_slots().items():
         cg.consts[slot] = tensor
     for slot, module_globals in output.global_dicts.values():
@@ -438,12 +454,14 @@ def _build_entry(fn, capture: _Capture, settings, miss,
     tail_lines = tail(cg)              # asks for the graph outputs it needs
     rebuild_lines, cg.lines = cg.lines, []
     out_nodes = cg.output_nodes
+    output.symbolic.lift_input_symbols()
     gm = output.finish(out_nodes)
+    output.symbolic.check_marks()
     has_ops = any(n.op.startswith("call_") for n in gm.graph.nodes)
     name = fn.__name__ if fn.__name__.isidentifier() else "compiled_frame"
     body: list[str] = []
     if has_ops or out_nodes:
-        example_inputs = [inp.value for inp in output.inputs]
+        example_inputs = [inp.value for inp in output.graph_inputs()]
         logs.log("graph", "captured graph of %s:\n%s", fn.__qualname__, gm.code)
         if settings.options:   # the "ember" backend: its options as keywords
             compiled = settings.backend(gm, example_inputs, **settings.options)
@@ -453,12 +471,19 @@ def _build_entry(fn, capture: _Capture, settings, miss,
             raise TypeError(f"backend {settings.backend!r} returned {type(compiled).__name__}, "
                             f"not a callable")
         metrics.counters["frontend"]["graphs"] += 1
+        gm.meta["ember_dynamic_dims"] = output.symbolic.live_dynamic_dims()
         graph_break.notify("graph", gm)
         graph_name = cg.const(compiled)
-        args_text = ", ".join(_graph_argument(cg, inp) for inp in output.inputs)
+        args_text = ", ".join(_graph_argument(cg, inp) for inp in output.graph_inputs())
         body += cg.lines + [f"___out = {graph_name}({args_text})"]
     body += rebuild_lines + tail_lines
+    # the shape guards last: the backend may have added some while compiling
+    shape_guards = output.symbolic.shape_guards()
+    guard_list += shape_guards
+    if shape_guards:
+        guard_lines += cg.guard_lines([merged_guard(shape_guards)], lambda g: "return ___MISS")
     src, run = cg.build(guard_lines, body, name)
+    cg.shape_text = None     # the entry keeps cg (its diagnostic twin), not the capture
 
     def diagnostic_twin():
         """Same guards, answers which one failed."""
@@ -474,6 +499,8 @@ def _build_entry(fn, capture: _Capture, settings, miss,
 
 
 def _graph_argument(cg: EntryCodegen, inp) -> str:
+    if inp.size_of is not None:     # a size symbol: the int read from its input
+        return property_text(cg.load(property_source(inp.size_of)), inp.size_of)
     value = cg.load(inp.source)
     if inp.from_float:
         return f"{cg.const(torch.scalar_tensor)}({value}, dtype={cg.const(torch.float64)})"

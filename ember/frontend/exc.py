@@ -13,6 +13,10 @@ class Unsupported(Exception):
     the top frame inlined.
     """
 
+    # raised where symbolic sizes were involved (a meta kernel failing on SymInts): the frame
+    # is captured again with static sizes (``convert.convert_frame``)
+    symbolic_sizes = False
+
     def __init__(self, msg: str, where: str | None = None):
         self.msg = msg
         self.where = where

@@ -28,6 +28,13 @@ class ExplainOutput:
         return len(self.break_reasons)
 
     @property
+    def dynamic_dims(self) -> list:
+        """The input dims captured symbolic, each an ``ember.frontend.dynamic.DynamicDim``
+        (source, dim, why: ``dynamic=True``, automatic dynamic, a mark; bounds), per graph
+        in order; a dim later specialised by the program is not listed."""
+        return [d for gm in self.graphs for d in gm.meta.get("ember_dynamic_dims", ())]
+
+    @property
     def ops_per_graph(self) -> list[list]:
         """Per graph, the targets of its ``call_*`` nodes in order."""
         return [[n.target for n in gm.graph.nodes if n.op.startswith("call_")]
@@ -37,6 +44,11 @@ class ExplainOutput:
         lines = [f"Graph count: {self.graph_count}",
                  f"Graph break count: {self.graph_break_count}",
                  f"Op count: {sum(len(ops) for ops in self.ops_per_graph)}"]
+        if self.dynamic_dims:
+            lines.append("Dynamic dims:")
+            lines += [f"  {d}" for d in self.dynamic_dims]
+        else:
+            lines.append("Dynamic dims: none (every size static)")
         if self.break_reasons:
             lines.append("Break reasons:")
             for i, reason in enumerate(self.break_reasons, 1):

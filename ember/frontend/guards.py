@@ -106,6 +106,51 @@ def tensor_match(source: Source, example: torch.Tensor) -> Guard:
                  f"device={device} requires_grad={rg}", ("tensor", source))
 
 
+def tensor_match_dynamic(source: Source, example: torch.Tensor, fake) -> Guard:
+    """``tensor_match`` for an input with symbolic dims (``fake`` its symbolic fake): type,
+    dtype, device, rank, requires_grad, the static dims' sizes, and the strides as the
+    expressions of the sizes capture assumed (the same contiguity pattern: a contiguous
+    input stays contiguous at any size). A stride with a symbol of its own (a strided view)
+    is read by the graph and checked by the shape guards only. ``size()`` and ``stride()``
+    are read once into locals (``TensorMetaSource``) that the shape guards share."""
+    from ember.frontend.source import TensorMetaSource
+    from ember.shapes import to_python
+    typ, dtype, device = type(example), example.dtype, example.device
+    rg, ndim = example.requires_grad, example.dim()
+    sizes = list(fake.shape)
+    dim_of = {}                 # size symbol -> the first dim whose size it is
+    for d, s in enumerate(sizes):
+        if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol:
+            dim_of.setdefault(s.node.expr, d)
+    strides = []                # (dim, text with "{sz}" for the sizes' local)
+    for d, st in enumerate(fake.stride()):
+        if not isinstance(st, torch.SymInt):
+            strides.append((d, str(st)))
+            continue
+        try:
+            strides.append((d, to_python(st.node.expr, lambda s: f"{{sz}}[{dim_of[s]}]")))
+        except KeyError:
+            pass
+    static = [(d, s) for d, s in enumerate(sizes) if not isinstance(s, torch.SymInt)]
+
+    def check(v, const, sz, st):
+        parts = [f"type({v}) is {const(typ)}", f"{v}.dtype is {const(dtype)}",
+                 f"{v}.device == {const(device)}", f"len({sz}) == {ndim}"]
+        parts += [f"{sz}[{d}] == {n}" for d, n in static]
+        if len(strides) == ndim:
+            items = ", ".join(t.replace("{sz}", sz) for _, t in strides)
+            parts.append(f"{st} == ({items}{',' if ndim == 1 else ''})")
+        else:
+            parts += [f"{st}[{d}] == {t.replace('{sz}', sz)}" for d, t in strides]
+        parts.append(f"{v}.requires_grad is {rg}")
+        return " and ".join(parts)
+    shown = [str(s.node.expr) if isinstance(s, torch.SymInt) else str(s) for s in sizes]
+    return Guard(source, "TENSOR_MATCH", check,
+                 f"{typ.__name__} {str(dtype)[6:]}[{', '.join(shown)}] "
+                 f"device={device} requires_grad={rg}", ("tensor", source),
+                 (TensorMetaSource(source, "size"), TensorMetaSource(source, "stride")))
+
+
 def call_result_match(source: Source, method, args: tuple, result) -> Guard:
     """A read-only builtin method of the object still answers the same (e.g. a registry
     dict's ``get(key)``)."""

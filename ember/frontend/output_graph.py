@@ -17,9 +17,11 @@ import torch.fx
 
 from ember import fake as fake_mod
 from ember.frontend import guards as guards_mod
+from ember.frontend.dynamic import ConstraintViolation
 from ember.frontend.exc import Unsupported
 from ember.frontend.guards import GuardSet
 from ember.frontend.side_effects import SideEffects
+from ember.frontend.symbolic_inputs import SymbolicInputs
 from ember.frontend.source import ConstantSource, Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker
 from ember.frontend.variables.scalars import scalar_operands
@@ -37,16 +39,20 @@ _EFFECTFUL = {operator.setitem, operator.delitem, torch._C._set_grad_enabled, to
 class GraphInput:
     node: torch.fx.Node
     source: Source
-    value: torch.Tensor
+    value: torch.Tensor          # a size symbol's input: its torch.SymInt
     from_float: bool = False    # the source holds a float: passed as a float64 0-d tensor
+    size_of: Any = None         # a size symbol's input: the TensorProperty (or int
+    #                             argument's Source) it reads
 
 
 class OutputGraph:
-    def __init__(self, frame_name: str):
+    def __init__(self, frame_name: str, dynamic: bool | None = None, code=None, seen=None):
         self.graph = torch.fx.Graph()
         self.guards = GuardSet()
         self.side_effects = SideEffects()
-        self.fake_mode = fake_mod.FakeTensorMode()
+        # sizes of dynamic dims (``dynamic=`` policy, marks, automatic dynamic)
+        self.symbolic = SymbolicInputs(self, dynamic, code, GraphInput, seen)
+        self.fake_mode = fake_mod.FakeTensorMode(shape_env=self.symbolic.env)
         self.inputs: list[GraphInput] = []
         self._input_by_id: dict[int, VariableTracker] = {}
         # id -> (object, its tracker) for mutable objects read from the frame's state; the
@@ -83,9 +89,13 @@ class OutputGraph:
         if source is None:
             source = ConstantSource(f"___tensor{len(self._constant_tensors)}")
             self._constant_tensors.append(value)
+            vt = self._placeholder(value, source)
         else:
-            self.guards.add(guards_mod.tensor_match(source, value))
-        vt = self._placeholder(value, source)
+            vt = self._placeholder(value, source, dynamic=True)
+            if fake_mod.is_symbolic(vt.fake):
+                self.guards.add(guards_mod.tensor_match_dynamic(source, value, vt.fake))
+            else:
+                self.guards.add(guards_mod.tensor_match(source, value))
         vt.fake_python_type = type(value)
         self._input_by_id[id(value)] = vt
         return vt
@@ -97,7 +107,12 @@ class OutputGraph:
         vt.source = None        # the tensor exists only in the entry's call of the graph
         return vt
 
-    def _placeholder(self, value: torch.Tensor, source: Source, from_float: bool = False):
+    def graph_inputs(self) -> list[GraphInput]:
+        """The placeholders' inputs in order: size symbols first, then tensors."""
+        return [*self.symbolic.symbol_inputs, *self.inputs]
+
+    def _placeholder(self, value: torch.Tensor, source: Source, from_float: bool = False,
+                     dynamic: bool = False):
         from ember.frontend.variables.tensor import TensorVariable
         name = _placeholder_name(source.name(), self.graph)
         # placeholders must come before every other node
@@ -108,7 +123,11 @@ class OutputGraph:
             with self.graph.inserting_before(next(iter(self.graph.nodes), None)):
                 node = self.graph.placeholder(name)
         try:
-            fake = self.fake_mode.from_real(value)
+            fake = self.symbolic.fake_for(value, source) if dynamic else None
+            if fake is None:
+                fake = self.fake_mode.from_real(value)
+        except ConstraintViolation:     # a marked size outside its bounds: the user's error
+            raise
         except Exception as e:
             raise Unsupported(f"cannot make a fake tensor for {source.name()}: {e}") from None
         node.meta["val"] = fake
@@ -150,8 +169,9 @@ class OutputGraph:
 
     def _call(self, kind, target, args, kwargs) -> VariableTracker:
         args = scalar_operands(kind, target, args)
-        node_args, fake_args = _unwrap_all(args)
-        node_kwargs, fake_kwargs = _unwrap_all(kwargs)
+        sym = self.symbolic.node_for
+        node_args, fake_args = _unwrap_all(args, sym)
+        node_kwargs, fake_kwargs = _unwrap_all(kwargs, sym)
         with self.fake_mode:
             try:
                 if kind == "call_function":
@@ -164,8 +184,11 @@ class OutputGraph:
                 raise
             except Exception as e:
                 what = target if isinstance(target, str) else getattr(target, "__name__", target)
-                raise Unsupported(f"{what} raised {type(e).__name__} on fake inputs: "
-                                  f"{str(e).splitlines()[0] if str(e) else ''}") from None
+                error = Unsupported(f"{what} raised {type(e).__name__} on fake inputs: "
+                                    f"{str(e).splitlines()[0] if str(e) else ''}")
+                error.symbolic_sizes = not isinstance(e, fake_mod.FakeUnsupported) and \
+                    _any_symbolic((fake_args, fake_kwargs))
+                raise error from None
         node_args, node_kwargs = self._numpy_scalars_made((node_args, node_kwargs))
         node = self.graph.create_node(kind, target, tuple(node_args), node_kwargs)
         node.meta["stack_trace"] = self.location()
@@ -195,13 +218,18 @@ class OutputGraph:
     def wrap_result(self, node: torch.fx.Node, value: Any) -> VariableTracker:
         from ember.frontend.variables.containers import (ListVariable, NamedTupleVariable,
                                                          SizeVariable, TupleVariable)
+        from ember.frontend.variables.symbolic import SYM_TYPES, wrap_sym
         from ember.frontend.variables.tensor import TensorVariable
         if isinstance(value, torch.Tensor):
             node.meta["val"] = value
             return TensorVariable(node, value)
         if isinstance(value, torch.Size):
             self._drop_if_pure(node)
-            return SizeVariable([ConstantVariable(v) for v in value])
+            return SizeVariable([wrap_sym(v) for v in value])
+        if isinstance(value, SYM_TYPES):
+            # computed again from the size inputs where it is used (symbolic_inputs.py)
+            self._drop_if_pure(node)
+            return wrap_sym(value)
         if isinstance(value, (tuple, list)):
             node.meta["val"] = value
             items = []
@@ -212,6 +240,8 @@ class OutputGraph:
                     items.append(TensorVariable(sub, item))
                 elif item is None or isinstance(item, (int, float, bool)):
                     items.append(ConstantVariable(item))
+                elif isinstance(item, SYM_TYPES):
+                    items.append(wrap_sym(item))
                 else:
                     raise Unsupported(f"graph call returned a {type(item).__name__} in a "
                                       f"sequence")
@@ -341,27 +371,33 @@ def remove_dead_nodes(graph: torch.fx.Graph) -> None:
             graph.erase_node(node)
 
 
-def _unwrap(vt):
-    """(value for the FX node, value for the fake run) of one argument."""
+def _unwrap(vt, sym):
+    """(value for the FX node, value for the fake run) of one argument; ``sym(value)`` is the
+    FX argument computing a symbolic number."""
     from ember.frontend.variables import containers as c
     from ember.frontend.variables.dicts import DictVariable
+    from ember.frontend.variables.symbolic import SymNodeVariable
     from ember.frontend.variables.tensor import TensorVariable
     if isinstance(vt, TensorVariable):
         return vt.node, vt.fake
+    if isinstance(vt, SymNodeVariable):
+        return sym(vt.value), vt.value
     if isinstance(vt, ConstantVariable):
         return vt.value, vt.value
     if isinstance(vt, c.SizeVariable):
-        n, f = _unwrap_all(vt.items)
+        n, f = _unwrap_all(vt.items, sym)
+        if any(isinstance(item, torch.fx.Node) for item in n):    # symbolic sizes
+            return tuple(n), torch.Size(f)
         return torch.Size(n), torch.Size(f)
     if isinstance(vt, (c.TupleVariable, c.ListVariable)):
-        n, f = _unwrap_all(vt.items)
+        n, f = _unwrap_all(vt.items, sym)
         typ = list if isinstance(vt, c.ListVariable) else tuple
         return typ(n), typ(f)
     if isinstance(vt, c.SliceVariable):
-        n, f = _unwrap_all(vt.parts)
+        n, f = _unwrap_all(vt.parts, sym)
         return slice(*n), slice(*f)
     if isinstance(vt, DictVariable):
-        n, f = _unwrap_all({k: v for k, v in vt.items.items()})
+        n, f = _unwrap_all({k: v for k, v in vt.items.items()}, sym)
         return n, f
     if vt.is_python_constant():
         value = vt.as_python_constant()
@@ -369,12 +405,21 @@ def _unwrap(vt):
     raise Unsupported(f"{vt} as an argument of a graph call")
 
 
-def _unwrap_all(items):
+def _unwrap_all(items, sym):
     if isinstance(items, dict):
-        pairs = {k: _unwrap(v) for k, v in items.items()}
+        pairs = {k: _unwrap(v, sym) for k, v in items.items()}
         return {k: p[0] for k, p in pairs.items()}, {k: p[1] for k, p in pairs.items()}
-    pairs = [_unwrap(v) for v in items]
+    pairs = [_unwrap(v, sym) for v in items]
     return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _any_symbolic(values) -> bool:
+    """Some fake tensor or number among ``values`` (nested) has symbolic sizes."""
+    from ember.frontend.variables.symbolic import SYM_TYPES
+    for v in torch.utils._pytree.tree_leaves(values):
+        if isinstance(v, SYM_TYPES) or (fake_mod.is_fake(v) and fake_mod.is_symbolic(v)):
+            return True
+    return False
 
 
 def _placeholder_name(source_name: str, graph: torch.fx.Graph) -> str:

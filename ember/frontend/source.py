@@ -183,6 +183,24 @@ class FunctionClosureSource(Source):
 
 
 @dataclass(frozen=True)
+class TensorMetaSource(Source):
+    """``tensor.size()`` or ``tensor.stride()`` of a tensor input: the entry reads it once
+    into a local that every shape guard and size argument indexes."""
+    parent: Source
+    method: str        # "size" or "stride"
+
+    @property
+    def base(self):
+        return self.parent
+
+    def render(self, parent: str) -> str:
+        return f"{parent}.{self.method}()"
+
+    def name(self):
+        return f"{self.parent.name()}.{self.method}()"
+
+
+@dataclass(frozen=True)
 class ConstantSource(Source):
     """A value that the generated code holds directly (an object the entry keeps alive)."""
     slot: str

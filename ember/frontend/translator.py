@@ -46,6 +46,7 @@ from ember.frontend.variables.modules import NewModuleVariable, NNModuleVariable
 from ember.frontend.variables.super_call import SuperVariable
 from ember.frontend.variables.user_defined import DataclassDictVariable, UserDefinedObjectVariable
 from ember.frontend.variables.storage import UntypedStorageVariable, same_storage
+from ember.frontend.variables.symbolic import wrap_sym
 from ember.frontend.variables.tensor import TensorVariable
 
 
@@ -243,7 +244,7 @@ class InstructionTranslator:
 
     def root_location(self) -> str:
         frames = []
-        tx = self._innermost
+        tx = self._innermost or self     # before any call: this frame's instruction
         while tx is not None:
             frames.append(tx.location())
             tx = tx.parent
@@ -280,7 +281,7 @@ class InstructionTranslator:
         if typ is list:
             return ListVariable([self.wrap_constant(v) for v in value])
         if typ is torch.Size:
-            return SizeVariable([ConstantVariable(v) for v in value])
+            return SizeVariable([wrap_sym(v) for v in value])
         if typ is dict:
             return DictVariable({k: self.wrap_constant(v) for k, v in value.items()})
         if typ in (set, frozenset):
@@ -289,7 +290,7 @@ class InstructionTranslator:
         return self.wrap(value, None)
 
     def size_variable(self, size) -> SizeVariable:
-        return SizeVariable([ConstantVariable(s) for s in size])
+        return SizeVariable([wrap_sym(s) for s in size])
 
     def cell_for(self, cell, source, cell_source=None) -> CellVariable:
         """The one tracker of a real cell (its contents read from ``source``)."""

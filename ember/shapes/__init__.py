@@ -18,7 +18,8 @@ offset as expressions, for ``ember.fake``'s symbolic fakes).
 This package is self-contained: it builds on torch's carriers and meta kernels and on sympy,
 and imports no other part of Ember, and nothing of torch's own compiler (DESIGN.md §4).
 Fake tensors use it (``FakeTensorMode(shape_env=...).from_real(t, dynamic_dims=...)``);
-the frontend's ``dynamic=`` policy and the backend are not wired to it yet (issue 31).
+the frontend owns one env per capture (``ember/frontend/symbolic_inputs.py``, its policy in
+``ember/frontend/dynamic.py``); the backend is not wired to it yet (issue 31).
 """
 from ember.shapes.env import Guard, GuardFailure, ShapeEnv, user_location
 from ember.shapes.functions import FloorDiv, Mod, TruncToInt

@@ -123,6 +123,9 @@ class ShapeEnv:
         # place-holders for the sources of specialised and duck-sized sizes, see
         # _source_symbol; they occur only in guards
         self.source_symbols: dict[sympy.Symbol, Hashable] = {}
+        # where a guard comes from: by default the innermost stack frame outside Ember and
+        # torch; a capture that evaluates the user's code symbolically sets its own
+        self.location = user_location
 
     # -- creating sizes ---------------------------------------------------------------------
 
@@ -136,7 +139,7 @@ class ShapeEnv:
         hint = int(hint)
         if hint < 0:
             raise ValueError(f"a size is >= 0, got {hint} for {source}")
-        location = user_location()
+        location = self.location()
         if not dynamic or (self.specialize_zero_one and hint in (0, 1)):
             value = sympy.Integer(hint)
             self._add_guard(sympy.Eq(self._source_symbol(source), value), "specialized",
@@ -275,7 +278,7 @@ class ShapeEnv:
             if not value.is_Number:
                 raise RuntimeError(f"cannot evaluate {expr} at the hints (got {value})")
             fact = sympy.Eq(expr, value)
-        self._add_guard(fact, "evaluate", user_location(), value=value)
+        self._add_guard(fact, "evaluate", self.location(), value=value)
         return value
 
     def guard_int(self, value) -> int:

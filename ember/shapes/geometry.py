@@ -46,18 +46,25 @@ class TensorProperty:
 
 
 def symbolic_geometry(env, sizes: Sequence[int], strides: Sequence[int], offset: int,
-                      dynamic_dims: Iterable[int], source: Hashable):
+                      dynamic_dims: Iterable[int], source: Hashable, bounds=None):
     """(sizes, strides, storage offset, extent in elements) of a tensor with this concrete
     geometry whose ``dynamic_dims`` are symbolic, as sympy expressions over ``env``'s
-    symbols (see the module docstring)."""
+    symbols (see the module docstring). ``bounds``: dim -> (min, max) or (min, max, duck)
+    of a dynamic dim's size (min/max may be None; ``duck=False``: a symbol of its own, never
+    shared with an equal size), as ``ShapeEnv.create_symbol`` takes them."""
+    bounds = bounds or {}
     ndim = len(sizes)
     dynamic = set()
     for d in dynamic_dims:
         if not -ndim <= d < ndim:
             raise IndexError(f"dynamic dim {d} out of range for a tensor of {ndim} dims")
         dynamic.add(d % ndim)
-    sym_sizes = [env.create_symbol(n, TensorProperty(source, "size", d), dynamic=d in dynamic)
-                 for d, n in enumerate(sizes)]
+    sym_sizes = []
+    for d, n in enumerate(sizes):
+        lo, hi, *duck = bounds.get(d, (None, None)) if d in dynamic else (None, None)
+        sym_sizes.append(env.create_symbol(n, TensorProperty(source, "size", d),
+                                           dynamic=d in dynamic, min=lo, max=hi,
+                                           duck=duck[0] if duck else True))
     # smallest stride first; among equal strides the later dim first (contiguous order)
     order = sorted(range(ndim), key=lambda d: (strides[d], -d))
     sym_strides: list = [None] * ndim

@@ -36,6 +36,22 @@ _MATH = {sympy.floor: "math.floor", sympy.ceiling: "math.ceil", sympy.cos: "math
          sympy.acos: "math.acos", sympy.atan: "math.atan", TruncToInt: "int"}
 
 
+def split_fraction(mul: sympy.Mul) -> tuple[list, list]:
+    """The factors of a product as (numerator, denominator) lists: ``x**-n`` and the ``q``
+    of a rational ``p/q`` go below, so ``s0/2`` reads as a true division ``s0 / 2``."""
+    num, den = [], []
+    for f in mul.args:
+        if f.is_Pow and f.exp.is_negative and f.exp.is_Integer:
+            den.append(f.base ** -f.exp)
+        elif f.is_Rational and not f.is_Integer:
+            if f.p != 1:
+                num.append(sympy.Integer(f.p))
+            den.append(sympy.Integer(f.q))
+        else:
+            num.append(f)
+    return num, den
+
+
 def to_python(expr, names: Mapping | Callable) -> str:
     """Python source for ``expr``; ``names`` maps each symbol to the text that reads it."""
     lookup = names if callable(names) else names.__getitem__
@@ -85,16 +101,7 @@ def to_python(expr, names: Mapping | Callable) -> str:
                     text += f" + {go(t)}"
             return text if top else f"({text})"
         if isinstance(e, sympy.Mul):
-            num, den = [], []
-            for f in e.args:
-                if f.is_Pow and f.exp.is_negative and f.exp.is_Integer:
-                    den.append(f.base ** -f.exp)
-                elif f.is_Rational and not f.is_Integer:
-                    if f.p != 1:
-                        num.append(sympy.Integer(f.p))
-                    den.append(sympy.Integer(f.q))
-                else:
-                    num.append(f)
+            num, den = split_fraction(e)
             text = " * ".join(go(f) for f in num) if num else "1"
             for d in den:
                 text = f"{text} / {go(d)}"

@@ -96,9 +96,24 @@ def is_constant_value(value: Any) -> bool:
     return isinstance(value, _CONSTANT_TYPES)
 
 
+# ``symbolic.wrap_sym``, installed by ``variables/symbolic.py`` (which imports this module)
+wrap_symbolic = None
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
 class ConstantVariable(VariableTracker):
     """An immutable Python value known at capture time (numbers, strings, None, dtypes,
-    devices, slices, ranges, enum members). Operations on constants are evaluated for real."""
+    devices, slices, ranges, enum members). Operations on constants are evaluated for real.
+
+    ``ConstantVariable(v)`` of a symbolic size (a ``torch.SymInt`` read from a fake tensor's
+    metadata) makes a ``SymNodeVariable`` instead: baked into the graph or the entry as a
+    constant it would be wrong at every other size."""
+
+    def __new__(cls, *args, **kwargs):
+        if cls is ConstantVariable and args and isinstance(args[0], _SYM_TYPES) and \
+                wrap_symbolic is not None:
+            return wrap_symbolic(args[0])
+        return super().__new__(cls)
 
     def __init__(self, value: Any, source=None):
         super().__init__(source)

@@ -17,8 +17,9 @@ import torch
 
 from ember.frontend import guards, trace_rules
 from ember.frontend.exc import Unsupported
-from ember.frontend.source import AttrSource, GetItemSource, Source
+from ember.frontend.source import AttrSource, GetItemSource, LocalSource, Source
 from ember.frontend.variables.base import ConstantVariable, VariableTracker, is_constant_value
+from ember.frontend.variables.symbolic import SYM_TYPES, wrap_sym
 # modules whose handlers register on import
 from ember.frontend.variables import introspection, iterators, numpy  # noqa: F401
 from ember.frontend.variables.builtins import GetterVariable
@@ -86,6 +87,13 @@ def _wrap(tx, value, source: Source | None) -> VariableTracker:
         add(guards.type_match(source, types.CellType))
         return tx.cell_for(value, AttrSource(source, "cell_contents") if source else None,
                            cell_source=source)
+    if isinstance(value, SYM_TYPES):     # a size computed during capture (no source)
+        return wrap_sym(value)
+    if type(value) is int and isinstance(source, LocalSource):
+        # an int argument of the frame: a symbol if the dynamic= policy says so
+        sym = tx.output.symbolic.int_input(value, source)
+        if sym is not None:
+            return wrap_sym(sym)
     if is_constant_value(value):
         add(guards.constant_match(source, value) if not isinstance(value, (
             torch.dtype, types.CodeType)) else guards.id_match(source, value))

@@ -33,12 +33,20 @@ from ember.frontend.variables.dicts import (DictVariable, DictViewVariable, SetV
 from ember.frontend.variables.functions import PartialVariable, UserFunctionVariable
 from ember.frontend.variables.handlers import HANDLERS, builtin
 from ember.frontend.variables.scalars import IdVariable
+from ember.frontend.variables.symbolic import is_symbolic
+from ember.frontend.variables.symbolic import register as symbolic_register
 from ember.frontend.variables.tensor import TensorVariable
 from ember.frontend.variables.user_defined import UserDefinedObjectVariable
 
 
-def constants(args, kwargs):
-    """(args, kwargs) as Python values, or None when any is not a constant."""
+def constants(args, kwargs, specialize: bool = True):
+    """(args, kwargs) as Python values, or None when any is not a constant. Symbolic sizes
+    (``symbolic.py``) are specialised (guarded), or with ``specialize=False`` make it None:
+    for operators whose symbolic operands have a path of their own (sizes compared dim by
+    dim)."""
+    if not specialize and (any(is_symbolic(a) for a in args) or
+                           any(is_symbolic(v) for v in kwargs.values())):
+        return None
     try:
         return ([a.as_python_constant() for a in args],
                 {k: v.as_python_constant() for k, v in kwargs.items()})
@@ -46,9 +54,10 @@ def constants(args, kwargs):
         return None
 
 
-def fold(tx, fn, args, kwargs) -> VariableTracker | None:
-    """Evaluate a pure function on constant arguments; None when some are not constant."""
-    consts = constants(args, kwargs)
+def fold(tx, fn, args, kwargs, specialize: bool = True) -> VariableTracker | None:
+    """Evaluate a pure function on constant arguments; None when some are not constant
+    (``specialize``: see ``constants``)."""
+    consts = constants(args, kwargs, specialize)
     if consts is None:
         return None
     try:
@@ -140,7 +149,7 @@ def apply_operator(tx, op, args: list[VariableTracker]) -> VariableTracker:
         tx.check_mutation(a)
         a.items[:] = a.items * operator.index(args[1].as_python_constant())
         return a
-    folded = fold(tx, op, args, {})
+    folded = fold(tx, op, args, {}, specialize=False)
     if folded is not None:
         return folded
     if base_op is not None:
@@ -388,6 +397,7 @@ def _next(tx, args, kwargs):
 
 @builtin(range)
 def _range(tx, args, kwargs):
+    # a symbolic bound is specialised (guarded): the loop is unrolled for this size
     return fold(tx, range, args, kwargs) or unsupported("range() of non-constants")
 
 
@@ -759,3 +769,6 @@ for _name in dir(math):
     if callable(_fn):
         HANDLERS[_fn] = _math_handler(_fn)
 
+
+symbolic_register(sys.modules[__name__])   # symbolic sizes' operators and builtins wrap
+#                                            the ones above

@@ -100,7 +100,11 @@ class SizeVariable(TupleVariable):
 
     def call_method(self, tx, name, args, kwargs):
         if name == "numel":
-            return ConstantVariable(torch.Size(self.as_python_constant()).numel())
+            total = 1
+            for v in self.items:     # symbolic sizes (SymNodeVariable) multiply symbolically
+                value = getattr(v, "sym_value", None)
+                total = total * (value if value is not None else v.as_python_constant())
+            return tx.wrap_constant(total)
         return super().call_method(tx, name, args, kwargs)
 
     def getitem(self, tx, index):

@@ -18,6 +18,7 @@ from ember.frontend.variables.container_iterators import (GUARDED_ITERATORS,
                                                           SetIteratorVariable)
 from ember.frontend.variables.containers import DequeVariable, ListVariable, TupleVariable
 from ember.frontend.variables.scalars import IdVariable, identity_key
+from ember.frontend.variables.symbolic import SymNodeVariable
 
 
 def hashable_key(vt: VariableTracker, among: dict | None = None) -> Any:
@@ -29,6 +30,8 @@ def hashable_key(vt: VariableTracker, among: dict | None = None) -> Any:
             # depend on which object this is
             raise Unsupported("an id() looked up among integer keys")
         return ("__id__", vt.key)
+    if isinstance(vt, SymNodeVariable):     # a size as a key: specialised (guarded)
+        return vt.as_python_constant()
     if vt.is_python_constant() and type(vt.as_python_constant()) is int and among and any(
             type(k) is tuple and k[:1] == ("__id__",) for k in among):
         raise Unsupported("an integer looked up among id() keys")

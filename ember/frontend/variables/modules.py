@@ -492,7 +492,10 @@ def initialize_lazy_module(tx, mod, args, kwargs) -> None:
     def real(vt):
         if isinstance(vt, TensorVariable):
             fake = vt.fake
-            return torch.zeros(tuple(fake.shape), dtype=fake.dtype, device=fake.device)
+            # symbolic sizes at their current values, unguarded: initialisation happens
+            # once, and the forward captured next guards what the new parameters need
+            shape = tuple(s.node.hint if isinstance(s, torch.SymInt) else s for s in fake.shape)
+            return torch.zeros(shape, dtype=fake.dtype, device=fake.device)
         try:
             return vt.as_python_constant()
         except Exception:

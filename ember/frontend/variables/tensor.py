@@ -69,19 +69,18 @@ class TensorVariable(VariableTracker):
             const_args = [a.as_python_constant() for a in args]
             size = self.fake.size(*const_args)
             return tx.size_variable(size) if isinstance(size, torch.Size) \
-                else ConstantVariable(size)
+                else tx.wrap_constant(size)
         if name in _CONSTANT_METHODS:
             const_args = [a.as_python_constant() for a in args]
             const_kwargs = {k: v.as_python_constant() for k, v in kwargs.items()}
             value = getattr(self.fake, name)(*const_args, **const_kwargs)
-            return ConstantVariable(value) if not isinstance(value, tuple) else \
-                tx.wrap_constant(value)
+            return tx.wrap_constant(value)
         if name == "type" and not args and not kwargs:
             return ConstantVariable(self.fake.type())
         if name == "__len__":
             if self.fake.dim() == 0:
                 raise Unsupported("len() of a 0-d tensor")
-            return ConstantVariable(len(self.fake))
+            return tx.wrap_constant(self.fake.shape[0])
         if name == "numpy" and not args:
             # local: an ndarray tracker wraps a tensor tracker (numpy imports this module)
             from ember.frontend.variables.numpy import tensor_to_ndarray
