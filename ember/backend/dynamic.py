@@ -17,19 +17,22 @@ Decisions
   with symbolic sizes (``symbolic.compile_symbolic``: an Ember ShapeEnv whose symbols stand
   for the graph's, sizes as sympy expressions through lowering and code generation, C++
   kernels taking the sizes as arguments). Where that path declines (a
-  ``NotImplementedError`` anywhere in it: an op whose lowering needs a static size, a target
-  without size arguments, a training graph), the reason is logged (``EMBER_LOGS=
-  perf_hints``, counted in ``compile_stats.symbolic_declines``) and the graph is served by
+  ``NotImplementedError`` anywhere in it: a target without size arguments, ``freezing``,
+  code generation that needs a static size; a *lowering* that needs one declines only its
+  op, which runs its ATen kernel inside the symbolic program), the reason is logged
+  (``EMBER_LOGS=perf_hints``, counted in ``compile_stats.symbolic_declines``) and the
+  graph is served by
   :class:`SizeSpecializer`: on each call it keys on the concrete ints and tensor sizes and
   strides and compiles the graph statically for that key (its SymInt placeholders become
   constants), keeping the ``SPECIALIZATIONS_KEPT`` most recently used, each compile logged
   with why it specialised. Any other exception of the symbolic path is a bug: raised when
   ``config.fallback_on_lowering_error`` is off (the tests), else warned about and served
   per size, as a lowering's bug runs the op's ATen kernel today.
-* **Guards.** Tracing and lowering may decide on sizes (a decomposition's branch, a
-  lowering's ``int()``): each decision is a guard of the Ember ShapeEnv. The compiled
-  program checks them on every call from the symbol ints (one generated lambda); a call
-  that breaks one is served by the per-size path, logged.
+* **Guards.** Tracing and lowering may decide on sizes (a decomposition's branch, a slice
+  that must not be empty): each decision is a guard of the Ember ShapeEnv (a lowering may
+  only exclude sizes, never pin one: ``symbolic.BackendShapeEnv``). The compiled program
+  checks them on every call from the symbol ints (one generated lambda); a call that
+  breaks one is served by the per-size path, logged.
 """
 from __future__ import annotations
 
