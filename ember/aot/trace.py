@@ -62,7 +62,9 @@ non-tensor graph input raises ``NotImplementedError``. Dead nodes are removed af
 """
 from __future__ import annotations
 
+import contextlib
 import operator
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -289,7 +291,8 @@ class _AtenTracer(TorchDispatchMode):
     def record(self, func, args, kwargs):
         out = func(*args, **kwargs)                  # the fake mode below computes metadata
         n_args, n_kwargs = map_args(self.to_node, args, kwargs)
-        node = self.graph.call_function(func, tuple(n_args), dict(n_kwargs))
+        with size_arguments():
+            node = self.graph.call_function(func, tuple(n_args), dict(n_kwargs))
         node.meta["val"] = out
         if isinstance(out, torch.Tensor):
             self.track(out, node)
@@ -579,6 +582,18 @@ def output_node(state: TraceState, copy_of: dict, x):
         node, list(x.shape), list(x.stride()), x.storage_offset()))
     view.meta["val"] = x
     return view
+
+
+@contextlib.contextmanager
+def size_arguments():
+    """Nodes made here may take SymInt arguments without torch's warning: the ATen graph keeps
+    sizes as SymInts, whose expressions lowering reads over the symbols the wrapper binds
+    from the graph's inputs (backend/symbolic.py), so torch's advice (make each a node) does
+    not apply, and users should not see it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Raw Sym(Int|Float|Bool) value",
+                                category=UserWarning)
+        yield
 
 
 def trace_to_aten(gm: torch.fx.GraphModule, example_inputs: list, *,

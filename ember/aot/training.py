@@ -46,6 +46,7 @@ from ember.aot.autocast import autocast_off
 from ember.aot.joint import JointGraph, trace_joint
 from ember.aot.partition import Partition, ancestors, partition
 from ember.aot.reductions import merge_reduced_dims
+from ember.aot.trace import size_arguments
 
 aten = torch.ops.aten
 
@@ -127,7 +128,7 @@ def backward_without(backward: torch.fx.GraphModule, num_saved: int,
         val = n.meta.get("val")
         if not isinstance(val, torch.Tensor):
             return None
-        with graph.inserting_after(n):      # before its users; it reads nothing
+        with graph.inserting_after(n), size_arguments():   # before its users; reads nothing
             zeros = graph.call_function(aten.full.default, ([*val.shape], 0),
                                         {"dtype": val.dtype, "device": val.device,
                                          "pin_memory": False})

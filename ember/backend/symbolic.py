@@ -178,6 +178,13 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: di
                      per_size: Callable) -> Callable:
     """``gm`` compiled once for every size its guards admit; other sizes go to
     ``per_size``. Raises ``NotImplementedError`` where the symbolic path declines."""
+    from ember.aot.trace import size_arguments
+    with size_arguments():      # graph passes copy nodes whose arguments are sizes
+        return _compile_symbolic(gm, example_inputs, options, per_size)
+
+
+def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: dict,
+                      per_size: Callable) -> Callable:
     from ember.aot import enables_grad, may_record_grad, trace_to_aten
     from ember.backend.pipeline import generate, instantiate
     from ember.decomp import core_decompositions

@@ -19,7 +19,8 @@ This package is self-contained: it builds on torch's carriers and meta kernels a
 and imports no other part of Ember, and nothing of torch's own compiler (DESIGN.md §4).
 Fake tensors use it (``FakeTensorMode(shape_env=...).from_real(t, dynamic_dims=...)``);
 the frontend owns one env per capture (``ember/frontend/symbolic_inputs.py``, its policy in
-``ember/frontend/dynamic.py``); the backend is not wired to it yet (issue 31).
+``ember/frontend/dynamic.py``); the backend maps a graph's symbols onto an env of its own
+(``ember/backend/symbolic.py``) to trace and lower with symbolic sizes.
 """
 from ember.shapes.env import Guard, GuardFailure, ShapeEnv, user_location
 from ember.shapes.functions import FloorDiv, Mod, TruncToInt
