@@ -42,6 +42,7 @@ except ImportError:   # run from a checkout that is not pip-installed
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
     import ember
 from ember import config
+from ember.backend import compile_stats
 from ember.bench.dynamic_programs import PROGRAMS, DynamicProgram, by_name
 from ember.testing import CompileCounter, same
 
@@ -55,6 +56,9 @@ class Outcome:
     compiles: int | None     # None when skipped
     detail: str = ""
     needs: tuple[str, ...] = ()   # when skipped: the Ember APIs it lacks
+    # the "ember" backend's own compiles behind those graphs: compiled once for every size
+    # ("symbolic") or once per concrete size ("per_size", where the symbolic path declined)
+    backend: dict | None = None
 
     def cell(self, bar: int) -> str:
         if self.status == "skipped":
@@ -117,9 +121,14 @@ def run_ember(prog: DynamicProgram, backend_options: dict | None) -> Outcome:
         counter = CompileCounter(
             lambda gm, example_inputs: ember_backend(gm, example_inputs,
                                                      options=dict(backend_options)))
+    compile_stats.reset()
     with config.patch(suppress_errors=False, fallback_on_lowering_error=False):
         compiled = ember.compile(prog.make(), backend=counter, dynamic=prog.dynamic)
-        return check_program(prog, compiled, counter, _ember_mark)
+        outcome = check_program(prog, compiled, counter, _ember_mark)
+    if backend_options is not None:
+        outcome.backend = {"symbolic": compile_stats.symbolic_compiles,
+                           "per_size": compile_stats.size_specializations}
+    return outcome
 
 
 def run_torch(prog: DynamicProgram) -> Outcome:
@@ -161,6 +170,10 @@ def summarize(programs, modes, results) -> dict[str, dict]:
             "skipped": len(skipped),
             "skipped_needs": sorted({api for o in skipped for api in o.needs}),
             "errors": sum(o.status == "error" for o in outs)}
+        backend = [o.backend for o in outs if o.backend is not None]
+        if backend:
+            summary[mode]["backend"] = {k: sum(b[k] for b in backend)
+                                        for k in ("symbolic", "per_size")}
     return summary
 
 
@@ -171,6 +184,9 @@ def summary_line(s: dict) -> str:
         extras.append(f"{s['skipped']} skipped: needs {', '.join(s['skipped_needs'])}")
     if s["errors"]:
         extras.append(f"{s['errors']} errors")
+    if "backend" in s:
+        extras.append(f"behind them {s['backend']['symbolic']} symbolic compiles and "
+                      f"{s['backend']['per_size']} per-size compiles")
     return line + (f" ({', '.join(extras)})" if extras else "")
 
 
