@@ -288,6 +288,13 @@ def _wrap_callable(tx, value, source, add) -> VariableTracker:
         add(guards.id_match(source, value))
         inner = value.__wrapped__
         return wrap(tx, inner, AttrSource(source, "__wrapped__") if source else None)
+    if isinstance(value, torch.jit.ScriptFunction) and isinstance(
+            getattr(value, "_torchdynamo_inline", None), types.FunctionType):
+        # a ``torch.jit.script`` function (DeBERTa's relative positions): TorchScript keeps
+        # the Python function it compiled for compilers to inline; its calls are traced
+        add(guards.id_match(source, value))
+        inner = value._torchdynamo_inline
+        return wrap(tx, inner, AttrSource(source, "_torchdynamo_inline") if source else None)
     if type(value) in (operator.itemgetter, operator.attrgetter):
         add(guards.id_match(source, value))
         return GetterVariable(type(value), list(value.__reduce__()[1]), source)

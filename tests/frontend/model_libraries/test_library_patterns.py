@@ -104,7 +104,27 @@ def lp_requires_grad_of_a_non_leaf(x, w):
     return y
 
 
+@torch.jit.script
+def _relative_position(query_size: int, key_size: int, device: torch.device):
+    q_ids = torch.arange(query_size, dtype=torch.long, device=device)
+    k_ids = torch.arange(key_size, dtype=torch.long, device=device)
+    return q_ids[:, None] - k_ids[None, :]
+
+
+@torch.jit.script
+def _scaled_size_sqrt(x: torch.Tensor, scale_factor: int):
+    return torch.sqrt(torch.tensor(x.size(-1), dtype=torch.float) * scale_factor)
+
+
+def lp_jit_script_functions(x):
+    # transformers' DeBERTa-v2 (some versions): relative positions and the attention scale
+    # are torch.jit.script functions; capture inlines the Python they were compiled from
+    rel = _relative_position(x.shape[0], x.shape[1], x.device)
+    return x * rel / _scaled_size_sqrt(x, 2)
+
+
 @pytest.mark.parametrize("fn, inputs", [
+    (lp_jit_script_functions, (torch.randn(5, 6),)),
     (lp_requires_grad_assignment, (torch.randn(4, 3), torch.randn(3, requires_grad=True))),
     (lp_log_api_usage, (torch.randn(3),)),
     (lp_lru_cache, (torch.randn(3),)),
