@@ -171,7 +171,7 @@ def test_batch_norm_aten_outputs_match_cpu():
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
 def test_batch_norm_inference_shortcut_matches_the_meta_kernel(dtype):
     # the fast answer for eval batch norm must equal the meta kernel's in every layout it takes
-    from ember.fake import _batch_norm_inference_meta
+    from ember.fake_fixups import _batch_norm_inference_meta
     op = torch.ops.aten._native_batch_norm_legit_no_training.default
     inputs = [torch.empty(2, 3, 4, 5, dtype=dtype, device="meta"),
               torch.empty(2, 3, 4, 5, dtype=dtype, device="meta").to(memory_format=torch.channels_last),

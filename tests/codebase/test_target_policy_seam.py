@@ -16,6 +16,7 @@ ALLOWED = {
     "backend/codegen/wrapper.py": "the wrapper places buffers on their device",
     "backend/runtime/": "run-time helpers: CUDA graphs replay only CUDA tensors",
     "fake.py": "fake tensors follow eager's device rules (CPU scalars, cuda:None -> index)",
+    "fake_fixups.py": "meta answers corrected to what eager's CPU kernels return",
     "decomp/__init__.py": "eager keeps var/std statistics in float64 on the CPU only",
     "aot/rng.py": "eager draws from the CPU generator or the device module's",
     "bench/": "the benchmark harness synchronises and sizes inputs per device",
