@@ -175,8 +175,8 @@ class SizedTritonLauncher(TritonLauncher):
     covered by blocks of the config's XBLOCK (and RBLOCK on a 2-D grid); the grid is
     computed per call, the compiled kernel is the same for every size.
 
-    With ``candidates`` (max_autotune), the config is chosen per size bucket (each numel
-    rounded up to a power of two): the first call of a bucket times the candidates, whose
+    With ``candidates`` (max_autotune), the config is chosen per size bucket (the numels and
+    the size arguments, each rounded up to a power of two): the first call of a bucket times the candidates, whose
     choice is kept on disk under the kernel's source and the bucket; every candidate is
     right at every size (blocks are masked), so a bucket's choice serves any size in it."""
 
@@ -207,8 +207,10 @@ class SizedTritonLauncher(TritonLauncher):
         self.fn[grid](*args, **config)
 
     def _choose(self, numels, args) -> None:
-        """The config of the numels' size bucket (timed on its first call)."""
-        bucket = tuple(1 << max(int(n) - 1, 0).bit_length() for n in numels)
+        """The config of the call's size bucket (timed on its first call): its numels and
+        size arguments, each rounded up to a power of two."""
+        sizes = [*numels, *(a for a in args if isinstance(a, int))]
+        bucket = tuple(1 << max(int(n) - 1, 0).bit_length() for n in sizes)
         config = self.tuned.get(bucket)
         if config is None:
             self.candidates = list(self.all_candidates)

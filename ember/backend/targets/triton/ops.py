@@ -82,11 +82,13 @@ def triton_float(e) -> str:
         den = [a.base ** -a.exp for a in e.args if a.is_Pow and a.exp.is_negative]
         text = " * ".join(triton_float(a) for a in num) if num else "1.0"
         return "(" + text + "".join(f" / {triton_float(d)}" for d in den) + ")"
-    if isinstance(e, sympy.Pow):
-        if e.exp == sympy.Rational(1, 2):
+    if isinstance(e, sympy.Pow) and e.exp.is_Number:     # (``s ** 0.5``: a Float exponent)
+        if float(e.exp) == 0.5:
             return f"tl.sqrt({triton_float(e.base)})"
         if e.exp.is_negative:
             return f"(1.0 / {triton_float(e.base ** -e.exp)})"
+        if e.exp.is_Integer:
+            return "(" + " * ".join([triton_float(e.base)] * int(e.exp)) + ")"
     raise NotImplementedError(f"the symbolic float {e}")
 
 # ops that are one tl expression on every target: {0} (and {1}) the operands; in
