@@ -175,12 +175,11 @@ class SizedTritonLauncher(TritonLauncher):
     covered by blocks of the config's XBLOCK (and RBLOCK on a 2-D grid); the grid is
     computed per call, the compiled kernel is the same for every size.
 
-    With ``candidates`` (max_autotune), the config is chosen per size bucket (the numels and
-    the size arguments, each rounded up to a power of two): the first call of a bucket times the candidates, whose
-    choice is kept on disk under the kernel's source and the bucket; every candidate is
-    right at every size (blocks are masked), so a bucket's choice serves any size in it."""
-
-    BLOCKS = ("XBLOCK", "RBLOCK")
+    With ``candidates`` (max_autotune), the config is chosen per size bucket (the numels
+    and the size arguments, each rounded up to a power of two): the first call of a bucket
+    times the candidates, whose choice is kept on disk under the kernel's source and the
+    bucket; every candidate is right at every size (blocks are masked), so a bucket's
+    choice serves any size in it."""
 
     def __init__(self, fn, config: dict[str, int], interpret: bool,
                  candidates: list | None = None, written: tuple = (), key: str = ""):
@@ -189,35 +188,40 @@ class SizedTritonLauncher(TritonLauncher):
         self.fasts: dict[str, object] = {}     # config -> its direct launch
         self.all_candidates = list(candidates or [])
 
+    def _use(self, config) -> None:
+        super()._use(config)
+        self.xblock = config["XBLOCK"]
+        self.rblock = config.get("RBLOCK", 1)
+
     def __call__(self, numels, *args):
         if self.all_candidates and len(numels) == 1:    # (a 2-D grid's tiles: one config)
             self._choose(numels, args)
-        config = self.config
-        grid = tuple(-(-n // config[b]) for n, b in zip(numels, self.BLOCKS))
-        if 0 in grid:
+        grid = (-(-numels[0] // self.xblock), 1 if len(numels) == 1 else
+                -(-numels[1] // self.rblock), 1)
+        if 0 in grid:      # (a size expression may be 0: a slice x[1:-1] of 2 rows)
             return
         if self.fast is not None:
-            return self.fast((*grid, 1, 1)[:3], *args)
-        self.grid = grid
+            return self.fast(grid, *args)
+        self.grid = grid[:len(numels)]
         if not self.interpret:
             self.fast = self._first_launch(args, sized=True)
             if self.fast is not None:
-                self.fasts[str(config)] = self.fast
+                self.fasts[str(self.config)] = self.fast
                 return
-        self.fn[grid](*args, **config)
+        self.fn[self.grid](*args, **self.config)
 
     def _choose(self, numels, args) -> None:
         """The config of the call's size bucket (timed on its first call): its numels and
         size arguments, each rounded up to a power of two."""
         sizes = [*numels, *(a for a in args if isinstance(a, int))]
         bucket = tuple(1 << max(int(n) - 1, 0).bit_length() for n in sizes)
-        config = self.tuned.get(bucket)
+        config, previous = self.tuned.get(bucket), self.config
         if config is None:
             self.candidates = list(self.all_candidates)
             self.rows = numels[0]
             self._autotune(args, f"{self.key}-{'x'.join(map(str, bucket))}")
             config = self.tuned[bucket] = self.config
-        if config != self.config or self.fast is None:
+        if config != previous:     # the direct launch of this config's compiled kernel
             self._use(config)
             self.fast = self.fasts.get(str(config))
 

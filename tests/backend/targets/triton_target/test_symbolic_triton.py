@@ -207,3 +207,16 @@ def test_gpu_layer_norm_dynamic_rows(dtype, tol):
 def test_gpu_softmax_dynamic_row_length(dtype, tol):
     fn = lambda x: torch.softmax(x * 0.5, -1)    # noqa: E731
     _gpu_check(fn, lambda n: [torch.randn(512, n)], (7, 4096, 100, 1000, 2), dtype, tol)
+
+
+@pytest.mark.parametrize("dtype,tol", GPU_DTYPES[:1])
+def test_gpu_cudagraphs_are_recorded_per_size(dtype, tol):
+    """``mode="reduce-overhead"``: CUDA graphs are recorded per size, so such graphs are
+    compiled per size (the symbolic compile declines, said)."""
+    fn = lambda x: (x * 2).relu()     # noqa: E731
+    compile_stats.reset()
+    compiled = ember.compile(fn, dynamic=True, mode="reduce-overhead")
+    for n in (64, 100):
+        x = torch.randn(n, 32, device="cuda")
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert dict(compile_stats.symbolic_declines) == {"cudagraphs=True": 1}
