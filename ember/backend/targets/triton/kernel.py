@@ -55,6 +55,8 @@ TRANSPOSE_TILE = 64           # each side of a transposing pointwise kernel's ti
 INTERPRETER_TILE = 1 << 14    # the interpreter pays per program: fewer, larger ones
 INT32_MAX = 2**31 - 1
 GRID_AXIS1_MAX = 65535        # CUDA's limit on the second grid axis
+SYMBOLIC_MIN_RBLOCK = 16      # chunk of a looped reduction over a symbolic length
+SYMBOLIC_MIN_PROGRAMS = 128   # programs (at the hint) of such a reduction, where rows allow
 
 
 def next_power_of_2(n: int) -> int:
@@ -414,9 +416,12 @@ class TritonKernel(Kernel):
             rblock = next_power_of_2(r_upper)
             xblock = min(next_power_of_2(xnumel), max(1, tile // rblock))
             persistent = True
-        elif rnumel <= persistent_max:     # a symbolic row short at the hint: rows of tiles
-            rblock = next_power_of_2(rnumel)
-            xblock = min(next_power_of_2(xnumel), max(1, tile // rblock))
+        elif rnumel <= persistent_max:
+            # a symbolic row short at the hint: tiles of a few rows, looping, so longer rows
+            # still spread over many programs
+            rblock = max(next_power_of_2(rnumel), SYMBOLIC_MIN_RBLOCK)
+            xblock = min(next_power_of_2(xnumel), max(1, tile // rblock),
+                         max(1, next_power_of_2(xnumel) // SYMBOLIC_MIN_PROGRAMS))
             persistent = False
         else:
             rblock = min(LOOP_RBLOCK if not self.interpret else tile, next_power_of_2(rnumel))

@@ -10,6 +10,7 @@ import os
 import re
 
 import pytest
+import sympy
 import torch
 import torch.nn.functional as F
 
@@ -170,6 +171,20 @@ def test_int32_indices_are_guarded(ember_log):
     torch.testing.assert_close(compiled(x), fn(x))
     guards = [r.getMessage() for r in ember_log.records if "guards:" in r.getMessage()]
     assert guards and "<= 2147483646" in guards[-1], guards
+
+
+def test_rows_the_ranges_bound_may_stay_in_registers():
+    """A persistent reduction's block must hold the longest row at any size: the ranges'
+    upper bound where they have one, else the reduction loops."""
+    from ember.backend import sizevars
+    from ember.backend.targets.triton.kernel import _upper_bound
+    from ember.shapes import ShapeEnv
+    env = ShapeEnv()
+    bounded, free = env.create_symbol(8, "a", max=64), env.create_symbol(9, "b")
+    with sizevars.symbols(env):
+        assert _upper_bound(bounded * 2) == 128
+        assert _upper_bound(free) is None and _upper_bound(bounded * free) is None
+        assert _upper_bound(sympy.Integer(7)) == 7
 
 
 # -- CUDA, realistic sizes ----------------------------------------------------------------------
