@@ -255,8 +255,9 @@ class TritonKernel(Kernel):
             else:
                 self.mode = "tiled"
                 self._generate_tiled(x, r, split)
+        buffers = self._arg_names()
         self._guard_sizes()
-        params = [f"p_{n}" for n in self._arg_names()] + self.size_args + \
+        params = [f"p_{n}" for n in buffers] + self.size_args + \
             ([self.FLAGS] if self.checks_errors else []) + \
             [f"{c}: tl.constexpr" for c in self.config if c != "num_warps"]
         # tl.device_assert (debug's index checks) runs only in kernels compiled for debug;
