@@ -170,7 +170,9 @@ def test_int32_indices_are_guarded(ember_log):
     x = torch.randn(3, 8)
     torch.testing.assert_close(compiled(x), fn(x))
     guards = [r.getMessage() for r in ember_log.records if "guards:" in r.getMessage()]
-    assert guards and "<= 2147483646" in guards[-1], guards
+    # indices below 2^31, and the size arguments (passed as int32) below 2^31 too
+    assert guards and "(a[0] * a[1]) <= 2147483646" in guards[-1], guards
+    assert "a[1] <= 2147483647" in guards[-1], guards
 
 
 def test_rows_the_ranges_bound_may_stay_in_registers():
