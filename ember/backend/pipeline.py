@@ -363,8 +363,7 @@ def generate_sources(g: Generation) -> None:
     numels = {}      # storage elements of each buffer, for the targets' index widths
     for name, layout in layouts.items():
         n = layout.storage_numel()
-        if n.is_Integer:
-            numels[name] = int(n)
+        numels[name] = int(n) if n.is_Integer else n    # (an expression: symbolic sizes)
     kernels: dict[int, Kernel] = {}
     unique: dict[str, Kernel] = {}     # same computation on other buffers -> its first kernel
     for step in g.steps:

@@ -197,6 +197,8 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
         raise NotImplementedError(f"the {target.name} target takes no size arguments yet")
     if options["freezing"]:
         raise NotImplementedError("freezing=True")
+    if options["cudagraphs"] and target.supports_cudagraphs:    # (recorded per size)
+        raise NotImplementedError("cudagraphs=True")
     training = may_record_grad(tensors, enables_grad(gm))
     if training and enables_grad(gm):
         raise NotImplementedError("a training graph that turns grad mode on")

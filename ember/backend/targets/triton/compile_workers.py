@@ -157,7 +157,8 @@ def compile_task(path: str, name: str, dtypes: list[str], config: dict, arch: in
 
 def compile_request(fn, dtypes: list[str], config: dict, arch: int, warp_size: int = 32):
     """What ``triton.compile`` is asked when the JIT function ``fn`` is first called with
-    pointer arguments of ``dtypes`` (torch dtype names) and ``config``: the source, the
+    pointer arguments of ``dtypes`` (torch dtype names; "size": an int32 size argument) and
+    ``config``: the source, the
     compile options and the target."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -175,7 +176,9 @@ def compile_request(fn, dtypes: list[str], config: dict, arch: int, warp_size: i
     # config entry naming a parameter a constexpr; the JIT's own _pack_args then turns that
     # into the compile request, with this Triton version's rules (3.6 gives constexprs no
     # attribute entry, 3.8 an empty one: either changes the cache key)
-    specialization = [("constexpr", config[p]) if p in config else ("*" + names[types[p]], "D")
+    # (a size argument: int32, not specialised on its value, as ``do_not_specialize`` says)
+    specialization = [("constexpr", config[p]) if p in config else
+                      ("i32", None) if types[p] == "size" else ("*" + names[types[p]], "D")
                       for p in params]
     bound = {p: config.get(p) for p in params}
     knobs = getattr(triton, "knobs", None)

@@ -17,8 +17,21 @@ Loop dims that every access runs through contiguously are merged first
 sees unit-stride accesses it can vectorise. Every load and store is masked by the axes its
 index varies over; reductions ignore masked lanes. Indices are int32 unless a buffer or the
 iteration space reaches 2^31 elements.
+
+Symbolic sizes (graphs compiled once for every size, ``backend/symbolic.py``): sizes in
+indices, masks and loop bounds are printed over the size symbols, which the kernel takes
+as scalar int parameters after its buffers (``size_args``; never ``tl.constexpr``, and
+``do_not_specialize``: one compiled kernel serves every value). Block sizes come from the
+hints and are right at any size, as every access is masked; a reduction keeps its rows in
+registers (persistent) only where the ranges bound its length by one block, else it loops
+(a persistent block sized by the hint would drop the rest of a longer row). The launch
+grid is computed per call from the numels the wrapper passes (``grid_numels``). Where a
+choice holds only for some sizes (int32 indices, CUDA's limit on the second grid axis), it
+is a guard of the shape environment: sizes that break it are compiled per size.
 """
 from __future__ import annotations
+
+import re
 
 import sympy
 import torch
@@ -30,7 +43,8 @@ from ember.backend.ir import index_vars, product
 from ember.backend.loops import access_indices, merge_dims, store_order
 from ember.backend.ops import use_handler
 from ember.backend.scheduler import FusionGroup, SchedulerNode
-from ember.backend.sizevars import size_hint
+from ember.backend import sizevars
+from ember.backend.sizevars import is_static, size_hint
 
 POINTWISE_BLOCK = 1024        # elements per program of a flat pointwise kernel
 PERSISTENT_MAX = 4096         # longest row reduced in one block
@@ -39,6 +53,10 @@ LOOP_RBLOCK = 1024            # chunk of a looped reduction (rows of contiguous 
 COLUMN_XBLOCK = 64            # rows per program when accesses run along the outer dim
 TRANSPOSE_TILE = 64           # each side of a transposing pointwise kernel's tiles
 INTERPRETER_TILE = 1 << 14    # the interpreter pays per program: fewer, larger ones
+INT32_MAX = 2**31 - 1
+GRID_AXIS1_MAX = 65535        # CUDA's limit on the second grid axis
+SYMBOLIC_MIN_RBLOCK = 16      # chunk of a looped reduction over a symbolic length
+SYMBOLIC_MIN_PROGRAMS = 128   # programs (at the hint) of such a reduction, where rows allow
 
 
 def next_power_of_2(n: int) -> int:
@@ -81,6 +99,10 @@ class TritonKernel(Kernel):
         self.candidates: list[dict] = []     # other configs max_autotune may time
         self.numel_x = 1                     # rows (flat: elements) the grid covers
         self.grid = 1
+        # symbolic sizes: the numels (x, and r for a 2-D grid) the call passes, whose grid the
+        # launcher computes per call (``grid`` is None then)
+        self.grid_numels: list | None = None
+        self.size_args: list[str] = []       # size symbols it takes (after the buffers)
         self.local: set[str] = set(kernel.local)
         self.numels: dict[str, int] = {}    # storage name -> elements (set by the target)
         self.int_constants: dict[str, int] = {}    # value name -> its integer constant
@@ -233,24 +255,58 @@ class TritonKernel(Kernel):
             else:
                 self.mode = "tiled"
                 self._generate_tiled(x, r, split)
-        params = [f"p_{n}" for n in self._arg_names()] + \
+        buffers = self._arg_names()
+        self._guard_sizes()
+        params = [f"p_{n}" for n in buffers] + self.size_args + \
             ([self.FLAGS] if self.checks_errors else []) + \
             [f"{c}: tl.constexpr" for c in self.config if c != "num_warps"]
-        # tl.device_assert (debug's index checks) runs only in kernels compiled for debug
-        jit = "@triton.jit(debug=True)" if self.debug else "@triton.jit"
+        # tl.device_assert (debug's index checks) runs only in kernels compiled for debug;
+        # size parameters are not specialised (on 1 or multiples of 16): one compile serves
+        # every value
+        options = (["debug=True"] if self.debug else []) + \
+            ([f"do_not_specialize={self.size_args!r}"] if self.size_args else [])
+        jit = f"@triton.jit({', '.join(options)})" if options else "@triton.jit"
         head = f"{jit}\ndef {self.name}({', '.join(params)}):\n"
         return head + "\n".join(self.lines) + "\n"
 
     def _arg_names(self) -> list[str]:
         self.args = sorted(self.loaded | self.stored)
+        names = sizevars.symbol_names()
+        if names:     # the size symbols the body reads
+            body = "\n".join(self.lines)
+            self.size_args = sorted({w for w in _WORD.findall(body) if w in names},
+                                    key=lambda n: (len(n), n))
         return self.args
 
     def _needs_int64(self) -> bool:
-        """Whether an index may reach 2^31: the iteration space or a buffer it touches."""
+        """Whether an index may reach 2^31: the iteration space or a buffer it touches.
+        With symbolic sizes, int32 indices are guarded: each such size stays below 2^31."""
         k = self.kernel
-        sizes = [size_hint(product(k.outer + k.inner))] + list(self.numels.values()) + \
-            [size_hint(n.buf.layout.storage_numel()) for n in k.nodes]
-        return max(sizes) >= 2**31 - 1
+        exprs = [product(k.outer + k.inner)] + list(self.numels.values()) + \
+            [n.buf.layout.storage_numel() for n in k.nodes]
+        wide = max(size_hint(e) for e in exprs) >= INT32_MAX
+        if not wide:
+            for e in exprs:
+                _guard_at_most(sizevars.simplify(e), INT32_MAX - 1)
+        return wide
+
+    def _guard_sizes(self) -> None:
+        """Size arguments are passed as int32 (Triton types an int by its value; the
+        compiled kernel keeps the type): each stays below 2^31."""
+        env = sizevars.shape_env()
+        for sym in env.symbols if env is not None else ():
+            if sym.name in self.size_args:
+                _guard_at_most(sym, INT32_MAX)
+
+    def _set_grid(self, numels: list, blocks: list[int]) -> None:
+        """The launch grid over ``numels`` (sizes) in ``blocks``: programs per axis, or, where
+        a numel is symbolic, None with the numels the call passes."""
+        if all(is_static(n) for n in numels):
+            grid = tuple(-(-int(n) // b) for n, b in zip(numels, blocks))
+            self.grid = grid if len(grid) > 1 else grid[0]
+        else:
+            self.grid = None
+            self.grid_numels = list(numels)
 
     def _decompose(self, linear: str, vars_: list, sizes: list, axis: str) -> None:
         """Define each loop variable from the linear tile index ``linear`` (row-major)."""
@@ -277,19 +333,20 @@ class TritonKernel(Kernel):
         if not scatter:
             sizes, loop_vars = store_order(k, x, r, sizes, loop_vars)
         sizes, new_vars, subst = merge_dims(k, x, r, sizes, loop_vars)
-        numel = size_hint(product(sizes))
+        numel_expr = product(sizes)
+        numel = size_hint(numel_expr)
         cap = INTERPRETER_TILE if self.interpret else POINTWISE_BLOCK
         block = min(next_power_of_2(numel), cap)
         self.config = {"XBLOCK": block, "num_warps": 4 if block >= 512 else
                        max(1, block // 128)}
-        self.grid = (numel + block - 1) // block
+        self._set_grid([numel_expr], [block])
         # max_autotune's candidates: other block sizes and warps over the same range
         self.candidates = [self.config] + [
             {"XBLOCK": b, "num_warps": w} for b in (256, 512, 1024, 2048, 4096)
             for w in (4, 8) if b <= next_power_of_2(numel) and b // w >= 32]
         self.numel_x = numel
         self.line(f"xindex = {self._program_offset('XBLOCK')} + tl.arange(0, XBLOCK)")
-        self.line(f"xmask = xindex < {numel}")
+        self.line(f"xmask = xindex < {triton_index(numel_expr)}")
         self._decompose("xindex", new_vars, sizes, "x")
         cx = [subst.get(v, v) for v in x]
         cr = [] if scatter else [subst.get(v, v) for v in r]
@@ -344,6 +401,8 @@ class TritonKernel(Kernel):
             xsizes, xvars, rsizes, rvars, sub = split
         cx, cr = [sub.get(v, v) for v in x], [sub.get(v, v) for v in r]
         xnumel, rnumel = size_hint(product(xsizes)), size_hint(product(rsizes))
+        # the longest row at any size (None: unbounded), which a persistent block must hold
+        r_upper = _upper_bound(product(rsizes))
         column = _runs_along_outer(access_indices(k, cx, cr), xvars[-1:], rvars[-1:])
         tile = INTERPRETER_TILE if self.interpret else TILE
         persistent_max = max(PERSISTENT_MAX, tile) if self.interpret else PERSISTENT_MAX
@@ -353,11 +412,18 @@ class TritonKernel(Kernel):
         if column:
             xblock = min(next_power_of_2(xnumel), COLUMN_XBLOCK)
             rblock = min(next_power_of_2(rnumel), max(1, tile // xblock))
-            persistent = rblock >= rnumel
-        elif rnumel <= persistent_max:
-            rblock = next_power_of_2(rnumel)
+            persistent = r_upper is not None and rblock >= r_upper
+        elif r_upper is not None and r_upper <= persistent_max:
+            rblock = next_power_of_2(r_upper)
             xblock = min(next_power_of_2(xnumel), max(1, tile // rblock))
             persistent = True
+        elif rnumel <= persistent_max:
+            # a symbolic row short at the hint: tiles of a few rows, looping, so longer rows
+            # still spread over many programs
+            rblock = max(next_power_of_2(rnumel), SYMBOLIC_MIN_RBLOCK)
+            xblock = min(next_power_of_2(xnumel), max(1, tile // rblock),
+                         max(1, next_power_of_2(xnumel) // SYMBOLIC_MIN_PROGRAMS))
+            persistent = False
         else:
             rblock = min(LOOP_RBLOCK if not self.interpret else tile, next_power_of_2(rnumel))
             xblock = 1
@@ -367,7 +433,7 @@ class TritonKernel(Kernel):
             self._keep_rows_local()
         self.config = {"XBLOCK": xblock, "RBLOCK": rblock,
                        "num_warps": min(8, max(1, (xblock * rblock) // 256))}
-        self.grid = (xnumel + xblock - 1) // xblock
+        self._set_grid([product(xsizes)], [xblock])
         self.numel_x = xnumel
         # max_autotune's candidates; a persistent row must stay whole (RBLOCK >= rnumel)
         rblocks = [rblock] if persistent else \
@@ -379,9 +445,9 @@ class TritonKernel(Kernel):
             if xb <= next_power_of_2(xnumel) and 256 <= xb * rb <= 16384
             and xb * rb // w >= 64 and (xb, rb) != (xblock, rblock)][:15]
         self.line(f"xindex = {self._program_offset('XBLOCK')} + tl.arange(0, XBLOCK)[:, None]")
-        self.line(f"xmask = xindex < {xnumel}")
+        self.line(f"xmask = xindex < {triton_index(product(xsizes))}")
         self._decompose("xindex", xvars, xsizes, "x")
-        self.rnumel = rnumel
+        self.rnumel = triton_index(product(rsizes))
         self.rsizes, self.rvars = rsizes, rvars
         if persistent:
             self._open_rows("tl.arange(0, RBLOCK)[None, :]")
@@ -399,17 +465,19 @@ class TritonKernel(Kernel):
         xnumel, rnumel = size_hint(product(xsizes)), size_hint(product(rsizes))
         xblock = min(next_power_of_2(xnumel), TRANSPOSE_TILE)
         rblock = min(next_power_of_2(rnumel), TRANSPOSE_TILE)
-        while -(-rnumel // rblock) > 65535:     # CUDA's limit on the second grid axis
+        while -(-rnumel // rblock) > GRID_AXIS1_MAX:    # CUDA's limit on the second grid axis
             rblock *= 2
         self.config = {"XBLOCK": xblock, "RBLOCK": rblock,
                        "num_warps": min(8, max(1, (xblock * rblock) // 512))}
-        self.grid = (-(-xnumel // xblock), -(-rnumel // rblock))
+        _guard_at_most(product(rsizes), GRID_AXIS1_MAX * rblock)
+        self._set_grid([product(xsizes), product(rsizes)], [xblock, rblock])
         self.numel_x = xnumel
         self.persistent = True
         self.line(f"xindex = {self._program_offset('XBLOCK')} + tl.arange(0, XBLOCK)[:, None]")
-        self.line(f"xmask = xindex < {xnumel}")
+        self.line(f"xmask = xindex < {triton_index(product(xsizes))}")
         self._decompose("xindex", xvars, xsizes, "x")
-        self.rnumel, self.rsizes, self.rvars = rnumel, rsizes, rvars
+        self.rnumel = triton_index(product(rsizes))
+        self.rsizes, self.rvars = rsizes, rvars
         pid = "tl.program_id(1)" + (".to(tl.int64)" if self.index_type == "tl.int64" else "")
         self._open_rows(f"{pid} * RBLOCK + tl.arange(0, RBLOCK)[None, :]")
         for kind, nodes in self.kernel.segments:
@@ -588,8 +656,14 @@ class TritonKernel(Kernel):
         """``kernel0(buf0, buf1)``: a launch.TritonLauncher with the grid and config; the
         comment keeps them readable in the wrapper."""
         config = ", ".join(f"{k}={v}" for k, v in self.config.items())
-        args = ", ".join(refs[a] for a in self.args)
-        grid = self.grid if isinstance(self.grid, tuple) else (self.grid,)
+        args = ", ".join([refs[a] for a in self.args] + self.size_args)
+        if self.grid is None:    # symbolic sizes: the launcher's grid covers these numels
+            from ember.backend.codegen.wrapper import size_text
+            numels = ", ".join(size_text(n) for n in self.grid_numels)
+            args = f"({numels},), {args}"
+            grid = f"({numels},) numels"
+        else:
+            grid = self.grid if isinstance(self.grid, tuple) else (self.grid,)
         if not self.checks_errors:
             return [f"{self.name}({args})  # grid={grid}, {config}"]
         flags = f"{self.name}_flags"
@@ -599,6 +673,33 @@ class TritonKernel(Kernel):
                 f"if {flags}[0]: raise RuntimeError('ZeroDivisionError')",
                 *[f"if {flags}[{1 + slot}]: {check.raise_line()}"
                   for slot, check in enumerate(self.index_checks)]]
+
+
+_WORD = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def _upper_bound(expr) -> int | None:
+    """The largest value the size ``expr`` takes at any size (its own value when static),
+    or None where the symbols' ranges do not bound it."""
+    if is_static(expr):
+        return size_hint(expr)
+    env = sizevars.shape_env()
+    try:
+        upper = env.bound(expr).upper if env is not None else None
+    except (TypeError, AttributeError):      # a function the ranges do not bound
+        return None
+    return int(upper) if upper is not None and upper.is_finite else None
+
+
+def _guard_at_most(expr, limit: int) -> None:
+    """Record that generated code relies on the size ``expr`` being at most ``limit`` (true
+    at the hints): sizes that break it are compiled per size. A static size needs nothing."""
+    if is_static(expr):
+        return
+    env = sizevars.shape_env()
+    fact = sympy.Le(expr, limit)
+    if env is None or not bool(env.evaluate(fact)):
+        raise NotImplementedError(f"generated Triton relies on {fact}, false at the hints")
 
 
 def _keep_int(dtype: torch.dtype) -> str:

@@ -85,7 +85,7 @@ class TritonLauncher:
         Triton's compiled kernel."""
         return self.fn.warmup(*args, grid=self.grid, **self.config)
 
-    def _first_launch(self, args):
+    def _first_launch(self, args, sized: bool = False):
         """Launch through the compiled kernel's launcher once, recording the arguments it
         passes to Triton's C launch function; returns the launch for later calls (None, and
         nothing launched, when this Triton's kernels do not work that way).
@@ -94,7 +94,8 @@ class TritonLauncher:
         flags, the packed metadata, the empty scratch buffers, the argument types), past the
         Python wrapper that recomputes them on every call. Where that wrapper allocates
         scratch memory per launch, or the recording does not show where the kernel's
-        arguments go, later calls keep the wrapper."""
+        arguments go, later calls keep the wrapper. ``sized``: the launch returned takes the
+        grid (three programs counts) before the arguments."""
         try:
             compiled = self.compiled or self.warmup(args)    # loaded or compiled by precompile
             run, function, packed = compiled.run, compiled.function, compiled.packed_metadata
@@ -125,10 +126,19 @@ class TritonLauncher:
 
         def through_wrapper(*a):
             run(*grid, stream_of(device), function, packed, None, None, None, *a, *consts)
+
+        def sized_through_wrapper(g, *a):
+            run(*g, stream_of(device), function, packed, None, None, None, *a, *consts)
         if not recorded or getattr(run, "global_scratch_size", 0) or \
                 getattr(run, "profile_scratch_size", 0):
-            return through_wrapper
+            return sized_through_wrapper if sized else through_wrapper
         fixed, where = _launch_constants(recorded[0], grid, args + consts)
+        if sized:
+            if where == "spread":
+                return lambda g, *a: real(*g, stream_of(device), *fixed, *a, *consts)
+            if where == "tuple":
+                return lambda g, *a: real(*g, stream_of(device), *fixed, a + consts)
+            return sized_through_wrapper
         if where == "spread":
             return lambda *a: real(*grid, stream_of(device), *fixed, *a, *consts)
         if where == "tuple":
@@ -136,9 +146,9 @@ class TritonLauncher:
         return through_wrapper
 
     # -- max_autotune ---------------------------------------------------------------------------
-    def _autotune(self, args) -> None:
+    def _autotune(self, args, key: str | None = None) -> None:
         candidates, self.candidates = self.candidates, []
-        path = _autotune_path(self.key)
+        path = _autotune_path(key or self.key)
         best = _read_json(path)
         if best is not None and best not in candidates:    # damaged, or another candidate set
             _discard(path, "not one of the kernel's configs")
@@ -157,6 +167,63 @@ class TritonLauncher:
                      ", ".join(f"{name} {t * 1e6:.1f} us" for t, name in timings))
         self._use(best)
         self.grid = (-(-self.rows // best["XBLOCK"]),)
+
+
+class SizedTritonLauncher(TritonLauncher):
+    """``launcher(numels, *arguments)`` runs a kernel over symbolic sizes: ``numels`` (the
+    wrapper computes them from the call's sizes) are the elements along the grid's axes,
+    covered by blocks of the config's XBLOCK (and RBLOCK on a 2-D grid); the grid is
+    computed per call, the compiled kernel is the same for every size.
+
+    With ``candidates`` (max_autotune), the config is chosen per size bucket (the numels
+    and the size arguments, each rounded up to a power of two): the first call of a bucket
+    times the candidates, whose choice is kept on disk under the kernel's source and the
+    bucket; every candidate is right at every size (blocks are masked), so a bucket's
+    choice serves any size in it."""
+
+    def __init__(self, fn, config: dict[str, int], interpret: bool,
+                 candidates: list | None = None, written: tuple = (), key: str = ""):
+        super().__init__(fn, (1,), config, interpret, candidates, 1, written, key)
+        self.tuned: dict[tuple, dict] = {}     # size bucket -> its config (max_autotune)
+        self.fasts: dict[str, object] = {}     # config -> its direct launch
+        self.all_candidates = list(candidates or [])
+
+    def _use(self, config) -> None:
+        super()._use(config)
+        self.xblock = config["XBLOCK"]
+        self.rblock = config.get("RBLOCK", 1)
+
+    def __call__(self, numels, *args):
+        if self.all_candidates and len(numels) == 1:    # (a 2-D grid's tiles: one config)
+            self._choose(numels, args)
+        grid = (-(-numels[0] // self.xblock), 1 if len(numels) == 1 else
+                -(-numels[1] // self.rblock), 1)
+        if 0 in grid:      # (a size expression may be 0: a slice x[1:-1] of 2 rows)
+            return
+        if self.fast is not None:
+            return self.fast(grid, *args)
+        self.grid = grid[:len(numels)]
+        if not self.interpret:
+            self.fast = self._first_launch(args, sized=True)
+            if self.fast is not None:
+                self.fasts[str(self.config)] = self.fast
+                return
+        self.fn[self.grid](*args, **self.config)
+
+    def _choose(self, numels, args) -> None:
+        """The config of the call's size bucket (timed on its first call): its numels and
+        size arguments, each rounded up to a power of two."""
+        sizes = [*numels, *(a for a in args if isinstance(a, int))]
+        bucket = tuple(1 << max(int(n) - 1, 0).bit_length() for n in sizes)
+        config, previous = self.tuned.get(bucket), self.config
+        if config is None:
+            self.candidates = list(self.all_candidates)
+            self.rows = numels[0]
+            self._autotune(args, f"{self.key}-{'x'.join(map(str, bucket))}")
+            config = self.tuned[bucket] = self.config
+        if config != previous:     # the direct launch of this config's compiled kernel
+            self._use(config)
+            self.fast = self.fasts.get(str(config))
 
 
 def _time_ways(ways: dict, args, written: tuple, interpret: bool) -> list[tuple[float, str]]:
@@ -540,8 +607,10 @@ def _compile_in_workers(items, module_path: str, arch: int) -> dict[str, str]:
 
 
 def _dtype_names(args) -> list[str]:
-    """torch's names of the arguments' dtypes ("bfloat16"), as the workers take them."""
-    return [str(a.dtype).split(".")[-1] for a in args]
+    """torch's names of the arguments' dtypes ("bfloat16"), as the workers take them;
+    "size" for a size argument (an int)."""
+    return [str(a.dtype).split(".")[-1] if isinstance(a, torch.Tensor) else "size"
+            for a in args]
 
 
 def _source_of(launcher) -> str:

@@ -53,10 +53,43 @@ class TritonIndexPrinter(IndexPrinter):
     def floordiv(self, a: str, b: str) -> str:
         return f"({a} // {b})"     # operands are non-negative: truncation is the floor
 
+    def python_mod(self, a: str, b: str) -> str:
+        """Python's ``a % b`` (the divisor's sign) from Triton's, which truncates like C:
+        right for every sign of either operand, for a divisor other than 0."""
+        return f"((({a} % {b}) + {b}) % {b})"
+
+    def python_floordiv(self, a: str, b: str) -> str:
+        # a minus its Python remainder divides exactly: truncation is the floor there
+        return f"(({a} - {self.python_mod(a, b)}) // {b})"
+
     fold_template = "tl.{fn}imum({a}, {b})"
 
 
 triton_index = TritonIndexPrinter()
+
+
+def triton_float(e) -> str:
+    """Triton (float64 arithmetic) for a float expression of sizes, as Python computes it
+    (``s ** 0.5``, ``1 / s``, ``s * 0.5``)."""
+    if e.is_integer:
+        return f"({triton_index(e)}).to(tl.float64)"
+    if e.is_Number:
+        return repr(float(e))
+    if isinstance(e, sympy.Add):
+        return "(" + " + ".join(triton_float(a) for a in e.args) + ")"
+    if isinstance(e, sympy.Mul):
+        num = [a for a in e.args if not (a.is_Pow and a.exp.is_negative)]
+        den = [a.base ** -a.exp for a in e.args if a.is_Pow and a.exp.is_negative]
+        text = " * ".join(triton_float(a) for a in num) if num else "1.0"
+        return "(" + text + "".join(f" / {triton_float(d)}" for d in den) + ")"
+    if isinstance(e, sympy.Pow) and e.exp.is_Number:     # (``s ** 0.5``: a Float exponent)
+        if float(e.exp) == 0.5:
+            return f"tl.sqrt({triton_float(e.base)})"
+        if e.exp.is_negative:
+            return f"(1.0 / {triton_float(e.base ** -e.exp)})"
+        if e.exp.is_Integer:
+            return "(" + " * ".join([triton_float(e.base)] * int(e.exp)) + ")"
+    raise NotImplementedError(f"the symbolic float {e}")
 
 # ops that are one tl expression on every target: {0} (and {1}) the operands; in
 # UNARY_TRITON {1} is the type it computes in (``TritonTarget.op_templates``:
@@ -357,6 +390,11 @@ class TritonOpsHandler:
         return self.k.load(name, index)
 
     def constant(self, value, dtype) -> TritonValue:
+        if isinstance(value, sympy.Expr) and value.free_symbols:    # a symbolic size
+            text = f"({triton_index(value)})" if value.is_integer else triton_float(value)
+            if dtype is torch.bool:
+                return self._emit(f"({text} != 0)", dtype)
+            return self._emit(f"{text}.to({compute_type(dtype)})", dtype)
         out = self._emit(triton_constant(value, dtype), dtype)
         if not dtype.is_floating_point and dtype is not torch.bool and (
                 isinstance(value, int) or (isinstance(value, sympy.Expr) and value.is_Integer)):

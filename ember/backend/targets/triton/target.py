@@ -47,6 +47,8 @@ class TritonTarget(Target):
 
     tunes_kernels = True
     supports_cudagraphs = True
+    # kernels take the size symbols as int arguments: graphs with symbolic sizes compile once
+    takes_size_arguments = True
     # cuDNN's channels-last depthwise kernels cost seconds on their first call in a process
     keeps_depthwise_nchw = True
 
@@ -92,7 +94,8 @@ class TritonTarget(Target):
         return module_source(kernels, self.interpret)
 
     def build(self, kernels):
-        from ember.backend.targets.triton.launch import TritonLauncher, precompile
+        from ember.backend.targets.triton.launch import (SizedTritonLauncher, TritonLauncher,
+                                                         precompile)
         if not kernels:
             return {}
         source = self.full_source(kernels)
@@ -106,17 +109,24 @@ class TritonTarget(Target):
                 launchers[k.name] = choice = _matmul_choice(module, k, key, self.interpret)
                 compiled.update(choice.parts(k.name, k.args))
                 continue
-            launchers[k.name] = TritonLauncher(
-                getattr(module, k.name), k.grid, k.config, self.interpret,
-                # the interpreter's timings mean nothing: a few configs test the machinery
-                candidates=(k.candidates[:3] if self.interpret else k.candidates)
-                if self.autotune and not isinstance(k.grid, tuple) else None, rows=k.numel_x,
-                written=tuple(i for i, a in enumerate(k.args) if a in k.stored), key=key)
-            compiled[k.name] = (launchers[k.name], k.args)
+            # the interpreter's timings mean nothing: a few configs test the machinery
+            candidates = (k.candidates[:3] if self.interpret else k.candidates) \
+                if self.autotune and not isinstance(k.grid, tuple) else None
+            written = tuple(i for i, a in enumerate(k.args) if a in k.stored)
+            if k.grid is None:     # symbolic sizes: the grid is computed per call
+                launchers[k.name] = SizedTritonLauncher(
+                    getattr(module, k.name), k.config, self.interpret, candidates=candidates,
+                    written=written, key=key)
+            else:
+                launchers[k.name] = TritonLauncher(
+                    getattr(module, k.name), k.grid, k.config, self.interpret,
+                    candidates=candidates, rows=k.numel_x, written=written, key=key)
+            compiled[k.name] = (launchers[k.name], [*k.args, *k.size_args])
         if not self.interpret:    # compile every kernel now, in parallel
             dtypes = {name: dtype for k in kernels for name, dtype in k.dtypes.items()}
             precompile({name: launcher for name, (launcher, _) in compiled.items()},
                        {name: [torch.empty(1, dtype=dtypes[a], device=self.device)
+                               if a in dtypes else 2    # a size argument (int32)
                                for a in args] for name, (_, args) in compiled.items()},
                        module.__file__, fresh)
         return launchers
