@@ -329,13 +329,18 @@ def test_compile_and_reset_cycles_keep_memory_bounded(cache, monkeypatch):
     model, x = Net().eval(), torch.randn(4, 8)
     counts = []
     monkeypatch.setattr(api, "_PRUNE_AFTER", 1)
+    gc.collect()
+    # libraries that graphs compiled by earlier tests still hold (torch's own frontend keeps
+    # its compiled graphs until torch._dynamo.reset()) are not this test's
+    held_before = build.loaded_count()
     for _ in range(8):
         _run(model, x)
         ember.reset()
         gc.collect()
         counts.append((len(backend_compile.generated_sources), build.loaded_count(),
                        len(graph_module._loader.eval_cache)))
-    assert counts[-1] == counts[2] and counts[-1][0] == 0 and counts[-1][1] <= 1, counts
+    assert counts[-1] == counts[2] and counts[-1][0] == 0, counts
+    assert counts[-1][1] <= held_before + 1, (held_before, counts)
 
 
 def test_a_library_is_unloaded_when_no_kernel_uses_it(cache):
