@@ -19,13 +19,14 @@ import torch.fx
 from ember import logs
 from ember.backend import compile_stats, sizevars
 from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, IndexView, InputBuffer,
-                              IRNode, Layout, Loops, Pointwise, Reduction, ReinterpretView,
+                              IRNode, Layout, Pointwise, Reduction, ReinterpretView,
                               SizeInput, contiguous_strides, index_vars, same_strides, sym)
 from ember.backend.lowering import LOWERINGS
 from ember.backend.lowering.cost import LIBRARY_OPS, body_cost
 from ember.backend.lowering.registry import LoweringContext
 from ember.backend.lowering.views import clone_layout, storage_owner, strided_view
 from ember.backend.ops import use_handler
+from ember.fake import returns_alias
 
 aten_copy, aten_fill = torch.ops.aten.copy_.default, torch.ops.aten.fill_.Scalar
 # ops that address their first argument's storage (sizes, strides and offset traced against
@@ -265,7 +266,14 @@ class GraphLowering:
         call_kwargs = {k: self._to_memory(v) for k, v in kwargs.items()}
         val = node.meta.get("val")
         if isinstance(val, torch.Tensor):
-            return self._extern(val, node.target, call_args, call_kwargs, is_library)
+            buf = self._extern(val, node.target, call_args, call_kwargs, is_library)
+            if returns_alias(node.target) and _broadcast(buf.layout):
+                # A view of a value Ember realized densely (an expanded ``arange``): ATen's
+                # result follows the dense input, not eager's stride-0 layout, which no
+                # buffer can be copied into. Kernels read it densely (the graph is
+                # functional: a copy serves as well as the view).
+                buf.layout.stride = contiguous_strides(buf.layout.size)
+            return buf
         parent = ExternBuffer(self.new_name(), None, node.target, call_args, call_kwargs,
                               is_library)
         self.buffers.append(parent)
@@ -432,6 +440,12 @@ def _is_identity(src, dst: Buffer) -> bool:
         value = src.make_loader()(idx)
     return (isinstance(value, tuple) and value[0] == dst.name
             and sympy.simplify(value[1] - dst.layout.index(idx)) == 0)
+
+
+def _broadcast(layout: Layout) -> bool:
+    """Some dim of more than one element has stride 0 (its elements share memory)."""
+    return any(sympy.sympify(st) == 0 and not sizevars.statically_known_equals(sz, 1)
+               for sz, st in zip(layout.size, layout.stride))
 
 
 def _base_layout(t: torch.Tensor) -> Layout:

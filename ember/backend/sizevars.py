@@ -85,8 +85,16 @@ def statically_known_leq(a, b) -> bool:
     return _known_nonnegative(simplify(sympy.sympify(b) - sympy.sympify(a)))
 
 
+_NO_SIZE_REACHES = 2 ** 62
+
+
 def evaluate_min(a, b) -> sympy.Expr:
     """The smaller of two sizes, when it is known which is smaller."""
+    a, b = sympy.sympify(a), sympy.sympify(b)
+    # no tensor has 2**62 elements in a dim: ``x[:, :1]`` slices dim 0 up to 2**63 - 1
+    for big, other in ((a, b), (b, a)):
+        if big.is_Integer and big >= _NO_SIZE_REACHES and _known_nonnegative(other):
+            return other
     if statically_known_leq(a, b):
         return sympy.sympify(a)
     if statically_known_leq(b, a):

@@ -13,7 +13,7 @@ from ember.backend.ir import (Buffer, FloorDiv, IndexView, InputBuffer, Layout, 
 from ember.backend.lowering.cost import body_cost
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
-from ember.backend.sizevars import is_static, shape_env
+from ember.backend.sizevars import evaluate_min, is_static, shape_env
 from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod
 from ember.fake import storage_key
 
@@ -232,9 +232,15 @@ def _unbind(ctx, x, dim=0):
 def _slice(ctx, x, dim=0, start=None, end=None, step=1):
     size = x.get_size()
     dim %= len(size)
-    length = int(size[dim])
-    start, end, _ = slice(start, end, step).indices(length)
-    start = min(max(start, 0), length)
+    if size[dim].is_Integer:
+        length = int(size[dim])
+        start, end, _ = slice(start, end, step).indices(length)
+        start = min(max(start, 0), length)
+    elif start is None or type(start) is int and start >= 0:
+        # a symbolic length (``x[:, :k]``, ``x[1:]``): the output's size says where it ends
+        start = evaluate_min(start or 0, size[dim])
+    else:
+        raise NotImplementedError(f"slice from {start} of a dim of symbolic size {size[dim]}")
     out = ctx.size
     return IndexView(x, out, lambda idx: idx[:dim] + [idx[dim] * step + start] + idx[dim + 1:])
 
