@@ -17,6 +17,16 @@ from ember.fake import FakeTensorMode
 from ember.shapes import ShapeEnv
 
 pytestmark = pytest.mark.usefixtures("fresh_no_grad")
+
+
+@pytest.fixture(autouse=True)
+def _forget_torch_frontend_graphs():
+    """These tests compile through torch's own frontend, which keeps every compiled graph (and
+    the kernel libraries it loaded) until ``torch._dynamo.reset()``: let the next test start
+    without them. (A fixture here, not a conftest.py: tests import helpers named
+    ``conftest`` from their folders, and a second one would shadow them.)"""
+    yield
+    torch._dynamo.reset()
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 # sizes no fixed dim of the programs equals (torch's duck sizing would tie them)
