@@ -186,6 +186,36 @@ class IndexPrinter:
         return out
 
 
+def float_of_sizes(e: sympy.Expr, integer, sqrt: str, power: str | None) -> str:
+    """Code (float64 arithmetic) for a float expression of sizes, as Python computes it
+    (``s ** 0.5``, ``1 / s``, ``s * 0.5``): ``integer(expr)`` converts an integer part;
+    ``sqrt`` and ``power`` format the target's functions (``power`` None: only integer
+    exponents)."""
+    def text(e) -> str:
+        if e.is_integer:
+            return integer(e)
+        if e.is_Number:
+            return repr(float(e))
+        if isinstance(e, sympy.Add):
+            return "(" + " + ".join(text(a) for a in e.args) + ")"
+        if isinstance(e, sympy.Mul):
+            num = [a for a in e.args if not (a.is_Pow and a.exp.is_negative)]
+            den = [a.base ** -a.exp for a in e.args if a.is_Pow and a.exp.is_negative]
+            product = " * ".join(text(a) for a in num) if num else "1.0"
+            return "(" + product + "".join(f" / {text(d)}" for d in den) + ")"
+        if isinstance(e, sympy.Pow) and e.exp.is_Number:   # ``s ** 0.5``: a Float exponent
+            if float(e.exp) == 0.5:
+                return sqrt.format(text(e.base))
+            if e.exp.is_negative:
+                return f"(1.0 / {text(e.base ** -e.exp)})"
+            if e.exp.is_Integer:
+                return "(" + " * ".join([text(e.base)] * int(e.exp)) + ")"
+        if isinstance(e, sympy.Pow) and power is not None:
+            return power.format(text(e.base), text(e.exp))
+        raise NotImplementedError(f"the symbolic float {e}")
+    return text(e)
+
+
 def reduction_groups(reductions) -> dict[str, list]:
     """Accumulator name -> the reduction nodes it serves: one each, except the Welford mean
     and M2 of the same body, which share one state."""

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import sympy
 import torch
 
-from ember.backend.codegen.common import IndexPrinter, Value
+from ember.backend.codegen.common import IndexPrinter, Value, float_of_sizes
 
 if TYPE_CHECKING:
     from ember.backend.targets.cpp.kernel import CppKernel
@@ -117,26 +117,9 @@ cpp_index = CppIndexPrinter()   # C++ for an index expression (int64 arithmetic)
 
 
 def cpp_float(e) -> str:
-    """C++ (double arithmetic) for a float expression of sizes, as Python computes it
-    (``s ** 0.5``, ``1 / s``, ``s * 0.5``)."""
-    if e.is_integer:
-        return f"static_cast<double>({cpp_index(e)})"
-    if e.is_Number:
-        return repr(float(e))
-    if isinstance(e, sympy.Add):
-        return "(" + " + ".join(cpp_float(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Mul):
-        num = [a for a in e.args if not (a.is_Pow and a.exp.is_negative)]
-        den = [a.base ** -a.exp for a in e.args if a.is_Pow and a.exp.is_negative]
-        text = " * ".join(cpp_float(a) for a in num) if num else "1.0"
-        return "(" + text + "".join(f" / {cpp_float(d)}" for d in den) + ")"
-    if isinstance(e, sympy.Pow):
-        if e.exp == sympy.Rational(1, 2):
-            return f"std::sqrt({cpp_float(e.base)})"
-        if e.exp.is_negative:
-            return f"(1.0 / {cpp_float(e.base ** -e.exp)})"
-        return f"std::pow({cpp_float(e.base)}, {cpp_float(e.exp)})"
-    raise NotImplementedError(f"the symbolic float {e}")
+    """C++ (double arithmetic) for a float expression of sizes (``codegen.common``)."""
+    return float_of_sizes(e, lambda i: f"static_cast<double>({cpp_index(i)})",
+                          "std::sqrt({})", "std::pow({}, {})")
 
 
 def cpp_constant(value, dtype: torch.dtype) -> str:

@@ -27,7 +27,7 @@ import sympy
 import torch
 
 from ember import config
-from ember.backend.codegen.common import IndexPrinter, Value
+from ember.backend.codegen.common import IndexPrinter, Value, float_of_sizes
 
 TL_TYPES = {torch.float32: "tl.float32", torch.float64: "tl.float64",
             torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
@@ -69,27 +69,10 @@ triton_index = TritonIndexPrinter()
 
 
 def triton_float(e) -> str:
-    """Triton (float64 arithmetic) for a float expression of sizes, as Python computes it
-    (``s ** 0.5``, ``1 / s``, ``s * 0.5``)."""
-    if e.is_integer:
-        return f"({triton_index(e)}).to(tl.float64)"
-    if e.is_Number:
-        return repr(float(e))
-    if isinstance(e, sympy.Add):
-        return "(" + " + ".join(triton_float(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Mul):
-        num = [a for a in e.args if not (a.is_Pow and a.exp.is_negative)]
-        den = [a.base ** -a.exp for a in e.args if a.is_Pow and a.exp.is_negative]
-        text = " * ".join(triton_float(a) for a in num) if num else "1.0"
-        return "(" + text + "".join(f" / {triton_float(d)}" for d in den) + ")"
-    if isinstance(e, sympy.Pow) and e.exp.is_Number:     # (``s ** 0.5``: a Float exponent)
-        if float(e.exp) == 0.5:
-            return f"tl.sqrt({triton_float(e.base)})"
-        if e.exp.is_negative:
-            return f"(1.0 / {triton_float(e.base ** -e.exp)})"
-        if e.exp.is_Integer:
-            return "(" + " * ".join([triton_float(e.base)] * int(e.exp)) + ")"
-    raise NotImplementedError(f"the symbolic float {e}")
+    """Triton (float64 arithmetic) for a float expression of sizes (``codegen.common``)."""
+    return float_of_sizes(e, lambda i: f"({triton_index(i)}).to(tl.float64)", "tl.sqrt({})",
+                          None)
+
 
 # ops that are one tl expression on every target: {0} (and {1}) the operands; in
 # UNARY_TRITON {1} is the type it computes in (``TritonTarget.op_templates``:
