@@ -34,6 +34,7 @@ import weakref
 from typing import Any, Callable
 
 import torch
+from torch.nn.modules.lazy import LazyModuleMixin
 
 from ember import config, logs, metrics
 from ember.backend.options import check_mode_and_options, resolve_options
@@ -330,6 +331,11 @@ class OptimizedModule(torch.nn.Module):
             # nn.Module.__call__ calls self._call_impl: the class's (or instance's) own runs,
             # compiled (its super()._call_impl runs the hooks and forward in its graph)
             return self._compiled_forward._callees.call(orig._call_impl, *args, **kwargs)
+        if isinstance(orig, LazyModuleMixin) and orig.has_uninitialized_params():
+            # its initialising pre-hook, run by nn.Module.__call__ on this wrapper (whose hooks
+            # are the module's), would turn the wrapper into the class the module becomes:
+            # initialise the module itself first, as its own first call would
+            orig._infer_parameters(orig, args, kwargs)
         return _MODULE_CALL(self, *args, **kwargs)
 
     def forward(self, *args, **kwargs):

@@ -157,3 +157,19 @@ def test_graph_break_while_walking_the_tree(pattern):
         torch.testing.assert_close(compiled(x), m(x))
     if pattern == "loop":    # the loop's resume functions are compiled too
         assert metrics.counters["frontend"]["frames_eager"] == eager_frames
+
+
+@pytest.mark.parametrize("backend", ["eager", "ember"])
+def test_a_compiled_lazy_module_initialises_itself_not_the_wrapper(backend):
+    # nn.Module.__call__ on the wrapper runs the module's hooks; the lazy one used to turn the
+    # wrapper into a Linear ("'Linear' object has no attribute '_forward_hooks'")
+    lazy, ref = torch.nn.LazyLinear(4), torch.nn.LazyLinear(4)
+    compiled = ember.compile(lazy, backend=backend)
+    x = torch.randn(2, 3)
+    torch.manual_seed(3)
+    got = compiled(x)
+    torch.manual_seed(3)
+    torch.testing.assert_close(got, ref(x))
+    torch.testing.assert_close(compiled(x * 2), ref(x * 2))
+    assert type(lazy) is torch.nn.Linear and type(compiled) is not torch.nn.Linear
+    assert compiled.weight is lazy.weight
