@@ -96,6 +96,27 @@ def _fake_meta(node: torch.fx.Node):
     return None
 
 
+def _frontend_range(value: torch.SymInt, expr: sympy.Symbol) -> tuple[int | None, int | None]:
+    """The bounds the frontend knows for a size symbol (``mark_dynamic(min=, max=)``): from
+    Ember's ShapeEnv or torch's; None where unbounded or unknown. They reach the backend's
+    symbol, so a choice may rest on them (a reduction whose length the range bounds)."""
+    node = value.node
+    try:
+        if hasattr(node, "env"):                      # Ember's SymNode
+            bounds = node.env.range_of(expr)
+        else:                                         # torch's, over its ShapeEnv
+            bounds = node.shape_env.var_to_range.get(expr)
+    except AttributeError:
+        return None, None
+    if bounds is None:
+        return None, None
+
+    def finite(v):
+        v = sympy.sympify(v)
+        return int(v) if v.is_Integer else None
+    return finite(bounds.lower), finite(bounds.upper)
+
+
 def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list):
     """(env, fake mode, the fakes and SymInts to trace with, the symbol of each size
     placeholder by position)."""
@@ -123,7 +144,8 @@ def symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: list):
                 raise NotImplementedError(f"size input #{i} ({expr}) has no hint")
             if int(hint) < 0:      # an int input that is not a size: symbols are sizes
                 raise NotImplementedError(f"int input #{i} ({expr}) is negative")
-            new = env.create_symbol(int(hint), f"a[{i}]", duck=False)
+            low, high = _frontend_range(value, expr)
+            new = env.create_symbol(int(hint), f"a[{i}]", duck=False, min=low, max=high)
             mapping[expr] = new
             size_symbols[i] = new
     fakes = []

@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import ember
 from ember import config, logs
 from ember.backend import compile_stats, pipeline
 from ember.backend_registry import ember_backend
@@ -444,3 +445,33 @@ def test_backend_called_with_some_options_only():
     x = torch.randn(6, 3)
     torch.testing.assert_close(compiled(6, x), (x * 6,))
     assert compile_stats.symbolic_compiles == 1
+
+
+@pytest.mark.parametrize("frontend", ["ember", "torch"])
+def test_marked_ranges_reach_the_backend(frontend, monkeypatch):
+    """``mark_dynamic(min=, max=)`` bounds the backend's symbol too (a choice may rest on
+    them: a reduction whose length the range bounds keeps its rows in registers)."""
+    from ember.backend import symbolic
+    _reset()
+    ranges = []
+    original = symbolic.symbolic_inputs
+
+    def spy(gm, example_inputs):
+        result = original(gm, example_inputs)
+        ranges.append([result[0].range_of(s) for s in result[0].symbols])
+        return result
+    monkeypatch.setattr(symbolic, "symbolic_inputs", spy)
+
+    def fn(x):
+        return torch.softmax(x, -1)
+    if frontend == "ember":
+        compiled, mark = ember.compile(fn, dynamic=False), ember.mark_dynamic
+    else:
+        compiled, mark = torch.compile(fn, backend="ember"), torch._dynamo.mark_dynamic
+    for n in (8, 40, 64):
+        x = torch.randn(3, n)
+        mark(x, 1, min=4, max=64)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
+    ((bounds,),) = ranges
+    assert (int(bounds.lower), int(bounds.upper)) == (4, 64)
