@@ -8,21 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import ember
 from ember import config
-from ember.backend import compile_stats
 from ember.backend.targets import CpuPolicy, target_for
 from ember.testing import run_and_get_code
 
-pytestmark = pytest.mark.usefixtures("cpu_backend")
-
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    ember.reset()
-    compile_stats.reset()
-    with config.patch(suppress_errors=False), torch.no_grad():
-        yield
+pytestmark = pytest.mark.usefixtures("cpu_backend", "fresh_no_grad")
 
 
 @pytest.fixture
