@@ -3,7 +3,7 @@ kernels of each (issue 34's profiles of the models Ember trails torch.compile on
 
     PYTHONPATH=. python3 benchmarks/profile_models.py vgg16_bn,MistralForCausalLM \\
         [--layout auto[,channels_last]] [--no-torch-compile] [--eager] [--rows 12] \\
-        [--dtype bfloat16] [--mode reduce-overhead] [--compile-budget 150] [--out FILE]
+        [--dtype bfloat16] [--mode reduce-overhead] [--dynamic] [--compile-budget 150] [--out FILE]
 
 Models come from the bench zoo (``ember/bench/zoo/``) at their default CUDA batch, in
 bfloat16 as the GPU library runs measure them (``--dtype float32``: the zoo's own dtype),
@@ -88,6 +88,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="profile torch.compile (default mode) too (default: on)")
     parser.add_argument("--eager", action="store_true", help="profile eager's kernels too")
     parser.add_argument("--mode", default=None, help="Ember's mode (default: its default)")
+    parser.add_argument("--dynamic", action="store_true",
+                        help="one more Ember variant per layout, compiled with dynamic=True "
+                             "(every size symbolic: issue 31's dynamic against static kernels)")
     parser.add_argument("--rows", type=int, default=12, help="top kernels shown per variant")
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(zoo.DTYPES))
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
@@ -108,8 +111,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def ember_label(layout: str, args: argparse.Namespace) -> str:
-    return "ember" if len(args.layouts) == 1 else f"ember ({layout})"
+def ember_variants(args: argparse.Namespace) -> list[tuple[str, bool]]:
+    """(layout, dynamic) of each Ember variant, in the order they run."""
+    return [(layout, dynamic) for layout in args.layouts
+            for dynamic in ((False, True) if args.dynamic else (False,))]
+
+
+def ember_label(layout: str, dynamic: bool, args: argparse.Namespace) -> str:
+    label = "ember" if len(args.layouts) == 1 else f"ember ({layout})"
+    return f"{label} dynamic" if dynamic else label
 
 
 def profile_model(name: str, args: argparse.Namespace) -> ModelResult:
@@ -148,14 +158,14 @@ def _profile_variants(model, inputs, device, args, result: ModelResult) -> None:
     eager.compile_s = time.perf_counter() - start
     _measure(eager, model, inputs, device, args, reference, with_kernels=args.eager)
 
-    for layout in args.layouts:
-        variant = Variant(ember_label(layout, args))
+    for layout, dynamic in ember_variants(args):
+        variant = Variant(ember_label(layout, dynamic, args))
         result.variants.append(variant)
         ember.reset()
         compile_stats.reset()
         try:
             with config.patch(layout_optimization=layout):
-                compiled = ember.compile(model, mode=args.mode)
+                compiled = ember.compile(model, mode=args.mode, dynamic=dynamic or None)
                 _first_call(variant, compiled, inputs, device, args)
                 _measure(variant, compiled, inputs, device, args, reference)
                 result.notes.append(
@@ -296,7 +306,7 @@ def header(args: argparse.Namespace) -> str:
 
 
 def summary_table(results: list[ModelResult], args: argparse.Namespace) -> str:
-    embers = [ember_label(layout, args) for layout in args.layouts]
+    embers = [ember_label(layout, dynamic, args) for layout, dynamic in ember_variants(args)]
     compiled = embers + ["torch.compile"] * args.torch_compile
     cols = (["model", "inputs", "eager ms"] + [f"{v} ms" for v in compiled]
             + [f"{v} vs eager" for v in compiled]

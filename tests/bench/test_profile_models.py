@@ -64,5 +64,9 @@ def test_layouts_are_checked_and_each_gets_an_ember_column(profiler):
         profiler.parse_args(["mlp", "--layout", "auto,sideways"])
     args = profiler.parse_args(["mlp", "--layout", "auto,channels_last"])
     assert args.torch_compile     # on unless --no-torch-compile
-    assert [profiler.ember_label(layout, args) for layout in args.layouts] == [
+    assert [profiler.ember_label(layout, dynamic, args)
+            for layout, dynamic in profiler.ember_variants(args)] == [
         "ember (auto)", "ember (channels_last)"]
+    args = profiler.parse_args(["mlp", "--dynamic"])
+    assert [profiler.ember_label(layout, dynamic, args)
+            for layout, dynamic in profiler.ember_variants(args)] == ["ember", "ember dynamic"]
