@@ -13,7 +13,8 @@ from ember.backend.ir import (Buffer, FloorDiv, IndexView, InputBuffer, Layout, 
 from ember.backend.lowering.cost import body_cost
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
-from ember.backend.sizevars import evaluate_min, is_static, shape_env
+from ember.backend.sizevars import (evaluate_min, is_static, shape_env, size_hint,
+                                    statically_known_equals)
 from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod
 from ember.fake import storage_key
 
@@ -163,19 +164,21 @@ def _split_dims(ctx, x):
     broadcast it: swin's relative-position bias, a gather viewed [49, 49, heads] and added
     to every window's scores, took 8 ms a call recomputed per window, scalar)."""
     in_size, out = x.get_size(), ctx.size
-    if not all(isinstance(s, (int, sympy.Integer)) and s > 0 for s in [*in_size, *out]):
+    # symbolic sizes split the same way when the products are equal as expressions
+    # ([s0 * s1, C] viewed [s0, s1, C]): that holds at every size, so no guard is needed
+    if not all(size_hint(s) > 0 for s in [*in_size, *out]):
         return None
-    ins, outs = [int(s) for s in in_size], [int(s) for s in out]
     groups, j = [], 0
-    for size in ins:
-        start, prod = j, 1
-        while prod < size and j < len(outs):
-            prod *= outs[j]
+    for size in in_size:
+        start, prod = j, sympy.Integer(1)
+        while (not statically_known_equals(prod, size) and j < len(out)
+               and size_hint(prod) < size_hint(size)):
+            prod *= out[j]
             j += 1
-        if prod != size:
+        if not statically_known_equals(prod, size):
             return None
         groups.append((start, j))
-    if any(s != 1 for s in outs[j:]):
+    if any(s != 1 for s in out[j:]):
         return None
     cost = body_cost(x)      # runs the body: only for views the shapes allow
     if cost.indirect or cost.loads > _SPLIT_MAX_LOADS or cost.ops > _SPLIT_MAX_OPS:
@@ -187,7 +190,7 @@ def _split_dims(ctx, x):
             acc, scale = sympy.Integer(0), 1
             for d in range(end - 1, start - 1, -1):
                 acc += idx[d] * scale
-                scale *= outs[d]
+                scale *= out[d]
             full.append(acc)
         return full
     return IndexView(x, out, reindex)
