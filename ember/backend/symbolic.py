@@ -25,8 +25,9 @@ How
   ``s0, s1, ...``, never the hints) and holds the guards with the wrapper and kernels.
 * **Not in this path yet** (the static pipeline's torch-level passes, which read static
   shapes): the layout pass (channels-last convolutions), dropping dead convolution taps,
-  and the attention-mask pass. Code generation choices that depend on a size's value for
-  correctness stay static-only (``sizevars``); the others use the hints.
+  and the attention-mask pass's causal and evaluated masks (masks uniform at every size
+  are dropped: ``passes/attention_masks.py``). Code generation choices that depend on a
+  size's value for correctness stay static-only (``sizevars``); the others use the hints.
 * **Training graphs** (inputs that require grad): the joint graph is traced on the same
   fakes, partitioned (costs at the hints), and both halves compiled symbolically; the
   backward takes the size inputs' values after its tangents (``ember.aot.training``).
@@ -208,6 +209,7 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: di
 def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: dict,
                       per_size: Callable) -> Callable:
     from ember.aot import enables_grad, may_record_grad, trace_to_aten
+    from ember.backend.passes.attention_masks import simplify_constant_masks
     from ember.backend.pipeline import generate, instantiate
     from ember.decomp import core_decompositions
     start = time.perf_counter()
@@ -232,6 +234,9 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
     items = {i: example_inputs[i].item() for i in item_inputs(gm)}
     if items:
         gm = specialize_graph(gm, {}, items, keep_meta=True)
+    # masks uniform at every size (BERT's, built from ones) dropped before the trace, so
+    # attention picks the fused kernel the static program gets
+    simplify_constant_masks(gm, example_inputs, symbolic=True)
     env, mode, fakes, size_symbols = symbolic_inputs(gm, example_inputs)
 
     def generate_aten(g: torch.fx.GraphModule):

@@ -9,8 +9,18 @@ once, at compile time; when it masks nothing the call loses it, and when it is e
 causal (lower-triangular) mask the call gets ``is_causal=True`` instead, which is what eager
 runs. Shapes are static, so a value read only for its shape, dtype or device (``ones_like(x)``,
 ``x.size()``) counts as a constant.
+
+With symbolic sizes (one program for every size) a mask computed at one size proves nothing
+about the others. There a mask is dropped only when it is *uniform*, every element one value
+at every size, by construction: made by ``ones``/``zeros``/``full``, then only viewed,
+expanded, cast or combined elementwise with other uniform values or Python numbers
+(HuggingFace BERT's ``1.0 - ones(b, s)[:, None, None, :].expand(b, 1, s, s)``, filled with
+the dtype's min where true). Each such op is run on a one-element stand-in of its input, so
+dtype promotion is eager's. Causal masks stay in symbolic programs.
 """
 from __future__ import annotations
+
+import operator
 
 import torch
 import torch.fx
@@ -26,13 +36,15 @@ _META_METHODS = {"size", "dim", "new_ones", "new_zeros", "new_full", "new_tensor
 _META_ATTRS = {"shape", "dtype", "device", "ndim"}
 
 
-def simplify_constant_masks(gm: torch.fx.GraphModule, example_inputs: list) -> int:
+def simplify_constant_masks(gm: torch.fx.GraphModule, example_inputs: list,
+                            symbolic: bool = False) -> int:
     """Rewrite the attention calls of ``gm`` whose constant mask masks nothing or is causal;
-    return how many were rewritten."""
+    return how many were rewritten. ``symbolic``: ``gm`` serves every size; only masks
+    uniform at every size are dropped (module docstring)."""
     calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is _SDPA]
     if not calls:
         return 0
-    constant = _constant_nodes(gm)
+    constant = _constant_nodes(gm, symbolic)
     values: dict[torch.fx.Node, object] = {}
     rewritten = 0
     for node in calls:
@@ -46,13 +58,16 @@ def simplify_constant_masks(gm: torch.fx.GraphModule, example_inputs: list) -> i
         k_val = key.meta.get("val") if isinstance(key, torch.fx.Node) else None
         if not isinstance(q_val, torch.Tensor) or not isinstance(k_val, torch.Tensor):
             continue
-        try:
-            value = _evaluate(gm, mask, example_inputs, values)
-        except Exception as e:     # a constant we cannot compute here stays in the graph
-            logs.log("perf_hints", "attention mask %s not evaluated at compile time (%s: %s)",
-                     mask.name, type(e).__name__, e)
-            continue
-        kind = _classify(value, int(q_val.shape[-2]), int(k_val.shape[-2]))
+        if symbolic:
+            kind = _classify_uniform(_uniform_value(mask, values))
+        else:
+            try:
+                value = _evaluate(gm, mask, example_inputs, values)
+            except Exception as e:     # a constant we cannot compute here stays in the graph
+                logs.log("perf_hints", "attention mask %s not evaluated at compile time "
+                         "(%s: %s)", mask.name, type(e).__name__, e)
+                continue
+            kind = _classify(value, int(q_val.shape[-2]), int(k_val.shape[-2]))
         if kind is None:
             continue
         params["attn_mask"] = None
@@ -74,11 +89,15 @@ def _bind(node: torch.fx.Node) -> dict:
     return params
 
 
-def _constant_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
-    """Nodes whose values follow from the graph's static shapes alone."""
+def _constant_nodes(gm: torch.fx.GraphModule, symbolic: bool = False) -> set[torch.fx.Node]:
+    """Nodes whose values follow from the graph's shapes alone (``symbolic``: the size
+    inputs, ``s0, s1, ...``, count as shapes)."""
     from ember.frontend.output_graph import is_effectful
     constant: set[torch.fx.Node] = set()
     for node in gm.graph.nodes:
+        if symbolic and node.op == "placeholder" and isinstance(
+                node.meta.get("val", node.meta.get("example_value")), (int, torch.SymInt)):
+            constant.add(node)
         if node.op not in ("call_function", "call_method") or is_effectful(node):
             continue
         inputs = list(node.all_input_nodes)
@@ -164,8 +183,107 @@ def _classify(mask, q_len: int, kv_len: int) -> str | None:
     return "causal" if bool((keep == causal).all()) else None
 
 
+# ops after which a uniform input is still uniform, at every size: views and copies, whose
+# elements are the input's elements, and elementwise ops (casts included)
+_SHAPE_METHODS = frozenset({"expand", "expand_as", "view", "reshape", "unsqueeze", "squeeze",
+                            "contiguous", "clone", "permute", "transpose", "flatten", "detach",
+                            "repeat", "broadcast_to"})
+_SHAPE_FUNCTIONS = frozenset({torch.reshape, torch.unsqueeze, torch.squeeze, torch.permute,
+                              torch.transpose, torch.flatten, torch.broadcast_to, torch.clone,
+                              torch.detach})
+_ELEMENTWISE_METHODS = frozenset({
+    "to", "float", "double", "half", "bfloat16", "bool", "int", "long", "masked_fill",
+    "add", "sub", "mul", "div", "neg", "eq", "ne", "lt", "le", "gt", "ge", "logical_not",
+    "bitwise_not", "__rsub__", "__radd__", "__rmul__", "__rtruediv__"})
+_ELEMENTWISE_FUNCTIONS = frozenset({
+    operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.invert,
+    operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge, operator.and_,
+    operator.or_, torch.add, torch.sub, torch.rsub, torch.mul, torch.div, torch.neg, torch.eq,
+    torch.ne, torch.lt, torch.le, torch.gt, torch.ge, torch.where, torch.masked_fill,
+    torch.logical_not, torch.logical_and, torch.logical_or, torch.bitwise_not})
+_FILL_VALUES = {torch.ones: 1, torch.zeros: 0, torch.ones_like: 1, torch.zeros_like: 0,
+                "new_ones": 1, "new_zeros": 0}
+
+
+def _uniform_value(node: torch.fx.Node, stand_ins: dict) -> torch.Tensor | None:
+    """A one-element tensor holding every element of ``node``'s value, at every size, and
+    of its dtype; None where that is not shown."""
+    if node in stand_ins:
+        return stand_ins[node]
+    result = None
+    try:
+        result = _uniform_of(node, stand_ins)
+    except Exception:     # an op the stand-in cannot run: not shown uniform
+        result = None
+    val = node.meta.get("val")
+    if result is not None and (not isinstance(val, torch.Tensor) or val.dtype != result.dtype):
+        result = None
+    stand_ins[node] = result
+    return result
+
+
+def _uniform_of(node: torch.fx.Node, stand_ins: dict) -> torch.Tensor | None:
+    val = node.meta.get("val")
+    key = node.target if node.op in ("call_function", "call_method") else None
+    if key is None or not isinstance(val, torch.Tensor):
+        return None
+    if key in _FILL_VALUES or key in (torch.full, torch.full_like, "new_full"):
+        fill = _FILL_VALUES.get(key)
+        if fill is None:
+            fill = node.args[1] if len(node.args) > 1 else node.kwargs.get("fill_value")
+        if not isinstance(fill, (bool, int, float)):
+            return None
+        return torch.full((1,), fill, dtype=val.dtype)
+    if not node.args:
+        return None
+    if not isinstance(node.args[0], torch.fx.Node):
+        pass         # ``1.0 - mask``: elementwise at most
+    elif key in _SHAPE_METHODS if node.op == "call_method" else key in _SHAPE_FUNCTIONS:
+        return _uniform_value(node.args[0], stand_ins)
+    elif key is operator.getitem:       # slices and new axes only: they never raise
+        index = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
+        if not all(i is None or i is Ellipsis or (isinstance(i, slice) and not any(
+                isinstance(p, torch.fx.Node) for p in (i.start, i.stop, i.step)))
+                for i in index):
+            return None
+        return _uniform_value(node.args[0], stand_ins)
+    if key not in (_ELEMENTWISE_METHODS if node.op == "call_method" else
+                   _ELEMENTWISE_FUNCTIONS):
+        return None
+
+    def stand_in(a):
+        if isinstance(a, torch.fx.Node):
+            u = _uniform_value(a, stand_ins)
+            if u is None:
+                raise LookupError(a.name)
+            return u
+        if isinstance(a, torch.device):
+            return torch.device("cpu")
+        if isinstance(a, (bool, int, float, torch.dtype, type(None))):
+            return a
+        raise TypeError(f"argument {a!r}")
+    args = [stand_in(a) for a in node.args]
+    kwargs = {k: stand_in(v) for k, v in node.kwargs.items()}
+    if "device" in kwargs:
+        kwargs["device"] = torch.device("cpu")
+    out = getattr(args[0], key)(*args[1:], **kwargs) if node.op == "call_method" else \
+        key(*args, **kwargs)
+    return out if isinstance(out, torch.Tensor) and out.numel() == 1 else None
+
+
+def _classify_uniform(value: torch.Tensor | None) -> str | None:
+    """"none" when a uniform mask keeps every position (True, or an additive 0)."""
+    if value is None:
+        return None
+    if value.dtype is torch.bool:
+        return "none" if bool(value.item()) else None
+    if value.is_floating_point() and value.item() == 0:
+        return "none"
+    return None
+
+
 def _remove_unused(graph: torch.fx.Graph, candidates: set[torch.fx.Node]) -> None:
     for node in reversed(list(graph.nodes)):
-        if node in candidates and not node.users:
+        if node in candidates and not node.users and node.op != "placeholder":
             graph.erase_node(node)
 

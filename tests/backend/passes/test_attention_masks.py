@@ -139,3 +139,65 @@ def test_ember_backend_end_to_end(cpu_backend, ember_log):
         expected = model(x)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     assert "its constant mask is causal" in ember_log.text
+
+
+def hf_bert_padding_mask(q, k, v):
+    # HuggingFace BERT's mask while traced, for inputs without an attention mask: ones,
+    # expanded to [b, 1, s, s], inverted, and filled with the dtype's min where true
+    b, _, s, _ = q.shape
+    mask = torch.ones((b, s), device=q.device)
+    expanded = mask[:, None, None, :].expand(b, 1, s, s).to(q.dtype)
+    inverted = 1.0 - expanded
+    bias = inverted.masked_fill(inverted.to(torch.bool), torch.finfo(q.dtype).min)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+
+
+def ones_bool_mask(q, k, v):
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=q.new_ones(q.shape[-2], k.shape[-2], dtype=torch.bool))
+
+
+def half_ones_mask(q, k, v):
+    # uniform but not neutral: an additive 0.5 everywhere is a bias SDPA must still add
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=torch.full((q.shape[-2], k.shape[-2]), 0.5))
+
+
+def length_dependent_mask(q, k, v):
+    # True at every size below 6 and not beyond: a mask that is not uniform by construction
+    s = q.shape[-2]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=(torch.arange(s) < 6).expand(s, s))
+
+
+def _symbolic_rewrites(fn, sizes):
+    """Compile ``fn`` once with symbolic sizes; return the rewrites of its one symbolic
+    compile and check the results at each length against eager."""
+    from ember.backend import compile_stats
+    ember.reset()
+    compile_stats.reset()
+    seen = []
+    import ember.backend.passes.attention_masks as masks
+    original = masks.simplify_constant_masks
+
+    def spy(gm, inputs, symbolic=False):
+        count = original(gm, inputs, symbolic)
+        seen.append((symbolic, count))
+        return count
+    compiled = ember.compile(fn, dynamic=True)
+    masks.simplify_constant_masks = spy
+    try:
+        for s in sizes:
+            q, k, v = (torch.randn(2, 3, s, D, generator=torch.Generator().manual_seed(i))
+                       for i in range(3))
+            torch.testing.assert_close(compiled(q, k, v), fn(q, k, v), rtol=1e-5, atol=1e-5)
+    finally:
+        masks.simplify_constant_masks = original
+    assert compile_stats.symbolic_compiles == 1 and compile_stats.size_specializations == 0
+    return [count for symbolic, count in seen if symbolic]
+
+
+@pytest.mark.parametrize("fn,rewrites", [(hf_bert_padding_mask, 1), (ones_bool_mask, 1),
+                                         (half_ones_mask, 0), (length_dependent_mask, 0)])
+def test_symbolic_sizes_drop_only_masks_uniform_at_every_size(fn, rewrites):
+    with torch.no_grad():
+        assert _symbolic_rewrites(fn, (4, 9, 7)) == [rewrites]
