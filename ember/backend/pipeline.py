@@ -206,7 +206,7 @@ def build_kernels(c: Compilation) -> None:
     if c.result is None:
         logs.log("output_code", "compiled %d-node graph in %.3f s", len(c.gm.graph.nodes),
                  time.perf_counter() - c.start)
-        _log_stage_times(c.gm, c.stages_before, time.perf_counter() - c.start)
+        log_stage_times(c.gm, c.stages_before, time.perf_counter() - c.start)
 
 
 def store_in_graph_cache(c: Compilation) -> None:
@@ -258,13 +258,15 @@ STAGES = [
 ]
 
 
-def _log_stage_times(gm: torch.fx.GraphModule, before: dict, total: float) -> None:
+def log_stage_times(gm: torch.fx.GraphModule, before: dict, total: float,
+                    how: str = "") -> None:
+    """``EMBER_LOGS=compile_time``: the seconds of each stage since ``before``."""
     if logs.enabled("compile_time"):
         stages = ", ".join(f"{stage} {seconds - before.get(stage, 0.0):.2f} s"
                            for stage, seconds in compile_stats.compile_seconds.items()
                            if seconds - before.get(stage, 0.0) >= 0.005)
-        logs.log("compile_time", "%d-node graph compiled in %.2f s: %s", len(gm.graph.nodes),
-                 total, stages)
+        logs.log("compile_time", "%d-node graph compiled %sin %.2f s: %s", len(gm.graph.nodes),
+                 how, total, stages)
 
 
 def _compile_training(gm: torch.fx.GraphModule, example_inputs: list, target: Target,

@@ -213,6 +213,7 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
     from ember.backend.pipeline import generate, instantiate
     from ember.decomp import core_decompositions
     start = time.perf_counter()
+    stages_before = dict(compile_stats.compile_seconds)
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
     device = kernel_device(tensors)
     target = target_for(device, options["cpu_backend"], debug=options["debug"],
@@ -284,6 +285,8 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
             graph_cache.store(cache_key, artifact)
     check = eval(f"lambda a: {text}", {**_guard_globals(),
                                        **{f"_item{i}": v for i, v in items.items()}})
+    from ember.backend.pipeline import log_stage_times
+    log_stage_times(gm, stages_before, time.perf_counter() - start, "with symbolic sizes ")
     logs.log("output_code", "compiled %d-node graph with symbolic sizes %s in %.3f s; "
              "guards: %s", len(gm.graph.nodes),
              ", ".join(f"{s}=a[{i}]" for i, s in size_symbols.items()),

@@ -20,6 +20,7 @@ dtype promotion is eager's. Causal masks stay in symbolic programs.
 """
 from __future__ import annotations
 
+import dataclasses
 import operator
 
 import torch
@@ -205,9 +206,17 @@ _FILL_VALUES = {torch.ones: 1, torch.zeros: 0, torch.ones_like: 1, torch.zeros_l
                 "new_ones": 1, "new_zeros": 0}
 
 
-def _uniform_value(node: torch.fx.Node, stand_ins: dict) -> torch.Tensor | None:
+@dataclasses.dataclass(frozen=True)
+class _Bounds:
+    """An integer tensor whose every element lies in [lo, hi] at every size (hi None:
+    no bound): ``arange(s)`` is [0, None], so ``arange(s) >= 0`` is True everywhere."""
+    lo: int
+    hi: int | None
+
+
+def _uniform_value(node: torch.fx.Node, stand_ins: dict) -> torch.Tensor | _Bounds | None:
     """A one-element tensor holding every element of ``node``'s value, at every size, and
-    of its dtype; None where that is not shown."""
+    of its dtype (or the bounds of an integer value); None where that is not shown."""
     if node in stand_ins:
         return stand_ins[node]
     result = None
@@ -216,7 +225,11 @@ def _uniform_value(node: torch.fx.Node, stand_ins: dict) -> torch.Tensor | None:
     except Exception:     # an op the stand-in cannot run: not shown uniform
         result = None
     val = node.meta.get("val")
-    if result is not None and (not isinstance(val, torch.Tensor) or val.dtype != result.dtype):
+    if not isinstance(val, torch.Tensor) or (
+            isinstance(result, torch.Tensor) and val.dtype != result.dtype) or (
+            isinstance(result, _Bounds) and (val.dtype.is_floating_point or
+                                             val.dtype in (torch.bool, torch.uint8) or
+                                             val.dtype.is_complex)):
         result = None
     stand_ins[node] = result
     return result
@@ -234,6 +247,10 @@ def _uniform_of(node: torch.fx.Node, stand_ins: dict) -> torch.Tensor | None:
         if not isinstance(fill, (bool, int, float)):
             return None
         return torch.full((1,), fill, dtype=val.dtype)
+    if key is torch.arange:
+        start, step = _arange_start_step(node)
+        return _Bounds(start, None) if isinstance(start, int) and isinstance(step, int) \
+            and step > 0 else None
     if not node.args:
         return None
     if not isinstance(node.args[0], torch.fx.Node):
@@ -250,6 +267,10 @@ def _uniform_of(node: torch.fx.Node, stand_ins: dict) -> torch.Tensor | None:
     if key not in (_ELEMENTWISE_METHODS if node.op == "call_method" else
                    _ELEMENTWISE_FUNCTIONS):
         return None
+
+    bounds = _bounds_op(key, node, stand_ins)
+    if bounds is not NotImplemented:
+        return bounds
 
     def stand_in(a):
         if isinstance(a, torch.fx.Node):
@@ -271,9 +292,50 @@ def _uniform_of(node: torch.fx.Node, stand_ins: dict) -> torch.Tensor | None:
     return out if isinstance(out, torch.Tensor) and out.numel() == 1 else None
 
 
-def _classify_uniform(value: torch.Tensor | None) -> str | None:
+def _arange_start_step(node: torch.fx.Node) -> tuple[object, object]:
+    args = list(node.args)
+    if len(args) == 1:
+        return node.kwargs.get("start", 0), node.kwargs.get("step", 1)
+    return args[0], args[2] if len(args) > 2 else node.kwargs.get("step", 1)
+
+
+_SHIFTS = {operator.add: 1, torch.add: 1, "add": 1, operator.sub: -1, torch.sub: -1, "sub": -1}
+_COMPARISONS = {operator.ge: operator.ge, torch.ge: operator.ge, "ge": operator.ge,
+                operator.gt: operator.gt, torch.gt: operator.gt, "gt": operator.gt,
+                operator.le: operator.le, torch.le: operator.le, "le": operator.le,
+                operator.lt: operator.lt, torch.lt: operator.lt, "lt": operator.lt}
+
+
+def _bounds_op(key, node: torch.fx.Node, stand_ins: dict):
+    """An op on bounded integers and a Python int: shifted bounds, or a comparison that
+    every element decides the same way (a uniform bool); None where not shown;
+    NotImplemented where no operand is bounded."""
+    if len(node.args) != 2 or node.kwargs:
+        return NotImplemented
+    a, b = (_uniform_value(x, stand_ins) if isinstance(x, torch.fx.Node) else x
+            for x in node.args)
+    if not isinstance(a, _Bounds) and not isinstance(b, _Bounds):
+        return NotImplemented
+    if not isinstance(a, _Bounds) or not isinstance(b, int) or isinstance(b, bool):
+        return None       # (``c - arange`` and bounds on both sides: not needed yet)
+    if key in _SHIFTS:
+        c = b * _SHIFTS[key]
+        return _Bounds(a.lo + c, None if a.hi is None else a.hi + c)
+    compare = _COMPARISONS.get(key)
+    if compare is None:
+        return None
+    # decided when both ends of the range give one answer (an open end: the lower one,
+    # for comparisons that stay true or false as values grow)
+    ends = [compare(a.lo, b)] + ([compare(a.hi, b)] if a.hi is not None else [])
+    grows_true = compare in (operator.ge, operator.gt)
+    if a.hi is None and ends[0] != grows_true:
+        return None       # e.g. arange(s) < 6: true below 6 only
+    return torch.tensor([ends[0]]) if len(set(ends)) == 1 else None
+
+
+def _classify_uniform(value: torch.Tensor | _Bounds | None) -> str | None:
     """"none" when a uniform mask keeps every position (True, or an additive 0)."""
-    if value is None:
+    if not isinstance(value, torch.Tensor):
         return None
     if value.dtype is torch.bool:
         return "none" if bool(value.item()) else None

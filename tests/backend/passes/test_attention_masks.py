@@ -169,6 +169,21 @@ def length_dependent_mask(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=(torch.arange(s) < 6).expand(s, s))
 
 
+def hf_arange_mask(q, k, v):
+    # transformers 5's bidirectional mask while traced: every query index compared >= 0
+    b, _, s, _ = q.shape
+    mask = ((torch.arange(s) + 0)[None, None, :, None] >= 0).expand(b, -1, s, s)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def arange_from_one_mask(q, k, v):
+    # False in the first key column at every size: a real mask
+    s = q.shape[-2]
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=(torch.arange(s)[None, :] >= 1).expand(s, s) | (
+            torch.arange(s)[:, None] == torch.arange(s)[None, :]))
+
+
 def _symbolic_rewrites(fn, sizes):
     """Compile ``fn`` once with symbolic sizes; return the rewrites of its one symbolic
     compile and check the results at each length against eager."""
@@ -197,7 +212,9 @@ def _symbolic_rewrites(fn, sizes):
 
 
 @pytest.mark.parametrize("fn,rewrites", [(hf_bert_padding_mask, 1), (ones_bool_mask, 1),
-                                         (half_ones_mask, 0), (length_dependent_mask, 0)])
+                                         (hf_arange_mask, 1), (half_ones_mask, 0),
+                                         (length_dependent_mask, 0),
+                                         (arange_from_one_mask, 0)])
 def test_symbolic_sizes_drop_only_masks_uniform_at_every_size(fn, rewrites):
     with torch.no_grad():
         assert _symbolic_rewrites(fn, (4, 9, 7)) == [rewrites]
