@@ -11,22 +11,16 @@ runs. Shapes are static, so a value read only for its shape, dtype or device (``
 ``x.size()``) counts as a constant.
 
 With symbolic sizes (one program for every size) a mask computed at one size proves nothing
-about the others. There a mask is dropped only when it is *uniform*, every element one value
-at every size, by construction: made by ``ones``/``zeros``/``full``, then only viewed,
-expanded, cast or combined elementwise with other uniform values or Python numbers
-(HuggingFace BERT's ``1.0 - ones(b, s)[:, None, None, :].expand(b, 1, s, s)``, filled with
-the dtype's min where true). Each such op is run on a one-element stand-in of its input, so
-dtype promotion is eager's. Causal masks stay in symbolic programs.
+about the others: there a mask is rewritten only where ``mask_proofs.py`` shows, from how it
+is built, that it masks nothing or is causal at every size.
 """
 from __future__ import annotations
-
-import dataclasses
-import operator
 
 import torch
 import torch.fx
 
 from ember import logs
+from ember.backend.passes.mask_proofs import classify_at_every_size
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention
 _SDPA_PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
@@ -41,7 +35,7 @@ def simplify_constant_masks(gm: torch.fx.GraphModule, example_inputs: list,
                             symbolic: bool = False) -> int:
     """Rewrite the attention calls of ``gm`` whose constant mask masks nothing or is causal;
     return how many were rewritten. ``symbolic``: ``gm`` serves every size; only masks
-    uniform at every size are dropped (module docstring)."""
+    proven of one kind at every size are rewritten (module docstring)."""
     calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is _SDPA]
     if not calls:
         return 0
@@ -60,7 +54,7 @@ def simplify_constant_masks(gm: torch.fx.GraphModule, example_inputs: list,
         if not isinstance(q_val, torch.Tensor) or not isinstance(k_val, torch.Tensor):
             continue
         if symbolic:
-            kind = _classify_uniform(_uniform_value(mask, values))
+            kind = classify_at_every_size(mask, values)
         else:
             try:
                 value = _evaluate(gm, mask, example_inputs, values)
@@ -182,166 +176,6 @@ def _classify(mask, q_len: int, kv_len: int) -> str | None:
         return None
     causal = torch.ones(q_len, kv_len, dtype=torch.bool, device=mask.device).tril()
     return "causal" if bool((keep == causal).all()) else None
-
-
-# ops after which a uniform input is still uniform, at every size: views and copies, whose
-# elements are the input's elements, and elementwise ops (casts included)
-_SHAPE_METHODS = frozenset({"expand", "expand_as", "view", "reshape", "unsqueeze", "squeeze",
-                            "contiguous", "clone", "permute", "transpose", "flatten", "detach",
-                            "repeat", "broadcast_to"})
-_SHAPE_FUNCTIONS = frozenset({torch.reshape, torch.unsqueeze, torch.squeeze, torch.permute,
-                              torch.transpose, torch.flatten, torch.broadcast_to, torch.clone,
-                              torch.detach})
-_ELEMENTWISE_METHODS = frozenset({
-    "to", "float", "double", "half", "bfloat16", "bool", "int", "long", "masked_fill",
-    "add", "sub", "mul", "div", "neg", "eq", "ne", "lt", "le", "gt", "ge", "logical_not",
-    "bitwise_not", "__rsub__", "__radd__", "__rmul__", "__rtruediv__"})
-_ELEMENTWISE_FUNCTIONS = frozenset({
-    operator.add, operator.sub, operator.mul, operator.truediv, operator.neg, operator.invert,
-    operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge, operator.and_,
-    operator.or_, torch.add, torch.sub, torch.rsub, torch.mul, torch.div, torch.neg, torch.eq,
-    torch.ne, torch.lt, torch.le, torch.gt, torch.ge, torch.where, torch.masked_fill,
-    torch.logical_not, torch.logical_and, torch.logical_or, torch.bitwise_not})
-_FILL_VALUES = {torch.ones: 1, torch.zeros: 0, torch.ones_like: 1, torch.zeros_like: 0,
-                "new_ones": 1, "new_zeros": 0}
-
-
-@dataclasses.dataclass(frozen=True)
-class _Bounds:
-    """An integer tensor whose every element lies in [lo, hi] at every size (hi None:
-    no bound): ``arange(s)`` is [0, None], so ``arange(s) >= 0`` is True everywhere."""
-    lo: int
-    hi: int | None
-
-
-def _uniform_value(node: torch.fx.Node, stand_ins: dict) -> torch.Tensor | _Bounds | None:
-    """A one-element tensor holding every element of ``node``'s value, at every size, and
-    of its dtype (or the bounds of an integer value); None where that is not shown."""
-    if node in stand_ins:
-        return stand_ins[node]
-    result = None
-    try:
-        result = _uniform_of(node, stand_ins)
-    except Exception:     # an op the stand-in cannot run: not shown uniform
-        result = None
-    val = node.meta.get("val")
-    if not isinstance(val, torch.Tensor) or (
-            isinstance(result, torch.Tensor) and val.dtype != result.dtype) or (
-            isinstance(result, _Bounds) and (val.dtype.is_floating_point or
-                                             val.dtype in (torch.bool, torch.uint8) or
-                                             val.dtype.is_complex)):
-        result = None
-    stand_ins[node] = result
-    return result
-
-
-def _uniform_of(node: torch.fx.Node, stand_ins: dict) -> torch.Tensor | None:
-    val = node.meta.get("val")
-    key = node.target if node.op in ("call_function", "call_method") else None
-    if key is None or not isinstance(val, torch.Tensor):
-        return None
-    if key in _FILL_VALUES or key in (torch.full, torch.full_like, "new_full"):
-        fill = _FILL_VALUES.get(key)
-        if fill is None:
-            fill = node.args[1] if len(node.args) > 1 else node.kwargs.get("fill_value")
-        if not isinstance(fill, (bool, int, float)):
-            return None
-        return torch.full((1,), fill, dtype=val.dtype)
-    if key is torch.arange:
-        start, step = _arange_start_step(node)
-        return _Bounds(start, None) if isinstance(start, int) and isinstance(step, int) \
-            and step > 0 else None
-    if not node.args:
-        return None
-    if not isinstance(node.args[0], torch.fx.Node):
-        pass         # ``1.0 - mask``: elementwise at most
-    elif key in _SHAPE_METHODS if node.op == "call_method" else key in _SHAPE_FUNCTIONS:
-        return _uniform_value(node.args[0], stand_ins)
-    elif key is operator.getitem:       # slices and new axes only: they never raise
-        index = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
-        if not all(i is None or i is Ellipsis or (isinstance(i, slice) and not any(
-                isinstance(p, torch.fx.Node) for p in (i.start, i.stop, i.step)))
-                for i in index):
-            return None
-        return _uniform_value(node.args[0], stand_ins)
-    if key not in (_ELEMENTWISE_METHODS if node.op == "call_method" else
-                   _ELEMENTWISE_FUNCTIONS):
-        return None
-
-    bounds = _bounds_op(key, node, stand_ins)
-    if bounds is not NotImplemented:
-        return bounds
-
-    def stand_in(a):
-        if isinstance(a, torch.fx.Node):
-            u = _uniform_value(a, stand_ins)
-            if u is None:
-                raise LookupError(a.name)
-            return u
-        if isinstance(a, torch.device):
-            return torch.device("cpu")
-        if isinstance(a, (bool, int, float, torch.dtype, type(None))):
-            return a
-        raise TypeError(f"argument {a!r}")
-    args = [stand_in(a) for a in node.args]
-    kwargs = {k: stand_in(v) for k, v in node.kwargs.items()}
-    if "device" in kwargs:
-        kwargs["device"] = torch.device("cpu")
-    out = getattr(args[0], key)(*args[1:], **kwargs) if node.op == "call_method" else \
-        key(*args, **kwargs)
-    return out if isinstance(out, torch.Tensor) and out.numel() == 1 else None
-
-
-def _arange_start_step(node: torch.fx.Node) -> tuple[object, object]:
-    args = list(node.args)
-    if len(args) == 1:
-        return node.kwargs.get("start", 0), node.kwargs.get("step", 1)
-    return args[0], args[2] if len(args) > 2 else node.kwargs.get("step", 1)
-
-
-_SHIFTS = {operator.add: 1, torch.add: 1, "add": 1, operator.sub: -1, torch.sub: -1, "sub": -1}
-_COMPARISONS = {operator.ge: operator.ge, torch.ge: operator.ge, "ge": operator.ge,
-                operator.gt: operator.gt, torch.gt: operator.gt, "gt": operator.gt,
-                operator.le: operator.le, torch.le: operator.le, "le": operator.le,
-                operator.lt: operator.lt, torch.lt: operator.lt, "lt": operator.lt}
-
-
-def _bounds_op(key, node: torch.fx.Node, stand_ins: dict):
-    """An op on bounded integers and a Python int: shifted bounds, or a comparison that
-    every element decides the same way (a uniform bool); None where not shown;
-    NotImplemented where no operand is bounded."""
-    if len(node.args) != 2 or node.kwargs:
-        return NotImplemented
-    a, b = (_uniform_value(x, stand_ins) if isinstance(x, torch.fx.Node) else x
-            for x in node.args)
-    if not isinstance(a, _Bounds) and not isinstance(b, _Bounds):
-        return NotImplemented
-    if not isinstance(a, _Bounds) or not isinstance(b, int) or isinstance(b, bool):
-        return None       # (``c - arange`` and bounds on both sides: not needed yet)
-    if key in _SHIFTS:
-        c = b * _SHIFTS[key]
-        return _Bounds(a.lo + c, None if a.hi is None else a.hi + c)
-    compare = _COMPARISONS.get(key)
-    if compare is None:
-        return None
-    # decided when both ends of the range give one answer (an open end: the lower one,
-    # for comparisons that stay true or false as values grow)
-    ends = [compare(a.lo, b)] + ([compare(a.hi, b)] if a.hi is not None else [])
-    grows_true = compare in (operator.ge, operator.gt)
-    if a.hi is None and ends[0] != grows_true:
-        return None       # e.g. arange(s) < 6: true below 6 only
-    return torch.tensor([ends[0]]) if len(set(ends)) == 1 else None
-
-
-def _classify_uniform(value: torch.Tensor | _Bounds | None) -> str | None:
-    """"none" when a uniform mask keeps every position (True, or an additive 0)."""
-    if not isinstance(value, torch.Tensor):
-        return None
-    if value.dtype is torch.bool:
-        return "none" if bool(value.item()) else None
-    if value.is_floating_point() and value.item() == 0:
-        return "none"
-    return None
 
 
 def _remove_unused(graph: torch.fx.Graph, candidates: set[torch.fx.Node]) -> None:

@@ -293,6 +293,7 @@ class Outcome:
     detail: str = ""
     fallback_ops: dict = field(default_factory=dict)
     kernels: int = 0
+    symbolic: str = ""      # frontend "torch-dynamic": "symbolic", "per-size" or ""
 
     def line(self) -> str:
         extra = f" fallbacks={self.fallback_ops}" if self.fallback_ops else ""
@@ -305,9 +306,24 @@ def _short(e: BaseException, limit: int = 400) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+FRONTENDS = ("ember", "torch", "torch-dynamic")
+
+
+def _compile(fn, counter, frontend: str):
+    """``fn`` compiled by Ember's frontend, or by torch.compile's with static sizes or with
+    every size symbolic (``dynamic=True``: the graphs Ember's backend gets carry SymInts)."""
+    if frontend == "ember":
+        return ember.compile(fn, backend=counter)
+    if frontend not in FRONTENDS:
+        raise ValueError(f"frontend must be one of {FRONTENDS}, got {frontend!r}")
+    torch.compiler.reset()
+    return torch.compile(fn, backend=counter, dynamic=frontend == "torch-dynamic")
+
+
 def run_sample(op, callable_, sample, dtype, index: int = 0, variant: str = "out-of-place",
-               backend=None, cpu_backend: str = "cpp") -> Outcome:
-    """One sample's outcome; ``backend`` replaces the "ember" backend (the harness's own tests)."""
+               backend=None, cpu_backend: str = "cpp", frontend: str = "ember") -> Outcome:
+    """One sample's outcome; ``backend`` replaces the "ember" backend (the harness's own
+    tests); ``frontend``: one of ``FRONTENDS``."""
     name = op_full_name(op)
     dname = str(dtype).replace("torch.", "")
 
@@ -339,7 +355,7 @@ def run_sample(op, callable_, sample, dtype, index: int = 0, variant: str = "out
     ember.reset()
     compile_stats.reset()
     counter = _CountingBackend(backend, cpu_backend)
-    compiled_fn = ember.compile(fn, backend=counter)
+    compiled_fn = _compile(fn, counter, frontend)
     torch.manual_seed(1234)
     try:
         actual = compiled_fn(*compiled_inputs)
@@ -352,6 +368,8 @@ def run_sample(op, callable_, sample, dtype, index: int = 0, variant: str = "out
         eager_reason = "a frame the graph broke into ran eagerly"
     fallbacks = dict(compile_stats.fallback_ops)
     kernels = compile_stats.generated_kernel_count
+    symbolic = "per-size" if compile_stats.size_specializations else \
+        "symbolic" if compile_stats.symbolic_compiles else ""
 
     tol = float_tolerance(op, dtype) if dtype.is_floating_point else None
     if dtype in HALF_TOLERANCE:   # eager rounds each op, Ember only what it stores
@@ -377,17 +395,17 @@ def run_sample(op, callable_, sample, dtype, index: int = 0, variant: str = "out
                 raise AssertionError(f"input t{i} after the call differs (mutation): {err}")
     except AssertionError as e:
         return outcome("fail", f"mismatch in `{src}`: {_short(e)}",
-                       fallback_ops=fallbacks, kernels=kernels)
+                       fallback_ops=fallbacks, kernels=kernels, symbolic=symbolic)
 
     if counter.frame_count == 0:
         if eager_reason is not None:
             return outcome("frontend-eager", str(eager_reason)[:300])
         return outcome("no-graph")
     if fallbacks:
-        return outcome("fallback", fallback_ops=fallbacks, kernels=kernels)
+        return outcome("fallback", fallback_ops=fallbacks, kernels=kernels, symbolic=symbolic)
     if kernels > 0:
-        return outcome("kernel", kernels=kernels)
-    return outcome("eager-graph", f"{counter.op_count} ops")
+        return outcome("kernel", kernels=kernels, symbolic=symbolic)
+    return outcome("eager-graph", f"{counter.op_count} ops", symbolic=symbolic)
 
 
 def _call_plainly(op, *args, **kwargs):
@@ -410,7 +428,7 @@ def without_seed_wrapper(callable_):
 
 
 def run_op(op, cpu_backend: str = "cpp", device: str = "cpu",
-           dtypes: tuple = DTYPES) -> list[Outcome]:
+           dtypes: tuple = DTYPES, frontend: str = "ember") -> list[Outcome]:
     """Every selected dtype, variant and sample of one OpInfo, on ``device``."""
     k = samples_per_op()
     name = op_full_name(op)
@@ -434,7 +452,7 @@ def run_op(op, cpu_backend: str = "cpp", device: str = "cpu",
                     if k is not None and index >= k:
                         break
                     results.append(run_sample(op, callable_, sample, dtype, index, variant,
-                                              cpu_backend=cpu_backend))
+                                              cpu_backend=cpu_backend, frontend=frontend))
                     index += 1
             except Exception as e:
                 results.append(Outcome(name, str(dtype).replace("torch.", ""), -1, variant,

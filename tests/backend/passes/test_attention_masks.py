@@ -184,6 +184,34 @@ def arange_from_one_mask(q, k, v):
             torch.arange(s)[:, None] == torch.arange(s)[None, :]))
 
 
+def causal_by_index(q, k, v):
+    s = q.shape[-2]
+    kv, qi = torch.arange(s)[None, None, None, :], torch.arange(s)[None, None, :, None]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=kv <= qi)
+
+
+def hf_gpt2_packed_causal(q, k, v):
+    # transformers 5's causal mask while traced: kv <= q, and-ed with a packed-sequence
+    # check (positions restarting mark a new sequence) through diff and cumsum
+    b, _, s, _ = q.shape
+    pos = (torch.arange(s) + 0).unsqueeze(0).expand(b, -1)
+    first = pos[:, :1] - 1
+    seq = (torch.diff(pos, prepend=first, dim=-1) != 1).cumsum(-1)
+    bi = torch.arange(b)[:, None, None, None]
+    qi = (torch.arange(s) + 0)[None, None, :, None]
+    ki = (torch.arange(s) + 0)[None, None, None, :]
+    mask = qi.new_ones((), dtype=torch.bool) & (ki <= qi)
+    mask = mask & (seq[bi, qi] == seq[bi, ki])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask.expand(b, -1, s, s))
+
+
+def causal_shifted_by_one(q, k, v):
+    # each query sees one key ahead: not SDPA's causal mask
+    s = q.shape[-2]
+    kv, qi = torch.arange(s)[None, :], torch.arange(s)[:, None]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=kv <= qi + 1)
+
+
 def _symbolic_rewrites(fn, sizes):
     """Compile ``fn`` once with symbolic sizes; return the rewrites of its one symbolic
     compile and check the results at each length against eager."""
@@ -214,7 +242,9 @@ def _symbolic_rewrites(fn, sizes):
 @pytest.mark.parametrize("fn,rewrites", [(hf_bert_padding_mask, 1), (ones_bool_mask, 1),
                                          (hf_arange_mask, 1), (half_ones_mask, 0),
                                          (length_dependent_mask, 0),
-                                         (arange_from_one_mask, 0)])
-def test_symbolic_sizes_drop_only_masks_uniform_at_every_size(fn, rewrites):
+                                         (arange_from_one_mask, 0), (causal_by_index, 1),
+                                         (hf_gpt2_packed_causal, 1),
+                                         (causal_shifted_by_one, 0)])
+def test_symbolic_sizes_rewrite_only_masks_proven_at_every_size(fn, rewrites):
     with torch.no_grad():
         assert _symbolic_rewrites(fn, (4, 9, 7)) == [rewrites]
