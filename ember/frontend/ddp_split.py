@@ -27,9 +27,11 @@ Decisions
   left; a cut that would leave it no parameter is not made.
 * **Where a cut may go.** Only where (a) every value crossing it is a tensor (not a tuple, not
   a size), (b) no node after it mutates a value made before it, other than a graph input, nor
-  a view of such a value, (c) grad mode is as at the graph's start and no autocast or
-  inference-mode block is open (each piece is compiled in the state the graph starts in). A
-  wanted cut that is not allowed moves earlier to the first place that is.
+  a view of such a value, (c) grad mode is as at the graph's start and no inference-mode
+  block is open. An autocast block open across a cut (``torch.autocast`` in the forward, or
+  around the call: the graph then starts by entering it) is exited at the end of the piece
+  before the cut and entered again at the start of the next. A wanted cut that is not
+  allowed moves earlier to the first place that is.
 * **Compiled on first call.** A piece's inputs are earlier pieces' outputs, whose real values
   (strides, ``requires_grad``) exist only when the graph runs; each piece is handed to the
   backend on its first call with the values it gets. Graph inputs are guarded by the frame,
@@ -102,10 +104,10 @@ _VIEWS = frozenset({
     "contiguous", "real", "imag", "view_as_real", "view_as_complex", "alias", "hsplit",
     "vsplit", "dsplit", "T", "mT", "H", "mH"})
 _INPLACE_NAMES = frozenset({"copy_", "__setitem__", "setitem", "set_", "resize_"})
-_GLOBAL_ENTERS = frozenset({torch.amp.autocast_mode._enter_autocast,
-                            torch.autograd.grad_mode._enter_inference_mode})
-_GLOBAL_EXITS = frozenset({torch.amp.autocast_mode._exit_autocast,
-                           torch.autograd.grad_mode._exit_inference_mode})
+_ENTER_AUTOCAST = torch.amp.autocast_mode._enter_autocast
+_EXIT_AUTOCAST = torch.amp.autocast_mode._exit_autocast
+_ENTER_INFERENCE = torch.autograd.grad_mode._enter_inference_mode
+_EXIT_INFERENCE = torch.autograd.grad_mode._exit_inference_mode
 
 
 def _name(node: torch.fx.Node) -> str:
@@ -145,20 +147,30 @@ _OPERATOR_INPLACE = frozenset(
     if n.startswith("i") and n[1:] in dir(operator) and callable(getattr(operator, n)))
 
 
-def _state_ok_before(nodes: list[torch.fx.Node], start_mode: bool) -> list[bool]:
-    """ok[i]: before node i, grad mode is as at the start and no global block is open."""
-    mode, depth, ok = start_mode, 0, []
+def _global_state(nodes: list[torch.fx.Node], start_mode: bool
+                  ) -> tuple[list[bool], list[tuple]]:
+    """Before each node i (and after the last): whether grad mode is as at the start and no
+    inference-mode block is open, and the autocast blocks open (their enter nodes, outermost
+    first: a piece that starts inside one enters it again, one that ends inside exits it)."""
+    mode, inference, autocast = start_mode, 0, ()
+    ok, open_autocast = [], []
     for node in nodes:
-        ok.append(mode == start_mode and depth == 0)
+        ok.append(mode == start_mode and inference == 0)
+        open_autocast.append(autocast)
         if node.op != "call_function":
             continue
         if node.target is torch._C._set_grad_enabled:
             mode = bool(node.args[0])
-        elif node.target in _GLOBAL_ENTERS:
-            depth += 1
-        elif node.target in _GLOBAL_EXITS:
-            depth -= 1
-    return ok
+        elif node.target is _ENTER_INFERENCE:
+            inference += 1
+        elif node.target is _EXIT_INFERENCE:
+            inference -= 1
+        elif node.target is _ENTER_AUTOCAST:
+            autocast += (node,)
+        elif node.target is _EXIT_AUTOCAST:
+            autocast = tuple(n for n in autocast if n is not node.args[0])
+    open_autocast.append(autocast)
+    return ok, open_autocast
 
 
 # ---- the plan -----------------------------------------------------------------------------
@@ -171,6 +183,8 @@ class Piece:
     inputs: list[int] = field(default_factory=list)     # slots read
     outputs: list[int] = field(default_factory=list)    # slots written
     frees: list[int] = field(default_factory=list)      # slots read for the last time
+    reentered: tuple = ()     # autocast enter nodes open at its start / end
+    left_open: tuple = ()
     gm: torch.fx.GraphModule | None = None
     compiled: Callable | None = None
 
@@ -197,7 +211,7 @@ def plan(gm: torch.fx.GraphModule, example_inputs: list, param_bytes: dict[int, 
                 counts[i] += 1
     if not seen:
         return [Piece(nodes)], "it uses no parameter DDP reduces"
-    state_ok = _state_ok_before(nodes, grad_mode)
+    state_ok, open_autocast = _global_state(nodes, grad_mode)
     first_param_at = next(i for i, c in enumerate(counts) if c)
     live = set(output.all_input_nodes)
     written: set[torch.fx.Node] = set()      # bases of values written at or after i
@@ -221,14 +235,15 @@ def plan(gm: torch.fx.GraphModule, example_inputs: list, param_bytes: dict[int, 
     bounds = [0, *reversed(cuts), len(nodes)]
     pieces = []
     for lo, hi in zip(bounds, bounds[1:]):
-        pieces.append(Piece(nodes[lo:hi], sum(counts[lo:hi]), sum(completes[lo:hi])))
+        pieces.append(Piece(nodes[lo:hi], sum(counts[lo:hi]), sum(completes[lo:hi]),
+                            reentered=open_autocast[lo], left_open=open_autocast[hi]))
     return pieces, _describe(pieces, caps, len(seen), sum(bytes_of.values()))
 
 
 def _cut_allowed(live: set, written: set) -> bool:
     for node in live:
-        if node.op == "placeholder":
-            continue
+        if node.op == "placeholder" or node.target is _ENTER_AUTOCAST:
+            continue      # (an autocast block open across the cut is entered again)
         if not isinstance(node.meta.get("val"), torch.Tensor):
             return False      # a tuple, a size, a Python value
         if _base(node) in written:
@@ -271,6 +286,8 @@ def _build(gm: torch.fx.GraphModule, pieces: list[Piece]) -> tuple[int, list]:
         graph = torch.fx.Graph()
         env: dict[torch.fx.Node, torch.fx.Node] = {}
         members = set(piece.nodes)
+        for enter in piece.reentered:
+            env[enter] = graph.node_copy(enter)
         for node in piece.nodes:
             for inp in node.all_input_nodes:
                 if inp not in members and inp not in env:
@@ -280,11 +297,14 @@ def _build(gm: torch.fx.GraphModule, pieces: list[Piece]) -> tuple[int, list]:
                     if used_after[inp] == k and inp.op != "placeholder":
                         piece.frees.append(slot[inp])
             env[node] = graph.node_copy(node, lambda n: env[n])
-        outs = [n for n in piece.nodes if used_after.get(n, -1) > k]
+        outs = [n for n in piece.nodes
+                if used_after.get(n, -1) > k and n.target is not _ENTER_AUTOCAST]
         for node in outs:
             slot[node] = next_slot
             piece.outputs.append(next_slot)
             next_slot += 1
+        for enter in reversed(piece.left_open):
+            graph.call_function(_EXIT_AUTOCAST, (env[enter],))
         graph.output(tuple(env[n] for n in outs))
         piece.gm = torch.fx.GraphModule(gm, graph, class_name=f"{type(gm).__name__}_piece{k}")
     out_spec = [slot[a] if isinstance(a, torch.fx.Node) else ("const", a)

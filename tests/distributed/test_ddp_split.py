@@ -59,9 +59,13 @@ SCENARIOS = {
                                        {"find_unused_parameters": True}),
     "spare-ddp_of_compiled-find_unused-no_sync": ("spare", "ddp_of_compiled", True, True,
                                                   {"find_unused_parameters": True}),
+    "transformer-compiled_ddp-autocast": ("transformer", "compiled_ddp", True, False, {}),
     "stack-compiled_ddp": ("stack", "compiled_ddp", True, False, {}),
     "stack-compiled_ddp-uncut": ("stack", "compiled_ddp", False, False, {}),
 }
+# trained under torch.autocast("cpu", dtype=torch.bfloat16) around the call: each piece
+# enters the block again (eager's own bfloat16 rounding differs, hence a wider tolerance)
+AUTOCAST = {"transformer-compiled_ddp-autocast"}
 
 
 def _first_layer_weight(model):
@@ -83,7 +87,8 @@ def _node_computing(loss, param):
     raise AssertionError("no autograd node computes the parameter's gradient")
 
 
-def _train(model_name, form, cut, accumulate, ddp_kwargs, rank, counter=None):
+def _train(model_name, form, cut, accumulate, ddp_kwargs, rank, counter=None,
+           autocast=False):
     """(parameters, buffers, events of the last step's backward) after STEPS SGD steps."""
     import ember
     from ember import config
@@ -115,7 +120,8 @@ def _train(model_name, form, cut, accumulate, ddp_kwargs, rank, counter=None):
                 with run.no_sync():
                     run(x[:2]).square().mean().backward()
                 x = x[2:]
-            loss = run(x).square().mean()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                loss = run(x).float().square().mean()
             events.clear()
             _node_computing(loss, _first_layer_weight(model)).register_hook(
                 lambda grad_inputs, grad_outputs: events.append("first layer"))
@@ -129,15 +135,20 @@ def _train(model_name, form, cut, accumulate, ddp_kwargs, rank, counter=None):
 def _compare(name, rank):
     from ember.testing import CompileCounter
     model_name, form, cut, accumulate, ddp_kwargs = SCENARIOS[name]
-    want = _train(model_name, "eager", cut, accumulate, ddp_kwargs, rank)
+    autocast = name in AUTOCAST
+    want = _train(model_name, "eager", cut, accumulate, ddp_kwargs, rank, autocast=autocast)
     counter = CompileCounter("ember")
-    got = _train(model_name, form, cut, accumulate, ddp_kwargs, rank, counter)
+    got = _train(model_name, form, cut, accumulate, ddp_kwargs, rank, counter, autocast)
+    tol = 1e-2 if autocast else 1e-5
+    worst = 0.0
     for kind, w_list, g_list in (("parameter", want[0], got[0]), ("buffer", want[1], got[1])):
         for i, (w, g) in enumerate(zip(w_list, g_list)):
-            if not torch.allclose(w, g, rtol=1e-4, atol=1e-5):
+            worst = max(worst, (w - g).abs().max().item())
+            if not torch.allclose(w, g, rtol=10 * tol, atol=tol):
                 return f"{kind} {i} differs by {(w - g).abs().max().item():.3g}"
     # the model's forward is one captured graph: each compile is one piece of it
-    return {"pieces": counter.frame_count, "events": got[2], "eager_events": want[2]}
+    return {"pieces": counter.frame_count, "events": got[2], "eager_events": want[2],
+            "worst": worst}
 
 
 @pytest.fixture(scope="module")
