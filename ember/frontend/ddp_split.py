@@ -346,16 +346,6 @@ class SplitGraph:
         return tuple(values[s] if isinstance(s, int) else s[1] for s in self.out_spec)
 
 
-def _symbolic(example_inputs: list) -> bool:
-    for value in example_inputs:
-        if isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            return True
-        if isinstance(value, torch.Tensor) and any(
-                isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride())):
-            return True
-    return False
-
-
 def compile_for_ddp(gm: torch.fx.GraphModule, example_inputs: list, compile_fn: Callable,
                     ddp, where: str, grad_mode: bool) -> Callable:
     """``gm`` compiled by ``compile_fn(gm, example_inputs)``, cut at ``ddp``'s bucket
@@ -363,7 +353,13 @@ def compile_for_ddp(gm: torch.fx.GraphModule, example_inputs: list, compile_fn: 
     log; ``grad_mode``: the one the graph starts in)."""
     if not config.split_ddp_graphs:
         return compile_fn(gm, example_inputs)
-    if _symbolic(example_inputs):
+    if getattr(ddp, "_delay_all_reduce_all_params", False):
+        logs.log("ddp", "graph of %s not split at DDP bucket boundaries: the DDP all-reduces "
+                        "every gradient after the backward (delay_all_reduce_named_params)",
+                 where)
+        return compile_fn(gm, example_inputs)
+    # (every size symbol of a captured graph is a placeholder of its own)
+    if any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in example_inputs):
         logs.log("ddp", "graph of %s not split at DDP bucket boundaries: it has symbolic "
                         "sizes", where)
         return compile_fn(gm, example_inputs)

@@ -19,7 +19,7 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
-from ranks import WORLD, requires_gloo, run_on_ranks
+from ranks import WORLD, requires_gloo, run_on_ranks, wrap
 from test_ddp import SmallCNN, TinyTransformer, TransformerWithSpare
 
 pytestmark = requires_gloo
@@ -90,20 +90,12 @@ def _node_computing(loss, param):
 def _train(model_name, form, cut, accumulate, ddp_kwargs, rank, counter=None,
            autocast=False):
     """(parameters, buffers, events of the last step's backward) after STEPS SGD steps."""
-    import ember
     from ember import config
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(0)
     model = MODELS[model_name]()
     ddp_kwargs = {"bucket_cap_mb": CAPS[model_name] / 2 ** 20, **ddp_kwargs}
-    if form == "eager":
-        run = ddp = DDP(model, **ddp_kwargs)
-    elif form == "ddp_of_compiled":
-        run = ddp = DDP(ember.compile(model, backend=counter), **ddp_kwargs)
-    else:
-        ddp = DDP(model, **ddp_kwargs)
-        run = ember.compile(ddp, backend=counter)
+    run, ddp = wrap(model, form, ddp_kwargs, counter)
     events = []
 
     def record_bucket(state, bucket):
