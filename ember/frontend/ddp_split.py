@@ -190,7 +190,7 @@ class Piece:
 
 
 def plan(gm: torch.fx.GraphModule, example_inputs: list, param_bytes: dict[int, int],
-         caps: list[int], grad_mode: bool = True) -> tuple[list[Piece], str]:
+         caps: list[int], *, grad_mode: bool) -> tuple[list[Piece], str]:
     """The pieces ``gm`` is cut into (one: not cut) and why, as a sentence for the log;
     ``grad_mode``: the grad mode the graph starts in."""
     nodes = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
@@ -364,7 +364,7 @@ def compile_for_ddp(gm: torch.fx.GraphModule, example_inputs: list, compile_fn: 
                         "sizes", where)
         return compile_fn(gm, example_inputs)
     pieces, why = plan(gm, example_inputs, reduced_parameters(ddp), bucket_caps(ddp),
-                       grad_mode)
+                       grad_mode=grad_mode)
     if len(pieces) == 1:
         logs.log("ddp", "graph of %s not split at DDP bucket boundaries: %s", where, why)
         return compile_fn(gm, example_inputs)
