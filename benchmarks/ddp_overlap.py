@@ -20,7 +20,8 @@ On GPUs (NCCL; bfloat16 autocast, float32 weights; DDP's default 25 MiB buckets)
     PYTHONPATH=. python benchmarks/ddp_overlap.py --nprocs 8
     PYTHONPATH=. torchrun --nproc-per-node 8 benchmarks/ddp_overlap.py
 
-On the CPU (gloo, 2 processes, tiny models and 64 KiB buckets; checks the script runs):
+On the CPU (gloo, 2 processes, small models (4 and 30 MB of parameters) and 1 MiB buckets;
+checks the script runs; torch.compile's DDP support refuses buckets under 1 MiB):
 
     PYTHONPATH=. python benchmarks/ddp_overlap.py --smoke
 """
@@ -46,8 +47,9 @@ def _gpt2(smoke: bool, device) -> tuple[nn.Module, tuple]:
     from ember.bench import compat
     transformers = compat.import_transformers()
     if smoke:
-        config = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=2, vocab_size=512,
-                                         n_positions=64, use_cache=False)
+        config = transformers.GPT2Config(n_layer=2, n_embd=128, n_head=2, vocab_size=4096,
+                                         n_positions=64, use_cache=False, bos_token_id=0,
+                                         eos_token_id=0)
         batch, length = 2, 32
     else:
         config = transformers.GPT2Config(use_cache=False)    # GPT-2 small, 124M parameters
@@ -211,7 +213,7 @@ def _print(model_name: str, variant: str, r: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true",
-                        help="tiny models, gloo on the CPU, 64 KiB buckets")
+                        help="small models, gloo on the CPU, 1 MiB buckets")
     parser.add_argument("--nprocs", type=int, default=None,
                         help="processes to spawn (default: the GPUs, or 2 with --smoke)")
     parser.add_argument("--models", default="gpt2,resnet50")
@@ -219,7 +221,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="timed steps (median)")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--bucket-cap-mb", type=float, default=None,
-                        help="DDP's bucket_cap_mb (default: DDP's 25, or 1/16 with --smoke)")
+                        help="DDP's bucket_cap_mb (default: DDP's 25, or 1 with --smoke; "
+                             "torch.compile refuses less than 1)")
     args = parser.parse_args()
     for name in args.models.split(","):
         if name not in MODELS:
@@ -230,7 +233,7 @@ def main() -> None:
     if args.steps is None:
         args.steps = 3 if args.smoke else 20
     if args.bucket_cap_mb is None and args.smoke:
-        args.bucket_cap_mb = 1 / 16
+        args.bucket_cap_mb = 1
     if "LOCAL_RANK" in os.environ:      # started by torchrun
         _worker(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), None, args)
         return

@@ -36,8 +36,11 @@ Decisions
   (strides, ``requires_grad``) exist only when the graph runs; each piece is handed to the
   backend on its first call with the values it gets. Graph inputs are guarded by the frame,
   and each piece is deterministic, so later calls see the same kinds of values. A graph with
-  symbolic sizes is not split (a size crossing a cut would need to be recomputed in every
-  piece): it is compiled whole, and the log says so.
+  symbolic sizes is not split: its pieces would have to be compiled when it is captured
+  (a backend may add shape guards, which the frame's entry collects then), before the real
+  values that cross a cut exist, and the backend compiles for its inputs' strides. A graph
+  run without grad (no backward) and a DDP that all-reduces after the whole backward
+  (``delay_all_reduce_named_params``) are not split either; the log says why.
 """
 from __future__ import annotations
 
@@ -353,21 +356,25 @@ def compile_for_ddp(gm: torch.fx.GraphModule, example_inputs: list, compile_fn: 
     log; ``grad_mode``: the one the graph starts in)."""
     if not config.split_ddp_graphs:
         return compile_fn(gm, example_inputs)
-    if getattr(ddp, "_delay_all_reduce_all_params", False):
-        logs.log("ddp", "graph of %s not split at DDP bucket boundaries: the DDP all-reduces "
-                        "every gradient after the backward (delay_all_reduce_named_params)",
-                 where)
-        return compile_fn(gm, example_inputs)
-    # (every size symbol of a captured graph is a placeholder of its own)
-    if any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in example_inputs):
-        logs.log("ddp", "graph of %s not split at DDP bucket boundaries: it has symbolic "
-                        "sizes", where)
-        return compile_fn(gm, example_inputs)
-    pieces, why = plan(gm, example_inputs, reduced_parameters(ddp), bucket_caps(ddp),
-                       grad_mode=grad_mode)
-    if len(pieces) == 1:
+    pieces, why = [], _why_not_cut(example_inputs, ddp, grad_mode)
+    if why is None:
+        pieces, why = plan(gm, example_inputs, reduced_parameters(ddp), bucket_caps(ddp),
+                           grad_mode=grad_mode)
+    if len(pieces) < 2:
         logs.log("ddp", "graph of %s not split at DDP bucket boundaries: %s", where, why)
         return compile_fn(gm, example_inputs)
     logs.log("ddp", "graph of %s split into %d pieces at DDP bucket boundaries: %s", where,
              len(pieces), why)
     return SplitGraph(gm, pieces, compile_fn)
+
+
+def _why_not_cut(example_inputs: list, ddp, grad_mode: bool) -> str | None:
+    if not grad_mode:
+        return "it runs without grad (no backward to overlap)"
+    if getattr(ddp, "_delay_all_reduce_all_params", False):
+        return ("the DDP all-reduces every gradient after the backward "
+                "(delay_all_reduce_named_params)")
+    # (every size symbol of a captured graph is a placeholder of its own)
+    if any(isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) for v in example_inputs):
+        return "it has symbolic sizes"
+    return None
