@@ -11,8 +11,10 @@ off, the control), every rank trains with SGD and reports, on rank 0:
   step (recorded by a comm hook), one after another;
 - ``hidden``: the share of ``comm`` the step does not pay, ``1 - (step - compute) / comm``
   (clamped to [0, 1]): 0 when every all-reduce waits for the whole backward;
-- ``first``: when the first bucket's all-reduce was launched, in ms after the backward
-  started (host clock; for a cut graph it comes before the backward ends);
+- ``first``: when the first bucket's all-reduce was launched, as a share of the backward
+  (from its start until ``backward()`` returns, waiting for the last all-reduce included;
+  CUDA events on the compute stream, the host clock on the CPU): near 100% when it waits for
+  the whole backward, early when the graph is cut;
 - ``graphs``: the graphs Ember compiled (a cut graph counts each piece).
 
 On GPUs (NCCL; bfloat16 autocast, float32 weights; DDP's default 25 MiB buckets):
@@ -95,15 +97,35 @@ def _wrap(variant: str, model: nn.Module, bucket_cap_mb, device, backend):
     return ember.compile(ddp, backend=backend), ddp
 
 
+class _Clock:
+    """Points in time: CUDA events on the current stream (what the GPU has reached when the
+    host records them), or the host clock."""
+
+    def __init__(self, cuda: bool):
+        self.cuda = cuda
+
+    def now(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def ms(self, start, end) -> float:
+        """Milliseconds from ``start`` to ``end`` (after a synchronisation)."""
+        return start.elapsed_time(end) if self.cuda else 1e3 * (end - start)
+
+
 class _Buckets:
     """A comm hook that all-reduces (averaging) and records each bucket's size and launch."""
 
-    def __init__(self):
+    def __init__(self, clock: _Clock):
+        self.clock = clock
         self.sizes: list[int] = []
-        self.launches: list[float] = []
+        self.launches: list = []
 
     def hook(self, state, bucket):
-        self.launches.append(time.perf_counter())
+        self.launches.append(self.clock.now())
         buffer = bucket.buffer()
         self.sizes.append(buffer.numel())
         buffer.div_(dist.get_world_size())
@@ -124,19 +146,21 @@ def _measure(variant, model_name, args, device, rank) -> dict:
     cut = variant != "ember-uncut"
     with config.patch(split_ddp_graphs=cut):
         run, ddp = _wrap(variant, model, args.bucket_cap_mb, device, counter)
-        buckets = _Buckets()
+        clock = _Clock(device.type == "cuda")
+        buckets = _Buckets(clock)
         ddp.register_comm_hook(None, buckets.hook)
         opt = torch.optim.SGD(model.parameters(), lr=1e-4)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-        marks: dict[str, float] = {}
+        marks: dict[str, object] = {}
 
         def step(no_sync: bool):
             with ddp.no_sync() if no_sync else contextlib.nullcontext():
                 loss = _loss(run(*inputs))
                 buckets.launches.clear()
                 buckets.sizes.clear()
-                marks["backward"] = time.perf_counter()
+                marks["backward"] = clock.now()
                 loss.backward()
+                marks["end"] = clock.now()
             opt.step()
             opt.zero_grad(set_to_none=True)
 
@@ -154,7 +178,10 @@ def _measure(variant, model_name, args, device, rank) -> dict:
         for _ in range(args.warmup):
             step(False)
         step_s = timed(False)
-        first = (buckets.launches[0] - marks["backward"]) if buckets.launches else float("nan")
+        first = float("nan")
+        if buckets.launches:    # (timed() synchronised after the step)
+            first = clock.ms(marks["backward"], buckets.launches[0]) / clock.ms(
+                marks["backward"], marks["end"])
         sizes = list(buckets.sizes)
         compute_s = timed(True)
     comm_s = _replay(sizes, device, args.steps, sync)
@@ -207,7 +234,7 @@ def _print(model_name: str, variant: str, r: dict) -> None:
     print(f"{model_name:9} {variant:14} step {1e3 * r['step']:8.2f} ms  compute "
           f"{1e3 * r['compute']:8.2f} ms  comm {1e3 * r['comm']:7.2f} ms  hidden "
           f"{100 * r['hidden']:5.1f}%  buckets {r['buckets']:3}  first at "
-          f"{1e3 * r['first']:7.2f} ms{graphs}", flush=True)
+          f"{100 * r['first']:5.1f}% of backward{graphs}", flush=True)
 
 
 def main() -> None:
