@@ -5,13 +5,16 @@ gloo on 2 CPU processes, a bucket cap small enough that the models span several 
   parameters and buffers, for both forms (``ember.compile(ddp)``, ``DDP(ember.compile(m))``),
   under ``no_sync()``, with ``find_unused_parameters`` and ``static_graph``.
 - Pieces: a stack of six equal linear layers with a cap of two layers' bytes is cut into
-  three pieces, as many as DDP's (rebuilt) buckets.
+  three pieces, as many as DDP's (rebuilt) buckets, and ``EMBER_LOGS=ddp`` says where; with
+  ``config.split_ddp_graphs`` off nothing is cut or logged.
 - Overlap: a comm hook records when each bucket's all-reduce is launched, and a hook on the
   autograd node that computes the first layer's gradient records when the backward reaches
   it; with the graph cut, a bucket is launched before that, and without the cut none is.
 """
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -130,17 +133,33 @@ def _compare(name, rank):
     autocast = name in AUTOCAST
     want = _train(model_name, "eager", cut, accumulate, ddp_kwargs, rank, autocast=autocast)
     counter = CompileCounter("ember")
-    got = _train(model_name, form, cut, accumulate, ddp_kwargs, rank, counter, autocast)
+    with _ddp_log() as log:
+        got = _train(model_name, form, cut, accumulate, ddp_kwargs, rank, counter, autocast)
     tol = 1e-2 if autocast else 1e-5
-    worst = 0.0
     for kind, w_list, g_list in (("parameter", want[0], got[0]), ("buffer", want[1], got[1])):
         for i, (w, g) in enumerate(zip(w_list, g_list)):
-            worst = max(worst, (w - g).abs().max().item())
             if not torch.allclose(w, g, rtol=10 * tol, atol=tol):
                 return f"{kind} {i} differs by {(w - g).abs().max().item():.3g}"
     # the model's forward is one captured graph: each compile is one piece of it
     return {"pieces": counter.frame_count, "events": got[2], "eager_events": want[2],
-            "worst": worst}
+            "log": log}
+
+
+@contextlib.contextmanager
+def _ddp_log():
+    """The messages of EMBER_LOGS=ddp while the block runs."""
+    from ember import logs
+    messages = []
+    handler = logging.Handler()
+    handler.emit = lambda record: messages.append(record.getMessage())
+    logger = logging.getLogger("ember.ddp")
+    logs.set_logs("ddp")
+    logger.addHandler(handler)
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logs.set_logs("")
 
 
 @pytest.fixture(scope="module")
@@ -167,6 +186,9 @@ def test_cut_graph_trains_like_eager(results, name):
 def test_pieces_follow_ddp_buckets(results):
     result = _result(results, "stack-compiled_ddp")
     assert result["pieces"] == 3
+    assert any("split into 3 pieces at DDP bucket boundaries: 12 parameters, 6.38 KiB, "
+               "bucket caps 2.12 KiB; cut before 'linear_2', 'linear_4'" in m
+               for m in result["log"]), result["log"]
     buckets = {e for e in result["eager_events"] if e.startswith("bucket")}
     assert len(buckets) == result["pieces"]
 
@@ -177,6 +199,10 @@ def test_bucket_all_reduce_starts_before_backward_reaches_first_layer(results, n
     events = _result(results, name)["events"]
     assert "first layer" in events, events
     assert events[0].startswith("bucket"), events
+
+
+def test_option_off_does_not_cut(results):
+    assert not _result(results, "stack-compiled_ddp-uncut")["log"]
 
 
 def test_uncut_graph_launches_every_bucket_after_its_backward(results):
