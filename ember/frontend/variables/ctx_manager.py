@@ -252,8 +252,8 @@ class NoOpContextVariable(ContextManagerVariable):
     """A context manager whose enter and exit the graph does not need: profiler ranges (see
     the module docstring) and DDP's ``_inside_ddp_forward`` (it marks the DDP whose module
     runs, for graph splitting at its buckets, which capture notes instead: ddp_split.py).
-    ``ctor`` is ``(args, kwargs)``
-    as constants when the manager was made during capture (to rebuild it), else None."""
+    ``ctor`` is ``(args, kwargs)`` as constants when the manager was made during capture (to
+    rebuild it), else None."""
 
     def __init__(self, py_type: type, ctor: tuple | None, source=None):
         super().__init__(source)
