@@ -39,7 +39,7 @@ from torch.nn.modules.lazy import LazyModuleMixin
 from ember import config, logs, metrics
 from ember.backend.options import check_mode_and_options, resolve_options
 from ember.backend_registry import ember_backend, lookup_backend
-from ember.frontend import dynamic as _dynamic, support, trace_rules
+from ember.frontend import ddp_split, dynamic as _dynamic, support, trace_rules
 from ember.frontend.dynamic import (mark_dynamic, mark_static,  # noqa: F401  (public API)
                                     maybe_mark_dynamic)
 
@@ -251,6 +251,7 @@ class _Callees:
         # what the captures of these frames saw (automatic dynamic): one memory per
         # ember.compile(...), shared by its resume functions and calls compiled on their own
         self.seen_sizes = _dynamic.SeenSizes()
+        self.ddp = None    # ember.compile(ddp): its graphs are cut at the DDP's buckets
         self._compiled: "weakref.WeakKeyDictionary[Any, OptimizedFunction]" = \
             weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
@@ -315,6 +316,8 @@ class OptimizedModule(torch.nn.Module):
         object.__setattr__(self, "_orig_mod", mod)
         object.__setattr__(self, "_compiled_forward", OptimizedFunction(mod.forward, settings))
         object.__setattr__(self, "_class_forward", type(mod).forward)
+        if ddp_split.is_ddp(mod):
+            self._compiled_forward._callees.ddp = mod
         if settings.options and _on_cuda(mod):
             # the kernel compile workers take seconds to start: start them while the first
             # call captures and traces

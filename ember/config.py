@@ -124,6 +124,11 @@ fallback_on_lowering_error: bool = _option(
     "a lowering that raises anything but NotImplementedError (a bug in the lowering) logs a "
     "warning naming the op and runs the op's ATen kernel; False raises instead, and "
     "suppress_errors decides whether that reaches the caller (the tests set both False)")
+split_ddp_graphs: bool = _option(
+    "split_ddp_graphs", bool, True,
+    "a graph captured for a DistributedDataParallel module is cut where DDP's gradient "
+    "buckets end, each piece compiled on its own, so each bucket's all-reduce starts while "
+    "the rest of the backward runs (EMBER_LOGS=ddp says where; ember/frontend/ddp_split.py)")
 
 
 def options() -> dict[str, Option]:
@@ -171,7 +176,7 @@ class patch(contextlib.ContextDecorator):
 # options the compiled code depends on; the others (limits, error policy, debug output) act
 # when they are read
 RECOMPILES = ("layout_optimization", "half_fast_math", "inline_depth_limit",
-              "kept_buffers_mb", "matmul_padding")
+              "kept_buffers_mb", "matmul_padding", "split_ddp_graphs")
 on_recompile_option: list[Callable[[str], None]] = []    # ember.api's reset of entries
 
 

@@ -2,7 +2,8 @@
 
 ``EMBER_LOGS=graph,guards,recompiles,graph_breaks,bytecode`` turns on those artifacts (``aot``:
 a training graph's joint graph, its forward/backward partition and the saved bytes;
-``compile_time``: the seconds each backend stage took, per graph); each is a
+``compile_time``: the seconds each backend stage took, per graph; ``ddp``: where a graph
+captured for DistributedDataParallel was cut at its gradient buckets, and why); each is a
 child logger of ``ember`` (``ember.graph``...) printed through :mod:`logging` at INFO level.
 ``EMBER_LOGS=all`` turns on every artifact. ``EMBER_DEBUG_DIR=path`` writes, for each compiled
 frame, one folder with the stage outputs as files a user can open.
@@ -18,7 +19,7 @@ from pathlib import Path
 from ember import config
 
 ARTIFACTS = ("graph", "guards", "recompiles", "graph_breaks", "bytecode", "output_code",
-             "perf_hints", "aot", "compile_time")
+             "perf_hints", "aot", "compile_time", "ddp")
 
 _root = logging.getLogger("ember")
 _enabled: set[str] = set()

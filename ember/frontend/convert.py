@@ -27,7 +27,7 @@ from typing import Callable, Protocol
 import torch
 
 from ember import logs, metrics
-from ember.frontend import graph_break, guards, resume
+from ember.frontend import ddp_split, graph_break, guards, resume
 from ember.frontend.analysis import livevars_at
 from ember.frontend.codegen import EntryCodegen
 from ember.frontend.exc import GraphBreakError, Unsupported
@@ -82,6 +82,7 @@ class Callees(Protocol):
         """Call ``fn`` with user functions, methods and modules compiled on their own."""
 
     seen_sizes: object     # dynamic.SeenSizes: the sizes captures of these frames saw
+    ddp: object            # the DistributedDataParallel compiled (ember.compile(ddp)), or None
 
 
 @dataclasses.dataclass
@@ -111,7 +112,7 @@ def convert_frame(fn, args: tuple, kwargs: dict, settings, miss, callees: Callee
     try:
         capture = _capture(fn, bound.arguments, dynamic=settings.dynamic,
                            seen=getattr(callees, "seen_sizes", None))
-        entry = _build_entry(fn, capture, settings, miss, _return_tail(capture))
+        entry = _build_entry(fn, capture, settings, miss, _return_tail(capture), callees)
     except Unsupported as e:
         if e.symbolic_sizes and settings.dynamic is not False:
             # capture failed on symbolic sizes where static sizes may work: this frame's
@@ -266,7 +267,8 @@ def _break_entry(fn, arguments: dict, error: Unsupported, settings, miss,
         if found is None:
             raise Unsupported(f"cannot run {inst.opname} at a graph break")
         entry = _build_entry(fn, capture, settings, miss,
-                             _break_tail(fn, capture, inst, found, error.inlined, callees))
+                             _break_tail(fn, capture, inst, found, error.inlined, callees),
+                             callees)
     except Unsupported as e:
         graph_break.record(dataclasses.replace(reason, frame_ran_eagerly=True,
                                                reason=f"{reason.reason}; {e.msg}"),
@@ -438,7 +440,7 @@ def _remaining_items(vt: ListIteratorVariable, cg: EntryCodegen) -> str:
 
 
 def _build_entry(fn, capture: _Capture, settings, miss,
-                 tail: Callable[[EntryCodegen], list[str]]) -> CacheEntry:
+                 tail: Callable[[EntryCodegen], list[str]], callees: Callees) -> CacheEntry:
     output = capture.output
     output.distinct_object_guards()
     cg = EntryCodegen(fn)
@@ -463,10 +465,14 @@ def _build_entry(fn, capture: _Capture, settings, miss,
     if has_ops or out_nodes:
         example_inputs = [inp.value for inp in output.graph_inputs()]
         logs.log("graph", "captured graph of %s:\n%s", fn.__qualname__, gm.code)
-        if settings.options:   # the "ember" backend: its options as keywords
-            compiled = settings.backend(gm, example_inputs, **settings.options)
-        else:                  # any backend: the plain two-argument contract
-            compiled = settings.backend(gm, example_inputs)
+        ddp = output.ddp_module or getattr(callees, "ddp", None) or ddp_split.active_ddp()
+        if ddp is not None:    # cut where DDP's gradient buckets end
+            compiled = ddp_split.compile_for_ddp(gm, example_inputs,
+                                                 functools.partial(_call_backend, settings),
+                                                 ddp, fn.__qualname__,
+                                                 output.initial_grad_mode)
+        else:
+            compiled = _call_backend(settings, gm, example_inputs)
         if not callable(compiled):
             raise TypeError(f"backend {settings.backend!r} returned {type(compiled).__name__}, "
                             f"not a callable")
@@ -496,6 +502,12 @@ def _build_entry(fn, capture: _Capture, settings, miss,
 
     _log_and_dump(fn, gm, src, guard_list, has_ops)
     return CacheEntry(run, diagnostic_twin, guard_list, gm if has_ops else None, src)
+
+
+def _call_backend(settings, gm: torch.fx.GraphModule, example_inputs: list):
+    if settings.options:   # the "ember" backend: its options as keywords
+        return settings.backend(gm, example_inputs, **settings.options)
+    return settings.backend(gm, example_inputs)     # any backend: the two-argument contract
 
 
 def _graph_argument(cg: EntryCodegen, inp) -> str:

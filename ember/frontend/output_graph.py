@@ -66,6 +66,8 @@ class OutputGraph:
         self.global_dicts: dict[int, tuple[str, dict]] = {}
         self.frame_name = frame_name
         self.initial_grad_mode = torch.is_grad_enabled()
+        # the DistributedDataParallel whose forward the capture entered (ddp_split.py)
+        self.ddp_module = None
         # autocast/inference-mode blocks capture is inside: (exit function, real context)
         self.global_contexts: list[tuple[Callable, Any]] = []
         self.location: Callable[[], str] = lambda: ""

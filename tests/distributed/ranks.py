@@ -38,6 +38,21 @@ def _worker(rank, port, out_dir, compare, names):
     dist.destroy_process_group()
 
 
+def wrap(model, form: str, ddp_kwargs: dict, backend=None):
+    """(what a step calls, the DDP) for ``form``: "eager" (plain DDP), "ddp_of_compiled"
+    (``DDP(ember.compile(model))``) or "compiled_ddp" (``ember.compile(DDP(model))``)."""
+    import ember
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    if form == "eager":
+        ddp = DDP(model, **ddp_kwargs)
+        return ddp, ddp
+    if form == "ddp_of_compiled":
+        ddp = DDP(ember.compile(model, backend=backend), **ddp_kwargs)
+        return ddp, ddp
+    ddp = DDP(model, **ddp_kwargs)
+    return ember.compile(ddp, backend=backend), ddp
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from ranks import WORLD, requires_gloo, run_on_ranks
+from ranks import WORLD, requires_gloo, run_on_ranks, wrap
 
 pytestmark = requires_gloo
 
@@ -103,17 +103,9 @@ SCENARIOS = {
 
 def _train(model_name, form, accumulate, ddp_kwargs, rank, counter=None):
     """Parameters and buffers after STEPS SGD steps; ``form`` "eager" is plain DDP."""
-    import ember
-    from torch.nn.parallel import DistributedDataParallel as DDP
     torch.manual_seed(0)
     model = MODELS[model_name]()
-    if form == "eager":
-        run = ddp = DDP(model, **ddp_kwargs)
-    elif form == "ddp_of_compiled":
-        run = ddp = DDP(ember.compile(model, backend=counter), **ddp_kwargs)
-    else:
-        ddp = DDP(model, **ddp_kwargs)
-        run = ember.compile(ddp, backend=counter)
+    run, _ = wrap(model, form, ddp_kwargs, counter)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     for step in range(STEPS):
         x = _batch(model_name, rank, step)

@@ -250,9 +250,10 @@ class GradModeExitVariable(VariableTracker):
 
 class NoOpContextVariable(ContextManagerVariable):
     """A context manager whose enter and exit the graph does not need: profiler ranges (see
-    the module docstring) and DDP's ``_inside_ddp_forward`` (it marks the module DDP runs for
-    torch.compile's DDPOptimizer, which nothing else reads). ``ctor`` is ``(args, kwargs)``
-    as constants when the manager was made during capture (to rebuild it), else None."""
+    the module docstring) and DDP's ``_inside_ddp_forward`` (it marks the DDP whose module
+    runs, for graph splitting at its buckets, which capture notes instead: ddp_split.py).
+    ``ctor`` is ``(args, kwargs)`` as constants when the manager was made during capture (to
+    rebuild it), else None."""
 
     def __init__(self, py_type: type, ctor: tuple | None, source=None):
         super().__init__(source)
@@ -349,18 +350,21 @@ def _ddp_inside_forward():
 
 
 # methods of modules whose call makes a no-op block: DDP marks the module it runs for
-# torch.compile's DDPOptimizer (nothing else reads the mark)
+# graph splitting at its buckets (capture notes the DDP instead: NoOpContextMethodVariable)
 NO_OP_CONTEXT_METHODS = frozenset(f for f in (_ddp_inside_forward(),) if f is not None)
 
 
 class NoOpContextMethodVariable(VariableTracker):
-    """A bound method in ``NO_OP_CONTEXT_METHODS``: called, a no-op block."""
+    """A bound method in ``NO_OP_CONTEXT_METHODS``: called, a no-op block, and the capture
+    notes the DDP whose forward it is in (its graph is cut at that DDP's buckets)."""
 
-    def __init__(self, fn):
+    def __init__(self, fn, owner):
         super().__init__()
         self.fn = fn
+        self.owner = owner
 
     def call_function(self, tx, args, kwargs):
         if args or kwargs:
             raise Unsupported(f"{self.fn.__qualname__} with arguments")
+        tx.output.ddp_module = self.owner
         return NoOpContextVariable(contextlib._GeneratorContextManager, None)

@@ -102,7 +102,7 @@ class NNModuleVariable(VariableTracker):
             if is_module_call(desc):
                 return ModuleCallVariable(self, impl=desc is MODULE_CALL_IMPL)
             if desc in NO_OP_CONTEXT_METHODS:      # DDP's _inside_ddp_forward
-                return NoOpContextMethodVariable(desc)
+                return NoOpContextMethodVariable(desc, mod)
             if (name in _MODULE_METHODS and desc is torch.nn.Module.__dict__[name]) or (
                     name in _CONTAINER_METHODS and isinstance(mod, _CONTAINERS)):
                 return BoundMethodVariable(self, name)
