@@ -487,12 +487,15 @@ class ProgramError(RuntimeError):
 
 
 def run_program(gm: torch.fx.GraphModule, fakes: list):
-    """``gm.forward(*fakes)``, its errors other than ``NotImplementedError`` (a tracer limit)
-    raised as ``ProgramError``."""
+    """``gm.forward(*fakes)``, its errors other than ``NotImplementedError`` (a tracer limit,
+    as is an op whose output sizes depend on data) raised as ``ProgramError``."""
+    from ember.fake import DataDependentError
     try:
         return gm.forward(*fakes)
     except NotImplementedError:
         raise
+    except DataDependentError as e:     # (torch.compile hands graphs with such ops over)
+        raise NotImplementedError(f"a data-dependent op: {e}") from e
     except (RuntimeError, ValueError, TypeError, IndexError) as e:
         raise ProgramError(f"{type(e).__name__}: {e}") from e
 

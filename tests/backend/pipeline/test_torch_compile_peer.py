@@ -138,3 +138,20 @@ def test_backend_called_with_mode_and_options_keywords(received, dynamo_reset):
         ember_backend(gm, [x], options=[("debug", True)])
     with pytest.raises(TypeError, match="got mode=/options= and resolved options"):
         ember_backend(gm, [x], mode="reduce-overhead", debug=True)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_data_dependent_op_runs_as_captured(dynamic):
+    # torch.compile's frontend keeps histogram in the graph; its output sizes depend on
+    # the data, which the backend's fakes do not have: the graph runs as captured
+    torch._dynamo.reset()
+
+    def f(x):
+        return torch.histogram(x * 2, 5)
+
+    for n in (20, 31):
+        x = torch.randn(n)
+        got = torch.compile(f, backend=ember_backend, dynamic=dynamic)(x)
+        want = f(x)
+        torch.testing.assert_close(got.hist, want.hist)
+        torch.testing.assert_close(got.bin_edges, want.bin_edges)
