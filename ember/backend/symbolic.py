@@ -31,6 +31,8 @@ How
 * **Training graphs** (inputs that require grad): the joint graph is traced on the same
   fakes, partitioned (costs at the hints), and both halves compiled symbolically; the
   backward takes the size inputs' values after its tangents (``ember.aot.training``).
+* **CUDA graphs** (``cudagraphs=True``): one graph captured per size over the one program
+  (``runtime/cudagraphs.py``, the most recent sizes kept).
 * **Declines** (``NotImplementedError``, then ``dynamic.py`` compiles per size): a target
   without size arguments, ``freezing``, a training graph that turns grad mode on, inputs a
   frontend symbol of which has no placeholder, a tensor input without a symbolic fake,
@@ -222,8 +224,6 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
         raise NotImplementedError(f"the {target.name} target takes no size arguments yet")
     if options["freezing"]:
         raise NotImplementedError("freezing=True")
-    if options["cudagraphs"] and target.supports_cudagraphs:    # (recorded per size)
-        raise NotImplementedError("cudagraphs=True")
     training = may_record_grad(tensors, enables_grad(gm))
     if training and enables_grad(gm):
         raise NotImplementedError("a training graph that turns grad mode on")
@@ -283,6 +283,8 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
         if cache_key:
             artifact.guards = text
             graph_cache.store(cache_key, artifact)
+    if options["cudagraphs"] and target.supports_cudagraphs and not training:
+        compiled = _per_size_cuda_graphs(compiled, gm, example_inputs)
     check = eval(f"lambda a: {text}", {**_guard_globals(),
                                        **{f"_item{i}": v for i, v in items.items()}})
     from ember.backend.pipeline import log_stage_times
@@ -292,6 +294,20 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
              ", ".join(f"{s}=a[{i}]" for i, s in size_symbols.items()),
              time.perf_counter() - start, text)
     return _Guarded(compiled, check, text, per_size)
+
+
+def _per_size_cuda_graphs(compiled: Callable, gm: torch.fx.GraphModule,
+                          example_inputs: list) -> Callable:
+    """``cudagraphs=True``: one CUDA graph captured per size over the symbolic program
+    (``runtime/cudagraphs.py``), unless the program writes its inputs."""
+    if getattr(compiled, "mutates_inputs", False):
+        logs.log("perf_hints", "cudagraphs: not used, the graph mutates its inputs")
+        return compiled
+    from ember.backend.passes.freezing import is_parameter_or_buffer
+    from ember.backend.runtime.cudagraphs import PerSizeCudaGraphs
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return PerSizeCudaGraphs(compiled, [is_parameter_or_buffer(node, value) for node, value
+                                        in zip(placeholders, example_inputs)])
 
 
 def _guard_globals() -> dict:

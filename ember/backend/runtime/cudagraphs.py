@@ -15,9 +15,15 @@ buffer and replay. Decisions:
 - Graphs that cannot be captured run without CUDA graphs, with the reason logged
   (``EMBER_LOGS=perf_hints``): CPU tensor inputs, mutated inputs, or a capture that fails
   (an op that synchronises with the host).
+- A program compiled once for symbolic sizes (``backend/symbolic.py``) is captured once per
+  concrete size (``PerSizeCudaGraphs``): a CUDA graph fixes every launch's grid and every
+  buffer's size. The sizes the call passes (its int arguments) key the graphs: with them
+  the guards fix every input's shape and strides. The most recently used
+  ``SIZES_KEPT`` are kept; an older size is captured again when it returns.
 """
 from __future__ import annotations
 
+import collections
 from typing import Callable
 
 import torch
@@ -94,3 +100,31 @@ class CudaGraphRunner:
         self.disabled = True
         self.static_inputs = []
         return False
+
+
+SIZES_KEPT = 8
+
+
+class PerSizeCudaGraphs:
+    """A symbolic program replayed as one CUDA graph per size (module docstring)."""
+
+    def __init__(self, compiled: Callable, module_state: list[bool], limit: int | None = None):
+        self.compiled = compiled
+        self.module_state = module_state
+        self.limit = SIZES_KEPT if limit is None else limit
+        self.runners: collections.OrderedDict[tuple, CudaGraphRunner] = \
+            collections.OrderedDict()
+
+    def __call__(self, *args):
+        key = tuple(a for a in args if type(a) is int)
+        runner = self.runners.get(key)
+        if runner is None:
+            runner = self.runners[key] = CudaGraphRunner(self.compiled, list(args),
+                                                         self.module_state)
+            if len(self.runners) > self.limit:
+                old, _ = self.runners.popitem(last=False)
+                logs.log("perf_hints", "cudagraphs: sizes %s dropped (%d sizes kept)", old,
+                         self.limit)
+        else:
+            self.runners.move_to_end(key)
+        return runner(*args)

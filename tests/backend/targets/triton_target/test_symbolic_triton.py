@@ -227,13 +227,18 @@ def test_gpu_softmax_dynamic_row_length(dtype, tol):
 
 
 @pytest.mark.parametrize("dtype,tol", GPU_DTYPES[:1])
-def test_gpu_cudagraphs_are_recorded_per_size(dtype, tol):
-    """``mode="reduce-overhead"``: CUDA graphs are recorded per size, so such graphs are
-    compiled per size (the symbolic compile declines, said)."""
-    fn = lambda x: (x * 2).relu()     # noqa: E731
+def test_gpu_cudagraphs_are_recorded_per_size(dtype, tol, monkeypatch):
+    """``mode="reduce-overhead"``: one symbolic compile, a CUDA graph captured per size
+    over it; results kept across calls; the oldest size dropped past the limit and
+    captured again when it returns."""
+    from ember.backend.runtime import cudagraphs
+    monkeypatch.setattr(cudagraphs, "SIZES_KEPT", 2)
+    fn = lambda x: torch.softmax(x * 2, -1).relu()     # noqa: E731
     compile_stats.reset()
     compiled = ember.compile(fn, dynamic=True, mode="reduce-overhead")
-    for n in (64, 100):
-        x = torch.randn(n, 32, device="cuda")
-        torch.testing.assert_close(compiled(x), fn(x))
-    assert dict(compile_stats.symbolic_declines) == {"cudagraphs=True": 1}
+    xs = {n: torch.randn(n, 32 + n, device="cuda") for n in (64, 100, 77)}
+    outs = [(x, compiled(x)) for n in (64, 100, 64, 77, 64, 100) for x in [xs[n]]]
+    for x, out in outs:
+        torch.testing.assert_close(out, fn(x))
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
+    assert not compile_stats.symbolic_declines
