@@ -1,7 +1,8 @@
 """Issue 31's measuring stick: the dynamic-shapes programs, each called at several sizes.
 
     python benchmarks/dynamic_shapes.py [--modes count,ember,torch] [--programs A,B,CATEGORY]
-                                        [--target cpp|triton] [--json PATH]
+                                        [--target cpp|triton] [--device cpu|cuda]
+                                        [--json PATH]
 
 The programs and the compile counts torch.compile needs are the table in
 ``ember/bench/dynamic_programs.py``. Each program runs under each mode:
@@ -226,8 +227,14 @@ def main(argv=None) -> int:
                         help="comma-separated program names or categories (default: all)")
     parser.add_argument("--target", choices=("cpp", "triton"), default="cpp",
                         help='CPU code the "ember" mode generates (default cpp)')
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="where the programs run: cuda makes every tensor (inputs, "
+                             "parameters, tensors the programs create) there, and the ember "
+                             "mode generates Triton for the GPU (--target is for the CPU)")
     parser.add_argument("--json", help="also write the results as JSON to this file")
     args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda: no CUDA device")
     modes = [m for m in args.modes.split(",") if m]
     unknown = [m for m in modes if m not in MODES]
     if unknown or not modes:
@@ -241,7 +248,8 @@ def main(argv=None) -> int:
     print_header(width, modes)
     results = {}
     for prog in programs:
-        results[prog.name] = run_program(prog, modes, args.target)
+        with torch.device(args.device):      # the default device of every tensor made
+            results[prog.name] = run_program(prog, modes, args.target)
         print_row(width, prog, modes, results[prog.name])
     summary = summarize(programs, modes, results)
     print()
