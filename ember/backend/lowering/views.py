@@ -364,16 +364,18 @@ def _pieces_as_traced(ctx, x, dim: int):
 
 @register_lowering(aten.roll.default)
 def _roll(ctx, x, shifts, dims=()):
-    """``out[i] = x[(i - shift) mod size]`` along each rolled dim."""
+    """``out[i] = x[(i + back) mod size]`` along each rolled dim, ``back = -shift mod size``
+    (over a symbolic size, a size expression the kernel computes)."""
     size = x.get_size()
     shifts = [shifts] if isinstance(shifts, int) else list(shifts)
     dims = [dims] if isinstance(dims, int) else list(dims)
-    if not dims or len(dims) != len(shifts) or not all(size[d].is_Integer for d in dims):
+    if not dims or len(dims) != len(shifts) or not all(isinstance(s, int) for s in shifts):
         return NotImplemented       # a roll of the flattened tensor: eager's kernel
-    moved = {d % len(size): s % int(size[d]) for d, s in zip(dims, shifts) if int(size[d])}
+    back = {d % len(size): SizeMod(-s, size[d]) for d, s in zip(dims, shifts)
+            if size[d] != 0}
 
     def reindex(idx):
-        return [ModIndex(i - moved[d] + size[d], size[d]) if moved.get(d) else i
+        return [ModIndex(i + back[d], size[d]) if back.get(d, 0) != 0 else i
                 for d, i in enumerate(idx)]
     return IndexView(x, list(size), reindex)
 

@@ -94,8 +94,9 @@ PROGRAMS = {
              lambda n: [torch.randn(1, 2, n, 8) for _ in range(3)]),
     "interpolate": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"),
                     lambda n: [torch.randn(1, 2, n, 3)]),
-    # ATen fallbacks inside the symbolic program
+    # an ATen fallback inside the symbolic program (cumsum has no lowering)
     "cumsum": (lambda x: x.cumsum(0) * 2, lambda n: [torch.randn(n)]),
+    # (more pooling: test_symbolic_lowerings.py)
     "max_pool": (lambda x: F.max_pool2d(x, 2), lambda n: [torch.randn(1, 2, 2 * n, 6)]),
 }
 
