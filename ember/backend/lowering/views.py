@@ -13,7 +13,8 @@ from ember.backend.ir import (Buffer, FloorDiv, IndexView, InputBuffer, Layout, 
 from ember.backend.lowering.cost import body_cost
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
-from ember.backend.sizevars import evaluate_min, is_static, shape_env
+from ember.backend.sizevars import (evaluate_min, is_static, shape_env,
+                                    statically_known_equals)
 from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod
 from ember.fake import storage_key
 
@@ -290,16 +291,18 @@ def strided_view(graph, node: torch.fx.Node, size, stride, offset: int):
     mem = _memory_view(owner_ir)
     if mem is not None and isinstance(mem[0], InputBuffer):
         buf, layout = mem
-        base = owner_fake.storage_offset() - int(layout.offset)  # buf's data pointer in eager
+        # buf's data pointer in eager
+        base = sym(owner_fake.storage_offset()) - layout.offset
     else:
         want = Layout.from_tensor(owner_fake)
         meta = getattr(owner_fake, "_meta", owner_fake)
         if owner_fake.storage_offset() != 0 or not want.is_dense() or \
-                int(want.storage_numel()) * owner_fake.element_size() != \
-                meta.untyped_storage().nbytes():
+                not statically_known_equals(want.storage_numel() * owner_fake.element_size(),
+                                            sym(meta.untyped_storage().nbytes())):
             return NotImplemented
-        if mem is not None and int(mem[1].offset) == 0 and all(
-                int(a) == int(b) for n, a, b in zip(want.size, mem[1].stride, want.stride)
+        if mem is not None and statically_known_equals(mem[1].offset, 0) and all(
+                statically_known_equals(a, b)
+                for n, a, b in zip(want.size, mem[1].stride, want.stride)
                 if n != 1) and not isinstance(mem[0], InputBuffer):
             buf = mem[0]
         else:

@@ -8,9 +8,12 @@ while tracing). Given a mask, ``scaled_dot_product_attention`` picks a kernel th
 once, at compile time; when it masks nothing the call loses it, and when it is exactly the
 causal (lower-triangular) mask the call gets ``is_causal=True`` instead, which is what eager
 runs. Shapes are static, so a value read only for its shape, dtype or device (``ones_like(x)``,
-``x.size()``) counts as a constant.
+``x.size()``) counts as a constant. With symbolic sizes (``passes/symbolic_graph.py``) the
+size inputs count as constants too, and a mask is judged at several sizes (``probes``).
 """
 from __future__ import annotations
+
+from typing import Callable
 
 import torch
 import torch.fx
@@ -26,14 +29,20 @@ _META_METHODS = {"size", "dim", "new_ones", "new_zeros", "new_full", "new_tensor
 _META_ATTRS = {"shape", "dtype", "device", "ndim"}
 
 
-def simplify_constant_masks(gm: torch.fx.GraphModule, example_inputs: list) -> int:
+def simplify_constant_masks(gm: torch.fx.GraphModule, example_inputs: list,
+                            sizes: set | None = None, probes: Callable | None = None) -> int:
     """Rewrite the attention calls of ``gm`` whose constant mask masks nothing or is causal;
-    return how many were rewritten."""
+    return how many were rewritten. A graph with symbolic sizes gives its size placeholders
+    (``sizes``, constants here) and ``probes(constants)``: the ``(inputs, symbol values)``
+    to judge a mask at, given the sum of the integer constants its computation reads (or
+    None: not judged); a mask is rewritten when it is the same kind at each."""
     calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is _SDPA]
     if not calls:
         return 0
-    constant = _constant_nodes(gm)
-    values: dict[torch.fx.Node, object] = {}
+    constant = _constant_nodes(gm, sizes or set())
+    if probes is None:
+        probes = lambda constants: [(example_inputs, {})]   # noqa: E731 (the static sizes)
+    values: dict = {}        # probe number -> node -> value
     rewritten = 0
     for node in calls:
         params = _bind(node)
@@ -46,13 +55,18 @@ def simplify_constant_masks(gm: torch.fx.GraphModule, example_inputs: list) -> i
         k_val = key.meta.get("val") if isinstance(key, torch.fx.Node) else None
         if not isinstance(q_val, torch.Tensor) or not isinstance(k_val, torch.Tensor):
             continue
-        try:
-            value = _evaluate(gm, mask, example_inputs, values)
-        except Exception as e:     # a constant we cannot compute here stays in the graph
-            logs.log("perf_hints", "attention mask %s not evaluated at compile time (%s: %s)",
-                     mask.name, type(e).__name__, e)
-            continue
-        kind = _classify(value, int(q_val.shape[-2]), int(k_val.shape[-2]))
+        kinds = set()
+        at = probes(_constants_read(mask, constant)) or [(None, None)]
+        for i, (inputs, subst) in enumerate(at):
+            try:
+                value = _evaluate(gm, mask, inputs, values.setdefault(i, {}))
+            except Exception as e:     # a constant we cannot compute here stays in the graph
+                logs.log("perf_hints", "attention mask %s not evaluated at compile time "
+                         "(%s: %s)", mask.name, type(e).__name__, e)
+                kinds.add(None)
+                break
+            kinds.add(_classify(value, _length(q_val, subst), _length(k_val, subst)))
+        kind = kinds.pop() if len(kinds) == 1 else None
         if kind is None:
             continue
         params["attn_mask"] = None
@@ -63,7 +77,7 @@ def simplify_constant_masks(gm: torch.fx.GraphModule, example_inputs: list) -> i
                  "with is_causal=True" if kind == "causal" else "without a mask")
         rewritten += 1
     if rewritten:
-        _remove_unused(gm.graph, constant)
+        _remove_unused(gm.graph, constant - (sizes or set()))
         gm.recompile()
     return rewritten
 
@@ -74,10 +88,42 @@ def _bind(node: torch.fx.Node) -> dict:
     return params
 
 
-def _constant_nodes(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
-    """Nodes whose values follow from the graph's static shapes alone."""
+def _length(val: torch.Tensor, subst: dict) -> int:
+    """``val``'s second-to-last size at the symbol values ``subst``."""
+    size = val.shape[-2]
+    if isinstance(size, torch.SymInt):
+        return int(size.node.expr.xreplace(subst))
+    return int(size)
+
+
+def _constants_read(mask: torch.fx.Node, constant: set) -> int:
+    """The sum of the magnitudes of the integer constants the mask's computation reads."""
+    total, seen, stack = 0, set(), [mask]
+    while stack:
+        node = stack.pop()
+        if node in seen or node not in constant:
+            continue
+        seen.add(node)
+        for a in _leaves((node.args, node.kwargs)):
+            if isinstance(a, int) and not isinstance(a, bool):
+                total += abs(a)
+        stack.extend(node.all_input_nodes)
+    return total
+
+
+def _leaves(value) -> list:
+    if isinstance(value, (list, tuple)):
+        return [x for v in value for x in _leaves(v)]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _leaves(v)]
+    return [value]
+
+
+def _constant_nodes(gm: torch.fx.GraphModule, sizes: set) -> set[torch.fx.Node]:
+    """Nodes whose values follow from the graph's shapes alone (and its size inputs,
+    ``sizes``)."""
     from ember.frontend.output_graph import is_effectful
-    constant: set[torch.fx.Node] = set()
+    constant: set[torch.fx.Node] = set(sizes)
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method") or is_effectful(node):
             continue
