@@ -28,6 +28,17 @@ def _wrapper() -> str:
     return next(s for s in reversed(pipeline.generated_sources) if "def call(" in s)
 
 
+def _check_with_a_dynamic_batch(module, shape):
+    """``module`` compiled once with its input's batch marked dynamic: eager's results at
+    each of ``BATCHES``, one symbolic compile."""
+    compiled = ember.compile(module, dynamic=False)
+    for n in BATCHES:
+        x = torch.randn(n, *shape)
+        ember.mark_dynamic(x, 0)
+        torch.testing.assert_close(compiled(x), module(x), rtol=1e-4, atol=1e-4)
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
+
+
 # the network's input in channels-last, allocated by the wrapper: (N, 3, 16, 16) strides
 CHANNELS_LAST_INPUT = "(768, 1, 48, 3)"
 
@@ -39,12 +50,7 @@ def test_conv_net_with_a_dynamic_batch_keeps_the_static_layout(cpu_backend):
     static = _wrapper()
     ember.reset()
     compile_stats.reset()
-    compiled = ember.compile(net, dynamic=False)
-    for n in BATCHES:
-        x = torch.randn(n, 3, 16, 16)
-        ember.mark_dynamic(x, 0)
-        torch.testing.assert_close(compiled(x), net(x), rtol=1e-4, atol=1e-4)
-    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
+    _check_with_a_dynamic_batch(net, (3, 16, 16))
     symbolic = _wrapper()
     assert "s0" in symbolic
     assert (CHANNELS_LAST_INPUT in symbolic) == (CHANNELS_LAST_INPUT in static)
@@ -55,12 +61,7 @@ def test_conv_net_with_a_dynamic_batch_keeps_the_static_layout(cpu_backend):
 def test_dead_convolution_taps_are_dropped_with_a_dynamic_batch(ember_log):
     conv = torch.nn.Conv2d(4, 4, 3, padding=24, dilation=24).eval()
     logs.set_logs("perf_hints")
-    compiled = ember.compile(conv, dynamic=False)
-    for n in BATCHES:
-        x = torch.randn(n, 4, 10, 10)
-        ember.mark_dynamic(x, 0)
-        torch.testing.assert_close(compiled(x), conv(x), rtol=1e-4, atol=1e-4)
-    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
+    _check_with_a_dynamic_batch(conv, (4, 10, 10))
     assert "read only padding" in ember_log.text
 
 
