@@ -2,7 +2,7 @@
 
     python benchmarks/dynamic_speed.py [--models mlp,convnet,transformer_block,tiny_gpt]
         [--dim batch|seq] [--sizes N,N,N] [--device cpu|cuda] [--dtype float32|bfloat16]
-        [--rounds 7] [--calls 10] [--json PATH]
+        [--rounds 7] [--calls 10] [--threads N] [--json PATH]
 
 Issue 31's speed measure ("dynamic kernels within 10% of static ones"). For each model
 (``ember bench``'s zoo: the ``builtin`` suite by default; ``--models resnet50`` or
@@ -18,11 +18,12 @@ input):
 
 Both are compiled and checked against eager first; then steady-state calls are timed
 interleaved (static, dynamic, static, ...; ``--rounds`` rounds of ``--calls`` calls each,
-synchronised on CUDA), and the table gives each one's median milliseconds per call and
-the ratio dynamic / static (above 1: the dynamic program is slower; the median of the
-rounds' ratios, each of a pair timed back to back), with the geometric mean over the sizes
-per model. On a shared CPU the medians are noisy: a ratio within a
-few percent of 1 is noise there.
+each call timed, synchronised on CUDA), and the table gives each one's median of the
+rounds' median calls in milliseconds and the ratio dynamic / static (above 1: the dynamic
+program is slower; the median of the rounds' ratios, each of a pair timed back to back),
+with the geometric mean over the sizes per model. On a shared CPU the medians are noisy (a kernel's OpenMP threads descheduled
+by other processes): the fastest call of each (``min``) and their ratio are shown beside
+them, and ``--threads`` sets the threads kernels and ATen use.
 """
 from __future__ import annotations
 
@@ -89,14 +90,16 @@ def _relative_error(got, expected) -> float:
     return worst
 
 
-def _time(fn, inputs, calls: int, device) -> float:
-    """Milliseconds per call over ``calls`` calls."""
-    _sync(device)
-    start = time.perf_counter()
+def _time(fn, inputs, calls: int, device) -> list[float]:
+    """Milliseconds of each of ``calls`` calls."""
+    out = []
     for _ in range(calls):
+        _sync(device)
+        start = time.perf_counter()
         fn(*inputs)
-    _sync(device)
-    return (time.perf_counter() - start) * 1e3 / calls
+        _sync(device)
+        out.append((time.perf_counter() - start) * 1e3)
+    return out
 
 
 def run_model(name: str, dim: int, sizes: list[int] | None, device: torch.device, dtype,
@@ -126,20 +129,27 @@ def run_model(name: str, dim: int, sizes: list[int] | None, device: torch.device
         symbolic = compile_stats.symbolic_compiles - before[0]
         per_size = compile_stats.size_specializations - before[1]
         for n in sizes:
-            times = {"static": [], "dynamic": []}
+            times = {"static": [], "dynamic": []}     # per round: the median call
+            fastest = {"static": math.inf, "dynamic": math.inf}
             errors = {"static": _relative_error(static[n](*inputs[n]), expected[n]),
                       "dynamic": _relative_error(dynamic(*marked[n]), expected[n])}
             _time(static[n], inputs[n], calls, device)      # warm: allocator, caches
             _time(dynamic, marked[n], calls, device)
             for _ in range(rounds):
-                times["static"].append(_time(static[n], inputs[n], calls, device))
-                times["dynamic"].append(_time(dynamic, marked[n], calls, device))
+                for kind, fn, args in (("static", static[n], inputs[n]),
+                                       ("dynamic", dynamic, marked[n])):
+                    calls_ms = _time(fn, args, calls, device)
+                    times[kind].append(statistics.median(calls_ms))
+                    fastest[kind] = min(fastest[kind], *calls_ms)
             s_ms, d_ms = (statistics.median(times[k]) for k in ("static", "dynamic"))
             # each round's pair measured back to back: their ratio drifts less than the
             # medians' with the machine's load
             ratio = statistics.median(d / s for s, d in zip(times["static"], times["dynamic"]))
             rows.append({"model": name, "size": n, "static_ms": s_ms, "dynamic_ms": d_ms,
-                         "ratio": ratio, "symbolic_compiles": symbolic,
+                         "ratio": ratio, "static_min_ms": fastest["static"],
+                         "dynamic_min_ms": fastest["dynamic"],
+                         "min_ratio": fastest["dynamic"] / fastest["static"],
+                         "symbolic_compiles": symbolic,
                          "per_size_compiles": per_size,
                          "max_rel_error": max(errors.values())})
     return rows
@@ -158,8 +168,12 @@ def main(argv=None) -> int:
                         help="default: each model's own (float32, bfloat16 for the gpu suite)")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--calls", type=int, default=10, help="calls timed per round")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="torch.set_num_threads (default: torch's own)")
     parser.add_argument("--json", help="also write the rows as JSON to this file")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     names = [n for n in args.models.split(",") if n]
     try:
         zoo.check_names(names)
@@ -169,9 +183,11 @@ def main(argv=None) -> int:
     dtype = getattr(torch, args.dtype) if args.dtype else None
     sizes = [int(s) for s in args.sizes.split(",") if s] or None
     print(f"torch {torch.__version__}, {device}, dtype {args.dtype or 'per model'}, dynamic "
-          f"dim {args.dim}; median of {args.rounds} rounds x {args.calls} calls, interleaved")
+          f"dim {args.dim}, {torch.get_num_threads()} threads; median (and min) of "
+          f"{args.rounds} rounds x {args.calls} calls, interleaved")
     print(f"{'model':<18} {'size':>5} {'static ms':>10} {'dynamic ms':>11} {'ratio':>6}  "
-          f"compiles (symbolic/per-size)  max rel error")
+          f"{'min: static':>11} {'dynamic':>8} {'ratio':>6}  compiles (symbolic/per-size)  "
+          f"max rel error")
     rows = []
     for name in names:
         model_rows = run_model(name, DIMS[args.dim], sizes, device, dtype, args.rounds,
@@ -179,11 +195,14 @@ def main(argv=None) -> int:
         for r in model_rows:
             print(f"{r['model']:<18} {r['size']:>5} {r['static_ms']:>10.3f} "
                   f"{r['dynamic_ms']:>11.3f} {r['ratio']:>6.3f}  "
+                  f"{r['static_min_ms']:>11.3f} {r['dynamic_min_ms']:>8.3f} "
+                  f"{r['min_ratio']:>6.3f}  "
                   f"{r['symbolic_compiles']:>4} / {r['per_size_compiles']:<21}"
                   f"{r['max_rel_error']:.1e}", flush=True)
-        geo = math.exp(statistics.mean(math.log(r["ratio"]) for r in model_rows))
-        print(f"{name:<18} {'all':>5} {'':>10} {'':>11} {geo:>6.3f}  (geometric mean)",
-              flush=True)
+        geo, geo_min = (math.exp(statistics.mean(math.log(r[k]) for r in model_rows))
+                        for k in ("ratio", "min_ratio"))
+        print(f"{name:<18} {'all':>5} {'':>10} {'':>11} {geo:>6.3f}  {'':>11} {'':>8} "
+              f"{geo_min:>6.3f}  (geometric means)", flush=True)
         rows += model_rows
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(rows, indent=1))
