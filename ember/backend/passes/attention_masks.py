@@ -17,6 +17,7 @@ from typing import Callable
 
 import torch
 import torch.fx
+from torch.utils import _pytree as pytree
 
 from ember import logs
 
@@ -55,8 +56,10 @@ def simplify_constant_masks(gm: torch.fx.GraphModule, example_inputs: list,
         k_val = key.meta.get("val") if isinstance(key, torch.fx.Node) else None
         if not isinstance(q_val, torch.Tensor) or not isinstance(k_val, torch.Tensor):
             continue
+        at = probes(_constants_read(mask, constant))
+        if not at:
+            continue
         kinds = set()
-        at = probes(_constants_read(mask, constant)) or [(None, None)]
         for i, (inputs, subst) in enumerate(at):
             try:
                 value = _evaluate(gm, mask, inputs, values.setdefault(i, {}))
@@ -104,19 +107,11 @@ def _constants_read(mask: torch.fx.Node, constant: set) -> int:
         if node in seen or node not in constant:
             continue
         seen.add(node)
-        for a in _leaves((node.args, node.kwargs)):
+        for a in pytree.tree_leaves((node.args, node.kwargs)):
             if isinstance(a, int) and not isinstance(a, bool):
                 total += abs(a)
         stack.extend(node.all_input_nodes)
     return total
-
-
-def _leaves(value) -> list:
-    if isinstance(value, (list, tuple)):
-        return [x for v in value for x in _leaves(v)]
-    if isinstance(value, dict):
-        return [x for v in value.values() for x in _leaves(v)]
-    return [value]
 
 
 def _constant_nodes(gm: torch.fx.GraphModule, sizes: set) -> set[torch.fx.Node]:
