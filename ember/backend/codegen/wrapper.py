@@ -142,7 +142,7 @@ class WrapperCodegen:
     def generate(self) -> str:
         g = self.graph
         names = [b.name for b in g.inputs]
-        out = ["import math", "import torch", "from ember.backend.runtime import with_layout",
+        out = ["import torch", "import math", "from ember.backend.runtime import with_layout",
                "empty_strided = torch.empty_strided", "as_strided = torch.as_strided", "", "",
                "def call(args):"]
         body: list[str] = []
