@@ -163,17 +163,16 @@ def _split_dims(ctx, x):
     so do views of a body that costs more than reading it back (readers after a view often
     broadcast it: swin's relative-position bias, a gather viewed [49, 49, heads] and added
     to every window's scores, took 8 ms a call recomputed per window, scalar)."""
-    in_size, out = x.get_size(), ctx.size
-    if not all(isinstance(s, (int, sympy.Integer)) and s > 0 for s in [*in_size, *out]):
+    ins, outs = [sympy.sympify(s) for s in x.get_size()], [sympy.sympify(s) for s in ctx.size]
+    if not all(s.is_positive for s in [*ins, *outs]):     # (size symbols are >= 2)
         return None
-    ins, outs = [int(s) for s in in_size], [int(s) for s in out]
     groups, j = [], 0
-    for size in ins:
-        start, prod = j, 1
-        while prod < size and j < len(outs):
+    for size in ins:     # the output dims whose product is this input dim (symbolic: equal)
+        start, prod = j, sympy.Integer(1)
+        while not statically_known_equals(prod, size) and j < len(outs):
             prod *= outs[j]
             j += 1
-        if prod != size:
+        if not statically_known_equals(prod, size):
             return None
         groups.append((start, j))
     if any(s != 1 for s in outs[j:]):
@@ -191,7 +190,7 @@ def _split_dims(ctx, x):
                 scale *= outs[d]
             full.append(acc)
         return full
-    return IndexView(x, out, reindex)
+    return IndexView(x, list(ctx.size), reindex)
 
 
 def _view(ctx, x, *args):

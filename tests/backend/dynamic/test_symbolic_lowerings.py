@@ -3,6 +3,8 @@ symbolic program's kernels, not ATen calls, equal to eager at several sizes with
 symbolic compile, behind both frontends and on both CPU targets."""
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -85,3 +87,29 @@ def test_max_pool_backward_with_symbolic_sizes(cpu_backend):
     # (one compile: the forward and backward halves of one training graph)
     assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
     assert dict(compile_stats.fallback_ops) == {}
+
+
+def _heads(x, w, b):
+    # a linear's [N*6, 16] product viewed [N, 6, 2, 8]: the bias add fuses into the reader
+    return F.linear(x, w, b).view(x.shape[0], 6, 2, 8).transpose(1, 2).contiguous()
+
+
+def _kernel_launches() -> int:
+    from ember.backend import pipeline
+    wrapper = next(s for s in reversed(pipeline.generated_sources) if "def call(" in s)
+    return len(re.findall(r"^\s*kernel\d+\(", wrapper, re.M))
+
+
+def test_views_splitting_a_symbolic_dim_keep_the_body(cpu_backend):
+    w, b = torch.randn(16, 16), torch.randn(16)
+    ember.compile(_heads, dynamic=False)(torch.randn(5, 6, 16), w, b)
+    static = _kernel_launches()
+    ember.reset()
+    compile_stats.reset()
+    compiled = ember.compile(_heads, dynamic=False)
+    for n in SIZES:
+        x = torch.randn(n, 6, 16)
+        ember.mark_dynamic(x, 0)
+        torch.testing.assert_close(compiled(x, w, b), _heads(x, w, b))
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
+    assert _kernel_launches() == static
