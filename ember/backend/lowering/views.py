@@ -13,9 +13,9 @@ from ember.backend.ir import (Buffer, FloorDiv, IndexView, InputBuffer, Layout, 
 from ember.backend.lowering.cost import body_cost
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
-from ember.backend.sizevars import (evaluate_min, is_static, shape_env,
-                                    statically_known_equals)
-from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod
+from ember.backend.sizevars import (evaluate_min, is_static, shape_env, size_hint,
+                                    statically_known_equals, statically_known_leq)
+from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod, _split_multiples
 from ember.fake import storage_key
 
 
@@ -456,21 +456,14 @@ def clone_layout(val: torch.Tensor) -> Layout:
     return layout
 
 
-@register_lowering(aten.as_strided_scatter.default)
-def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
-    """``x`` with ``src`` written where the view ``(size, stride, storage_offset)`` of its
-    clone lands (a slice assignment into a view of a computed value traces to it: Swin's
-    masks). The clone has eager's strides where ``x`` is dense, else contiguous ones. Done
-    when the view is a box of that layout: each view dim of more than one element steps
-    along its own dim of ``x`` (a multiple of its stride: a sliced step), inside it, from a
-    start the offset decomposes into; its addresses are then exactly the box's."""
-    layout = clone_layout(ctx.node.args[0].meta["val"])
-    xsize, strides = [int(n) for n in layout.size], [int(st) for st in layout.stride]
-    starts, rest = [0] * len(xsize), storage_offset or 0
+def _static_box(xsize, strides, size, stride, offset):
+    """``(starts, mapping)`` of the view's box in ``x``'s layout (static sizes), or None."""
+    xsize, strides = [int(n) for n in xsize], [int(st) for st in strides]
+    starts, rest = [0] * len(xsize), offset
     for d in sorted((d for d in range(len(xsize)) if xsize[d] > 1), key=lambda d: -strides[d]):
         starts[d], rest = divmod(rest, strides[d])
     if rest or any(s >= n for s, n in zip(starts, xsize)):
-        return NotImplemented
+        return None
     mapping = []      # per view dim: (dim of x, step along it), or None for one element
     for n, st in zip(size, stride):
         if n == 1:
@@ -481,14 +474,91 @@ def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
         fits = [d for d in range(len(xsize)) if xsize[d] > 1 and st > 0 and
                 st % strides[d] == 0]
         if not fits:
-            return NotImplemented
+            return None
         d = max(fits, key=lambda d: strides[d])
         step = st // strides[d]
         if any(m is not None and m[0] == d for m in mapping) or \
                 starts[d] + (n - 1) * step >= xsize[d]:
-            return NotImplemented
+            return None
         mapping.append((d, step))
-    box = {m[0]: (n, m[1]) for n, m in zip(size, mapping) if m is not None}
+    return [sympy.Integer(v) for v in starts], mapping
+
+
+def _symbolic_box(xsize, strides, size, stride, offset):
+    """As ``_static_box`` over expressions: the offset split into whole multiples of each
+    dim's stride (coarsest first, at the hints), each view dim matched to the dim of ``x``
+    whose stride its own is a constant multiple of; then the box is proven inside ``x`` for
+    every size (else None)."""
+    size, stride = [sym(n) for n in size], [sym(st) for st in stride]
+    starts, rest = [sympy.Integer(0)] * len(xsize), sym(offset)
+    for d in sorted((d for d in range(len(xsize)) if xsize[d] != 1),
+                    key=lambda d: -size_hint(strides[d])):
+        q, rest = _split_multiples(sympy.expand(rest), strides[d])
+        if rest.is_Integer and strides[d].is_Integer:
+            extra, r = divmod(int(rest), int(strides[d]))
+            q, rest = q + extra, sympy.Integer(r)
+        starts[d] = q
+    if rest != 0 or not all(statically_known_leq(0, v) for v in starts):
+        return None
+    mapping = []
+    for n, st in zip(size, stride):
+        if n == 1:
+            mapping.append(None)
+            continue
+        steps = {d: sympy.simplify(st / strides[d]) for d in range(len(xsize))
+                 if xsize[d] != 1}
+        fits = [d for d, q in steps.items() if q.is_Integer and q > 0]
+        if not fits:
+            return None
+        d = max(fits, key=lambda d: size_hint(strides[d]))
+        step = int(steps[d])
+        if any(m is not None and m[0] == d for m in mapping) or \
+                not _known_leq(starts[d] + (n - 1) * step + 1, xsize[d]):
+            return None
+        mapping.append((d, step))
+    # (a dim the view steps along may start at its end: then the box is empty)
+    stepped = {m[0] for m in mapping if m is not None}
+    if not all(_known_leq(v + 1, n) for d, (v, n) in enumerate(zip(starts, xsize))
+               if d not in stepped):
+        return None
+    return starts, mapping
+
+
+def _known_leq(a, b) -> bool:
+    """``a <= b`` for every size, where ``a``'s floor divisions by positive constants (with
+    positive coefficients) may be bounded by the exact quotients: ``s // 2 <= s``, which
+    the ranges' interval arithmetic does not see."""
+    if statically_known_leq(a, b):
+        return True
+    a = sympy.expand(a)
+    floors = [f for f in a.atoms(SizeFloorDiv) if f.args[1].is_Integer and f.args[1] > 0]
+    if not floors or any(not a.coeff(f).is_positive for f in floors):
+        return False
+    return statically_known_leq(a.xreplace({f: f.args[0] / f.args[1] for f in floors}), b)
+
+
+def _index_value(e):
+    return ops.constant(int(e), torch.int64) if e.is_Integer else \
+        ops.index_expr(e, torch.int64)
+
+
+@register_lowering(aten.as_strided_scatter.default)
+def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
+    """``x`` with ``src`` written where the view ``(size, stride, storage_offset)`` of its
+    clone lands (a slice assignment into a view of a computed value traces to it: Swin's
+    masks). The clone has eager's strides where ``x`` is dense, else contiguous ones. Done
+    when the view is a box of that layout: each view dim of more than one element steps
+    along its own dim of ``x`` (a multiple of its stride: a sliced step), inside it, from a
+    start the offset decomposes into; its addresses are then exactly the box's."""
+    layout = clone_layout(ctx.node.args[0].meta["val"])
+    xsize, strides = layout.size, layout.stride
+    geometry = [*xsize, *strides, *map(sym, size), *map(sym, stride), sym(storage_offset or 0)]
+    found = (_static_box if all(e.is_Integer for e in geometry) else _symbolic_box)(
+        xsize, strides, size, stride, storage_offset or 0)
+    if found is None:
+        return NotImplemented
+    starts, mapping = found
+    box = {m[0]: (sym(n), m[1]) for n, m in zip(size, mapping) if m is not None}
     load_x, load_src = x.make_loader(), src.make_loader()
     dtype = ctx.dtype
 
@@ -499,12 +569,11 @@ def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
                 continue
             count, step = box.get(d, (1, 1))
             at = ops.index_expr(index[d], torch.int64)
-            ok = ops.logical_and(
-                ops.ge(at, ops.constant(starts[d], torch.int64)),
-                ops.lt(at, ops.constant(starts[d] + (count - 1) * step + 1, torch.int64)))
+            ok = ops.logical_and(ops.ge(at, _index_value(starts[d])),
+                                 ops.lt(at, _index_value(starts[d] + (count - 1) * step + 1)))
             if step != 1:
                 ok = ops.logical_and(ok, ops.eq(ops.index_expr(
-                    ModIndex(index[d] + step - starts[d] % step, step), torch.int64),
+                    ModIndex(index[d] + step - SizeMod(starts[d], step), step), torch.int64),
                     ops.constant(0, torch.int64)))
             inside = ok if inside is None else ops.logical_and(inside, ok)
         src_index = [sympy.Integer(0) if m is None else

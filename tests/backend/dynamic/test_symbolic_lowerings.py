@@ -14,6 +14,24 @@ from ember.backend import compile_stats
 
 pytestmark = pytest.mark.usefixtures("fresh_no_grad", "cpu_backend")
 
+def _assign_half(x):
+    y = x * 2
+    y[:, : x.size(1) // 2] = 0.0
+    return y
+
+
+def _assign_tail(x):
+    y = x * 2
+    y[1:, 2:] = 7.0
+    return y
+
+
+def _assign_strided(x):
+    y = x * 2
+    y[:, 1::2] = -1.0
+    return y
+
+
 # name -> (program, inputs at size n); the sizes are odd and even, so windows past the edge
 # (ceil_mode, padding) are met and missed
 PROGRAMS = {
@@ -29,6 +47,11 @@ PROGRAMS = {
                       lambda n: [torch.randn(1, 2, n, 4)]),
     "avg_pool1d": (lambda x: F.avg_pool1d(x, 3), lambda n: [torch.randn(2, 3, n)]),
     "roll": (lambda x: x.roll(1, 0) * 2, lambda n: [torch.randn(n, 3)]),
+    # slice assignments into a computed value: as_strided_scatter of a box
+    "assign_half": (_assign_half, lambda n: [torch.randn(n, n + 3)]),
+    # (a symbolic dim of 2 makes the box [1:, 2:] empty: its start is the dim's end)
+    "assign_tail": (_assign_tail, lambda n: [torch.randn(n, n)]),
+    "assign_strided": (_assign_strided, lambda n: [torch.randn(3, n)]),
     "roll_dims": (lambda x: x.roll((5, -1), (0, 1)), lambda n: [torch.randn(n, n + 1)]),
 }
 SIZES = (6, 9, 4)
