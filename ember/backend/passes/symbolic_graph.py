@@ -27,6 +27,7 @@ Decisions
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, TypeVar
 
 import sympy
@@ -70,8 +71,9 @@ def with_backend_fakes(gm: torch.fx.GraphModule, fakes: list, mode) -> torch.fx.
 
 
 def _probe_inputs(gm, example_inputs: list, subst: dict) -> list:
-    """The graph's inputs at the sizes ``subst`` gives the symbols: ints for sizes, zeros
-    of the sizes' shapes for tensors (the mask reads those for their metadata only)."""
+    """The graph's inputs at the sizes ``subst`` gives the symbols: ints for sizes, a zero
+    expanded to the sizes' shapes for tensors (the mask reads those for their metadata
+    only; no memory)."""
     def at(s) -> int:
         return int(sympy.sympify(s.node.expr if isinstance(s, torch.SymInt) else s)
                    .xreplace(subst))
@@ -83,14 +85,16 @@ def _probe_inputs(gm, example_inputs: list, subst: dict) -> list:
             out.append(at(fake))
         elif isinstance(fake, torch.Tensor) and any(isinstance(s, torch.SymInt)
                                                     for s in fake.shape):
-            out.append(torch.zeros([at(s) for s in fake.shape], dtype=value.dtype,
-                                   device=value.device))
+            out.append(torch.zeros((), dtype=value.dtype, device=value.device).expand(
+                [at(s) for s in fake.shape]))
         else:
             out.append(value)
     return out
 
 
-_LARGEST_PROBE = 4096      # a mask judged at larger sizes than this is not judged
+# a mask is not judged where the product of the symbols' probe values passes this (a
+# [batch, 1, seq, seq] mask is computed at the probe sizes)
+_LARGEST_PROBE = 2 ** 24
 
 
 def _probes(gm, example_inputs: list, env, constants: int) -> list[tuple[list, dict]] | None:
@@ -101,7 +105,7 @@ def _probes(gm, example_inputs: list, env, constants: int) -> list[tuple[list, d
     for subst in (hints, {s: h + 1 for s, h in hints.items()},
                   {s: h + 2 * constants + 3 for s, h in hints.items()}):
         sizes = {env.source_of(s): int(v) for s, v in subst.items()}
-        if max(sizes.values(), default=0) > _LARGEST_PROBE or \
+        if math.prod(sizes.values()) > _LARGEST_PROBE or \
                 env.first_failing_guard(sizes) is not None:
             return None
         out.append((_probe_inputs(gm, example_inputs, subst), subst))
