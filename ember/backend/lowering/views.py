@@ -239,6 +239,9 @@ def _slice(ctx, x, dim=0, start=None, end=None, step=1):
     elif start is None or type(start) is int and start >= 0:
         # a symbolic length (``x[:, :k]``, ``x[1:]``): the output's size says where it ends
         start = evaluate_min(start or 0, size[dim])
+    elif isinstance(start, sympy.Expr) and statically_known_leq(0, start) and \
+            _known_leq(start, size[dim]):      # ``x[s // 2:]``: a start inside the dim
+        pass
     else:
         raise NotImplementedError(f"slice from {start} of a dim of symbolic size {size[dim]}")
     out = ctx.size

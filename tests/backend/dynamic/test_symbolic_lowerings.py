@@ -1,4 +1,5 @@
-"""Ops whose lowerings take symbolic sizes (issue 31): pooling and roll compile into the
+"""Ops whose lowerings take symbolic sizes (issue 31): pooling, roll, slice assignments
+and slices from a symbolic start compile into the
 symbolic program's kernels, not ATen calls, equal to eager at several sizes with one
 symbolic compile, behind both frontends and on both CPU targets."""
 from __future__ import annotations
@@ -23,6 +24,12 @@ def _assign_half(x):
 def _assign_tail(x):
     y = x * 2
     y[1:, 2:] = 7.0
+    return y
+
+
+def _assign_from_half(x):
+    y = x * 2
+    y[x.size(0) // 2:] = 3.0
     return y
 
 
@@ -52,6 +59,9 @@ PROGRAMS = {
     # (a symbolic dim of 2 makes the box [1:, 2:] empty: its start is the dim's end)
     "assign_tail": (_assign_tail, lambda n: [torch.randn(n, n)]),
     "assign_strided": (_assign_strided, lambda n: [torch.randn(3, n)]),
+    "assign_from_half": (_assign_from_half, lambda n: [torch.randn(n, 3)]),
+    # a slice from a symbolic start
+    "slice_from_half": (lambda x: (x * 2)[x.size(0) // 2:] + 1, lambda n: [torch.randn(n, 3)]),
     "roll_dims": (lambda x: x.roll((5, -1), (0, 1)), lambda n: [torch.randn(n, n + 1)]),
 }
 SIZES = (6, 9, 4)
