@@ -242,6 +242,9 @@ def _slice(ctx, x, dim=0, start=None, end=None, step=1):
     elif isinstance(start, sympy.Expr) and statically_known_leq(0, start) and \
             _known_leq(start, size[dim]):      # ``x[s // 2:]``: a start inside the dim
         pass
+    elif type(start) is int:     # ``x[-3:]``: from the end, or from 0 if the dim is shorter
+        start = size[dim] + start if statically_known_leq(-start, size[dim]) else \
+            sympy.Max(size[dim] + start, 0)
     else:
         raise NotImplementedError(f"slice from {start} of a dim of symbolic size {size[dim]}")
     out = ctx.size
@@ -406,8 +409,7 @@ def _diagonal(ctx, x, offset=0, dim1=0, dim2=1):
     dim1, dim2 = dim1 % ndim, dim2 % ndim
     row, col = max(-offset, 0), max(offset, 0)
     others = [d for d in range(ndim) if d not in (dim1, dim2)]
-    length = max(0, min(int(size[dim1]) - row, int(size[dim2]) - col))
-    out = [size[d] for d in others] + [sym(length)]
+    out = [size[d] for d in others] + [ctx.size[-1]]    # (its length: the trace's)
 
     def reindex(idx):
         full = [None] * ndim

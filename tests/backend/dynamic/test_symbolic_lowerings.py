@@ -62,6 +62,8 @@ PROGRAMS = {
     "assign_from_half": (_assign_from_half, lambda n: [torch.randn(n, 3)]),
     # a slice from a symbolic start
     "slice_from_half": (lambda x: (x * 2)[x.size(0) // 2:] + 1, lambda n: [torch.randn(n, 3)]),
+    "slice_last_three": (lambda x: (x * 2)[-3:] + 1, lambda n: [torch.randn(n, 3)]),
+    "diagonal": (lambda x: (x * 2).diagonal(1) + 1, lambda n: [torch.randn(n, n + 2)]),
     "roll_dims": (lambda x: x.roll((5, -1), (0, 1)), lambda n: [torch.randn(n, n + 1)]),
 }
 SIZES = (6, 9, 4)
@@ -120,6 +122,17 @@ def test_max_pool_backward_with_symbolic_sizes(cpu_backend):
     # (one compile: the forward and backward halves of one training graph)
     assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
     assert dict(compile_stats.fallback_ops) == {}
+
+
+def test_slice_from_the_end_of_a_shorter_dim(cpu_backend):
+    # x[-3:] of 2 rows starts at 0
+    def fn(x):
+        return (x * 2)[-3:] + 1
+    compiled = ember.compile(fn, dynamic=True)
+    for n in (5, 2, 7):
+        x = torch.randn(n, 3)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert compile_stats.size_specializations == 0
 
 
 def _heads(x, w, b):
