@@ -62,3 +62,16 @@ def test_a_size_capture_pins_is_no_graph_input(cpu_backend):
     assert [n.name for n in counter.graphs[-1].graph.nodes if n.op == "placeholder"] == ["l_x"]
     assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
     assert dict(compile_stats.symbolic_declines) == {}
+
+
+def test_slice_builtin_with_a_size_bound_stays_symbolic(cpu_backend):
+    # slice(None, s // 2) as x[: s // 2] builds it: no guard on the bound's value
+    def fn(x):
+        return x[:, slice(None, x.size(1) // 2)] * 2
+
+    compile_stats.reset()
+    compiled = ember.compile(fn, dynamic=True)
+    for n in (6, 9, 4):
+        x = torch.randn(n, n + 3)
+        torch.testing.assert_close(compiled(x), fn(x))
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
