@@ -23,11 +23,11 @@ How
   goes to ``per_size`` (the per-size path of ``dynamic.py``).
 * **Graph cache.** An inference graph's entry is keyed on its symbolic inputs (sizes as
   ``s0, s1, ...``, never the hints) and holds the guards with the wrapper and kernels.
-* **Not in this path yet** (the static pipeline's torch-level passes, which read static
-  shapes): the layout pass (channels-last convolutions), dropping dead convolution taps,
-  and the attention-mask pass's causal and evaluated masks (masks uniform at every size
-  are dropped: ``passes/attention_masks.py``). Code generation choices that depend on a
-  size's value for correctness stay static-only (``sizevars``); the others use the hints.
+* **Torch-level passes** (attention masks, dead convolution taps, channels-last layout) run
+  as in the static pipeline, on a copy of the graph whose values are the backend's fakes
+  (``passes/symbolic_graph.py``: what each decides from sizes). Code generation choices
+  that depend on a size's value for correctness stay static-only (``sizevars``); the
+  others use the hints.
 * **Training graphs** (inputs that require grad): the joint graph is traced on the same
   fakes, partitioned (costs at the hints), and both halves compiled symbolically; the
   backward takes the size inputs' values after its tangents (``ember.aot.training``).
@@ -211,7 +211,8 @@ def compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: di
 def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: dict,
                       per_size: Callable) -> Callable:
     from ember.aot import enables_grad, may_record_grad, trace_to_aten
-    from ember.backend.passes.attention_masks import simplify_constant_masks
+    from ember.backend.passes.layout import changed_output
+    from ember.backend.passes.symbolic_graph import in_best_layout_symbolic
     from ember.backend.pipeline import generate, instantiate
     from ember.decomp import core_decompositions
     start = time.perf_counter()
@@ -235,9 +236,6 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
     items = {i: example_inputs[i].item() for i in item_inputs(gm)}
     if items:
         gm = specialize_graph(gm, {}, items, keep_meta=True)
-    # masks uniform at every size (BERT's, built from ones) dropped before the trace, so
-    # attention picks the fused kernel the static program gets
-    simplify_constant_masks(gm, example_inputs, symbolic=True)
     env, mode, fakes, size_symbols = symbolic_inputs(gm, example_inputs)
 
     def generate_aten(g: torch.fx.GraphModule):
@@ -269,13 +267,18 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
                  len(artifact.kernels))
     elif training:     # forward and backward halves, each compiled once for every size
         from ember.aot.training import compile_training
-        compiled = compile_training(gm, fakes, compile_graph=compile_aten,
-                                    decompositions=core_decompositions(), fake_mode=mode)
+        compiled = in_best_layout_symbolic(
+            gm, example_inputs, fakes, mode, target, True,
+            lambda g: compile_training(g, fakes, compile_graph=compile_aten,
+                                       decompositions=core_decompositions(), fake_mode=mode))
         text = " and ".join([env.guards_as_python(), *item_checks])
     else:
         with compile_stats.timed("aot trace"):
-            aten = trace_to_aten(gm, fakes, decompositions=core_decompositions(),
-                                 fake_mode=mode)
+            aten = in_best_layout_symbolic(
+                gm, example_inputs, fakes, mode, target, False,
+                lambda g: trace_to_aten(g, fakes, decompositions=core_decompositions(),
+                                        fake_mode=mode),
+                check=lambda g, traced: changed_output(g, traced.gm))
         artifact = generate_aten(aten.gm)
         with autocast_off():
             compiled = instantiate(artifact, target)

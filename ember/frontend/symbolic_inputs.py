@@ -75,7 +75,7 @@ def property_text(loaded: str, prop) -> str:
 _BINARY = {FloorDiv: operator.floordiv, Mod: operator.mod, sympy.Eq: operator.eq,
            sympy.Ne: operator.ne, sympy.Lt: operator.lt, sympy.Le: operator.le,
            sympy.Gt: operator.gt, sympy.Ge: operator.ge}
-_UNARY = {sympy.floor: math.floor, sympy.ceiling: math.ceil, TruncToInt: int,
+_UNARY = {sympy.floor: math.floor, sympy.ceiling: math.ceil, TruncToInt: torch.sym_int,
           sympy.Abs: abs, sympy.Not: operator.not_}
 
 
@@ -143,6 +143,24 @@ class SymbolicInputs:
             src = src.base
         return False
 
+    def _drop_specialized_symbols(self) -> None:
+        """A size placeholder whose symbol capture later pinned to a number (a guard
+        ``s0 - 1 == 1`` from broadcasting) is no graph input: its uses read the number, and
+        the graph is the static one (torch's frontend hands over the same; a backend
+        cannot compile an input whose "symbol" is 2 for every size symbolically)."""
+        for sym, inp in list(self._by_symbol.items()):
+            value = self.env.replace(sym)
+            if not value.is_Integer:
+                continue
+            new = int(value)
+            for user in list(inp.node.users):
+                user.args, user.kwargs = torch.fx.node.map_arg(
+                    (user.args, user.kwargs), lambda n: new if n is inp.node else n)
+            self.output.graph.erase_node(inp.node)
+            del self._by_symbol[sym]
+            self.symbol_inputs.remove(inp)
+            self._nodes = {k: n for k, n in self._nodes.items() if n is not inp.node}
+
     def symbol_node(self, sym: sympy.Symbol) -> torch.fx.Node:
         """The placeholder of size symbol ``sym`` (made on first use, before the tensors')."""
         found = self._by_symbol.get(sym)
@@ -175,6 +193,7 @@ class SymbolicInputs:
         for sym in sorted(found, key=_index):
             if sym in self.env.symbols:
                 self.symbol_node(sym)
+        self._drop_specialized_symbols()
         # in symbol order (s0, s1, ...), whatever order capture needed them in
         self.symbol_inputs[:] = [inp for _, inp in sorted(self._by_symbol.items(),
                                                           key=lambda item: _index(item[0]))]
@@ -193,7 +212,9 @@ class SymbolicInputs:
             key = ("float", value.node.expr)
             found = self._nodes.get(key)
             if found is None:
-                found = self._nodes[key] = self._call(float, node) if isinstance(
+                # (``torch.sym_float``: ``float()`` would pin a backend's symbolic trace
+                # to the value seen)
+                found = self._nodes[key] = self._call(torch.sym_float, node) if isinstance(
                     node, torch.fx.Node) else float(node)
                 if isinstance(found, torch.fx.Node):
                     found.meta["val"] = value
@@ -245,7 +266,7 @@ class SymbolicInputs:
             return out
         if isinstance(e, sympy.Pow):
             if e.exp == sympy.Rational(1, 2):
-                return self._call(math.sqrt, go(e.base))
+                return self._call(torch._sym_sqrt, go(e.base))    # (math.sqrt: a guard)
             if e.exp.is_Integer and e.exp.is_negative:
                 return self._call(operator.truediv, 1, go(e.base ** -e.exp))
             return self._call(operator.pow, go(e.base), go(e.exp))

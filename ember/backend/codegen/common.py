@@ -17,7 +17,7 @@ import torch
 from ember.backend.ir import FloorDiv, ModIndex
 from ember.backend.ops import DEFAULT_INDEX_CHECK, IndexCheck
 from ember.backend.sizevars import statically_known_leq
-from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod
+from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod, TruncToInt
 
 
 class Value:
@@ -158,7 +158,16 @@ class IndexPrinter:
             return self.fold("max", [self.print(a) for a in e.args])
         if isinstance(e, sympy.Pow) and e.exp.is_Integer and int(e.exp) > 0:
             return "(" + " * ".join([self.print(e.base)] * int(e.exp)) + ")"
+        # ``int(s * 0.5)``, ``math.floor(s / 3)``: a float of sizes rounded, as Python does
+        rounding = _ROUNDINGS.get(type(e))
+        if rounding is not None:
+            return self.float_to_int(rounding, e.args[0])
         raise NotImplementedError(f"index expression {e!r} ({type(e).__name__})")
+
+    def float_to_int(self, rounding: str, e: sympy.Expr) -> str:
+        """The float expression of sizes ``e`` rounded (``rounding``: trunc, floor or ceil)
+        to an index value."""
+        raise NotImplementedError(f"index expression {rounding}({e})")
 
     def integer(self, value: int) -> str:
         return str(value)
@@ -184,6 +193,9 @@ class IndexPrinter:
         for p in parts[1:]:
             out = self.fold_template.format(fn=fn, a=out, b=p)
         return out
+
+
+_ROUNDINGS = {TruncToInt: "trunc", sympy.floor: "floor", sympy.ceiling: "ceil"}
 
 
 def float_of_sizes(e: sympy.Expr, integer, sqrt: str, power: str | None) -> str:

@@ -14,9 +14,10 @@ import sympy
 import torch
 
 from ember import logs
-from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, FloorDiv, InputBuffer,
+from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, FloorDiv,
                               ModIndex, ReinterpretView)
 from ember.backend.scheduler import FusionGroup, _extern_reads
+from ember.backend.sizevars import size_hint
 
 
 # Library ops called through torch's direct Python bindings (same arguments as the ATen
@@ -90,6 +91,7 @@ def _with_layout(name: str, lay, maybe_none: bool = False, library: bool = False
 # ``call`` with kept buffers: the kept ones when no other call holds them, else its own
 _KEPT_ENTRY = ["_slots = _kept if _lock.acquire(False) else _new_slots()", "try:"]
 _KEPT_EXIT = ["finally:", "    if _slots is _kept:", "        _lock.release()"]
+_KEPT_ENTRY_SIZED = ["_slots = _kept if _lock.acquire(False) else []", "try:"]
 
 
 class WrapperCodegen:
@@ -104,6 +106,7 @@ class WrapperCodegen:
         self.layouts: dict[str, object] = {}
         # allocations of the buffers kept between calls (``_kept_slot``), in slot order
         self.slots: list[str] = []
+        self.slot_symbols: set[str] = set()    # size symbols the kept buffers' sizes read
         self.kept_bytes = 0
 
     def _same_layout(self, name: str, lay) -> bool:
@@ -142,7 +145,7 @@ class WrapperCodegen:
     def generate(self) -> str:
         g = self.graph
         names = [b.name for b in g.inputs]
-        out = ["import torch", "from ember.backend.runtime import with_layout",
+        out = ["import torch", "import math", "from ember.backend.runtime import with_layout",
                "empty_strided = torch.empty_strided", "as_strided = torch.as_strided", "", "",
                "def call(args):"]
         body: list[str] = []
@@ -201,34 +204,44 @@ class WrapperCodegen:
         if self.slots:
             logs.log("output_code", "wrapper keeps %d buffers (%.1f MB) between calls",
                      len(self.slots), self.kept_bytes / 2 ** 20)
-            out[-1:] = self._kept_slots_header()
-            body = ["    " + line for line in ["if not _slots:", "    _slots += _new_slots()",
-                                               *body]]
-            body = [*_KEPT_ENTRY, *body, *_KEPT_EXIT]
+            params = ", ".join(sorted(self.slot_symbols))
+            out[-1:] = self._kept_slots_header(params)
+            if not params:
+                body = ["if not _slots:", "    _slots += _new_slots()", *body]
+                entry = _KEPT_ENTRY
+            else:    # kept at the sizes of the latest call (after the inputs are bound)
+                entry = _KEPT_ENTRY_SIZED
+                body = [*body[:2], f"if _slots is not _kept or _kept_sizes[0] != ({params},):",
+                        f"    _slots[:] = _new_slots({params})",
+                        "    if _slots is _kept:",
+                        f"        _kept_sizes[0] = ({params},)", *body[2:]]
+            body = [*entry, *["    " + line for line in body], *_KEPT_EXIT]
         out += ["    " + line for line in body]
         return "\n".join(out) + "\n"
 
-    def _kept_slots_header(self) -> list[str]:
-        """Module lines that hold the kept buffers, and ``call``'s first line."""
+    def _kept_slots_header(self, params: str) -> list[str]:
+        """Module lines that hold the kept buffers (of sizes over the symbols ``params``),
+        and ``call``'s first line."""
         return ["import threading", "", "_kept = []    # filled by the first call",
+                "_kept_sizes = [None]    # the symbols' values _kept was made for",
                 "_lock = threading.Lock()", "", "",
-                "def _new_slots():",
+                f"def _new_slots({params}):",
                 "    with torch.inference_mode(False):   # normal tensors: writable in any mode",
                 "        return [", *(f"            {alloc}," for alloc in self.slots),
                 "        ]", "", "",
                 "def call(args):"]
 
     def _keepable(self, output_names: set[str]) -> set[str]:
-        """Buffers whose memory may be kept between calls: CPU buffers of static size,
-        written by a generated kernel or a library call, whose memory never reaches a
+        """Buffers whose memory may be kept between calls: CPU buffers (of a symbolic size:
+        kept at the latest call's sizes, made again when they change), written by a
+        generated kernel or a library call, whose memory never reaches a
         result or a fallback ATen call (whose result may be a view of it), under their own
         name or a later one that takes the memory over in place (``reuses``)."""
         taken_by = {node.buf.reuses: node.name for step in self.steps
                     if isinstance(step, FusionGroup) for node in step.nodes if node.buf.reuses}
         keep = set()
         for buf in self._given_memory(takers=False):
-            if not buf.layout.storage_numel().is_Integer or \
-                    torch.device(buf.layout.device).type != "cpu":
+            if torch.device(buf.layout.device).type != "cpu":
                 continue
             name, chain = buf.name, set()
             while name is not None and name not in chain:
@@ -263,10 +276,12 @@ class WrapperCodegen:
         lay = buf.layout
         if buf.name not in self.keepable:
             return None
-        nbytes = int(lay.storage_numel()) * lay.dtype.itemsize
+        nbytes = size_hint(lay.storage_numel()) * lay.dtype.itemsize   # (at the sizes seen)
         if self.kept_bytes + nbytes > config.kept_buffers_mb * 2 ** 20:
             return None
         self.kept_bytes += nbytes
+        self.slot_symbols |= {s.name for e in (*lay.size, *lay.stride)
+                              for s in sympy.sympify(e).free_symbols}
         self.kept_names.add(buf.name)
         self.slots.append(f"empty_strided({_tuple(lay.size)}, {_tuple(lay.stride)}, "
                           f"dtype={self.const(lay.dtype)}, device={self.const(lay.device)})")
@@ -318,10 +333,11 @@ class WrapperCodegen:
         # memory a later buffer of the same kernel took over (``reuses``) lives on in it
         taken = {node.buf.reuses for step in self.steps if isinstance(step, FusionGroup)
                  for node in step.nodes}
-        return {buf.name: (buf.layout.dtype, int(buf.layout.storage_numel()))
+        # (a symbolic size: the memory of a buffer whose size is the same expression)
+        return {buf.name: (buf.layout.dtype, _numel_key(buf.layout.storage_numel()))
                 for buf in self._given_memory(takers=True)
                 if buf.name not in output_names and buf.name not in self.read_by_fallback
-                and buf.name not in taken and buf.layout.storage_numel().is_Integer}
+                and buf.name not in taken}
 
     def _extern(self, buf: ExternBuffer, used: bool = True, memory: tuple = ()) -> list[str]:
         """The ATen call (or the pick of one output of a multi-output call); a result that
@@ -342,8 +358,7 @@ class WrapperCodegen:
         dead = None
         # (CPU only: CUDA's caching allocator makes a result's memory cheap)
         if memory and buf.kernel in WRITES_OUT and buf.layout is not None and not buf.kwargs \
-                and buf.layout.storage_numel().is_Integer and \
-                torch.device(buf.layout.device).type == "cpu":
+                and torch.device(buf.layout.device).type == "cpu":
             got = self._memory_for(buf, *memory)
             if got is not None:
                 kwargs.append(f"out={got[0]}")

@@ -8,6 +8,12 @@ so a window position that may fall in the padding loads a clamped (in-bounds) in
 decided statically from the sizes. Windows larger than ``MAX_UNROLL`` elements become a sum
 Reduction over the window (average pools only; a large max pool runs its ATen kernel).
 
+Symbolic sizes (issue 31): the plane's sizes are expressions; a window position is left
+unchecked only where the symbols' ranges prove it in bounds for every size, else it is
+checked (clamped load and ``where``), so one program is right at every size. Adaptive
+windows whose sizes depend on a symbolic plane run ATen's kernel (their shape is decided
+per size); a symbolic batch or channel count costs nothing.
+
 Max pooling follows eager's CPU kernel exactly: the running maximum is replaced when a value
 is greater or is NaN, so the index is the first maximum in scan order, the last NaN when
 there are NaNs, and the first in-bounds position when nothing is greater than -inf. The
@@ -21,6 +27,7 @@ import torch
 from ember.backend.ir import FloorDiv, Pointwise, Reduction
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
+from ember.backend.sizevars import is_static, statically_known_leq
 
 MAX_UNROLL = 64            # window elements one Pointwise body may load
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -35,37 +42,33 @@ def _pair(value, default=None):
     return (value[0], value[0]) if len(value) == 1 else (value[0], value[1])
 
 
-def _static(values) -> bool:
-    return all(isinstance(v, (int, sympy.Integer)) for v in values)
-
-
 class _Axis:
     """One pooled dim: output ``o`` reads input positions ``start(o) + k * dilation`` for
     ``k < kernel``; a position outside ``[0, size)`` (or past ``end(o)`` for adaptive
     windows) is padding. ``k`` is a Python int (unrolled) or a reduction symbol."""
 
     def __init__(self, size, out, kernel, stride, pad=0, dilation=1, adaptive=False):
-        self.size, self.out = int(size), int(out)
+        self.size, self.out = sympy.sympify(size), sympy.sympify(out)
         self.kernel, self.stride, self.pad, self.dilation = kernel, stride, pad, dilation
         self.adaptive = adaptive
         self._memo: dict = {}    # positions by (o, k): bodies run often, sympy Max/Min is slow
         last = (self.out - 1) * stride - pad
         if adaptive:     # windows [floor(o*size/out), ceil((o+1)*size/out)), not all equal
-            counts = [self._end_int(o) - self._start_int(o) for o in range(self.out)]
+            counts = [self._end_int(o) - self._start_int(o) for o in range(int(self.out))]
             self.kernel = max(counts)
             self._short = min(counts)      # positions k >= this can be past the window
         else:
             self._high_from = None         # first k whose position can be >= size
-            for k in range(kernel):
-                if last + k * dilation >= self.size:
+            for k in range(kernel):     # (symbolic: unless the ranges prove it in bounds)
+                if not statically_known_leq(last + k * dilation + 1, self.size):
                     self._high_from = k
                     break
 
     def _start_int(self, o):
-        return o * self.size // self.out
+        return o * int(self.size) // int(self.out)
 
     def _end_int(self, o):
-        return -(-(o + 1) * self.size // self.out)
+        return -(-(o + 1) * int(self.size) // int(self.out))
 
     def start(self, o):
         if self.adaptive:
@@ -115,7 +118,8 @@ class _Axis:
                 conds.append(ops.ge(i, ops.constant(0, torch.int64)))
             if self.need_high(k):
                 bound = ops.index_expr(self.end(o), torch.int64) if self.adaptive else \
-                    ops.constant(self.size, torch.int64)
+                    ops.constant(int(self.size), torch.int64) if self.size.is_Integer else \
+                    ops.index_expr(self.size, torch.int64)
                 conds.append(ops.lt(i, bound))
         out = None
         for c in conds:
@@ -138,7 +142,7 @@ class _Axis:
         s = self.start(o)
         last = (self.out - 1) * self.stride - self.pad
         if include_pad:
-            if last + self.kernel <= self.size + self.pad:
+            if statically_known_leq(last + self.kernel, self.size + self.pad):
                 return self.kernel
             return sympy.Min(s + self.kernel, self.size + self.pad) - s
         if self.pad == 0 and self._high_from is None:
@@ -166,17 +170,17 @@ def _window(ctx, x, axes, fill):
     return value
 
 
-def _plane_ok(x, ctx_size):
-    size = x.get_size()
-    return len(size) in (3, 4) and _static(size) and _static(ctx_size) \
-        and x.get_dtype() in _FLOATS
+def _plane_ok(x, out_size):
+    """A 2-D pool this module lowers: a float (batch,) channels, height, width input; an
+    output none of whose sizes is a static 0."""
+    return len(x.get_size()) in (3, 4) and x.get_dtype() in _FLOATS and 0 not in out_size
 
 
 @register_lowering(aten.max_pool2d_with_indices.default)
 def _max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation=1,
                              ceil_mode=False):
-    out_size = [int(s) for s in ctx.out[0].shape]
-    if not _plane_ok(x, out_size) or 0 in out_size:
+    out_size = ctx.output(0).size
+    if not _plane_ok(x, out_size):
         return NotImplemented
     kernel = _pair(kernel_size)
     stride = _pair(stride, kernel)
@@ -189,7 +193,7 @@ def _max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation
     dtype = x.get_dtype()
     value = _window(ctx, x, axes, float("-inf"))
     positions = [(i, j) for i in range(kernel[0]) for j in range(kernel[1])]
-    width = int(size[-1])
+    width = size[-1]
 
     def values(index):
         acc = None
@@ -224,7 +228,7 @@ def _max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation
 def _average(ctx, x, axes, divide):
     """Sum of each window (padding adds nothing), then ``divide(sum, index)``."""
     dtype = x.get_dtype()
-    out_size = [int(s) for s in ctx.out.shape]
+    out_size = ctx.size
     value = _window(ctx, x, axes, 0)
     kh, kw = axes[0].kernel, axes[1].kernel
     if kh * kw <= MAX_UNROLL:
@@ -250,8 +254,8 @@ def _as_float(expr, dtype):
 @register_lowering(aten.avg_pool2d.default)
 def _avg_pool2d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False,
                 count_include_pad=True, divisor_override=None):
-    out_size = [int(s) for s in ctx.out.shape]
-    if not _plane_ok(x, out_size) or 0 in out_size:
+    out_size = ctx.size
+    if not _plane_ok(x, out_size):
         return NotImplemented
     kernel = _pair(kernel_size)
     stride = _pair(stride, kernel)
@@ -272,13 +276,13 @@ def _avg_pool2d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False,
 
 @register_lowering(aten._adaptive_avg_pool2d.default)
 def _adaptive_avg_pool2d(ctx, x, output_size):
-    out_size = [int(s) for s in ctx.out.shape]
-    if not _plane_ok(x, out_size) or 0 in out_size:
-        return NotImplemented
+    out_size = ctx.size
     size = x.get_size()
+    if not _plane_ok(x, out_size) or not is_static(size[-1]) or not is_static(size[-2]):
+        return NotImplemented       # (windows of a symbolic plane: decided per size)
     axes = []
     for d in range(2):
-        n, o = int(size[d - 2]), out_size[d - 2]
+        n, o = int(size[d - 2]), int(out_size[d - 2])
         if n % o == 0:
             axes.append(_Axis(n, o, n // o, n // o))
         else:
@@ -300,9 +304,9 @@ def _max_pool2d_with_indices_backward(ctx, grad, x, kernel_size, stride, padding
     ``ceil((h + pad - k + 1) / stride)`` to ``floor((h + pad) / stride)``, at most
     ``ceil(k / stride)`` of them per axis, each checked and added in eager's order (output
     rows outer, columns inner); dilated pools run ATen's kernel."""
-    size = [int(s) for s in ctx.out.shape]
+    size = ctx.size
     out_size = grad.get_size()
-    if not _plane_ok(grad, size) or not _static(out_size) or 0 in size:
+    if not _plane_ok(grad, size) or 0 in out_size:
         return NotImplemented
     kernel = _pair(kernel_size)
     stride = _pair(stride, kernel)
@@ -312,7 +316,7 @@ def _max_pool2d_with_indices_backward(ctx, grad, x, kernel_size, stride, padding
     dtype = grad.get_dtype()
     load_grad, load_index = grad.make_loader(), indices.make_loader()
     width = size[-1]
-    spans = [_Windows(int(out_size[d - 2]), kernel[d], stride[d], padding[d])
+    spans = [_Windows(out_size[d - 2], kernel[d], stride[d], padding[d])
              for d in range(2)]
 
     def body(index):
@@ -332,7 +336,7 @@ def _max_pool2d_with_indices_backward(ctx, grad, x, kernel_size, stride, padding
 class _Windows:
     """The pooling windows (outputs along one axis) that may hold input position ``i``."""
 
-    def __init__(self, out: int, kernel: int, stride: int, pad: int):
+    def __init__(self, out, kernel: int, stride: int, pad: int):
         self.out, self.kernel, self.stride, self.pad = out, kernel, stride, pad
 
     def candidates(self, i):

@@ -14,8 +14,8 @@ from ember.backend.lowering.cost import body_cost
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
 from ember.backend.sizevars import (evaluate_min, is_static, shape_env, size_hint,
-                                    statically_known_equals)
-from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod
+                                    statically_known_equals, statically_known_leq)
+from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod, _split_multiples
 from ember.fake import storage_key
 
 
@@ -163,22 +163,19 @@ def _split_dims(ctx, x):
     so do views of a body that costs more than reading it back (readers after a view often
     broadcast it: swin's relative-position bias, a gather viewed [49, 49, heads] and added
     to every window's scores, took 8 ms a call recomputed per window, scalar)."""
-    in_size, out = x.get_size(), ctx.size
-    # symbolic sizes split the same way when the products are equal as expressions
-    # ([s0 * s1, C] viewed [s0, s1, C]): that holds at every size, so no guard is needed
-    if not all(size_hint(s) > 0 for s in [*in_size, *out]):
+    ins, outs = [sympy.sympify(s) for s in x.get_size()], [sympy.sympify(s) for s in ctx.size]
+    if not all(s.is_positive for s in [*ins, *outs]):     # (size symbols are >= 2)
         return None
     groups, j = [], 0
-    for size in in_size:
+    for size in ins:     # the output dims whose product is this input dim (symbolic: equal)
         start, prod = j, sympy.Integer(1)
-        while (not statically_known_equals(prod, size) and j < len(out)
-               and size_hint(prod) < size_hint(size)):
-            prod *= out[j]
+        while not statically_known_equals(prod, size) and j < len(outs):
+            prod *= outs[j]
             j += 1
         if not statically_known_equals(prod, size):
             return None
         groups.append((start, j))
-    if any(s != 1 for s in out[j:]):
+    if any(s != 1 for s in outs[j:]):
         return None
     cost = body_cost(x)      # runs the body: only for views the shapes allow
     if cost.indirect or cost.loads > _SPLIT_MAX_LOADS or cost.ops > _SPLIT_MAX_OPS:
@@ -190,10 +187,10 @@ def _split_dims(ctx, x):
             acc, scale = sympy.Integer(0), 1
             for d in range(end - 1, start - 1, -1):
                 acc += idx[d] * scale
-                scale *= out[d]
+                scale *= outs[d]
             full.append(acc)
         return full
-    return IndexView(x, out, reindex)
+    return IndexView(x, list(ctx.size), reindex)
 
 
 def _view(ctx, x, *args):
@@ -242,6 +239,12 @@ def _slice(ctx, x, dim=0, start=None, end=None, step=1):
     elif start is None or type(start) is int and start >= 0:
         # a symbolic length (``x[:, :k]``, ``x[1:]``): the output's size says where it ends
         start = evaluate_min(start or 0, size[dim])
+    elif isinstance(start, sympy.Expr) and statically_known_leq(0, start) and \
+            _known_leq(start, size[dim]):      # ``x[s // 2:]``: a start inside the dim
+        pass
+    elif type(start) is int:     # ``x[-3:]``: from the end, or from 0 if the dim is shorter
+        start = size[dim] + start if statically_known_leq(-start, size[dim]) else \
+            sympy.Max(size[dim] + start, 0)
     else:
         raise NotImplementedError(f"slice from {start} of a dim of symbolic size {size[dim]}")
     out = ctx.size
@@ -293,16 +296,18 @@ def strided_view(graph, node: torch.fx.Node, size, stride, offset: int):
     mem = _memory_view(owner_ir)
     if mem is not None and isinstance(mem[0], InputBuffer):
         buf, layout = mem
-        base = owner_fake.storage_offset() - int(layout.offset)  # buf's data pointer in eager
+        # buf's data pointer in eager
+        base = sym(owner_fake.storage_offset()) - layout.offset
     else:
         want = Layout.from_tensor(owner_fake)
         meta = getattr(owner_fake, "_meta", owner_fake)
         if owner_fake.storage_offset() != 0 or not want.is_dense() or \
-                int(want.storage_numel()) * owner_fake.element_size() != \
-                meta.untyped_storage().nbytes():
+                not statically_known_equals(want.storage_numel() * owner_fake.element_size(),
+                                            sym(meta.untyped_storage().nbytes())):
             return NotImplemented
-        if mem is not None and int(mem[1].offset) == 0 and all(
-                int(a) == int(b) for n, a, b in zip(want.size, mem[1].stride, want.stride)
+        if mem is not None and statically_known_equals(mem[1].offset, 0) and all(
+                statically_known_equals(a, b)
+                for n, a, b in zip(want.size, mem[1].stride, want.stride)
                 if n != 1) and not isinstance(mem[0], InputBuffer):
             buf = mem[0]
         else:
@@ -367,16 +372,18 @@ def _pieces_as_traced(ctx, x, dim: int):
 
 @register_lowering(aten.roll.default)
 def _roll(ctx, x, shifts, dims=()):
-    """``out[i] = x[(i - shift) mod size]`` along each rolled dim."""
+    """``out[i] = x[(i + back) mod size]`` along each rolled dim, ``back = -shift mod size``
+    (over a symbolic size, a size expression the kernel computes)."""
     size = x.get_size()
     shifts = [shifts] if isinstance(shifts, int) else list(shifts)
     dims = [dims] if isinstance(dims, int) else list(dims)
-    if not dims or len(dims) != len(shifts) or not all(size[d].is_Integer for d in dims):
+    if not dims or len(dims) != len(shifts) or not all(isinstance(s, int) for s in shifts):
         return NotImplemented       # a roll of the flattened tensor: eager's kernel
-    moved = {d % len(size): s % int(size[d]) for d, s in zip(dims, shifts) if int(size[d])}
+    back = {d % len(size): SizeMod(-s, size[d]) for d, s in zip(dims, shifts)
+            if size[d] != 0}
 
     def reindex(idx):
-        return [ModIndex(i - moved[d] + size[d], size[d]) if moved.get(d) else i
+        return [ModIndex(i + back[d], size[d]) if back.get(d, 0) != 0 else i
                 for d, i in enumerate(idx)]
     return IndexView(x, list(size), reindex)
 
@@ -402,8 +409,7 @@ def _diagonal(ctx, x, offset=0, dim1=0, dim2=1):
     dim1, dim2 = dim1 % ndim, dim2 % ndim
     row, col = max(-offset, 0), max(offset, 0)
     others = [d for d in range(ndim) if d not in (dim1, dim2)]
-    length = max(0, min(int(size[dim1]) - row, int(size[dim2]) - col))
-    out = [size[d] for d in others] + [sym(length)]
+    out = [size[d] for d in others] + [ctx.size[-1]]    # (its length: the trace's)
 
     def reindex(idx):
         full = [None] * ndim
@@ -455,21 +461,14 @@ def clone_layout(val: torch.Tensor) -> Layout:
     return layout
 
 
-@register_lowering(aten.as_strided_scatter.default)
-def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
-    """``x`` with ``src`` written where the view ``(size, stride, storage_offset)`` of its
-    clone lands (a slice assignment into a view of a computed value traces to it: Swin's
-    masks). The clone has eager's strides where ``x`` is dense, else contiguous ones. Done
-    when the view is a box of that layout: each view dim of more than one element steps
-    along its own dim of ``x`` (a multiple of its stride: a sliced step), inside it, from a
-    start the offset decomposes into; its addresses are then exactly the box's."""
-    layout = clone_layout(ctx.node.args[0].meta["val"])
-    xsize, strides = [int(n) for n in layout.size], [int(st) for st in layout.stride]
-    starts, rest = [0] * len(xsize), storage_offset or 0
+def _static_box(xsize, strides, size, stride, offset):
+    """``(starts, mapping)`` of the view's box in ``x``'s layout (static sizes), or None."""
+    xsize, strides = [int(n) for n in xsize], [int(st) for st in strides]
+    starts, rest = [0] * len(xsize), offset
     for d in sorted((d for d in range(len(xsize)) if xsize[d] > 1), key=lambda d: -strides[d]):
         starts[d], rest = divmod(rest, strides[d])
     if rest or any(s >= n for s, n in zip(starts, xsize)):
-        return NotImplemented
+        return None
     mapping = []      # per view dim: (dim of x, step along it), or None for one element
     for n, st in zip(size, stride):
         if n == 1:
@@ -480,14 +479,91 @@ def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
         fits = [d for d in range(len(xsize)) if xsize[d] > 1 and st > 0 and
                 st % strides[d] == 0]
         if not fits:
-            return NotImplemented
+            return None
         d = max(fits, key=lambda d: strides[d])
         step = st // strides[d]
         if any(m is not None and m[0] == d for m in mapping) or \
                 starts[d] + (n - 1) * step >= xsize[d]:
-            return NotImplemented
+            return None
         mapping.append((d, step))
-    box = {m[0]: (n, m[1]) for n, m in zip(size, mapping) if m is not None}
+    return [sympy.Integer(v) for v in starts], mapping
+
+
+def _symbolic_box(xsize, strides, size, stride, offset):
+    """As ``_static_box`` over expressions: the offset split into whole multiples of each
+    dim's stride (coarsest first, at the hints), each view dim matched to the dim of ``x``
+    whose stride its own is a constant multiple of; then the box is proven inside ``x`` for
+    every size (else None)."""
+    size, stride = [sym(n) for n in size], [sym(st) for st in stride]
+    starts, rest = [sympy.Integer(0)] * len(xsize), sym(offset)
+    for d in sorted((d for d in range(len(xsize)) if xsize[d] != 1),
+                    key=lambda d: -size_hint(strides[d])):
+        q, rest = _split_multiples(sympy.expand(rest), strides[d])
+        if rest.is_Integer and strides[d].is_Integer:
+            extra, r = divmod(int(rest), int(strides[d]))
+            q, rest = q + extra, sympy.Integer(r)
+        starts[d] = q
+    if rest != 0 or not all(statically_known_leq(0, v) for v in starts):
+        return None
+    mapping = []
+    for n, st in zip(size, stride):
+        if n == 1:
+            mapping.append(None)
+            continue
+        steps = {d: sympy.simplify(st / strides[d]) for d in range(len(xsize))
+                 if xsize[d] != 1}
+        fits = [d for d, q in steps.items() if q.is_Integer and q > 0]
+        if not fits:
+            return None
+        d = max(fits, key=lambda d: size_hint(strides[d]))
+        step = int(steps[d])
+        if any(m is not None and m[0] == d for m in mapping) or \
+                not _known_leq(starts[d] + (n - 1) * step + 1, xsize[d]):
+            return None
+        mapping.append((d, step))
+    # (a dim the view steps along may start at its end: then the box is empty)
+    stepped = {m[0] for m in mapping if m is not None}
+    if not all(_known_leq(v + 1, n) for d, (v, n) in enumerate(zip(starts, xsize))
+               if d not in stepped):
+        return None
+    return starts, mapping
+
+
+def _known_leq(a, b) -> bool:
+    """``a <= b`` for every size, where ``a``'s floor divisions by positive constants (with
+    positive coefficients) may be bounded by the exact quotients: ``s // 2 <= s``, which
+    the ranges' interval arithmetic does not see."""
+    if statically_known_leq(a, b):
+        return True
+    a = sympy.expand(a)
+    floors = [f for f in a.atoms(SizeFloorDiv) if f.args[1].is_Integer and f.args[1] > 0]
+    if not floors or any(not a.coeff(f).is_positive for f in floors):
+        return False
+    return statically_known_leq(a.xreplace({f: f.args[0] / f.args[1] for f in floors}), b)
+
+
+def _index_value(e):
+    return ops.constant(int(e), torch.int64) if e.is_Integer else \
+        ops.index_expr(e, torch.int64)
+
+
+@register_lowering(aten.as_strided_scatter.default)
+def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
+    """``x`` with ``src`` written where the view ``(size, stride, storage_offset)`` of its
+    clone lands (a slice assignment into a view of a computed value traces to it: Swin's
+    masks). The clone has eager's strides where ``x`` is dense, else contiguous ones. Done
+    when the view is a box of that layout: each view dim of more than one element steps
+    along its own dim of ``x`` (a multiple of its stride: a sliced step), inside it, from a
+    start the offset decomposes into; its addresses are then exactly the box's."""
+    layout = clone_layout(ctx.node.args[0].meta["val"])
+    xsize, strides = layout.size, layout.stride
+    geometry = [*xsize, *strides, *map(sym, size), *map(sym, stride), sym(storage_offset or 0)]
+    found = (_static_box if all(e.is_Integer for e in geometry) else _symbolic_box)(
+        xsize, strides, size, stride, storage_offset or 0)
+    if found is None:
+        return NotImplemented
+    starts, mapping = found
+    box = {m[0]: (sym(n), m[1]) for n, m in zip(size, mapping) if m is not None}
     load_x, load_src = x.make_loader(), src.make_loader()
     dtype = ctx.dtype
 
@@ -498,12 +574,11 @@ def _as_strided_scatter(ctx, x, src, size, stride, storage_offset=None):
                 continue
             count, step = box.get(d, (1, 1))
             at = ops.index_expr(index[d], torch.int64)
-            ok = ops.logical_and(
-                ops.ge(at, ops.constant(starts[d], torch.int64)),
-                ops.lt(at, ops.constant(starts[d] + (count - 1) * step + 1, torch.int64)))
+            ok = ops.logical_and(ops.ge(at, _index_value(starts[d])),
+                                 ops.lt(at, _index_value(starts[d] + (count - 1) * step + 1)))
             if step != 1:
                 ok = ops.logical_and(ok, ops.eq(ops.index_expr(
-                    ModIndex(index[d] + step - starts[d] % step, step), torch.int64),
+                    ModIndex(index[d] + step - SizeMod(starts[d], step), step), torch.int64),
                     ops.constant(0, torch.int64)))
             inside = ok if inside is None else ops.logical_and(inside, ok)
         src_index = [sympy.Integer(0) if m is None else

@@ -107,10 +107,16 @@ def weights_convert_cheaply(convs: list[torch.fx.Node]) -> bool:
     converted = read = 0
     for node in convs:
         x, w = (a.meta["val"] for a in node.args[:2])
-        read += x.numel()
+        read += _hint(x.numel())
         if not w.is_contiguous(memory_format=torch.channels_last):
-            converted += w.numel()
+            converted += _hint(w.numel())
     return converted * 2 <= read * 3
+
+
+def _hint(n) -> int:
+    """A count at the sizes seen: a symbolic one's hint, without a guard (either layout
+    computes the same values: passes/symbolic_graph.py)."""
+    return int(n.node.hint) if isinstance(n, torch.SymInt) else int(n)
 
 
 def wants_channels_last(gm: torch.fx.GraphModule, target: Target,

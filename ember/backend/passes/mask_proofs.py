@@ -11,7 +11,7 @@ every size, or none (nothing shown, the mask stays):
 * an **affine index** ``_Affine``: an integer tensor whose element at index ``(i0, i1, ...)``
   is ``const + sum(coeffs[d] * i_d)`` (``arange(s)``, ``arange(s)[None, :] + 3``);
 * a **half-plane** ``_Pred``: a bool tensor, True where ``sum(coeffs[d] * i_d) <= bound``
-  (``kv_idx <= q_idx`` is the causal mask).
+  (``kv_idx <= q_idx`` and ``ones(s, s, dtype=bool).tril()`` are the causal mask).
 
 A mask proven uniform True (or additive 0) masks nothing; a half-plane ``i_kv - i_q <= 0``
 over the last two dims is SDPA's causal mask (top-left aligned, as ``is_causal`` is).
@@ -154,6 +154,8 @@ def _value_of(node: torch.fx.Node, val: torch.Tensor, memo: dict):
         return _diff(node, base, memo)
     if key in ("cumsum", torch.cumsum):
         return _cumsum(base, val)
+    if key in ("tril", torch.tril, "triu", torch.triu):
+        return _triangle(key in ("tril", torch.tril), base, args, node, val)
     if isinstance(base, torch.Tensor) and isinstance(node.args[0], torch.fx.Node) and (
             key in (_SHAPE_METHODS if method else _SHAPE_FUNCTIONS)):
         return base          # a uniform value viewed, copied or expanded
@@ -289,6 +291,20 @@ def _cumsum(base, val: torch.Tensor):
     if isinstance(base, torch.Tensor) and base.item() == 0:
         return torch.zeros(1, dtype=val.dtype)
     return None
+
+
+def _triangle(lower: bool, base, args: list, node: torch.fx.Node, val: torch.Tensor):
+    """``tril``/``triu`` of a uniform True: a half-plane over the last two dims (kept where
+    ``j - i <= diagonal``, or ``>=`` for ``triu``)."""
+    diagonal = args[1] if len(args) > 1 else node.kwargs.get("diagonal", 0)
+    if not isinstance(base, torch.Tensor) or base.dtype is not torch.bool or \
+            not bool(base.item()) or isinstance(diagonal, bool) or \
+            not isinstance(diagonal, int) or val.dim() < 2:
+        return None
+    lead = (0,) * (val.dim() - 2)
+    if lower:
+        return _Pred((*lead, -1, 1), diagonal)
+    return _Pred((*lead, 1, -1), -diagonal)
 
 
 def _as_affine(value, ndim: int):

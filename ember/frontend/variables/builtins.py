@@ -705,7 +705,8 @@ for _fn in (print, input, open, breakpoint, exec, eval, compile, globals, locals
 
 @builtin(slice)
 def _slice(tx, args, kwargs):
-    folded = fold(tx, slice, args, kwargs)
+    # (a symbolic bound stays symbolic, as in ``x[: s // 2]``'s BUILD_SLICE)
+    folded = fold(tx, slice, args, kwargs, specialize=False)
     if folded is not None:
         return folded
     parts = list(args) + [ConstantVariable(None)] * (3 - len(args))

@@ -94,8 +94,9 @@ PROGRAMS = {
              lambda n: [torch.randn(1, 2, n, 8) for _ in range(3)]),
     "interpolate": (lambda x: F.interpolate(x, scale_factor=2, mode="nearest"),
                     lambda n: [torch.randn(1, 2, n, 3)]),
-    # ATen fallbacks inside the symbolic program
+    # an ATen fallback inside the symbolic program (cumsum has no lowering)
     "cumsum": (lambda x: x.cumsum(0) * 2, lambda n: [torch.randn(n)]),
+    # (more pooling: test_symbolic_lowerings.py)
     "max_pool": (lambda x: F.max_pool2d(x, 2), lambda n: [torch.randn(1, 2, 2 * n, 6)]),
 }
 
@@ -475,3 +476,42 @@ def test_marked_ranges_reach_the_backend(frontend, monkeypatch):
     assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
     ((bounds,),) = ranges
     assert (int(bounds.lower), int(bounds.upper)) == (4, 64)
+
+
+def test_dead_buffers_of_a_symbolic_size_lend_their_memory():
+    # each matmul's product dies at the next one: a buffer of the same size expression
+    # takes its memory over instead of a fresh allocation per call, as in static programs
+    def fn(x, w):
+        for _ in range(3):
+            x = torch.relu(x @ w) * 2
+        return x
+
+    _reset()
+    compiled = torch.compile(fn, backend="ember", dynamic=True)
+    w = torch.randn(16, 16)
+    for n in SIZES:
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(compiled(x, w), fn(x, w), rtol=1e-5, atol=1e-5)
+    wrapper = next(s for s in reversed(pipeline.generated_sources) if "def call(" in s)
+    assert "s0" in wrapper and "# reuse" in wrapper
+
+
+def test_buffers_kept_between_calls_follow_the_sizes():
+    # intermediates are kept between calls at the latest call's sizes (as a static
+    # program keeps its own), made again when the sizes change; results never share them
+    def fn(x, w):
+        h = torch.relu(x @ w)
+        return (h @ w).softmax(-1), h.sum(0)
+
+    _reset()
+    compiled = torch.compile(fn, backend="ember", dynamic=True)
+    w = torch.randn(16, 16)
+    results = []
+    for n in (11, 17, 11, 5, 17):
+        x = torch.randn(n, 16)
+        results.append((compiled(x, w), fn(x, w)))
+    for got, want in results:      # earlier results are untouched by later calls
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    wrapper = next(s for s in reversed(pipeline.generated_sources) if "def call(" in s)
+    assert "_kept_sizes[0] != (s0" in wrapper and "# kept" in wrapper
+    assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)

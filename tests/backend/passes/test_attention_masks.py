@@ -219,22 +219,22 @@ def _symbolic_rewrites(fn, sizes):
     ember.reset()
     compile_stats.reset()
     seen = []
-    import ember.backend.passes.attention_masks as masks
-    original = masks.simplify_constant_masks
+    import ember.backend.passes.symbolic_graph as symbolic_graph
+    original = symbolic_graph.simplify_constant_masks
 
     def spy(gm, inputs, symbolic=False):
         count = original(gm, inputs, symbolic)
         seen.append((symbolic, count))
         return count
     compiled = ember.compile(fn, dynamic=True)
-    masks.simplify_constant_masks = spy
+    symbolic_graph.simplify_constant_masks = spy
     try:
         for s in sizes:
             q, k, v = (torch.randn(2, 3, s, D, generator=torch.Generator().manual_seed(i))
                        for i in range(3))
             torch.testing.assert_close(compiled(q, k, v), fn(q, k, v), rtol=1e-5, atol=1e-5)
     finally:
-        masks.simplify_constant_masks = original
+        symbolic_graph.simplify_constant_masks = original
     assert compile_stats.symbolic_compiles == 1 and compile_stats.size_specializations == 0
     return [count for symbolic, count in seen if symbolic]
 

@@ -112,6 +112,9 @@ class CppIndexPrinter(IndexPrinter):
     def python_mod(self, a: str, b: str) -> str:
         return f"ember_remainder<int64_t>({a}, {b})"
 
+    def float_to_int(self, rounding: str, e) -> str:
+        return f"static_cast<int64_t>(std::{rounding}({cpp_float(e)}))"
+
 
 cpp_index = CppIndexPrinter()   # C++ for an index expression (int64 arithmetic)
 

@@ -64,6 +64,12 @@ class TritonIndexPrinter(IndexPrinter):
 
     fold_template = "tl.{fn}imum({a}, {b})"
 
+    def float_to_int(self, rounding: str, e) -> str:
+        value = triton_float(e)
+        if rounding != "trunc":     # (a cast to an int truncates)
+            value = f"tl.{rounding}({value})"
+        return f"({value}).to(tl.int64)"
+
 
 triton_index = TritonIndexPrinter()
 

@@ -84,10 +84,8 @@ def _check(compiled, fn, make, sizes):
     assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
 
 
-# (``x.shape[-1] ** 0.5`` under Ember's frontend guards the float's value, on every target:
-# "scaled" is checked behind torch.compile's frontend only)
 @interpreted
-@pytest.mark.parametrize("name", [n for n in PROGRAMS if n != "scaled"])
+@pytest.mark.parametrize("name", PROGRAMS)
 def test_ember_compile_dynamic_is_one_triton_compile(name):
     fn, make, sizes = PROGRAMS[name]
     compile_stats.reset()
