@@ -37,7 +37,7 @@ import re
 import sympy
 import torch
 
-from ember.backend.codegen.common import Kernel, group_kind, reduction_groups
+from ember.backend.codegen.common import HALF, Kernel, group_kind, reduction_groups
 from ember.backend.ir import index_vars, product
 from ember.backend.loops import access_indices, runs_with, store_order
 from ember.backend.ops import use_handler
@@ -45,7 +45,8 @@ from ember.backend.scheduler import FusionGroup, SchedulerNode
 from ember.backend import sizevars
 from ember.backend.sizevars import is_static, size_hint
 from ember.backend.targets.cpp.build import has_avx512
-from ember.backend.targets.cpp.ops import CPP_TYPES, CppOpsHandler, CppValue, _fields, cpp_index
+from ember.backend.targets.cpp.ops import (CPP_TYPES, CppOpsHandler, CppValue, _fields,
+                                          cpp_index, from_storage, storage_type, to_storage)
 from ember.backend.targets.cpp.strategies.base import (PARALLEL_MIN_INNER, PARALLEL_MIN_ITERS,
                                                        LoopStrategy, reads_only)
 from ember.backend.targets.cpp.strategies.chunks import ParallelChunks
@@ -117,6 +118,9 @@ class CppKernel(Kernel):
         # (see CppOpsHandler._fold)
         self.bounds: dict[str, tuple[int, int]] = {}
         self.size_args: list[str] = []    # size symbols it takes (after the buffers)
+        # half-precision temporaries that hold a value of their dtype exactly (loaded,
+        # stored, cast): the others are a float result not rounded yet (see to_dtype)
+        self.exact_half: set[str] = set()
 
     def declare(self, var: str, text: str) -> str:
         return f"auto {var} = {text};"
@@ -129,7 +133,7 @@ class CppKernel(Kernel):
         loop-invariant address that if-conversion then makes of it."""
         for scope in reversed(self.scopes):
             if text in scope:
-                return scope[text]
+                return _as_dtype(scope[text], dtype)
         hoist = self.hoist
         if hoist is None or not self._invariant(text):
             var = super().cse(text, dtype)
@@ -145,7 +149,7 @@ class CppKernel(Kernel):
             hoist.at += 1
             hoist.values[text] = var
             self.invariant.add(var.name)
-        return hoist.values[text]
+        return _as_dtype(hoist.values[text], dtype)
 
     def _invariant(self, text: str) -> bool:
         """Every name ``text`` reads (not functions, types, literals) is invariant."""
@@ -188,17 +192,38 @@ class CppKernel(Kernel):
         if name in self.group.local:
             raise AssertionError(f"{name} is kept local but read where it is not available")
         self.loaded.add(name)
-        return self.cse(f"p_{name}[{cpp_index(self._hoisted(index))}]", self.dtypes[name])
+        dtype = self.dtypes[name]
+        value = self.cse(from_storage(f"p_{name}[{cpp_index(self._hoisted(index))}]", dtype),
+                         dtype)
+        if dtype in HALF:
+            self.exact_half.add(value.name)
+        return value
 
     def store(self, node: SchedulerNode, index, value: CppValue) -> None:
         dtype = node.buf.get_dtype()
-        if value.dtype != dtype:
-            value = CppOpsHandler(self).to_dtype(value, dtype)
+        value, element = self._stored_value(value, dtype)
         self.set_value(node.writes, index, value)
         if node.name in self.group.local:
             return
         self.stored.add(node.writes)
-        self.line(f"p_{node.writes}[{cpp_index(self._hoisted(index))}] = {value};")
+        self.line(f"p_{node.writes}[{cpp_index(self._hoisted(index))}] = {element};")
+
+    def _stored_value(self, value: CppValue, dtype: torch.dtype) -> tuple[CppValue, str]:
+        """(the value a buffer of ``dtype`` holds after storing ``value``, the element
+        stored). A half value is rounded here, once, and the kernel's later reads of the
+        buffer see the rounded value, as a kernel that loads it does."""
+        if dtype in HALF:
+            if value.dtype in HALF and value.dtype != dtype:
+                value = CppOpsHandler(self).to_dtype(value, dtype)    # rounded as eager's
+            text = str(value) if CPP_TYPES[value.dtype] == "float" else \
+                f"static_cast<float>({value})"
+            element = self.cse(to_storage(text, dtype), torch.int16)
+            value = self.cse(from_storage(str(element), dtype), dtype)
+            self.exact_half.add(value.name)
+            return value, str(element)
+        if value.dtype != dtype:
+            value = CppOpsHandler(self).to_dtype(value, dtype)
+        return value, str(value)
 
     def _hoisted(self, index):
         """``index`` with its loop-invariant parts that are not sums or products (a pooling
@@ -349,16 +374,23 @@ class CppKernel(Kernel):
         data = node.buf.data
         value = node.body(x)
         dtype = node.buf.get_dtype()
-        if value.dtype != dtype:
-            value = CppOpsHandler(self).to_dtype(value, dtype)
         target = f"p_{node.writes}[{cpp_index(node.store_index(x))}]"
         self.stored.add(node.writes)
+        if data.accumulate and dtype in HALF:    # added in float, rounded once
+            if value.dtype != dtype:
+                value = CppOpsHandler(self).to_dtype(value, dtype)
+            value = self.cse(f"{from_storage(target, dtype)} + {value}", dtype)
+            self.line(f"{target} = {self._stored_value(value, dtype)[1]};")
+            return
+        if value.dtype != dtype:
+            value = CppOpsHandler(self).to_dtype(value, dtype)
+        value = self._stored_value(value, dtype)[1]
         self.line(f"{target} {'+' if data.accumulate else ''}= {value};")
 
     def _signature(self) -> str:
         params = []
         for name in sorted(self.loaded | self.stored):
-            ctype = CPP_TYPES[self.dtypes[name]]
+            ctype = storage_type(self.dtypes[name])
             const = "" if name in self.stored else "const "
             params.append(f"{const}{ctype}* p_{name}")
         self.args = sorted(self.loaded | self.stored)
@@ -369,6 +401,13 @@ class CppKernel(Kernel):
                                 key=lambda n: int(n[1:]))
         params += [f"int64_t {n}" for n in self.size_args]
         return f'extern "C" void {self.name}({", ".join(params)})'
+
+
+def _as_dtype(value: CppValue, dtype: torch.dtype) -> CppValue:
+    """``value`` under the dtype an expression of the same text was asked for: a half op
+    and its float32 twin are the same C++ (``a + 1`` of bfloat16 values, held in float, and
+    ``a.float() + 1``), but only the first is rounded where it leaves bfloat16."""
+    return value if value.dtype == dtype else CppValue(value.name, dtype)
 
 
 @dataclasses.dataclass
