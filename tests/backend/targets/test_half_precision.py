@@ -180,6 +180,17 @@ def test_reductions_accumulate_in_float(dtype, cpu_backend):
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=_ids)
+def test_mean_rounds_once(dtype, cpu_backend):
+    """mean sums and divides in float and rounds once, as eager (not a half sum divided
+    and rounded again). Multiples of 1/64 below 2: float sums them exactly in any order."""
+    torch.manual_seed(0)
+    x = (torch.randint(-128, 128, (64, 1000)) / 64).to(dtype)
+    fn = lambda x: (x.mean(1), x.mean(0, keepdim=True), x.mean(), x.sum(1))  # noqa: E731
+    _same(_compiled(fn, x), fn(x))
+    _check_kernels(cpu_backend)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=_ids)
 def test_softmax_and_layer_norm(dtype, cpu_backend):
     torch.manual_seed(0)
     x = (torch.randn(8, 384) * 3).to(dtype)
