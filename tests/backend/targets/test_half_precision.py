@@ -133,7 +133,7 @@ def test_single_ops_match_eager_bits(dtype, cpu_backend):
            lambda a, b: a / 3.0, lambda a, b: 2.7 - a, lambda a, b: a * 1000.0,
            lambda a, b: a == 0.1, lambda a, b: a > 0.1, lambda a, b: a <= b,
            lambda a, b: a != b, lambda a, b: a.isnan(), lambda a, b: a.isinf(),
-           lambda a, b: a.sqrt(), lambda a, b: a.floor()]
+           lambda a, b: a.sqrt(), lambda a, b: a.floor(), lambda a, b: a.sign()]
     fn = lambda a, b: tuple(f(a, b) for f in fns)  # noqa: E731
     _same(_compiled(fn, a, b), fn(a, b))
     _check_kernels(cpu_backend)

@@ -126,8 +126,8 @@ static inline float ember_erf(float a) { return ember_erff(a); }
 template <typename T> static inline T ember_tanh(T a) { return std::tanh(a); }
 static inline float ember_tanh(float a) { return ember_tanhf(a); }
 template <typename T> static inline T ember_sigmoid(T a) { return T(1) / (T(1) + ember_exp(-a)); }
-template <typename T> static inline T ember_sign(T a) {
-  if (a != a) return a; return static_cast<T>((T(0) < a) - (a < T(0))); }
+template <typename T> static inline T ember_sign(T a) {   // 0 for NaN, as eager's
+  return static_cast<T>((T(0) < a) - (a < T(0))); }
 // float floor division as Python's (and eager's): from the exact remainder, since floor(a / b)
 // is off by one where the quotient rounds up to an integer (-2.1000001f // 0.3f: -7, not -8)
 template <typename T> static inline T ember_floordiv(T a, T b) {

@@ -85,7 +85,7 @@ UNARY_TRITON = {
     "relu": "tl.where(({0} > 0) | ({0} != {0}), {0}, 0)",
     "trunc": "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))",
     "frac": "{0} - tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))",
-    "sign": "tl.where({0} != {0}, {0}, ({0} > 0).to({1}) - ({0} < 0).to({1}))",
+    "sign": "({0} > 0).to({1}) - ({0} < 0).to({1})",     # 0 for NaN, as eager's
     "log10": "tl.log({0}) * 0.4342944819032518",
 }
 BINARY_TRITON = {
