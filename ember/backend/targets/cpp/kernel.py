@@ -121,6 +121,9 @@ class CppKernel(Kernel):
         # half-precision temporaries that hold a value of their dtype exactly (loaded,
         # stored, cast): the others are a float result not rounded yet (see to_dtype)
         self.exact_half: set[str] = set()
+        # a temporary rounded to half precision -> the float it rounds: stored, its bits
+        # come from that float in one conversion (see _stored_value)
+        self.rounded_from: dict[str, str] = {}
 
     def declare(self, var: str, text: str) -> str:
         return f"auto {var} = {text};"
@@ -215,8 +218,9 @@ class CppKernel(Kernel):
         if dtype in HALF:
             if value.dtype in HALF and value.dtype != dtype:
                 value = CppOpsHandler(self).to_dtype(value, dtype)    # rounded as eager's
-            text = str(value) if CPP_TYPES[value.dtype] == "float" else \
-                f"static_cast<float>({value})"
+            text = self.rounded_from.get(value.name) or (
+                str(value) if CPP_TYPES[value.dtype] == "float" else
+                f"static_cast<float>({value})")
             element = self.cse(to_storage(text, dtype), torch.int16)
             value = self.cse(from_storage(str(element), dtype), dtype)
             self.exact_half.add(value.name)

@@ -233,6 +233,7 @@ class CppOpsHandler:
         text = str(x) if CPP_TYPES[x.dtype] == "float" else f"static_cast<float>({x})"
         out = self._emit(f"ember_round_{_HALF_NAMES[dtype]}({text})", dtype)
         self.k.exact_half.add(out.name)
+        self.k.rounded_from[out.name] = text
         return out
 
     def where(self, c: CppValue, a: CppValue, b: CppValue) -> CppValue:
