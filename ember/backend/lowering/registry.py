@@ -109,11 +109,11 @@ def make_pointwise(ctx: LoweringContext, fn: Callable, args: Sequence, *,
     """An elementwise op over broadcast inputs: loads cast to the compute dtype, ``fn`` on the
     loaded values, result cast to the output dtype. ``float_scalars``: Python scalars are
     taken in float even by a target that rounds them to a half compute dtype
-    (``Target.rounds_half_scalars``: eager's CPU mul and div)."""
+    (``Target.cpu_half_rules``: eager's CPU mul and div)."""
     out_dtype = ctx.dtype
     compute = compute or compute_dtype(args, out_dtype)
     if compute in (torch.float16, torch.bfloat16) and not float_scalars and \
-            ctx.graph.target.rounds_half_scalars:
+            ctx.graph.target.cpu_half_rules:
         args = [_rounded(a, compute) for a in args]
     size = ctx.size
     loaders = [broadcast_loader(a, size, compute) for a in args]

@@ -191,6 +191,20 @@ def test_mean_rounds_once(dtype, cpu_backend):
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=_ids)
+def test_scatter_sums_round_as_eager(dtype, cpu_backend):
+    """Duplicate indices: eager's CPU index_add and scatter_add sum in float and round
+    once, its index_put with accumulate rounds after each addition."""
+    torch.manual_seed(0)
+    x, v = torch.randn(50, 8).to(dtype), torch.randn(200, 8).to(dtype)
+    idx = torch.randint(0, 50, (200,))
+    fn = lambda x, v, idx: (x.index_add(0, idx, v),  # noqa: E731
+                            x.scatter_add(0, idx[:, None].expand(200, 8), v),
+                            x.clone().index_put_((idx,), v, accumulate=True))
+    _same(_compiled(fn, x, v, idx), fn(x, v, idx))
+    _check_kernels(cpu_backend)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=_ids)
 def test_softmax_and_layer_norm(dtype, cpu_backend):
     torch.manual_seed(0)
     x = (torch.randn(8, 384) * 3).to(dtype)
