@@ -124,6 +124,9 @@ class CppKernel(Kernel):
         # a temporary rounded to half precision -> the float it rounds: stored, its bits
         # come from that float in one conversion (see _stored_value)
         self.rounded_from: dict[str, str] = {}
+        # a half temporary loaded or stored -> the temporary of its bits: stored again (a
+        # copy, a transpose), the bits are, with no conversion
+        self.half_bits: dict[str, str] = {}
 
     def declare(self, var: str, text: str) -> str:
         return f"auto {var} = {text};"
@@ -196,10 +199,13 @@ class CppKernel(Kernel):
             raise AssertionError(f"{name} is kept local but read where it is not available")
         self.loaded.add(name)
         dtype = self.dtypes[name]
-        value = self.cse(from_storage(f"p_{name}[{cpp_index(self._hoisted(index))}]", dtype),
-                         dtype)
-        if dtype in HALF:
-            self.exact_half.add(value.name)
+        element = f"p_{name}[{cpp_index(self._hoisted(index))}]"
+        if dtype not in HALF:
+            return self.cse(element, dtype)
+        bits = self.cse(element, torch.int16)
+        value = self.cse(from_storage(str(bits), dtype), dtype)
+        self.exact_half.add(value.name)
+        self.half_bits[value.name] = str(bits)
         return value
 
     def store(self, node: SchedulerNode, index, value: CppValue) -> None:
@@ -218,12 +224,15 @@ class CppKernel(Kernel):
         if dtype in HALF:
             if value.dtype in HALF and value.dtype != dtype:
                 value = CppOpsHandler(self).to_dtype(value, dtype)    # rounded as eager's
+            if value.dtype == dtype and value.name in self.half_bits:
+                return value, self.half_bits[value.name]
             text = self.rounded_from.get(value.name) or (
                 str(value) if CPP_TYPES[value.dtype] == "float" else
                 f"static_cast<float>({value})")
             element = self.cse(to_storage(text, dtype), torch.int16)
             value = self.cse(from_storage(str(element), dtype), dtype)
             self.exact_half.add(value.name)
+            self.half_bits[value.name] = str(element)
             return value, str(element)
         if value.dtype != dtype:
             value = CppOpsHandler(self).to_dtype(value, dtype)
