@@ -34,11 +34,10 @@ static inline uint32_t ember_pick(bool take, uint32_t a, uint32_t b) {
   uint32_t keep = -static_cast<uint32_t>(take); return (a & keep) | (b & ~keep); }
 static inline float ember_from_bf16(uint16_t h) {
   return __builtin_bit_cast(float, static_cast<uint32_t>(h) << 16); }
-static inline uint16_t ember_to_bf16(float f) {    // NaN stays NaN (quiet, sign kept)
+static inline uint16_t ember_to_bf16(float f) {    // NaN is eager's scalar NaN, 0x7fc0
   uint32_t u = __builtin_bit_cast(uint32_t, f);
   uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return static_cast<uint16_t>(ember_pick((u & 0x7fffffffu) > 0x7f800000u,
-                                          (u >> 16) | 0x40u, rounded)); }
+  return static_cast<uint16_t>(ember_pick(f != f, 0x7fc0u, rounded)); }
 static inline float ember_from_f16(uint16_t h) {
   uint32_t em = h & 0x7fffu, sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t normal = (em << 13) + 0x38000000u;            // exponent rebiased, 15 -> 127
