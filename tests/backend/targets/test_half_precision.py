@@ -229,8 +229,11 @@ def test_autocast_bfloat16_uses_half_kernels(cpu_backend):
             h = F.gelu(lin(x))
             return norm(h + x), h
     expected = fn(x)
+    compile_stats.reset()
     actual, sources = run_and_get_code(fn, x)
     assert actual[1].dtype == torch.bfloat16 and actual[0].dtype == expected[0].dtype
     _close(actual, expected, ulps=2)
     if cpu_backend == "cpp":
         assert any("ember_to_bf16" in s for s in sources), sources
+        assert dict(compile_stats.extern_calls) == {"aten.addmm.default": 1}
+        _check_kernels(cpu_backend)
