@@ -152,6 +152,20 @@ def test_mixed_dtypes_promote_as_eager(dtype, cpu_backend):
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=_ids)
+def test_comparisons_and_reductions_read_rounded_results(dtype, cpu_backend):
+    """An op's half result read by a comparison, isinf or a reduction is rounded first, as
+    eager's op rounded it: float16's ``a * b`` past 65504 is inf, products equal after
+    rounding tie in argmax."""
+    torch.manual_seed(0)
+    a, b = (torch.randn(64, 300) * 300).to(dtype), (torch.randn(64, 300) * 300).to(dtype)
+    c = (torch.randn(64, 300) * 9e4).to(dtype)
+    fn = lambda a, b, c: ((a * b).isinf(), (a * b) > c, (a * b).argmax(1),  # noqa: E731
+                          (a + b == b + a), (a * b).amax(1), (a * 0.37).argmin(1))
+    _same(_compiled(fn, a, b, c), fn(a, b, c))
+    _check_kernels(cpu_backend)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=_ids)
 def test_chains_and_transcendentals(dtype, cpu_backend):
     """A fused chain rounds once where eager rounds per op, and exp/tanh/erf differ from
     eager's in float's last bits: one ulp at most (two for the chain)."""

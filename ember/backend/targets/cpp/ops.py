@@ -215,10 +215,7 @@ class CppOpsHandler:
     def to_dtype(self, x: CppValue, dtype) -> CppValue:
         if x.dtype == dtype:
             return x
-        if x.dtype in HALF and x.name not in self.k.exact_half:
-            # an op's result leaving its half dtype is first rounded to it, as eager's op
-            # rounded it: ``(a + 1).float()`` is bfloat16's a + 1
-            x = self._round(x, x.dtype)
+        x = self.exact(x)
         if dtype is torch.bool:
             return self._emit(f"({x} != 0)", dtype)
         if x.dtype in HALF and dtype is torch.float32:
@@ -226,6 +223,15 @@ class CppOpsHandler:
         if dtype in HALF:   # rounded as eager rounds (through float), computed on in float
             return self._round(x, dtype)
         return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({x})", dtype)
+
+    def exact(self, x: CppValue) -> CppValue:
+        """``x`` as eager holds it: a half op's result, held in float, rounded to its dtype
+        where a cast, a comparison, isnan/isinf or a reduction reads it, as eager's op
+        rounded it (``(a + 1).float()`` is bfloat16's a + 1; float16's ``a * b`` past 65504
+        is inf). Chains of arithmetic stay in float."""
+        if x.dtype in HALF and x.name not in self.k.exact_half:
+            return self._round(x, x.dtype)
+        return x
 
     def _round(self, x: CppValue, dtype: torch.dtype) -> CppValue:
         """``x`` rounded to the half ``dtype`` (through float: double and int64 values round
@@ -277,10 +283,11 @@ class CppOpsHandler:
         return self._typed(f"~{a}", a.dtype)
 
     def isnan(self, a):
+        a = self.exact(a)
         return self._emit(f"({a} != {a})", torch.bool)
 
     def isinf(self, a):
-        return self._emit(f"std::isinf({a})", torch.bool)
+        return self._emit(f"std::isinf({self.exact(a)})", torch.bool)
 
     def truncdiv(self, a, b):
         if a.dtype.is_floating_point:
@@ -383,7 +390,7 @@ class CppOpsHandler:
         if name in _COMPARE_CPP:
             sign = _COMPARE_CPP[name]
             return lambda a, b: self._fold(sign, a, b) or \
-                self._emit(f"{a} {sign} {b}", torch.bool)
+                self._emit(f"{self.exact(a)} {sign} {self.exact(b)}", torch.bool)
         raise AttributeError(f"no C++ for ops.{name}")
 
 
