@@ -251,3 +251,28 @@ def test_autocast_bfloat16_uses_half_kernels(cpu_backend):
         assert any("ember_to_bf16" in s for s in sources), sources
         assert dict(compile_stats.extern_calls) == {"aten.addmm.default": 1}
         _check_kernels(cpu_backend)
+
+
+@pytest.mark.parametrize("dtype", [
+    torch.float16,
+    pytest.param(torch.bfloat16, marks=pytest.mark.skip(
+        reason="Triton's interpreter converts bfloat16 wrongly (NaNs, rounding): its target "
+               "has no bfloat16 kernels")),
+], ids=_ids)
+def test_triton_interpreter_half_loads_stores_casts(dtype, cpu_backend, monkeypatch):
+    """The Triton target's half loads (widened to float32), stores (rounded) and casts,
+    run by the interpreter: its target has no half kernels (DESIGN.md), so the test lets it
+    generate them for float16, whose numpy conversions are IEEE's."""
+    if cpu_backend != "triton":
+        pytest.skip("the Triton interpreter's own half kernels")
+    from ember.backend.targets import COMMON_DTYPES
+    from ember.backend.targets.triton import target as triton_target
+    monkeypatch.setattr(triton_target, "COMMON_DTYPES", COMMON_DTYPES | {dtype})
+    x = _special_floats()
+    bits = torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16).view(dtype)
+    n = torch.tensor([0, 1, -1, 257, 2049, 65505, 2 ** 24 + 1], dtype=torch.int64)
+    fn = lambda x, h, n: (x.to(dtype), h.float(), h.view(256, 256).t() * 1,  # noqa: E731
+                          n.to(dtype), h.to(torch.float64))
+    _same(_compiled(fn, x, bits, n), fn(x, bits, n))
+    assert compile_stats.generated_kernel_count > 0
+    assert not compile_stats.fallback_ops, dict(compile_stats.fallback_ops)
