@@ -29,7 +29,8 @@ static inline double ember_select(bool take, double a, double b) {
 // CPU kernels compute them: a load widens exactly, a store rounds once, to nearest even. Bit
 // arithmetic and bit selects only, so loops converting them vectorise (F16C's scalar
 // _cvtss_sh would leave them scalar, and g++ 12 vectorises no _Float16 conversion without
-// AVX512-FP16: 16M float -> half, 2 threads: 5.3 ms so, 9.3 ms with _cvtss_sh)
+// AVX512-FP16: 16M float -> half, 2 threads: 5.3 ms so, 9.3 ms with _cvtss_sh). AVX512-BF16's
+// vcvtneps2bf16 is no substitute: it flushes float32 subnormals to 0, eager keeps them
 static inline uint32_t ember_pick(bool take, uint32_t a, uint32_t b) {
   uint32_t keep = -static_cast<uint32_t>(take); return (a & keep) | (b & ~keep); }
 static inline float ember_from_bf16(uint16_t h) {
