@@ -8,6 +8,12 @@ writes one ``auto tmpN = ...;`` per distinct expression (common subexpressions a
 within a scope). Values are cast to their dtype's C++ type after every arithmetic operation,
 so C++'s integer promotion never changes a result; max/min/relu propagate NaN like eager.
 
+float16 and bfloat16 buffers hold ``uint16_t`` bits and their values are computed in float,
+as eager's CPU kernels compute them: a load widens, a store rounds once (``_stored_value``;
+later reads in the kernel see the rounded value, and a loaded value stored again moves its
+bits), and an op's half result is rounded where a cast, a comparison or a reduction reads
+it (``CppOpsHandler.exact``): what eager's op rounded. Arithmetic chains stay in float.
+
 :class:`CppKernel` holds what is per kernel (common subexpressions, the values hoisted out of
 inner loops, the names invariant in them, value bounds, error flags) and chooses how each
 part of the nest is generated: a loop strategy of ``strategies/`` (column blocks for the
