@@ -20,6 +20,12 @@ from ember.backend.sizevars import statically_known_leq
 from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod, TruncToInt
 
 
+# float16 and bfloat16: every target holds their values in float32, as eager's kernels
+# compute them ("opmath"): a load widens, a store rounds to the storage dtype, and an
+# explicit ``to_dtype`` to one of them rounds and widens again
+HALF = (torch.float16, torch.bfloat16)
+
+
 class Value:
     """A named value in generated code, with the dtype of the IR value it holds."""
     __slots__ = ("name", "dtype")

@@ -184,13 +184,34 @@ def _index(ctx, x, indices):
     return Pointwise(ctx.device, ctx.dtype, inner, ctx.size)
 
 
-def _scatter_into_copy(ctx, x, ranges, store_index, value_fn, accumulate):
-    """A copy of ``x`` (a new buffer), then a sequential kernel writing into it."""
-    out = ctx.graph.realize(Pointwise(ctx.device, ctx.dtype, x.make_loader(), x.get_size()))
-    data = Scatter(ctx.device, ctx.dtype, value_fn, ranges, store_index, accumulate)
+def _scatter_into_copy(ctx, x, ranges, store_index, value_fn, accumulate,
+                       in_float=False):
+    """A copy of ``x`` (a new buffer), then a sequential kernel writing into it.
+    ``in_float``: a half-precision sum accumulates in a float32 copy, rounded once after
+    (eager's CPU index_add and scatter_add; index_put rounds each addition), where the
+    target follows eager's CPU kernels (``Target.cpu_half_rules``)."""
+    dtype = ctx.dtype
+    if in_float and accumulate and dtype in (torch.float16, torch.bfloat16) and \
+            ctx.graph.target.cpu_half_rules:
+        dtype = torch.float32
+    load_x = x.make_loader()
+    out = ctx.graph.realize(Pointwise(ctx.device, dtype, (lambda i: ops.to_dtype(
+        load_x(i), dtype)) if dtype != x.get_dtype() else load_x, x.get_size()))
+    value = value_fn if dtype == ctx.dtype else (lambda i: ops.to_dtype(value_fn(i), dtype))
+    data = Scatter(ctx.device, dtype, value, ranges, store_index, accumulate)
     buf = ComputedBuffer(ctx.graph.new_name(), out.layout, data, mutates=out.name)
     ctx.graph.buffers.append(buf)
     return out
+
+
+def _in_dtype(ctx, out):
+    """The scattered buffer ``out`` as the op's result (rounded, where it was summed in
+    float32)."""
+    if out.get_dtype() == ctx.dtype:
+        return out
+    load = out.make_loader()
+    return Pointwise(ctx.device, ctx.dtype, lambda i: ops.to_dtype(load(i), ctx.dtype),
+                     out.get_size())
 
 
 @register_lowering(aten.scatter.src, aten.scatter.value, aten.scatter_add.default)
@@ -217,9 +238,10 @@ def _scatter(ctx, x, dim, index, src, reduce=None):
         full = list(idx)
         full[dim] = i
         return holder["layout"].index(full)
-    out = _scatter_into_copy(ctx, x, index.get_size(), store_index, value, accumulate)
+    out = _scatter_into_copy(ctx, x, index.get_size(), store_index, value, accumulate,
+                             in_float=True)
     holder["layout"] = out.layout
-    return out
+    return _in_dtype(ctx, out)
 
 
 @register_lowering(aten.index_put.default)
@@ -273,6 +295,7 @@ def _index_add(ctx, x, dim, index, source, *, alpha=1):
         full = list(idx)
         full[dim] = ops.indirect_indexing(load_i([idx[dim]]), size[dim], check=check)
         return holder["layout"].index(full)
-    out = _scatter_into_copy(ctx, x, source.get_size(), store_index, value, True)
+    out = _scatter_into_copy(ctx, x, source.get_size(), store_index, value, True,
+                             in_float=True)
     holder["layout"] = out.layout
-    return out
+    return _in_dtype(ctx, out)

@@ -58,7 +58,7 @@ def _binary(op_name, *, float_compute=False):
         if alpha != 1:
             return make_pointwise(ctx, lambda x, y: fn(x, ops.mul(y, ops.constant(alpha, compute))),
                                   [a, b], compute=compute)
-        return make_pointwise(ctx, fn, [a, b], compute=compute)
+        return make_pointwise(ctx, fn, [a, b], compute=compute, float_scalars=op_name == "mul")
     return lower
 
 
@@ -83,14 +83,14 @@ def _rsub(ctx, a, b, alpha=1):
 
 @register_lowering(aten.div.Tensor, aten.div.Scalar)
 def _div(ctx, a, b):
-    return make_pointwise(ctx, ops.truediv, [a, b], compute=ctx.dtype)
+    return make_pointwise(ctx, ops.truediv, [a, b], compute=ctx.dtype, float_scalars=True)
 
 
 @register_lowering(aten.div.Tensor_mode, aten.div.Scalar_mode)
 def _div_mode(ctx, a, b, *, rounding_mode=None):
     compute = compute_dtype([a, b], ctx.dtype)
     if rounding_mode is None:
-        return make_pointwise(ctx, ops.truediv, [a, b], compute=ctx.dtype)
+        return make_pointwise(ctx, ops.truediv, [a, b], compute=ctx.dtype, float_scalars=True)
     op = ops.floordiv if rounding_mode == "floor" else ops.truncdiv
     return make_pointwise(ctx, op, [a, b], compute=compute)
 

@@ -302,7 +302,13 @@ def _any_all(ctx, x, dim=None, keepdim=False):
 
 @register_lowering(aten.mean.dim, aten.mean.default)
 def _mean(ctx, x, dim=None, keepdim=False, *, dtype=None):
-    return _mean_in(ctx, x, _dims(x, dim), keepdim, ctx.dtype)
+    if ctx.dtype not in (torch.float16, torch.bfloat16):
+        return _mean_in(ctx, x, _dims(x, dim), keepdim, ctx.dtype)
+    # half precision: summed and divided in float32, rounded once, as eager's
+    mean = _mean_in(ctx, x, _dims(x, dim), keepdim, torch.float32)
+    load = mean.make_loader()
+    return Pointwise(ctx.device, ctx.dtype, lambda i: ops.to_dtype(load(i), ctx.dtype),
+                     mean.get_size())
 
 
 def _mean_in(ctx, x, dims, keepdim, dt):

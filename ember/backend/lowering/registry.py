@@ -105,11 +105,16 @@ def compute_dtype(args, out_dtype: torch.dtype) -> torch.dtype:
 
 
 def make_pointwise(ctx: LoweringContext, fn: Callable, args: Sequence, *,
-                   compute: torch.dtype | None = None) -> Pointwise:
+                   compute: torch.dtype | None = None, float_scalars: bool = False) -> Pointwise:
     """An elementwise op over broadcast inputs: loads cast to the compute dtype, ``fn`` on the
-    loaded values, result cast to the output dtype."""
+    loaded values, result cast to the output dtype. ``float_scalars``: Python scalars are
+    taken in float even by a target that rounds them to a half compute dtype
+    (``Target.cpu_half_rules``: eager's CPU mul and div)."""
     out_dtype = ctx.dtype
     compute = compute or compute_dtype(args, out_dtype)
+    if compute in (torch.float16, torch.bfloat16) and not float_scalars and \
+            ctx.graph.target.cpu_half_rules:
+        args = [_rounded(a, compute) for a in args]
     size = ctx.size
     loaders = [broadcast_loader(a, size, compute) for a in args]
 
@@ -123,6 +128,14 @@ def make_pointwise(ctx: LoweringContext, fn: Callable, args: Sequence, *,
         value = inner(index)
         return value if result_dtype == out_dtype else ops.to_dtype(value, out_dtype)
     return Pointwise(ctx.device, out_dtype, cast, size)
+
+
+def _rounded(arg, dtype: torch.dtype):
+    """A Python number ``arg`` as a value of ``dtype`` (through float32, as eager converts);
+    anything else as it is."""
+    if isinstance(arg, bool) or not isinstance(arg, (int, float)):
+        return arg
+    return torch.tensor(float(arg), dtype=torch.float32).to(dtype).item()
 
 
 def _fn_result_dtype(fn, compute):

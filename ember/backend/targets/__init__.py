@@ -107,6 +107,11 @@ class Target:
     # on ``channels_last`` graphs, depthwise convolutions stay NCHW unless eager's input is
     # channels-last (passes/layout.py)
     keeps_depthwise_nchw = False
+    # float16/bfloat16 ops follow eager's CPU kernels where they differ from its CUDA ones:
+    # a Python scalar operand is rounded to the op's dtype first, except mul's and div's,
+    # which take it in float (lowering/registry.py ``make_pointwise``), and index_add and
+    # scatter_add accumulate in float32, rounding once (lowering/indexing.py)
+    cpu_half_rules = False
 
     def fuse_templates(self, steps: list, output_names: set[str]) -> list:
         """The scheduled steps with library calls and the kernels after them merged where
@@ -149,6 +154,7 @@ class CpuPolicy:
     GPU target) among a target's bases, it overrides their answers."""
     supports_cudagraphs = False
     keeps_depthwise_nchw = False
+    cpu_half_rules = True
 
     def pads_matmuls(self, dtype: torch.dtype) -> bool:
         return False

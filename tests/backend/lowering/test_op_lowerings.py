@@ -457,3 +457,11 @@ def test_round_keeps_the_sign_of_zero():
                       float("inf"), -float("inf"), float("nan")])
     got, _ = _check(lambda t: (torch.round(t), 1 / torch.round(t)), x)
     assert torch.equal(got[0].signbit(), torch.round(x).signbit())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sign_of_nan_is_zero(dtype):
+    """Eager's sign is ``(0 < x) - (x < 0)`` on CPU and CUDA alike: 0 for NaN, not NaN."""
+    x = torch.tensor([float("nan"), -float("nan"), 2.0, -0.5, 0.0, -0.0, float("inf")] * 5,
+                     dtype=dtype)
+    _check(lambda t: (t.sign(), torch.sgn(t) * 2), x)

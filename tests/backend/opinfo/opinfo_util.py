@@ -428,9 +428,13 @@ def without_seed_wrapper(callable_):
 
 
 def run_op(op, cpu_backend: str = "cpp", device: str = "cpu",
-           dtypes: tuple = DTYPES, frontend: str = "ember") -> list[Outcome]:
-    """Every selected dtype, variant and sample of one OpInfo, on ``device``."""
+           dtypes: tuple = DTYPES, ci_samples: int = 2,
+           frontend: str = "ember") -> list[Outcome]:
+    """Every selected dtype, variant and sample of one OpInfo, on ``device``
+    (``ci_samples`` per (op, dtype) in CI mode; ``frontend``: one of ``FRONTENDS``)."""
     k = samples_per_op()
+    if k == 2 and not full_mode() and not os.environ.get("EMBER_OPINFO_K"):
+        k = ci_samples
     name = op_full_name(op)
     try:
         supported = op.supported_dtypes(device)
@@ -463,7 +467,8 @@ def run_op(op, cpu_backend: str = "cpp", device: str = "cpu",
 
 # ---------------------------------------------------------------------- totals
 
-TARGET_NAMES = {"cpp": "C++", "triton": "Triton interpreter", "cuda-float32": "CUDA float32",
+TARGET_NAMES = {"cpp": "C++", "triton": "Triton interpreter", "cpp-float16": "C++ float16",
+                "cpp-bfloat16": "C++ bfloat16", "cuda-float32": "CUDA float32",
                 "cuda-float16": "CUDA float16", "cuda-bfloat16": "CUDA bfloat16"}
 # (rtol, atol) at least, for half precision: eager rounds after every op of a composite,
 # fused kernels compute in float32 and round once

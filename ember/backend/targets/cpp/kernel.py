@@ -8,6 +8,12 @@ writes one ``auto tmpN = ...;`` per distinct expression (common subexpressions a
 within a scope). Values are cast to their dtype's C++ type after every arithmetic operation,
 so C++'s integer promotion never changes a result; max/min/relu propagate NaN like eager.
 
+float16 and bfloat16 buffers hold ``uint16_t`` bits and their values are computed in float,
+as eager's CPU kernels compute them: a load widens, a store rounds once (``_stored_value``;
+later reads in the kernel see the rounded value, and a loaded value stored again moves its
+bits), and an op's half result is rounded where a cast, a comparison or a reduction reads
+it (``CppOpsHandler.exact``): what eager's op rounded. Arithmetic chains stay in float.
+
 :class:`CppKernel` holds what is per kernel (common subexpressions, the values hoisted out of
 inner loops, the names invariant in them, value bounds, error flags) and chooses how each
 part of the nest is generated: a loop strategy of ``strategies/`` (column blocks for the
@@ -37,7 +43,7 @@ import re
 import sympy
 import torch
 
-from ember.backend.codegen.common import Kernel, group_kind, reduction_groups
+from ember.backend.codegen.common import HALF, Kernel, group_kind, reduction_groups
 from ember.backend.ir import index_vars, product
 from ember.backend.loops import access_indices, runs_with, store_order
 from ember.backend.ops import use_handler
@@ -45,7 +51,8 @@ from ember.backend.scheduler import FusionGroup, SchedulerNode
 from ember.backend import sizevars
 from ember.backend.sizevars import is_static, size_hint
 from ember.backend.targets.cpp.build import has_avx512
-from ember.backend.targets.cpp.ops import CPP_TYPES, CppOpsHandler, CppValue, _fields, cpp_index
+from ember.backend.targets.cpp.ops import (CPP_TYPES, CppOpsHandler, CppValue, _fields,
+                                          cpp_index, from_storage, storage_type, to_storage)
 from ember.backend.targets.cpp.strategies.base import (PARALLEL_MIN_INNER, PARALLEL_MIN_ITERS,
                                                        LoopStrategy, reads_only)
 from ember.backend.targets.cpp.strategies.chunks import ParallelChunks
@@ -88,12 +95,16 @@ def _widen_vectors(text: str) -> str:
     """On an AVX-512 host, loops of 16 floats rather than g++'s default 8, in kernels whose
     math is all inline (float exp, erf, tanh and sigmoid are: exp is 1.3x faster so, at
     eager's speed). A kernel that calls libm keeps 8 lanes: glibc's 16-lane ``sinf`` made a
-    sum of ``t * sin(t)`` three times as wrong as eager's, and double functions widen to it."""
+    sum of ``t * sin(t)`` three times as wrong as eager's, and double functions widen to it.
+    A kernel reading or writing half-precision bits (``uint16_t``) takes 32 lanes: with 16,
+    g++ sizes its vectors by the 16-bit elements (32 bytes) and computes the floats in
+    256-bit halves (bf16 GELU of 4M values, 1 thread: 4.1 ms, 3.0 with 32 lanes)."""
     if not has_avx512() or any(fn not in _INLINE_STD for fn in _STD_CALL.findall(text)):
         return text
     if "ember_randn(" in text or _DOUBLE_LIBM.search(text):
         return text      # Box-Muller's log and cos, and the double functions, are libm's
-    return _SIMD_PRAGMA.sub(r"\1 simdlen(16)", text)
+    lanes = 32 if "uint16_t*" in text else 16
+    return _SIMD_PRAGMA.sub(rf"\1 simdlen({lanes})", text)
 
 
 class CppKernel(Kernel):
@@ -117,6 +128,15 @@ class CppKernel(Kernel):
         # (see CppOpsHandler._fold)
         self.bounds: dict[str, tuple[int, int]] = {}
         self.size_args: list[str] = []    # size symbols it takes (after the buffers)
+        # half-precision temporaries that hold a value of their dtype exactly (loaded,
+        # stored, cast): the others are a float result not rounded yet (see to_dtype)
+        self.exact_half: set[str] = set()
+        # a temporary rounded to half precision -> the float it rounds: stored, its bits
+        # come from that float in one conversion (see _stored_value)
+        self.rounded_from: dict[str, str] = {}
+        # a half temporary loaded or stored -> the temporary of its bits: stored again (a
+        # copy, a transpose), the bits are, with no conversion
+        self.half_bits: dict[str, str] = {}
 
     def declare(self, var: str, text: str) -> str:
         return f"auto {var} = {text};"
@@ -129,7 +149,7 @@ class CppKernel(Kernel):
         loop-invariant address that if-conversion then makes of it."""
         for scope in reversed(self.scopes):
             if text in scope:
-                return scope[text]
+                return _as_dtype(scope[text], dtype)
         hoist = self.hoist
         if hoist is None or not self._invariant(text):
             var = super().cse(text, dtype)
@@ -145,7 +165,7 @@ class CppKernel(Kernel):
             hoist.at += 1
             hoist.values[text] = var
             self.invariant.add(var.name)
-        return hoist.values[text]
+        return _as_dtype(hoist.values[text], dtype)
 
     def _invariant(self, text: str) -> bool:
         """Every name ``text`` reads (not functions, types, literals) is invariant."""
@@ -188,17 +208,45 @@ class CppKernel(Kernel):
         if name in self.group.local:
             raise AssertionError(f"{name} is kept local but read where it is not available")
         self.loaded.add(name)
-        return self.cse(f"p_{name}[{cpp_index(self._hoisted(index))}]", self.dtypes[name])
+        dtype = self.dtypes[name]
+        element = f"p_{name}[{cpp_index(self._hoisted(index))}]"
+        if dtype not in HALF:
+            return self.cse(element, dtype)
+        bits = self.cse(element, torch.int16)
+        value = self.cse(from_storage(str(bits), dtype), dtype)
+        self.exact_half.add(value.name)
+        self.half_bits[value.name] = str(bits)
+        return value
 
     def store(self, node: SchedulerNode, index, value: CppValue) -> None:
         dtype = node.buf.get_dtype()
-        if value.dtype != dtype:
-            value = CppOpsHandler(self).to_dtype(value, dtype)
+        value, element = self._stored_value(value, dtype)
         self.set_value(node.writes, index, value)
         if node.name in self.group.local:
             return
         self.stored.add(node.writes)
-        self.line(f"p_{node.writes}[{cpp_index(self._hoisted(index))}] = {value};")
+        self.line(f"p_{node.writes}[{cpp_index(self._hoisted(index))}] = {element};")
+
+    def _stored_value(self, value: CppValue, dtype: torch.dtype) -> tuple[CppValue, str]:
+        """(the value a buffer of ``dtype`` holds after storing ``value``, the element
+        stored). A half value is rounded here, once, and the kernel's later reads of the
+        buffer see the rounded value, as a kernel that loads it does."""
+        if dtype in HALF:
+            if value.dtype in HALF and value.dtype != dtype:
+                value = CppOpsHandler(self).to_dtype(value, dtype)    # rounded as eager's
+            if value.dtype == dtype and value.name in self.half_bits:
+                return value, self.half_bits[value.name]
+            text = self.rounded_from.get(value.name) or (
+                str(value) if CPP_TYPES[value.dtype] == "float" else
+                f"static_cast<float>({value})")
+            element = self.cse(to_storage(text, dtype), torch.int16)
+            value = self.cse(from_storage(str(element), dtype), dtype)
+            self.exact_half.add(value.name)
+            self.half_bits[value.name] = str(element)
+            return value, str(element)
+        if value.dtype != dtype:
+            value = CppOpsHandler(self).to_dtype(value, dtype)
+        return value, str(value)
 
     def _hoisted(self, index):
         """``index`` with its loop-invariant parts that are not sums or products (a pooling
@@ -349,16 +397,23 @@ class CppKernel(Kernel):
         data = node.buf.data
         value = node.body(x)
         dtype = node.buf.get_dtype()
-        if value.dtype != dtype:
-            value = CppOpsHandler(self).to_dtype(value, dtype)
         target = f"p_{node.writes}[{cpp_index(node.store_index(x))}]"
         self.stored.add(node.writes)
+        if data.accumulate and dtype in HALF:    # added in float, rounded once
+            if value.dtype != dtype:
+                value = CppOpsHandler(self).to_dtype(value, dtype)
+            value = self.cse(f"{from_storage(target, dtype)} + {value}", dtype)
+            self.line(f"{target} = {self._stored_value(value, dtype)[1]};")
+            return
+        if value.dtype != dtype:
+            value = CppOpsHandler(self).to_dtype(value, dtype)
+        value = self._stored_value(value, dtype)[1]
         self.line(f"{target} {'+' if data.accumulate else ''}= {value};")
 
     def _signature(self) -> str:
         params = []
         for name in sorted(self.loaded | self.stored):
-            ctype = CPP_TYPES[self.dtypes[name]]
+            ctype = storage_type(self.dtypes[name])
             const = "" if name in self.stored else "const "
             params.append(f"{const}{ctype}* p_{name}")
         self.args = sorted(self.loaded | self.stored)
@@ -369,6 +424,13 @@ class CppKernel(Kernel):
                                 key=lambda n: int(n[1:]))
         params += [f"int64_t {n}" for n in self.size_args]
         return f'extern "C" void {self.name}({", ".join(params)})'
+
+
+def _as_dtype(value: CppValue, dtype: torch.dtype) -> CppValue:
+    """``value`` under the dtype an expression of the same text was asked for: a half op
+    and its float32 twin are the same C++ (``a + 1`` of bfloat16 values, held in float, and
+    ``a.float() + 1``), but only the first is rounded where it leaves bfloat16."""
+    return value if value.dtype == dtype else CppValue(value.name, dtype)
 
 
 @dataclasses.dataclass

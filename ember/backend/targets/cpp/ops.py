@@ -13,14 +13,18 @@ from typing import TYPE_CHECKING
 import sympy
 import torch
 
-from ember.backend.codegen.common import IndexPrinter, Value, float_of_sizes
+from ember.backend.codegen.common import HALF, IndexPrinter, Value, float_of_sizes
 
 if TYPE_CHECKING:
     from ember.backend.targets.cpp.kernel import CppKernel
 
+# the C++ type a value of each dtype is computed in; float16 and bfloat16 are computed in
+# float and stored as their bits (``storage_type``, ``from_storage``, ``to_storage``)
 CPP_TYPES = {torch.float32: "float", torch.float64: "double", torch.int64: "int64_t",
              torch.int32: "int32_t", torch.int16: "int16_t", torch.int8: "int8_t",
-             torch.uint8: "uint8_t", torch.bool: "bool"}
+             torch.uint8: "uint8_t", torch.bool: "bool", torch.float16: "float",
+             torch.bfloat16: "float"}
+_HALF_NAMES = {torch.float16: "f16", torch.bfloat16: "bf16"}    # of the prelude's conversions
 
 _REDUCTION_CLAUSE = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}
 # math ops: {0} (and {1}) the operands; in UNARY_CPP {1} is the operand's C++ type
@@ -146,6 +150,22 @@ def cpp_constant(value, dtype: torch.dtype) -> str:
 CppValue = Value
 
 
+def storage_type(dtype: torch.dtype) -> str:
+    """The C++ type of a buffer's elements."""
+    return "uint16_t" if dtype in HALF else CPP_TYPES[dtype]
+
+
+def from_storage(text: str, dtype: torch.dtype) -> str:
+    """C++ for the value of the element ``text`` (of ``storage_type(dtype)``)."""
+    return f"ember_from_{_HALF_NAMES[dtype]}({text})" if dtype in HALF else text
+
+
+def to_storage(text: str, dtype: torch.dtype) -> str:
+    """C++ for the element that stores the value ``text`` (of ``CPP_TYPES[dtype]``): a half
+    value rounded to nearest even."""
+    return f"ember_to_{_HALF_NAMES[dtype]}({text})" if dtype in HALF else text
+
+
 class CppOpsHandler:
     """Emits C++ for the ops a body calls, into the kernel's current scope."""
 
@@ -198,9 +218,32 @@ class CppOpsHandler:
     def to_dtype(self, x: CppValue, dtype) -> CppValue:
         if x.dtype == dtype:
             return x
+        x = self.exact(x)
         if dtype is torch.bool:
             return self._emit(f"({x} != 0)", dtype)
+        if x.dtype in HALF and dtype is torch.float32:
+            return CppValue(x.name, dtype)     # already a float
+        if dtype in HALF:   # rounded as eager rounds (through float), computed on in float
+            return self._round(x, dtype)
         return self._emit(f"static_cast<{CPP_TYPES[dtype]}>({x})", dtype)
+
+    def exact(self, x: CppValue) -> CppValue:
+        """``x`` as eager holds it: a half op's result, held in float, rounded to its dtype
+        where a cast, a comparison, isnan/isinf or a reduction reads it, as eager's op
+        rounded it (``(a + 1).float()`` is bfloat16's a + 1; float16's ``a * b`` past 65504
+        is inf). Chains of arithmetic stay in float."""
+        if x.dtype in HALF and x.name not in self.k.exact_half:
+            return self._round(x, x.dtype)
+        return x
+
+    def _round(self, x: CppValue, dtype: torch.dtype) -> CppValue:
+        """``x`` rounded to the half ``dtype`` (through float: double and int64 values round
+        twice, as eager's conversions do), held in float."""
+        text = str(x) if CPP_TYPES[x.dtype] == "float" else f"static_cast<float>({x})"
+        out = self._emit(f"ember_round_{_HALF_NAMES[dtype]}({text})", dtype)
+        self.k.exact_half.add(out.name)
+        self.k.rounded_from[out.name] = text
+        return out
 
     def where(self, c: CppValue, a: CppValue, b: CppValue) -> CppValue:
         known = self._known(c)
@@ -210,7 +253,7 @@ class CppOpsHandler:
         # edge) selects bits: with ?: g++ sinks the other operand's load into a branch on
         # it and leaves the loop scalar. A per-element condition keeps ?:, one blend
         # (densenet's 32-way concatenation: 0.43 ms, 0.68 with bit selects)
-        if a.dtype in (torch.float32, torch.float64) and b.dtype == a.dtype and \
+        if a.dtype.is_floating_point and b.dtype == a.dtype and \
                 getattr(c, "name", None) in self.k.invariant:
             return self._emit(f"ember_select({c}, {a}, {b})", a.dtype)
         return self._emit(f"{c} ? {a} : {b}", a.dtype)
@@ -243,10 +286,11 @@ class CppOpsHandler:
         return self._typed(f"~{a}", a.dtype)
 
     def isnan(self, a):
+        a = self.exact(a)
         return self._emit(f"({a} != {a})", torch.bool)
 
     def isinf(self, a):
-        return self._emit(f"std::isinf({a})", torch.bool)
+        return self._emit(f"std::isinf({self.exact(a)})", torch.bool)
 
     def truncdiv(self, a, b):
         if a.dtype.is_floating_point:
@@ -349,7 +393,7 @@ class CppOpsHandler:
         if name in _COMPARE_CPP:
             sign = _COMPARE_CPP[name]
             return lambda a, b: self._fold(sign, a, b) or \
-                self._emit(f"{a} {sign} {b}", torch.bool)
+                self._emit(f"{self.exact(a)} {sign} {self.exact(b)}", torch.bool)
         raise AttributeError(f"no C++ for ops.{name}")
 
 

@@ -1,16 +1,19 @@
 """The C++/OpenMP target: one C++ function per fused kernel, compiled by g++ (``build.py``)
-and called through ctypes (CPU tensors)."""
+and called through ctypes (CPU tensors). Its kernels compute every dtype of
+``COMMON_DTYPES`` and float16 and bfloat16, which they hold in float (``prelude.h``)."""
 from __future__ import annotations
 
 import ctypes
 
-from ember.backend.targets import CpuPolicy, Target, register_target
+from ember.backend.codegen.common import HALF
+from ember.backend.targets import COMMON_DTYPES, CpuPolicy, Target, register_target
 
 
 class CppTarget(CpuPolicy, Target):
     name = "cpp"
     source_suffix = ".cpp"
     takes_size_arguments = True
+    dtypes = COMMON_DTYPES | frozenset(HALF)
 
     def splits(self, column: bool) -> bool:
         """Column reductions: a column kernel parallelises over blocks of columns, few

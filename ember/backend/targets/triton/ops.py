@@ -27,13 +27,12 @@ import sympy
 import torch
 
 from ember import config
-from ember.backend.codegen.common import IndexPrinter, Value, float_of_sizes
+from ember.backend.codegen.common import HALF, IndexPrinter, Value, float_of_sizes
 
 TL_TYPES = {torch.float32: "tl.float32", torch.float64: "tl.float64",
             torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
             torch.int64: "tl.int64", torch.int32: "tl.int32", torch.int16: "tl.int16",
             torch.int8: "tl.int8", torch.uint8: "tl.uint8", torch.bool: "tl.int1"}
-HALF = (torch.float16, torch.bfloat16)
 
 
 def compute_type(dtype: torch.dtype) -> str:
@@ -92,7 +91,7 @@ UNARY_TRITON = {
     "relu": "tl.where(({0} > 0) | ({0} != {0}), {0}, 0)",
     "trunc": "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))",
     "frac": "{0} - tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))",
-    "sign": "tl.where({0} != {0}, {0}, ({0} > 0).to({1}) - ({0} < 0).to({1}))",
+    "sign": "({0} > 0).to({1}) - ({0} < 0).to({1})",     # 0 for NaN, as eager's
     "log10": "tl.log({0}) * 0.4342944819032518",
 }
 BINARY_TRITON = {

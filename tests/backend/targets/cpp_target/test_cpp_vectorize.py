@@ -97,3 +97,23 @@ def test_a_bad_index_in_a_vectorised_gather_still_raises(bad):
         ember.compile(fn)(idx, table)
     idx[57] = 3
     torch.testing.assert_close(ember.compile(fn)(idx, table), fn(idx, table))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_half_precision_loops_vectorise(dtype, tmp_path):
+    """float16/bfloat16 loads and stores convert with bit arithmetic and bit selects
+    (prelude.h), so a loop over half values vectorises like one over floats: a pointwise
+    GELU of a sum, and a row sum's lane loop."""
+    a, b = torch.randn(64, 1024, dtype=dtype), torch.randn(64, 1024, dtype=dtype)
+    for fn, args in [(lambda a, b: F.gelu(a + b), (a, b)), (lambda a: a.sum(1), (a,))]:
+        out, sources = run_and_get_code(fn, *args)
+        torch.testing.assert_close(out, fn(*args), rtol=2e-2, atol=2e-2)
+        kernel = next(s for s in sources if 'extern "C"' in s)
+        lines = kernel.splitlines()
+        assert any("ember_from_" in line for line in lines), kernel
+        # the simd loops that load half values: g++ names each by its header (the line
+        # after the pragma) or its first statement
+        loops = [i for i, line in enumerate(lines, 1) if "#pragma omp simd" in line and
+                 any("ember_from_" in body for body in lines[i:i + 4])]
+        vectorised = _vectorised_lines(kernel, tmp_path)
+        assert loops and all({i + 1, i + 2, i + 3} & vectorised for i in loops), kernel

@@ -89,7 +89,7 @@ class LoopStrategy:
                 continue
             node = groups[acc][0]
             data = node.buf.data
-            value = node.value(x, r)
+            value = CppOpsHandler(k).exact(node.value(x, r))
             if value.dtype != data.src_dtype:
                 value = CppOpsHandler(k).to_dtype(value, data.src_dtype)
             kind, _ = group_kind(groups[acc])
