@@ -28,6 +28,8 @@ import dataclasses
 import functools
 import gc
 import linecache
+import os
+import sysconfig
 import threading
 import types
 import weakref
@@ -117,6 +119,9 @@ class OptimizedFunction:
         self._callees = callees if callees is not None else _Callees(settings)
         self._entries: list = []
         self._eager_reason: str | None = None
+        # the frame's code with its calls routed to Ember (see eager_calls), once it runs
+        # eagerly; None: it runs as written
+        self._eager_code: types.CodeType | None = None
         self._compile_lock = threading.RLock()   # see the module docstring: Threads
         # A bound method is captured as its function with `self` as the first argument.
         self._bound_self = None
@@ -156,7 +161,7 @@ class OptimizedFunction:
         unless another thread installed entries meanwhile (then try those first)."""
         fn = self._func
         if self._eager_reason is not None or is_disabled(fn):
-            return fn(*args, **kwargs)
+            return self._run_eagerly(args, kwargs)
         with self._compile_lock:
             if self._entries is not entries or len(entries) != tried:
                 entry = _MISS   # installed (or reset) while this thread looked or waited
@@ -165,7 +170,7 @@ class OptimizedFunction:
         if entry is _MISS:
             return self._lookup(args, kwargs)
         if entry is None:   # outside the except: the user's exceptions carry no Unsupported
-            return fn(*args, **kwargs)
+            return self._run_eagerly(args, kwargs)
         out = entry.run(*args, **kwargs)
         if out is _MISS:   # guards must hold for the inputs they were made from
             failed = entry.failed_guards(args, kwargs)
@@ -186,7 +191,8 @@ class OptimizedFunction:
             self._log_recompile(args, kwargs)
             if len(self._entries) >= config.cache_size_limit:
                 self._run_eagerly_from_now(
-                    f"cache_size_limit ({config.cache_size_limit}) reached")
+                    f"cache_size_limit ({config.cache_size_limit}) reached",
+                    compile_callees=False)
                 return None
         from ember.frontend.convert import Unsupported, convert_frame
         try:
@@ -200,10 +206,26 @@ class OptimizedFunction:
         self._entries.append(entry)
         return entry
 
-    def _run_eagerly_from_now(self, reason: str) -> None:
+    def _run_eagerly_from_now(self, reason: str, compile_callees: bool = True) -> None:
+        """From now on the frame runs in Python; with ``compile_callees`` the modules and
+        functions it calls go through Ember's compile entry (``ember/frontend/eager_calls.py``).
+        Not at ``cache_size_limit``: the frame was captured that many times because what it
+        reads changes from call to call, its callees see the same changing values and would
+        each fill their own cache in turn, and the limit is there to stop compiling."""
         self._eager_reason = reason
         metrics.counters["frontend"]["frames_eager"] += 1
-        logs.warn("ember: %s runs eagerly: %s", self._name(), reason)
+        if compile_callees:
+            self._eager_code = self._callees.eager_code(self._func)
+        also = "; the modules and functions it calls are compiled" if self._eager_code else ""
+        logs.warn("ember: %s runs eagerly: %s%s", self._name(), reason, also)
+        if also:
+            logs.log("graph_breaks", "%s runs eagerly (%s)%s", self._name(), reason, also)
+
+    def _run_eagerly(self, args, kwargs):
+        fn, code = self._func, self._eager_code
+        if code is None or self._eager_reason is None:   # disabled, or runs as written
+            return fn(*args, **kwargs)
+        return _function_running(fn, code)(*args, **kwargs)
 
     def _log_recompile(self, args, kwargs) -> None:
         if logs.enabled("recompiles"):
@@ -221,6 +243,7 @@ class OptimizedFunction:
         # a new list, not cleared: a thread that missed on the old one sees it was replaced
         self._entries = []
         self._eager_reason = None
+        self._eager_code = None
         self._callees.seen_sizes.clear()     # the sizes its frames saw (automatic dynamic)
 
 
@@ -268,6 +291,38 @@ class _Callees:
                     wrapper = self._compiled[fn] = OptimizedFunction(fn, self.settings, self)
         return wrapper
 
+    def eager_code(self, fn) -> types.CodeType | None:
+        """``fn``'s code with its calls routed through :meth:`route` (None: nothing to
+        route, or not a Python function)."""
+        if not isinstance(fn, types.FunctionType):
+            return None
+        from ember.frontend.eager_calls import routed_code
+        routed: list = []    # filled below: a recursive call runs the routed code again
+        code = routed_code(fn.__code__, functools.partial(self.route, fn, routed))
+        routed.append(code)
+        return code
+
+    def route(self, failing: types.FunctionType, routed: list, callee):
+        """What a frame running ``failing`` eagerly calls in place of ``callee``: Ember's
+        compile entry for a user function, method or module (a ``torch.nn.Sequential`` too),
+        as the frontend would have inlined them; anything else (builtins, classes, torch's
+        own functions and leaf modules, whose graph of one op would save nothing, disabled
+        or already compiled callables) as it is. ``failing`` itself (recursion) runs
+        eagerly, routed, without another capture."""
+        kind = type(callee)
+        if kind is types.FunctionType:
+            if callee is failing:
+                return _function_running(callee, routed[0])
+            return self.compiled(callee) if _compiles(callee) else callee
+        if kind is types.MethodType:
+            func = callee.__func__
+            if func is failing or type(func) is not types.FunctionType or not _compiles(func):
+                return callee
+            return types.MethodType(self.compiled(func), callee.__self__)
+        if isinstance(callee, torch.nn.Module) and _compiles_module(callee, failing):
+            return functools.partial(self.call, callee)
+        return callee
+
     def call(self, fn, /, *args, **kwargs):
         """``fn(*args, **kwargs)`` with a Python function's frame (a method's, a module's
         forward) captured on its own."""
@@ -282,6 +337,37 @@ class _Callees:
             if "forward" not in fn.__dict__ and isinstance(forward, types.FunctionType):
                 return self.compiled(forward)(fn, *args, **kwargs)
         return fn(*args, **kwargs)
+
+
+def _function_running(fn: types.FunctionType, code: types.CodeType | None):
+    """``fn`` with ``code`` as its code (its globals, defaults and cells as they are now)."""
+    if code is None:
+        return fn
+    out = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    out.__kwdefaults__ = fn.__kwdefaults__
+    out.__qualname__ = fn.__qualname__
+    return out
+
+
+_LIBRARIES = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, logs)) + \
+    (sysconfig.get_paths()["stdlib"] + os.sep, "<")
+_NOT_COMPILED_CODE = 0x20 | 0x80 | 0x100 | 0x200   # generators, coroutines, async generators
+
+
+def _compiles(fn: types.FunctionType) -> bool:
+    """A function a frame running eagerly calls through Ember: the user's (not torch's,
+    Ember's or the standard library's), not a generator, not disabled or kept whole."""
+    code = fn.__code__
+    return not (code.co_filename.startswith(_LIBRARIES) or code.co_flags & _NOT_COMPILED_CODE
+                or is_disabled(fn) or is_allowed_in_graph(fn)
+                or trace_rules.python_only_reason(fn) is not None)
+
+
+def _compiles_module(mod: torch.nn.Module, failing) -> bool:
+    forward = type(mod).forward
+    return not (isinstance(mod, OptimizedModule) or is_disabled(mod) or forward is failing
+                or "forward" in mod.__dict__ or type(forward) is not types.FunctionType
+                or not (_compiles(forward) or type(mod) is torch.nn.Sequential))
 
 
 def _has_hooks(mod: torch.nn.Module) -> bool:
