@@ -160,7 +160,9 @@ class OptimizedFunction:
         """No entry of ``entries`` (the first ``tried``) accepts the arguments: compile one,
         unless another thread installed entries meanwhile (then try those first)."""
         fn = self._func
-        if self._eager_reason is not None or is_disabled(fn):
+        if is_disabled(fn):
+            return fn(*args, **kwargs)
+        if self._eager_reason is not None:
             return self._run_eagerly(args, kwargs)
         with self._compile_lock:
             if self._entries is not entries or len(entries) != tried:
@@ -223,7 +225,7 @@ class OptimizedFunction:
 
     def _run_eagerly(self, args, kwargs):
         fn, code = self._func, self._eager_code
-        if code is None or self._eager_reason is None:   # disabled, or runs as written
+        if code is None:
             return fn(*args, **kwargs)
         return _function_running(fn, code)(*args, **kwargs)
 

@@ -40,7 +40,7 @@ import types
 from typing import Callable
 
 from ember.frontend import bytecode as bc
-from ember.frontend.analysis import stack_effect
+from ember.frontend.analysis import depths_on_entry, stack_effect
 
 _OLD_NULL_FIRST = not bc.VERSION_SPEC.null_after_callable      # 3.11/3.12
 _CALLS = {"PRECALL", "CALL", "CALL_KW", "CALL_FUNCTION_EX"}
@@ -56,9 +56,10 @@ def routed_code(code: types.CodeType, route: Callable) -> types.CodeType | None:
     out: list[bc.Instruction] = []
     routed = 0
     ends = _callable_ends(insts) if _OLD_NULL_FIRST else set()
+    depths = depths_on_entry(insts)
     for i, inst in enumerate(insts):
         name = inst.opname
-        if name == "PUSH_NULL" and not _OLD_NULL_FIRST and i and _pushes(insts[i - 1]):
+        if name == "PUSH_NULL" and not _OLD_NULL_FIRST and (depths[i] or 0) > 0:
             out += _route_top(inst, route)         # 3.13: the callable is on top
             out.append(inst)
             routed += 1
@@ -94,11 +95,6 @@ def _is_method_load(inst: bc.Instruction) -> bool:
     return inst.opname == "LOAD_METHOD" or (inst.opname == "LOAD_ATTR"
                                            and bc.VERSION_SPEC.load_method[1]
                                            and bool(inst.arg & 1))
-
-
-def _pushes(inst: bc.Instruction) -> bool:
-    """``inst`` falls through to the next instruction leaving a value more on the stack."""
-    return not (bc.is_jump(inst) or bc.is_scope_exit(inst)) and stack_effect(inst) > 0
 
 
 def _like(anchor: bc.Instruction, opname: str, arg=None, argval=bc._UNSET) -> bc.Instruction:
