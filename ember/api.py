@@ -306,7 +306,8 @@ class _Callees:
 
     def route(self, failing: types.FunctionType, routed: list, callee):
         """What a frame running ``failing`` eagerly calls in place of ``callee``: Ember's
-        compile entry for a user function, method or module (a ``torch.nn.Sequential`` too),
+        compile entry for a user function, method or module (a ``torch.nn.Sequential`` and a
+        DistributedDataParallel too),
         as the frontend would have inlined them; anything else (builtins, classes, torch's
         own functions and leaf modules, whose graph of one op would save nothing, disabled
         or already compiled callables) as it is. ``failing`` itself (recursion) runs
@@ -369,7 +370,8 @@ def _compiles_module(mod: torch.nn.Module, failing) -> bool:
     forward = type(mod).forward
     return not (isinstance(mod, OptimizedModule) or is_disabled(mod) or forward is failing
                 or "forward" in mod.__dict__ or type(forward) is not types.FunctionType
-                or not (_compiles(forward) or type(mod) is torch.nn.Sequential))
+                or not (_compiles(forward) or type(mod) is torch.nn.Sequential
+                        or ddp_split.is_ddp(mod)))
 
 
 def _has_hooks(mod: torch.nn.Module) -> bool:
