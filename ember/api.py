@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import inspect
 import linecache
 import os
 import sysconfig
@@ -217,7 +218,13 @@ class OptimizedFunction:
         self._eager_reason = reason
         metrics.counters["frontend"]["frames_eager"] += 1
         if compile_callees:
-            self._eager_code = self._callees.eager_code(self._func)
+            try:
+                self._eager_code = self._callees.eager_code(self._func)
+            except Exception as e:   # an internal error: the frame runs as written
+                if not config.suppress_errors:
+                    raise
+                logs.warn("ember: the calls of %s cannot be routed to Ember (%s: %s)",
+                          self._name(), type(e).__name__, e)
         also = "; the modules and functions it calls are compiled" if self._eager_code else ""
         logs.warn("ember: %s runs eagerly: %s%s", self._name(), reason, also)
         if also:
@@ -247,6 +254,7 @@ class OptimizedFunction:
         self._eager_reason = None
         self._eager_code = None
         self._callees.seen_sizes.clear()     # the sizes its frames saw (automatic dynamic)
+        self._callees._functions_of_code.clear()
 
 
 @contextlib.contextmanager
@@ -280,6 +288,9 @@ class _Callees:
         self._compiled: "weakref.WeakKeyDictionary[Any, OptimizedFunction]" = \
             weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
+        # how many function objects of each code a frame running eagerly had compiled
+        self._functions_of_code: "weakref.WeakKeyDictionary[types.CodeType, int]" = \
+            weakref.WeakKeyDictionary()
 
     def resume(self, fn: types.FunctionType) -> "OptimizedFunction":
         return OptimizedFunction(fn, self.settings, self)
@@ -306,25 +317,43 @@ class _Callees:
 
     def route(self, failing: types.FunctionType, routed: list, callee):
         """What a frame running ``failing`` eagerly calls in place of ``callee``: Ember's
-        compile entry for a user function, method or module (a ``torch.nn.Sequential`` and a
-        DistributedDataParallel too),
-        as the frontend would have inlined them; anything else (builtins, classes, torch's
-        own functions and leaf modules, whose graph of one op would save nothing, disabled
-        or already compiled callables) as it is. ``failing`` itself (recursion) runs
-        eagerly, routed, without another capture."""
+        compile entry for a user function, method or module (a ``torch.nn.Sequential`` and
+        a DistributedDataParallel too), as the frontend would have inlined them; anything
+        else (builtins, classes, torch's own functions and leaf modules, whose graph of one
+        op would save nothing, disabled or already compiled callables) as it is.
+        ``failing`` itself (recursion) runs eagerly, routed, without another capture."""
         kind = type(callee)
         if kind is types.FunctionType:
             if callee is failing:
                 return _function_running(callee, routed[0])
-            return self.compiled(callee) if _compiles(callee) else callee
+            return self._compiled_unless_made_per_call(callee, failing)
         if kind is types.MethodType:
             func = callee.__func__
-            if func is failing or type(func) is not types.FunctionType or not _compiles(func):
-                return callee
-            return types.MethodType(self.compiled(func), callee.__self__)
+            if func is failing:
+                return types.MethodType(_function_running(func, routed[0]), callee.__self__)
+            if type(func) is types.FunctionType:
+                compiled = self._compiled_unless_made_per_call(func, failing)
+                if compiled is not func:
+                    return types.MethodType(compiled, callee.__self__)
+            return callee
         if isinstance(callee, torch.nn.Module) and _compiles_module(callee, failing):
             return functools.partial(self.call, callee)
         return callee
+
+    def _compiled_unless_made_per_call(self, fn: types.FunctionType, failing):
+        """``fn``'s compile entry, or ``fn`` where compiling it is no use: not the user's
+        (see ``_compiles``), or a function object made anew on each call (defined in the
+        failing frame, or a code seen in more function objects than ``cache_size_limit``):
+        each would be captured once and never run again."""
+        wrapper = self._compiled.get(fn)
+        if wrapper is not None:
+            return wrapper
+        code = fn.__code__
+        if not _compiles(fn) or code in failing.__code__.co_consts or \
+                self._functions_of_code.get(code, 0) >= config.cache_size_limit:
+            return fn
+        self._functions_of_code[code] = self._functions_of_code.get(code, 0) + 1
+        return self.compiled(fn)
 
     def call(self, fn, /, *args, **kwargs):
         """``fn(*args, **kwargs)`` with a Python function's frame (a method's, a module's
@@ -354,7 +383,8 @@ def _function_running(fn: types.FunctionType, code: types.CodeType | None):
 
 _LIBRARIES = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, logs)) + \
     (sysconfig.get_paths()["stdlib"] + os.sep, "<")
-_NOT_COMPILED_CODE = 0x20 | 0x80 | 0x100 | 0x200   # generators, coroutines, async generators
+_NOT_COMPILED_CODE = (inspect.CO_GENERATOR | inspect.CO_COROUTINE
+                      | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR)
 
 
 def _compiles(fn: types.FunctionType) -> bool:

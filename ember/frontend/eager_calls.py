@@ -36,6 +36,7 @@ tracebacks and ``try`` blocks behave as in the original.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import types
 from typing import Callable
 
@@ -44,7 +45,7 @@ from ember.frontend.analysis import depths_on_entry, stack_effect
 
 _OLD_NULL_FIRST = not bc.VERSION_SPEC.null_after_callable      # 3.11/3.12
 _CALLS = {"PRECALL", "CALL", "CALL_KW", "CALL_FUNCTION_EX"}
-_NOT_REWRITTEN = 0x80 | 0x100 | 0x200      # CO_COROUTINE, CO_ITERABLE_COROUTINE, CO_ASYNC_GENERATOR
+_NOT_REWRITTEN = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 
 def routed_code(code: types.CodeType, route: Callable) -> types.CodeType | None:

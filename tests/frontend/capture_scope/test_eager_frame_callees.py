@@ -324,3 +324,27 @@ def test_routed_code_runs_every_call_shape_as_written(fn, args):
         assert any(getattr(s, "__func__", None) is _Obj.scale for s in seen)
         assert sum(s is _double for s in seen) >= 4
     assert not any(s is route for s in seen)
+
+
+def _scaler(k):
+    def scale(x):
+        return x * k
+    return scale
+
+
+def test_functions_made_on_every_call_are_not_captured_each_time():
+    def run(x, fn):
+        ctx = torch.autocast(**NO_AUTOCAST)
+        ctx.__enter__()
+        _opaque()
+        ctx.__exit__(None, None, None)
+        inner = lambda t: t + 1          # noqa: E731  (made anew by each call of the frame)
+        return inner(x) + fn(x)
+
+    cnt = CompileCounter()
+    compiled = ember.compile(run, backend=cnt)
+    x = torch.randn(3)
+    with config.patch(cache_size_limit=2):
+        for k in range(5):               # a new closure from the factory each time
+            assert same(compiled(x, _scaler(k)), run(x, _scaler(k)))
+    assert cnt.frame_count == 2          # the first two closures; the lambda never
