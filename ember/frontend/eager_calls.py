@@ -50,10 +50,13 @@ _NOT_REWRITTEN = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.
 
 def routed_code(code: types.CodeType, route: Callable) -> types.CodeType | None:
     """``code`` with the callable of each call site passed through ``route``; None when it
-    has no call site to route (or is a coroutine's)."""
+    has no call site to route, is a coroutine's, or holds opcodes its copy cannot."""
     if code.co_flags & _NOT_REWRITTEN:
         return None
-    insts = bc.disassemble(code)
+    try:
+        insts = bc.disassemble(code)
+    except ValueError:   # run-time opcodes (see disassemble): the frame runs as written
+        return None
     out: list[bc.Instruction] = []
     routed = 0
     ends = _callable_ends(insts) if _OLD_NULL_FIRST else set()

@@ -348,3 +348,16 @@ def test_functions_made_on_every_call_are_not_captured_each_time():
         for k in range(5):               # a new closure from the factory each time
             assert same(compiled(x, _scaler(k)), run(x, _scaler(k)))
     assert cnt.frame_count == 2          # the first two closures; the lambda never
+
+
+def test_code_with_run_time_opcodes_runs_as_written(monkeypatch):
+    from ember.frontend import bytecode
+    from ember.frontend.eager_calls import routed_code
+    real = bytecode.dis.get_instructions
+
+    def with_executor(code):
+        for raw in real(code):
+            yield raw._replace(opname="ENTER_EXECUTOR") if raw.opname == "RETURN_VALUE" \
+                else raw
+    monkeypatch.setattr(bytecode.dis, "get_instructions", with_executor)
+    assert routed_code(wrapper.__code__, lambda c: c) is None
