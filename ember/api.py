@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import importlib.util
 import inspect
 import linecache
 import os
@@ -381,15 +382,25 @@ def _function_running(fn: types.FunctionType, code: types.CodeType | None):
     return out
 
 
-_LIBRARIES = tuple(os.path.dirname(m.__file__) + os.sep for m in (torch, logs)) + \
-    (sysconfig.get_paths()["stdlib"] + os.sep, "<")
+def _library_dirs() -> tuple[str, ...]:
+    """Where the code lives that a frame running eagerly calls as it is: torch, Ember, the
+    numeric libraries they use, the standard library, and code without a file."""
+    dirs = [sysconfig.get_paths()["stdlib"] + os.sep, "<"]
+    for name in ("torch", "ember", "numpy", "sympy", "triton"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            dirs.append(os.path.dirname(spec.origin) + os.sep)
+    return tuple(dirs)
+
+
+_LIBRARIES = _library_dirs()
 _NOT_COMPILED_CODE = (inspect.CO_GENERATOR | inspect.CO_COROUTINE
                       | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR)
 
 
 def _compiles(fn: types.FunctionType) -> bool:
-    """A function a frame running eagerly calls through Ember: the user's (not torch's,
-    Ember's or the standard library's), not a generator, not disabled or kept whole."""
+    """A function a frame running eagerly calls through Ember: the user's (not from
+    ``_LIBRARIES``), not a generator, not disabled or kept whole."""
     code = fn.__code__
     return not (code.co_filename.startswith(_LIBRARIES) or code.co_flags & _NOT_COMPILED_CODE
                 or is_disabled(fn) or is_allowed_in_graph(fn)
