@@ -62,9 +62,17 @@ def wrapper(x):
 def test_wrapper_frame_runs_eagerly_and_compiles_its_callees(caplog):
     cnt = CompileCounter()
     x = torch.randn(3, 6)
-    with caplog.at_level(logging.WARNING, logger="ember"):
-        compiled = ember.compile(wrapper, backend=cnt)
-        assert same(compiled(x), wrapper(x))
+    root = logging.getLogger("ember")    # Ember's loggers do not propagate once logs are on
+    root.addHandler(caplog.handler)
+    ember.logs.set_logs("graph_breaks")
+    try:
+        with caplog.at_level(logging.INFO, logger="ember"):
+            compiled = ember.compile(wrapper, backend=cnt)
+            assert same(compiled(x), wrapper(x))
+    finally:
+        root.removeHandler(caplog.handler)
+        ember.logs.set_logs("")
+    assert "wrapper (" in caplog.text and "runs eagerly (call to _opaque" in caplog.text
     assert metrics.counters["frontend"]["frames_eager"] == 1
     # shifted, and Block.forward (one entry without and one with autograd history, each
     # call's scale a constant guarded by value: 1.0, 2.0, 0.5)
@@ -361,3 +369,22 @@ def test_code_with_run_time_opcodes_runs_as_written(monkeypatch):
                 else raw
     monkeypatch.setattr(bytecode.dis, "get_instructions", with_executor)
     assert routed_code(wrapper.__code__, lambda c: c) is None
+
+
+def breaks_then_runs_eagerly(x):
+    y = block(x) + 1                     # the first graph
+    _opaque()                            # a break: the rest is a resume function
+    ctx = torch.autocast(**NO_AUTOCAST)
+    ctx.__enter__()
+    _opaque()                            # the resume function cannot break here: eager
+    ctx.__exit__(None, None, None)
+    return block(y)                      # compiled on its own from the resume function
+
+
+def test_a_resume_function_that_runs_eagerly_compiles_its_callees():
+    cnt = CompileCounter()
+    x = torch.randn(2, 6)
+    assert same(ember.compile(breaks_then_runs_eagerly, backend=cnt)(x),
+                breaks_then_runs_eagerly(x))
+    assert metrics.counters["frontend"]["frames_eager"] == 1
+    assert cnt.frame_count == 2          # the frame's first graph, Block.forward on its own
