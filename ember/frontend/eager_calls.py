@@ -82,7 +82,7 @@ def routed_code(code: types.CodeType, route: Callable) -> types.CodeType | None:
             else:
                 inst.arg &= ~1
             if _OLD_NULL_FIRST:   # attr -> NULL, attr
-                out += [_like(inst, "PUSH_NULL"), _like(inst, "SWAP", 2),
+                out += [_like(inst, "PUSH_NULL"), _like(inst, "SWAP", arg=2),
                         *_route_above_null(inst, route)]
             else:
                 out += [*_route_top(inst, route), _like(inst, "PUSH_NULL")]
@@ -101,8 +101,9 @@ def _is_method_load(inst: bc.Instruction) -> bool:
                                            and bool(inst.arg & 1))
 
 
-def _like(anchor: bc.Instruction, opname: str, arg=None, argval=bc._UNSET) -> bc.Instruction:
-    inst = bc.create_instruction(opname, arg=arg, argval=argval)
+def _like(anchor: bc.Instruction, opname: str, **operand) -> bc.Instruction:
+    """A new instruction at ``anchor``'s line, under its exception handler."""
+    inst = bc.create_instruction(opname, **operand)
     inst.lineno, inst.positions = anchor.lineno, anchor.positions
     inst.exn_tab_entry = anchor.exn_tab_entry
     return inst
@@ -116,14 +117,14 @@ def _call_one(anchor: bc.Instruction) -> list[bc.Instruction]:
 
 def _route_top(anchor: bc.Instruction, route: Callable) -> list[bc.Instruction]:
     """3.13: ``c`` -> ``route(c)``."""
-    return [_like(anchor, "LOAD_CONST", argval=route), _like(anchor, "SWAP", 2),
-            _like(anchor, "PUSH_NULL"), _like(anchor, "SWAP", 2), *_call_one(anchor)]
+    return [_like(anchor, "LOAD_CONST", argval=route), _like(anchor, "SWAP", arg=2),
+            _like(anchor, "PUSH_NULL"), _like(anchor, "SWAP", arg=2), *_call_one(anchor)]
 
 
 def _route_above_null(anchor: bc.Instruction, route: Callable) -> list[bc.Instruction]:
     """3.11/3.12: ``NULL, c`` -> ``NULL, route(c)``."""
-    return [_like(anchor, "PUSH_NULL"), _like(anchor, "SWAP", 2),
-            _like(anchor, "LOAD_CONST", argval=route), _like(anchor, "SWAP", 2),
+    return [_like(anchor, "PUSH_NULL"), _like(anchor, "SWAP", arg=2),
+            _like(anchor, "LOAD_CONST", argval=route), _like(anchor, "SWAP", arg=2),
             *_call_one(anchor)]
 
 
