@@ -358,19 +358,6 @@ def test_functions_made_on_every_call_are_not_captured_each_time():
     assert cnt.frame_count == 2          # the first two closures; the lambda never
 
 
-def test_code_with_run_time_opcodes_runs_as_written(monkeypatch):
-    from ember.frontend import bytecode
-    from ember.frontend.eager_calls import routed_code
-    real = bytecode.dis.get_instructions
-
-    def with_executor(code):
-        for raw in real(code):
-            yield raw._replace(opname="ENTER_EXECUTOR") if raw.opname == "RETURN_VALUE" \
-                else raw
-    monkeypatch.setattr(bytecode.dis, "get_instructions", with_executor)
-    assert routed_code(wrapper.__code__, lambda c: c) is None
-
-
 def breaks_then_runs_eagerly(x):
     y = block(x) + 1                     # the first graph
     _opaque()                            # a break: the rest is a resume function
