@@ -27,7 +27,11 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import importlib.util
+import inspect
 import linecache
+import os
+import sysconfig
 import threading
 import types
 import weakref
@@ -117,6 +121,9 @@ class OptimizedFunction:
         self._callees = callees if callees is not None else _Callees(settings)
         self._entries: list = []
         self._eager_reason: str | None = None
+        # the frame's code with its calls routed to Ember (see eager_calls), once it runs
+        # eagerly; None: it runs as written
+        self._eager_code: types.CodeType | None = None
         self._compile_lock = threading.RLock()   # see the module docstring: Threads
         # A bound method is captured as its function with `self` as the first argument.
         self._bound_self = None
@@ -155,8 +162,10 @@ class OptimizedFunction:
         """No entry of ``entries`` (the first ``tried``) accepts the arguments: compile one,
         unless another thread installed entries meanwhile (then try those first)."""
         fn = self._func
-        if self._eager_reason is not None or is_disabled(fn):
+        if is_disabled(fn):
             return fn(*args, **kwargs)
+        if self._eager_reason is not None:
+            return self._run_eagerly(args, kwargs)
         with self._compile_lock:
             if self._entries is not entries or len(entries) != tried:
                 entry = _MISS   # installed (or reset) while this thread looked or waited
@@ -165,7 +174,7 @@ class OptimizedFunction:
         if entry is _MISS:
             return self._lookup(args, kwargs)
         if entry is None:   # outside the except: the user's exceptions carry no Unsupported
-            return fn(*args, **kwargs)
+            return self._run_eagerly(args, kwargs)
         out = entry.run(*args, **kwargs)
         if out is _MISS:   # guards must hold for the inputs they were made from
             failed = entry.failed_guards(args, kwargs)
@@ -186,7 +195,8 @@ class OptimizedFunction:
             self._log_recompile(args, kwargs)
             if len(self._entries) >= config.cache_size_limit:
                 self._run_eagerly_from_now(
-                    f"cache_size_limit ({config.cache_size_limit}) reached")
+                    f"cache_size_limit ({config.cache_size_limit}) reached",
+                    compile_callees=False)
                 return None
         from ember.frontend.convert import Unsupported, convert_frame
         try:
@@ -200,10 +210,32 @@ class OptimizedFunction:
         self._entries.append(entry)
         return entry
 
-    def _run_eagerly_from_now(self, reason: str) -> None:
+    def _run_eagerly_from_now(self, reason: str, compile_callees: bool = True) -> None:
+        """From now on the frame runs in Python; with ``compile_callees`` the modules and
+        functions it calls go through Ember's compile entry (``ember/frontend/eager_calls.py``).
+        Not at ``cache_size_limit``: the frame was captured that many times because what it
+        reads changes from call to call, its callees see the same changing values and would
+        each fill their own cache in turn, and the limit is there to stop compiling."""
         self._eager_reason = reason
         metrics.counters["frontend"]["frames_eager"] += 1
-        logs.warn("ember: %s runs eagerly: %s", self._name(), reason)
+        if compile_callees:
+            try:
+                self._eager_code = self._callees.eager_code(self._func)
+            except Exception as e:   # an internal error: the frame runs as written
+                if not config.suppress_errors:
+                    raise
+                logs.warn("ember: the calls of %s cannot be routed to Ember (%s: %s)",
+                          self._name(), type(e).__name__, e)
+        also = "; the modules and functions it calls are compiled" if self._eager_code else ""
+        logs.warn("ember: %s runs eagerly: %s%s", self._name(), reason, also)
+        if also:
+            logs.log("graph_breaks", "%s runs eagerly (%s)%s", self._name(), reason, also)
+
+    def _run_eagerly(self, args, kwargs):
+        fn, code = self._func, self._eager_code
+        if code is None:
+            return fn(*args, **kwargs)
+        return _function_running(fn, code)(*args, **kwargs)
 
     def _log_recompile(self, args, kwargs) -> None:
         if logs.enabled("recompiles"):
@@ -221,7 +253,9 @@ class OptimizedFunction:
         # a new list, not cleared: a thread that missed on the old one sees it was replaced
         self._entries = []
         self._eager_reason = None
+        self._eager_code = None
         self._callees.seen_sizes.clear()     # the sizes its frames saw (automatic dynamic)
+        self._callees._functions_of_code.clear()
 
 
 @contextlib.contextmanager
@@ -255,6 +289,9 @@ class _Callees:
         self._compiled: "weakref.WeakKeyDictionary[Any, OptimizedFunction]" = \
             weakref.WeakKeyDictionary()
         self._lock = threading.Lock()
+        # how many function objects of each code a frame running eagerly had compiled
+        self._functions_of_code: "weakref.WeakKeyDictionary[types.CodeType, int]" = \
+            weakref.WeakKeyDictionary()
 
     def resume(self, fn: types.FunctionType) -> "OptimizedFunction":
         return OptimizedFunction(fn, self.settings, self)
@@ -267,6 +304,57 @@ class _Callees:
                 if wrapper is None:
                     wrapper = self._compiled[fn] = OptimizedFunction(fn, self.settings, self)
         return wrapper
+
+    def eager_code(self, fn) -> types.CodeType | None:
+        """``fn``'s code with its calls routed through :meth:`route` (None: nothing to
+        route, or not a Python function)."""
+        if not isinstance(fn, types.FunctionType):
+            return None
+        from ember.frontend.eager_calls import routed_code
+        routed: list = []    # filled below: a recursive call runs the routed code again
+        code = routed_code(fn.__code__, functools.partial(self.route, fn, routed))
+        routed.append(code)
+        return code
+
+    def route(self, failing: types.FunctionType, routed: list, callee):
+        """What a frame running ``failing`` eagerly calls in place of ``callee``: Ember's
+        compile entry for a user function, method or module (a ``torch.nn.Sequential`` and
+        a DistributedDataParallel too), as the frontend would have inlined them; anything
+        else (builtins, classes, torch's own functions and leaf modules, whose graph of one
+        op would save nothing, disabled or already compiled callables) as it is.
+        ``failing`` itself (recursion) runs eagerly, routed, without another capture."""
+        kind = type(callee)
+        if kind is types.FunctionType:
+            if callee is failing:
+                return _function_running(callee, routed[0])
+            return self._compiled_unless_made_per_call(callee, failing)
+        if kind is types.MethodType:
+            func = callee.__func__
+            if func is failing:
+                return types.MethodType(_function_running(func, routed[0]), callee.__self__)
+            if type(func) is types.FunctionType:
+                compiled = self._compiled_unless_made_per_call(func, failing)
+                if compiled is not func:
+                    return types.MethodType(compiled, callee.__self__)
+            return callee
+        if isinstance(callee, torch.nn.Module) and _compiles_module(callee, failing):
+            return functools.partial(self.call, callee)
+        return callee
+
+    def _compiled_unless_made_per_call(self, fn: types.FunctionType, failing):
+        """``fn``'s compile entry, or ``fn`` where compiling it is no use: not the user's
+        (see ``_compiles``), or a function object made anew on each call (defined in the
+        failing frame, or a code seen in more function objects than ``cache_size_limit``):
+        each would be captured once and never run again."""
+        wrapper = self._compiled.get(fn)
+        if wrapper is not None:
+            return wrapper
+        code = fn.__code__
+        if not _compiles(fn) or code in failing.__code__.co_consts or \
+                self._functions_of_code.get(code, 0) >= config.cache_size_limit:
+            return fn
+        self._functions_of_code[code] = self._functions_of_code.get(code, 0) + 1
+        return self.compiled(fn)
 
     def call(self, fn, /, *args, **kwargs):
         """``fn(*args, **kwargs)`` with a Python function's frame (a method's, a module's
@@ -282,6 +370,49 @@ class _Callees:
             if "forward" not in fn.__dict__ and isinstance(forward, types.FunctionType):
                 return self.compiled(forward)(fn, *args, **kwargs)
         return fn(*args, **kwargs)
+
+
+def _function_running(fn: types.FunctionType, code: types.CodeType | None):
+    """``fn`` with ``code`` as its code (its globals, defaults and cells as they are now)."""
+    if code is None:
+        return fn
+    out = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    out.__kwdefaults__ = fn.__kwdefaults__
+    out.__qualname__ = fn.__qualname__
+    return out
+
+
+def _library_dirs() -> tuple[str, ...]:
+    """Where the code lives that a frame running eagerly calls as it is: torch, Ember, the
+    numeric libraries they use, the standard library, and code without a file."""
+    dirs = [sysconfig.get_paths()["stdlib"] + os.sep, "<"]
+    for name in ("torch", "ember", "numpy", "sympy", "triton"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.origin:
+            dirs.append(os.path.dirname(spec.origin) + os.sep)
+    return tuple(dirs)
+
+
+_LIBRARIES = _library_dirs()
+_NOT_COMPILED_CODE = (inspect.CO_GENERATOR | inspect.CO_COROUTINE
+                      | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR)
+
+
+def _compiles(fn: types.FunctionType) -> bool:
+    """A function a frame running eagerly calls through Ember: the user's (not from
+    ``_LIBRARIES``), not a generator, not disabled or kept whole."""
+    code = fn.__code__
+    return not (code.co_filename.startswith(_LIBRARIES) or code.co_flags & _NOT_COMPILED_CODE
+                or is_disabled(fn) or is_allowed_in_graph(fn)
+                or trace_rules.python_only_reason(fn) is not None)
+
+
+def _compiles_module(mod: torch.nn.Module, failing) -> bool:
+    forward = type(mod).forward
+    return not (isinstance(mod, OptimizedModule) or is_disabled(mod) or forward is failing
+                or "forward" in mod.__dict__ or type(forward) is not types.FunctionType
+                or not (_compiles(forward) or type(mod) is torch.nn.Sequential
+                        or ddp_split.is_ddp(mod)))
 
 
 def _has_hooks(mod: torch.nn.Module) -> bool:

@@ -70,8 +70,15 @@ def _handler_depth(inst: Instruction) -> int:
 
 def stack_depth(instructions: Sequence[Instruction]) -> int:
     """Maximum stack depth over every reachable path, exception handlers included."""
-    if not instructions:
-        return 0
+    return _depths(instructions)[1] if instructions else 0
+
+
+def depths_on_entry(instructions: Sequence[Instruction]) -> list[int | None]:
+    """The stack depth on entry to each instruction (None: unreachable)."""
+    return _depths(instructions)[0] if instructions else []
+
+
+def _depths(instructions: Sequence[Instruction]) -> tuple[list[int | None], int]:
     position = {id(inst): i for i, inst in enumerate(instructions)}
     start_depth: list[int | None] = [None] * len(instructions)
     work: list[tuple[int, int]] = [(0, 0)]
@@ -103,7 +110,7 @@ def stack_depth(instructions: Sequence[Instruction]) -> int:
             if not _falls_through(inst):
                 break
             i += 1
-    return max_depth
+    return start_depth, max_depth
 
 
 def jump_targets(instructions: Iterable[Instruction], handlers: bool = True) -> set[Instruction]:

@@ -38,9 +38,30 @@ def _worker(rank, port, out_dir, compare, names):
     dist.destroy_process_group()
 
 
+class EagerWrapper(torch.nn.Module):
+    """A wrapper whose forward capture cannot take as a whole (a break while an autocast
+    entered by hand is open): it runs eagerly and must still compile the DDP it calls."""
+
+    def __init__(self, module):
+        super().__init__()
+        self.module = module
+
+    def forward(self, x):
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16, enabled=False)
+        ctx.__enter__()
+        _opaque()
+        ctx.__exit__(None, None, None)
+        return self.module(x)
+
+
+def _opaque():
+    pass
+
+
 def wrap(model, form: str, ddp_kwargs: dict, backend=None):
     """(what a step calls, the DDP) for ``form``: "eager" (plain DDP), "ddp_of_compiled"
-    (``DDP(ember.compile(model))``) or "compiled_ddp" (``ember.compile(DDP(model))``)."""
+    (``DDP(ember.compile(model))``), "compiled_ddp" (``ember.compile(DDP(model))``) or
+    "compiled_wrapper" (``ember.compile(EagerWrapper(DDP(model)))``)."""
     import ember
     from torch.nn.parallel import DistributedDataParallel as DDP
     if form == "eager":
@@ -50,6 +71,9 @@ def wrap(model, form: str, ddp_kwargs: dict, backend=None):
         ddp = DDP(ember.compile(model, backend=backend), **ddp_kwargs)
         return ddp, ddp
     ddp = DDP(model, **ddp_kwargs)
+    if form == "compiled_wrapper":
+        ember.disable(_opaque)
+        return ember.compile(EagerWrapper(ddp), backend=backend), ddp
     return ember.compile(ddp, backend=backend), ddp
 
 

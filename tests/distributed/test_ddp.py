@@ -98,6 +98,8 @@ SCENARIOS = {
                                           {"find_unused_parameters": True}),
     "transformer-compiled_ddp-static_graph": ("transformer", "compiled_ddp", False,
                                               {"static_graph": True}),
+    # a wrapper around the DDP that runs eagerly still compiles it
+    "transformer-compiled_wrapper": ("transformer", "compiled_wrapper", False, {}),
 }
 
 

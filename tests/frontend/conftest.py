@@ -11,7 +11,7 @@
 - ``model_libraries/``: idioms of timm, transformers and torchvision, and the survey over
   their models (``survey_models.py``, a script);
 - ``capture_scope/``: what is captured at all: supported Pythons, CUDA devices, the trace
-  rules that skip a callable;
+  rules that skip a callable, the calls of a frame that runs eagerly;
 - ``bytecode/``: disassembly, assembly and analysis of bytecode (they run without torch).
 
 Helpers are imported as top-level modules (``from conformance_util import check``), found

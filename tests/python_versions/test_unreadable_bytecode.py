@@ -36,7 +36,8 @@ def test_unreadable_code_runs_eagerly(monkeypatch):
     translator._DISASSEMBLED.clear()
 
 
-def test_disassemble_refuses_run_time_opcodes(monkeypatch):
+def _show_executors(monkeypatch):
+    """``dis`` shows an ENTER_EXECUTOR in place of every RETURN_VALUE."""
     real = bytecode.dis.get_instructions
 
     def with_executor(code):
@@ -44,9 +45,20 @@ def test_disassemble_refuses_run_time_opcodes(monkeypatch):
             yield raw._replace(opname="ENTER_EXECUTOR") if raw.opname == "RETURN_VALUE" \
                 else raw
     monkeypatch.setattr(bytecode.dis, "get_instructions", with_executor)
+
+
+def test_disassemble_refuses_run_time_opcodes(monkeypatch):
+    _show_executors(monkeypatch)
     try:
         bytecode.disassemble(inner.__code__)
     except ValueError as e:
         assert "ENTER_EXECUTOR" in str(e)
     else:
         raise AssertionError("ENTER_EXECUTOR was disassembled")
+
+
+def test_a_frame_running_eagerly_with_run_time_opcodes_runs_as_written(monkeypatch):
+    """Its calls are not routed to Ember (ember/frontend/eager_calls.py): no copy is made."""
+    from ember.frontend.eager_calls import routed_code
+    _show_executors(monkeypatch)
+    assert routed_code(outer.__code__, lambda c: c) is None
