@@ -123,6 +123,9 @@ def compile_training_graph(c: Compilation) -> None:
     if c.options["freezing"]:
         logs.warn("ember backend: freezing=True is for inference (call under "
                   "torch.no_grad()); this graph needs gradients and is not frozen")
+    if c.options["cudagraphs"] and c.target.supports_cudagraphs:
+        logs.log("perf_hints", "cudagraphs: not used, the graph records gradients (CUDA "
+                               "graphs replay inference graphs only)")
     c.result = _compile_training(c.gm, c.example_inputs, c.target, c.device,
                                  c.options["fallback_random"])
 

@@ -286,8 +286,12 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
         if cache_key:
             artifact.guards = text
             graph_cache.store(cache_key, artifact)
-    if options["cudagraphs"] and target.supports_cudagraphs and not training:
-        compiled = _per_size_cuda_graphs(compiled, gm, example_inputs)
+    if options["cudagraphs"] and target.supports_cudagraphs:
+        if training:
+            logs.log("perf_hints", "cudagraphs: not used, the graph records gradients (CUDA "
+                                   "graphs replay inference graphs only)")
+        else:
+            compiled = _per_size_cuda_graphs(compiled, gm, example_inputs)
     check = eval(f"lambda a: {text}", {**_guard_globals(),
                                        **{f"_item{i}": v for i, v in items.items()}})
     from ember.backend.pipeline import log_stage_times

@@ -176,6 +176,22 @@ def test_reduce_overhead_replays_cuda_graphs():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="needs a CUDA GPU")
+def test_reduce_overhead_says_training_graphs_run_without_cuda_graphs(ember_log):
+    logs.set_logs("perf_hints")
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()).cuda()
+    compiled = ember.compile(model, mode="reduce-overhead")
+    x = torch.randn(4, 8, device="cuda")
+    compiled(x).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    model(x).sum().backward()
+    for got, p in zip(grads, model.parameters()):
+        assert same(p.grad, got, rtol=1e-4, atol=1e-4)
+    assert "cudagraphs: not used, the graph records gradients" in ember_log.text
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="needs a CUDA GPU")
 def test_reduce_overhead_reads_module_buffers_by_address(ember_log):
     """Batch-norm statistics are not copied per replay; changing them in place is seen, and
     a replaced buffer captures again."""
