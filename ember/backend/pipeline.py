@@ -123,11 +123,11 @@ def compile_training_graph(c: Compilation) -> None:
     if c.options["freezing"]:
         logs.warn("ember backend: freezing=True is for inference (call under "
                   "torch.no_grad()); this graph needs gradients and is not frozen")
-    if c.options["cudagraphs"] and c.target.supports_cudagraphs:
-        logs.log("perf_hints", "cudagraphs: not used, the graph records gradients (CUDA "
-                               "graphs replay inference graphs only)")
     c.result = _compile_training(c.gm, c.example_inputs, c.target, c.device,
                                  c.options["fallback_random"])
+    if c.options["cudagraphs"] and c.target.supports_cudagraphs:
+        from ember.backend.runtime import cudagraphs
+        c.result = cudagraphs.replay(c.result, c.gm, c.example_inputs, training=True)
 
 
 def load_from_graph_cache(c: Compilation) -> None:
@@ -222,15 +222,8 @@ def replay_as_cuda_graph(c: Compilation) -> None:
     supports it and the graph writes none of its inputs (runtime/cudagraphs.py)."""
     if not (c.options["cudagraphs"] and c.target.supports_cudagraphs):
         return
-    if c.compiled.mutates_inputs:
-        logs.log("perf_hints", "cudagraphs: not used, the graph mutates its inputs")
-        return
-    from ember.backend.passes.freezing import is_parameter_or_buffer
-    from ember.backend.runtime.cudagraphs import CudaGraphRunner
-    placeholders = [n for n in c.gm.graph.nodes if n.op == "placeholder"]
-    c.compiled = CudaGraphRunner(c.compiled, c.example_inputs, [
-        is_parameter_or_buffer(node, value)
-        for node, value in zip(placeholders, c.example_inputs)])
+    from ember.backend.runtime import cudagraphs
+    c.compiled = cudagraphs.replay(c.compiled, c.gm, c.example_inputs)
 
 
 def guard_frozen(c: Compilation) -> None:

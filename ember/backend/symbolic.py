@@ -287,11 +287,9 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
             artifact.guards = text
             graph_cache.store(cache_key, artifact)
     if options["cudagraphs"] and target.supports_cudagraphs:
-        if training:
-            logs.log("perf_hints", "cudagraphs: not used, the graph records gradients (CUDA "
-                                   "graphs replay inference graphs only)")
-        else:
-            compiled = _per_size_cuda_graphs(compiled, gm, example_inputs)
+        from ember.backend.runtime import cudagraphs
+        compiled = cudagraphs.replay(compiled, gm, example_inputs, training=training,
+                                     per_size=True)
     check = eval(f"lambda a: {text}", {**_guard_globals(),
                                        **{f"_item{i}": v for i, v in items.items()}})
     from ember.backend.pipeline import log_stage_times
@@ -301,20 +299,6 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
              ", ".join(f"{s}=a[{i}]" for i, s in size_symbols.items()),
              time.perf_counter() - start, text)
     return _Guarded(compiled, check, text, per_size)
-
-
-def _per_size_cuda_graphs(compiled: Callable, gm: torch.fx.GraphModule,
-                          example_inputs: list) -> Callable:
-    """``cudagraphs=True``: one CUDA graph captured per size over the symbolic program
-    (``runtime/cudagraphs.py``), unless the program writes its inputs."""
-    if getattr(compiled, "mutates_inputs", False):
-        logs.log("perf_hints", "cudagraphs: not used, the graph mutates its inputs")
-        return compiled
-    from ember.backend.passes.freezing import is_parameter_or_buffer
-    from ember.backend.runtime.cudagraphs import PerSizeCudaGraphs
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    return PerSizeCudaGraphs(compiled, [is_parameter_or_buffer(node, value) for node, value
-                                        in zip(placeholders, example_inputs)])
 
 
 def _guard_globals() -> dict:

@@ -112,11 +112,14 @@ class PerSizeCudaGraphs:
         self.compiled = compiled
         self.module_state = module_state
         self.limit = SIZES_KEPT if limit is None else limit
+        self.size_positions: list[int] | None = None
         self.runners: collections.OrderedDict[tuple, CudaGraphRunner] = \
             collections.OrderedDict()
 
     def __call__(self, *args):
-        key = tuple(a for a in args if type(a) is int)
+        if self.size_positions is None:    # the int arguments: the same places every call
+            self.size_positions = [i for i, a in enumerate(args) if type(a) is int]
+        key = tuple(args[i] for i in self.size_positions)
         runner = self.runners.get(key)
         if runner is None:
             runner = self.runners[key] = CudaGraphRunner(self.compiled, list(args),
@@ -128,3 +131,24 @@ class PerSizeCudaGraphs:
         else:
             self.runners.move_to_end(key)
         return runner(*args)
+
+
+def replay(compiled: Callable, gm, example_inputs: list, *, training: bool = False,
+           per_size: bool = False) -> Callable:
+    """``cudagraphs=True``: ``compiled`` replayed as CUDA graphs (one per size over a
+    symbolic program: ``per_size``), or ``compiled`` itself, said, where it records
+    gradients or writes its inputs."""
+    if training:
+        logs.log("perf_hints", "cudagraphs: not used, the graph records gradients (CUDA "
+                               "graphs replay inference graphs only)")
+        return compiled
+    if getattr(compiled, "mutates_inputs", False):
+        logs.log("perf_hints", "cudagraphs: not used, the graph mutates its inputs")
+        return compiled
+    from ember.backend.passes.freezing import is_parameter_or_buffer
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    module_state = [is_parameter_or_buffer(node, value)
+                    for node, value in zip(placeholders, example_inputs)]
+    if per_size:
+        return PerSizeCudaGraphs(compiled, module_state)
+    return CudaGraphRunner(compiled, example_inputs, module_state)
