@@ -242,13 +242,9 @@ class ShapeEnv:
     def static_value(self, expr):
         """The value of ``expr`` if it is the same for every value in the ranges, else
         ``None``: numbers, and booleans the ranges decide."""
-        try:
-            return self._static_values[expr]
-        except KeyError:
-            value = self._static_values[expr] = self._static_value(expr)
-            return value
-        except TypeError:       # unhashable
-            return self._static_value(expr)
+        if expr not in self._static_values:
+            self._static_values[expr] = self._static_value(expr)
+        return self._static_values[expr]
 
     def _static_value(self, expr):
         expr = self.simplify(expr)

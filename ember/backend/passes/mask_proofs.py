@@ -93,7 +93,6 @@ def abstract_value(node: torch.fx.Node, memo: dict):
     None (not shown)."""
     if node in memo:
         return memo[node]
-    memo[node] = None        # (a cycle cannot happen in a graph; this only guards re-entry)
     val = node.meta.get("val")
     result = None
     if isinstance(val, torch.Tensor):
