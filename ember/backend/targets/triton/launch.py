@@ -487,11 +487,14 @@ def _request(launcher, args, arch: int, triton_state: tuple):
     """The kernel's compile request (Triton's source object) and the key under which its
     Triton cache key is kept: everything that decides Triton's key (``triton_state``: the
     installation and its environment variables) but the kernel's source, which the
-    module's file name is the hash of."""
+    module's file name is the hash of. The constexprs are part of it: a matmul template's
+    tile configs are one function with different block sizes, and one config's binary
+    launched on another's grid computes wrong values."""
     from ember.backend.targets.triton.compile_workers import compile_request
     dtypes = _dtype_names(args)
     src, options, _ = compile_request(launcher.fn, dtypes, launcher.config, arch)
-    parts = [*triton_state, src.name, dtypes, arch, sorted(options.items())]
+    parts = [*triton_state, src.name, dtypes, arch, sorted(options.items()),
+             sorted(src.constants.items()), sorted(src.signature.items()), repr(src.attrs)]
     return src, hashlib.sha256(repr(parts).encode()).hexdigest()[:32]
 
 
