@@ -65,6 +65,8 @@ SCENARIOS = {
     "transformer-compiled_ddp-autocast": ("transformer", "compiled_ddp", True, False, {}),
     "stack-compiled_ddp": ("stack", "compiled_ddp", True, False, {}),
     "stack-compiled_ddp-uncut": ("stack", "compiled_ddp", False, False, {}),
+    # a frame that runs eagerly (ember.compile(EagerWrapper(ddp))) compiles the DDP it calls
+    "stack-compiled_wrapper": ("stack", "compiled_wrapper", True, False, {}),
 }
 # trained under torch.autocast("cpu", dtype=torch.bfloat16) around the call: each piece
 # enters the block again (eager's own bfloat16 rounding differs, hence a wider tolerance)
@@ -183,8 +185,9 @@ def test_cut_graph_trains_like_eager(results, name):
         assert result["pieces"] == 1, result
 
 
-def test_pieces_follow_ddp_buckets(results):
-    result = _result(results, "stack-compiled_ddp")
+@pytest.mark.parametrize("name", ["stack-compiled_ddp", "stack-compiled_wrapper"])
+def test_pieces_follow_ddp_buckets(results, name):
+    result = _result(results, name)
     assert result["pieces"] == 3
     assert any("split into 3 pieces at DDP bucket boundaries: 12 parameters, 6.38 KiB, "
                "bucket caps 2.12 KiB; cut before 'linear_2', 'linear_4'" in m
