@@ -3,11 +3,13 @@ kernels of each (issue 34's profiles of the models Ember trails torch.compile on
 
     PYTHONPATH=. python3 benchmarks/profile_models.py vgg16_bn,MistralForCausalLM \\
         [--layout auto[,channels_last]] [--no-torch-compile] [--eager] [--rows 12] \\
-        [--dtype bfloat16] [--mode reduce-overhead] [--dynamic] [--compile-budget 150] [--out FILE]
+        [--dtype bfloat16] [--mode reduce-overhead] [--dynamic] [--train] \\
+        [--compile-budget 150] [--out FILE]
 
 Models come from the bench zoo (``ember/bench/zoo/``) at their default CUDA batch, in
 bfloat16 as the GPU library runs measure them (``--dtype float32``: the zoo's own dtype),
-``eval()`` under ``no_grad``. In one process, one variant after another: eager, Ember once per
+``eval()`` under ``no_grad``; ``--train``: a training step instead (float32 weights under
+autocast to ``--dtype``, forward, the bench's loss and backward, dropout off). In one process, one variant after another: eager, Ember once per
 ``--layout`` value (``config.layout_optimization``; an option change drops Ember's compiled
 code, so each layout is compiled, timed and profiled before the next), and torch.compile in
 its default mode. ``--torch-compile`` is on by default, since the point is to set Ember beside
@@ -30,7 +32,9 @@ the compiler's decisions (layout, CUDA graphs, autotuning) to the log.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import functools
 import math
 import platform
 import sys
@@ -91,6 +95,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--dynamic", action="store_true",
                         help="one more Ember variant per layout, compiled with dynamic=True "
                              "(every size symbolic: issue 31's dynamic against static kernels)")
+    parser.add_argument("--train", action="store_true",
+                        help="profile an AMP training step (float32 weights, autocast to "
+                             "--dtype, forward + loss + backward) instead of inference")
     parser.add_argument("--rows", type=int, default=12, help="top kernels shown per variant")
     parser.add_argument("--dtype", default="bfloat16", choices=sorted(zoo.DTYPES))
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
@@ -127,15 +134,18 @@ def profile_model(name: str, args: argparse.Namespace) -> ModelResult:
     result = ModelResult(name)
     device = torch.device(args.device)
     try:
-        model, inputs = zoo.build_model(name, device, dtype=zoo.DTYPES[args.dtype],
-                                        batch_size=args.batch_size)
+        dtype = zoo.DTYPES[args.dtype]
+        model, inputs = zoo.build_model(name, device, dtype=None if args.train else dtype,
+                                        batch_size=args.batch_size,
+                                        mode="train" if args.train else "infer",
+                                        amp=dtype if args.train else None)
     except Exception as e:
         result.failure = f"building failed: {_one_line(e)}"
         traceback.print_exc()
         return result
     result.inputs = ", ".join(harness.describe(t) for t in inputs)
     try:
-        with torch.no_grad():
+        with contextlib.nullcontext() if args.train else torch.no_grad():
             _profile_variants(model, inputs, device, args, result)
     except Exception as e:    # eager itself failed (out of memory at this batch, say)
         result.failure = _one_line(e)
@@ -216,6 +226,8 @@ def _first_call(variant: Variant, fn, inputs, device, args) -> None:
 
 def _measure(variant: Variant, fn, inputs, device, args, reference,
              with_kernels: bool = True) -> None:
+    if args.train:
+        fn = functools.partial(_train_step, fn, _trainable(fn))
     if variant.error is None:
         variant.error = _relative_error(fn(*inputs), reference)
     timed = harness.time_calls({variant.label: lambda: fn(*inputs)}, device, args.iters,
@@ -227,6 +239,21 @@ def _measure(variant: Variant, fn, inputs, device, args, reference,
     print(f"  {variant.label}: {variant.ms:.3f} ms (host {variant.host_ms:.3f} ms)"
           + (f", {variant.launches:.0f} launches/call" if variant.launches is not None else ""),
           flush=True)
+
+
+def _trainable(fn) -> list:
+    module = getattr(fn, "_orig_mod", fn)
+    return [p for p in module.parameters() if p.requires_grad] \
+        if isinstance(module, torch.nn.Module) else []
+
+
+def _train_step(fn, params, *inputs):
+    """Forward, the bench's loss, backward (gradients dropped first, as a step does)."""
+    for p in params:
+        p.grad = None
+    out = fn(*inputs)
+    harness._loss(out).backward()
+    return out
 
 
 def kernel_profile(fn, inputs, device: torch.device, iters: int, rows: int
@@ -299,7 +326,8 @@ def header(args: argparse.Namespace) -> str:
         where = f"CPU ({platform.processor() or platform.machine()})"
     timing = "CUDA events" if args.device == "cuda" else "wall time"
     return (f"# Eager, Ember and torch.compile: times and top kernels\n\n"
-            f"{where}; torch {torch.__version__}; {args.dtype}; Ember layout "
+            f"{where}; torch {torch.__version__}; {args.dtype}"
+            f"{' AMP training step' if args.train else ''}; Ember layout "
             f"{args.layout}, mode {args.mode or 'default'}; torch.compile "
             f"{'default mode' if args.torch_compile else 'not run'}; median of {args.iters} "
             f"calls ({timing}) after {args.warmup}; kernels over {args.profile_iters} calls.\n")
