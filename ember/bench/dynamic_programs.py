@@ -97,11 +97,14 @@ def by_name(names) -> list[DynamicProgram]:
 
 
 def R(gen, *shape):
-    return torch.randn(shape, generator=gen)
+    # drawn on the CPU generator's device, then moved where tensors go by default (the
+    # tracker's --device cuda): the same values on every device
+    return torch.randn(shape, generator=gen, device="cpu").to(torch.get_default_device())
 
 
 def I(gen, high, *shape):
-    return torch.randint(0, high, shape, generator=gen)
+    return torch.randint(0, high, shape, generator=gen, device="cpu").to(
+        torch.get_default_device())
 
 
 def rows(*ns, cols=8):

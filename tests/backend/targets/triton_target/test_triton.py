@@ -181,10 +181,11 @@ def test_reduce_overhead_says_training_graphs_run_without_cuda_graphs(ember_log)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh()).cuda()
     compiled = ember.compile(model, mode="reduce-overhead")
     x = torch.randn(4, 8, device="cuda")
-    compiled(x).sum().backward()
-    grads = [p.grad.clone() for p in model.parameters()]
-    model.zero_grad()
-    model(x).sum().backward()
+    with torch.enable_grad():           # the module's fixture runs tests under no_grad
+        compiled(x).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        model.zero_grad()
+        model(x).sum().backward()
     for got, p in zip(grads, model.parameters()):
         assert same(p.grad, got, rtol=1e-4, atol=1e-4)
     assert "cudagraphs: not used, the graph records gradients" in ember_log.text
