@@ -326,7 +326,7 @@ class Generation:
 
 def fold_constants(g: Generation) -> None:
     """Constant values that need ATen fallbacks computed once (passes/constant_folding.py)."""
-    fold_constant_fallbacks(g.gm)
+    fold_constant_fallbacks(g.gm, g.device)
 
 
 def lower(g: Generation) -> None:

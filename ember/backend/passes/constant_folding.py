@@ -19,6 +19,14 @@ is folded when a node behind it has no lowering (a fallback that would run on ev
 and its value is dense, at most ``_MAX_BYTES``, and no graph output (a caller gets a fresh
 tensor each call, as in eager). Constant values whose ops all have lowerings are left to
 the kernels, which compute them inline for free. Graphs with symbolic sizes are left alone.
+
+Values on another device than the graph's are fallbacks too: DeBERTa divides its CUDA
+scores by ``torch.sqrt(torch.tensor(64.0) * factor)``, a CPU scalar tensor, and each op
+touching it ran eagerly (the division of a 96x512x512 tensor included: 0.2 ms a layer on an
+H100, outside the softmax's kernel). Such a value is computed once and, when it is a
+0-dim tensor every reader of which computes on the graph's device, kept on that device: a
+0-dim operand gives the same type promotion and values wherever it lives, and the readers
+lower to kernels.
 """
 from __future__ import annotations
 
@@ -69,9 +77,10 @@ def _constants(graph: torch.fx.Graph, gm: torch.fx.GraphModule) -> set[torch.fx.
     return const
 
 
-def fold_constant_fallbacks(gm: torch.fx.GraphModule) -> int:
+def fold_constant_fallbacks(gm: torch.fx.GraphModule, device: torch.device | None = None) -> int:
     """Fold ``gm``'s constant values that need a fallback (see the module's doc) into
-    ``get_attr`` constants, in place; returns how many were folded."""
+    ``get_attr`` constants, in place; returns how many were folded. ``device``: the one the
+    graph's kernels run on (values elsewhere are fallbacks)."""
     from ember.backend.lowering import LOWERINGS
     graph = gm.graph
     const = _constants(graph, gm)
@@ -80,13 +89,14 @@ def fold_constant_fallbacks(gm: torch.fx.GraphModule) -> int:
     needs_fallback: dict[torch.fx.Node, bool] = {}
     for node in graph.nodes:
         if node in const:
-            needs_fallback[node] = _is_fallback(node, LOWERINGS) or \
+            needs_fallback[node] = _is_fallback(node, LOWERINGS, device) or \
                 any(needs_fallback.get(a, False) for a in node.all_input_nodes)
     frontier = [n for n in graph.nodes if n.op == "call_function" and needs_fallback.get(n)
                 and any(u not in const for u in n.users)]
     if not frontier:
         return 0
-    fallbacks = sorted({str(n.target) for n in needs_fallback if _is_fallback(n, LOWERINGS)})
+    fallbacks = sorted({str(n.target) for n in needs_fallback
+                        if _is_fallback(n, LOWERINGS, device)})
     values: dict[torch.fx.Node, object] = {}
 
     def evaluate(node):
@@ -116,8 +126,9 @@ def fold_constant_fallbacks(gm: torch.fx.GraphModule) -> int:
                     value.numel() * value.element_size() > _MAX_BYTES:
                 continue
             # memory of its own (a view of a larger intermediate would keep all of it)
+            where = device if _moves_to(node, value, device, const) else value.device
             value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
-                                        device=value.device).copy_(value)
+                                        device=where).copy_(value)
             name = f"_folded{folded}"
             while hasattr(gm, name):
                 name += "_"
@@ -137,6 +148,31 @@ def fold_constant_fallbacks(gm: torch.fx.GraphModule) -> int:
     return folded
 
 
-def _is_fallback(node: torch.fx.Node, lowerings) -> bool:
-    return node.op == "call_function" and node.target is not operator.getitem and \
-        node.target not in lowerings
+def _is_fallback(node: torch.fx.Node, lowerings, device: torch.device | None) -> bool:
+    if node.op != "call_function" or node.target is operator.getitem:
+        return False
+    return node.target not in lowerings or (device is not None and any(
+        t.device != device for t in _tensors(node)))
+
+
+def _tensors(node: torch.fx.Node) -> list:
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    return [t for v in vals for t in (v if isinstance(v, (list, tuple)) else [v])
+            if isinstance(t, torch.Tensor)]
+
+
+def _moves_to(node: torch.fx.Node, value: torch.Tensor, device: torch.device | None,
+              const: set) -> bool:
+    """Whether the folded ``value`` of ``node``, a 0-dim tensor elsewhere, may live on the
+    graph's ``device``: each reader outside the constants computes there."""
+    if device is None or value.dim() != 0 or value.device == device:
+        return False
+    readers = [u for u in node.users if u not in const]
+    return all(u.op == "call_function" and _tensors(u) and
+               all(isinstance(v, torch.Tensor) and v.device == device
+                   for v in _outputs(u)) for u in readers)
+
+
+def _outputs(node: torch.fx.Node) -> list:
+    val = node.meta.get("val")
+    return list(val) if isinstance(val, (list, tuple)) else [val]

@@ -104,3 +104,27 @@ def test_a_constant_output_is_a_fresh_tensor_each_call(ember_log):
     assert second[1].data_ptr() != first[1].data_ptr()
     for got, want in zip(second, fn(x)):
         torch.testing.assert_close(got, want)
+
+
+def cpu_scale_scores(scores):
+    """DeBERTa's scale: a CPU scalar tensor that CUDA scores are divided by."""
+    scale = torch.sqrt(torch.tensor(scores.size(-1), dtype=torch.float) * 2)
+    return torch.softmax(scores / scale.to(dtype=scores.dtype), -1) + torch.tensor(0.5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_cpu_scalar_constants_of_a_cuda_graph_are_folded_onto_the_gpu(ember_log, dtype):
+    """Each op on DeBERTa's CPU scale ran in ATen, and so did the division of the CUDA
+    scores by it: now the scale is computed once, kept on the GPU, and read by kernels."""
+    logs.set_logs("perf_hints")
+    scores = torch.randn(4, 64, 64, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        compiled = ember.compile(cpu_scale_scores)
+        for _ in range(2):
+            got, want = compiled(scores), cpu_scale_scores(scores)
+            assert got.dtype == want.dtype and got.device == want.device
+            torch.testing.assert_close(got, want)
+    assert "constant folding: 2 value(s)" in ember_log.text
+    assert dict(compile_stats.fallback_ops) == {}
