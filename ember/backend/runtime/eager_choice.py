@@ -98,13 +98,24 @@ def choose(compiled: Callable, gm: torch.fx.GraphModule, options: dict, target,
     if not rewritten and not getattr(program, "kernel_sources", True):
         logs.log("perf_hints", "eager choice: %s runs eagerly: its compiled form is only "
                  "library calls (no generated kernel); not timed", name)
-        return gm.forward
+        return _eager(gm)
     why = _not_rerunnable(gm, program)
     if why is not None:
         logs.log("perf_hints", "eager choice: %s not timed: %s; runs compiled", name, why)
         return compiled
-    return EagerChoice(compiled, gm.forward, name, program_key(gm, program, options),
+    return EagerChoice(compiled, _eager(gm), name, program_key(gm, program, options),
                        target, per_size)
+
+
+def _eager(gm: torch.fx.GraphModule) -> Callable:
+    """``gm`` run eagerly, its results in a tuple as the generated wrapper returns them (a
+    graph's output list, or its one output, as a tuple)."""
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    if isinstance(output.args[0], tuple):
+        return gm.forward
+    if isinstance(output.args[0], list):
+        return lambda *args: tuple(gm(*args))
+    return lambda *args: (gm(*args),)
 
 
 def _not_rerunnable(gm: torch.fx.GraphModule, program) -> str | None:
@@ -117,11 +128,12 @@ def _not_rerunnable(gm: torch.fx.GraphModule, program) -> str | None:
         target = node.target
         if node.op == "call_function" and target in _RESTORED_STATE:
             continue
+        what = f"{node.name} ({getattr(target, '__name__', target)})"
         if node.is_impure():
-            return f"{node.format_node()} has effects (or draws random numbers)"
+            return f"{what} has effects or draws random numbers"
         module = getattr(target, "__module__", None) or ""
         if module.startswith("torch.distributed") or "c10d" in str(target):
-            return f"{node.format_node()} communicates"
+            return f"{what} communicates"
     return None
 
 
