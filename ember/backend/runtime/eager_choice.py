@@ -58,8 +58,8 @@ from ember import config, logs
 from ember.backend.runtime import disk_cache
 
 MARGIN = 0.05         # eager must be faster by more than this fraction to be chosen
-BUDGET_S = 0.25       # seconds of measured runs per choice (after one warm-up run of each)
-MAX_ROUNDS = 20
+BUDGET_S = 0.1        # seconds of measured runs per choice (after one warm-up run of each)
+MAX_ROUNDS = 10
 SIZES_KEPT = 64       # per-size choices kept by a program for symbolic sizes
 WAYS = ("compiled", "eager")
 
