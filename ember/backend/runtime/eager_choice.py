@@ -33,9 +33,8 @@ Decisions
   as a CUDA graph, which may make it faster) runs ``gm`` eagerly without timing, said.
 * **First call.** After the timing the chosen path runs once more and its result is
   returned: every call's result comes from the path later calls take.
-* **Per size.** A program for symbolic sizes (``per_size``) chooses per concrete size, keyed
-  by its int arguments (the guards fix every input's shape and strides given them, as
-  ``cudagraphs.PerSizeCudaGraphs`` relies on), ``SIZES_KEPT`` kept.
+* **Per size.** A program for symbolic sizes (``per_size``) chooses per concrete size
+  (``per_size.PerSize``: keyed by its int arguments), ``SIZES_KEPT`` kept.
 * **On disk.** ``EMBER_CACHE_DIR/eager_choice/<key>.json`` (``disk_cache.read_json`` /
   ``write_json``: atomic writes; what is read is untrusted and checked, a damaged entry is
   warned about, deleted and timed again). The key: the program's wrapper and kernel sources,
@@ -44,10 +43,10 @@ Decisions
 """
 from __future__ import annotations
 
-import collections
 import functools
 import hashlib
 import math
+import operator
 import platform
 import time
 from typing import Callable
@@ -56,6 +55,7 @@ import torch
 
 from ember import config, logs
 from ember.backend.runtime import disk_cache
+from ember.backend.runtime.per_size import PerSize
 
 MARGIN = 0.05         # eager must be faster by more than this fraction to be chosen
 BUDGET_S = 0.1        # seconds of measured runs per choice (after one warm-up run of each)
@@ -63,9 +63,11 @@ MAX_ROUNDS = 10
 SIZES_KEPT = 64       # per-size choices kept by a program for symbolic sizes
 WAYS = ("compiled", "eager")
 
-# nodes with effects that a graph undoes itself (the frontend emits them in pairs)
-_RESTORED_STATE = {torch.amp.autocast_mode._enter_autocast,
-                   torch.amp.autocast_mode._exit_autocast, torch._C._set_grad_enabled}
+# nodes with effects that running the graph twice does not show: state the graph restores
+# itself (the frontend emits them in pairs), writes to tensors (an input written is caught by
+# ``mutates_inputs`` and the version counters, a write to the graph's own values is unseen)
+_RERUNNABLE = {torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast,
+               torch._C._set_grad_enabled, operator.setitem}
 
 
 def timed(options: dict, target) -> bool:
@@ -103,8 +105,11 @@ def choose(compiled: Callable, gm: torch.fx.GraphModule, options: dict, target,
     if why is not None:
         logs.log("perf_hints", "eager choice: %s not timed: %s; runs compiled", name, why)
         return compiled
-    return EagerChoice(compiled, _eager(gm), name, program_key(gm, program, options),
-                       target, per_size)
+    eager, key = _eager(gm), program_key(gm, program, options)
+    if per_size:
+        return PerSize(lambda args: EagerChoice(compiled, eager, name, key, target),
+                       SIZES_KEPT, "eager choice")
+    return EagerChoice(compiled, eager, name, key, target)
 
 
 def _eager(gm: torch.fx.GraphModule) -> Callable:
@@ -126,7 +131,7 @@ def _not_rerunnable(gm: torch.fx.GraphModule, program) -> str | None:
         if node.op not in ("call_function", "call_module"):
             continue
         target = node.target
-        if node.op == "call_function" and target in _RESTORED_STATE:
+        if node.op == "call_function" and target in _RERUNNABLE:
             continue
         what = f"{node.name} ({getattr(target, '__name__', target)})"
         if node.is_impure():
@@ -188,42 +193,23 @@ def _valid_entry(value) -> bool:
 
 class EagerChoice:
     """``choice(*args)``: the compiled program or the eager graph, chosen on the first call
-    (per size: ``per_size``) by ``measure`` or from disk."""
+    by ``measure`` or read from disk."""
 
-    def __init__(self, compiled: Callable, eager: Callable, name: str, key: str, target,
-                 per_size: bool):
+    def __init__(self, compiled: Callable, eager: Callable, name: str, key: str, target):
         self.compiled = compiled
         self.eager = eager
         self.name = name
         self.key = key
         self.target = target
-        self.per_size = per_size
-        self.run: Callable | None = None      # the static program's choice
-        self.size_positions: list[int] | None = None
-        self.chosen: collections.OrderedDict[tuple, Callable] = collections.OrderedDict()
+        self.run: Callable | None = None      # the path chosen
         self.source = getattr(compiled, "source", None)
         self.kernel_sources = getattr(compiled, "kernel_sources", [])
 
     def __call__(self, *args):
         if self.run is not None:
             return self.run(*args)
-        if not self.per_size:
-            self.run, out = self._first_call(args)
-            return out
-        if self.size_positions is None:     # the int arguments: the same places every call
-            self.size_positions = [i for i, a in enumerate(args) if type(a) is int]
-        sizes = tuple(args[i] for i in self.size_positions)
-        run = self.chosen.get(sizes)
-        if run is not None:
-            self.chosen.move_to_end(sizes)
-            return run(*args)
-        self.chosen[sizes], out = self._first_call(args)
-        if len(self.chosen) > SIZES_KEPT:
-            self.chosen.popitem(last=False)
+        self.run, out = self._first_call(args)
         return out
-
-    def way(self, run: Callable) -> str:
-        return "eager" if run is self.eager else "compiled"
 
     def _first_call(self, args) -> tuple[Callable, object]:
         """The path for calls like ``args`` and this call's result, computed by it."""

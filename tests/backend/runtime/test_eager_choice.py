@@ -263,7 +263,7 @@ def test_first_run_that_writes_an_input_is_the_result(cache, untimed):
         runs.append("eager")
         return (x * 2,)
     from ember.backend.targets import target_for
-    choice = EagerChoice(compiled, eager, "g", "key", target_for(torch.device("cpu")), False)
+    choice = EagerChoice(compiled, eager, "g", "key", target_for(torch.device("cpu")))
     x = torch.zeros(3)
     assert torch.equal(choice(x)[0], torch.full((3,), 2.0))
     assert torch.equal(choice(x)[0], torch.full((3,), 4.0))
