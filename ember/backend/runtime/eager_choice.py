@@ -294,7 +294,9 @@ def _observable_state(args) -> tuple[list, list]:
         except NotImplementedError:
             continue
         states.append((generator, generator.get_state()))
-    versions = [(a, a._version) for a in args if isinstance(a, torch.Tensor)]
+    # (inference tensors have no version counter: ``mutates_inputs`` speaks for them)
+    versions = [(a, a._version) for a in args
+                if isinstance(a, torch.Tensor) and not a.is_inference()]
     return states, versions
 
 

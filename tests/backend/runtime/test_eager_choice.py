@@ -113,6 +113,16 @@ def test_the_faster_path_runs_and_results_are_eagers(cache, timings, cpu_backend
             assert torch.equal(got[0], expected)
 
 
+def test_inference_mode(cache, timings):
+    """Inference tensors have no version counter: the first run's check skips them."""
+    timings(2e-3, 1e-3)
+    with torch.inference_mode():
+        x, w = torch.randn(8, 32), torch.randn(32)
+        got = ember.compile(_norm, options=TIMED)(x, w)
+    assert torch.equal(got, _norm(x, w))
+    assert len(timings.calls) == 1
+
+
 def test_choice_is_logged_stored_and_read_back_after_reset(cache, timings, ember_log,
                                                            monkeypatch):
     ember.logs.set_logs("perf_hints")
