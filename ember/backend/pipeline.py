@@ -129,7 +129,9 @@ def compile_training_graph(c: Compilation) -> None:
     if c.options["cudagraphs"] and c.target.supports_cudagraphs:
         from ember.backend.runtime import cudagraphs
         c.result = cudagraphs.replay(c.result, c.gm, c.example_inputs, training=True)
-    c.result = eager_choice.choose(c.result, c.gm, c.options, c.target, None, training=True)
+    if c.result != c.gm.forward:      # (a declined graph runs as captured: eager already)
+        c.result = eager_choice.choose(c.result, c.gm, c.options, c.target, None,
+                                       training=True)
 
 
 def load_from_graph_cache(c: Compilation) -> None:

@@ -113,8 +113,8 @@ class Target:
     # scatter_add accumulate in float32, rounding once (lowering/indexing.py)
     cpu_half_rules = False
 
-    # its kernels run at their real speed, so timing them means something (eager_choice
-    # and max_autotune); False under an interpreter
+    # its kernels run at their real speed, so timing them against eager's means something
+    # (runtime/eager_choice.py); False under an interpreter
     runs_natively = True
 
     def synchronize(self) -> None:
