@@ -124,6 +124,13 @@ fallback_on_lowering_error: bool = _option(
     "a lowering that raises anything but NotImplementedError (a bug in the lowering) logs a "
     "warning naming the op and runs the op's ATen kernel; False raises instead, and "
     "suppress_errors decides whether that reaches the caller (the tests set both False)")
+eager_choice: str = _option(
+    "eager_choice", str, "timed",
+    "what ember.compile's eager_choice='auto' (its default) does: 'timed' (the first call "
+    "of a compiled inference graph per input sizes times its compiled program against the "
+    "captured graph run eagerly and keeps the faster, cached on disk), 'off' (the compiled "
+    "program always); see ember/backend/runtime/eager_choice.py",
+    choices=("timed", "off"))
 split_ddp_graphs: bool = _option(
     "split_ddp_graphs", bool, True,
     "a graph captured for a DistributedDataParallel module is cut where DDP's gradient "
@@ -176,7 +183,7 @@ class patch(contextlib.ContextDecorator):
 # options the compiled code depends on; the others (limits, error policy, debug output) act
 # when they are read
 RECOMPILES = ("layout_optimization", "half_fast_math", "inline_depth_limit",
-              "kept_buffers_mb", "matmul_padding", "split_ddp_graphs")
+              "kept_buffers_mb", "matmul_padding", "split_ddp_graphs", "eager_choice")
 on_recompile_option: list[Callable[[str], None]] = []    # ember.api's reset of entries
 
 

@@ -12,6 +12,10 @@
 - The on-disk graph cache is off (``EMBER_GRAPH_CACHE=0``): a test that patches the code
   generator (a smaller persistent-reduction limit, say) must compile, not load an earlier
   test's kernels. ``backend/runtime/test_graph_cache.py`` turns it on for itself.
+- Choosing eager over a slower compiled graph is off (``EMBER_EAGER_CHOICE=off``): a test of
+  the generated code must run it, not eager's kernels, and a timing must not decide what a
+  test runs. ``backend/runtime/test_eager_choice.py`` turns it on per compile
+  (``options={"eager_choice": "timed"}``) with its timings forced.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ["EMBER_GRAPH_CACHE"] = "0"
+os.environ["EMBER_EAGER_CHOICE"] = "off"
 
 from ember import config, logs  # noqa: E402  (after TRITON_INTERPRET is decided)
 

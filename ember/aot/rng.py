@@ -34,7 +34,8 @@ import operator
 import torch
 import torch.fx
 
-__all__ = ["RecordRandom", "ReplayRandom", "draws", "replay_random_ops", "twin"]
+__all__ = ["RecordRandom", "ReplayRandom", "draws", "eager_generator", "replay_random_ops",
+           "twin"]
 
 aten = torch.ops.aten
 
@@ -46,7 +47,7 @@ _GEOMETRY_ONLY = {aten.native_dropout.default: (0, (1,)), aten.bernoulli.p: (0, 
                   aten.randint_like.default: (0, (0,)), aten.randint_like.low_dtype: (0, (0,))}
 
 
-def _generator(device: torch.device) -> torch.Generator:
+def eager_generator(device: torch.device) -> torch.Generator:
     """The generator eager's random ops on ``device`` draw from: the CPU's, or the default
     generator of the device's index in its torch module (``torch.cuda``...)."""
     if device.type == "cpu":
@@ -69,7 +70,7 @@ class RecordRandom:
         self.__name__ = f"record_rng_{op.__name__.replace('.', '_')}"
 
     def __call__(self, *args, **kwargs):
-        state = _generator(self.device).get_state()
+        state = eager_generator(self.device).get_state()
         out = self.op(*args, **kwargs)
         return (*out, state) if isinstance(out, (tuple, list)) else (out, state)
 
@@ -97,7 +98,7 @@ class ReplayRandom:
             storage = torch.empty(extent, dtype=dtype, device=self.device)
             args = list(args)
             args[at] = storage.as_strided(size, stride, offset)
-        generator = _generator(self.device)
+        generator = eager_generator(self.device)
         before = generator.get_state()
         generator.set_state(state)
         try:
@@ -176,7 +177,7 @@ def replay_random_ops(gm: torch.fx.GraphModule, backward: set, needed: set) -> i
         single = not isinstance(vals, (tuple, list))
         vals = [vals] if single else list(vals)
         device = vals[0].device
-        state = _generator(device).get_state()
+        state = eager_generator(device).get_state()
         with graph.inserting_before(node):
             record = graph.call_function(RecordRandom(node.target, device), node.args,
                                          dict(node.kwargs))

@@ -35,7 +35,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *,
                   max_autotune: bool = DEFAULTS["max_autotune"],
                   cudagraphs: bool = DEFAULTS["cudagraphs"], debug: bool = DEFAULTS["debug"],
                   cpu_backend: str = DEFAULTS["cpu_backend"],
-                  fallback_random: bool = DEFAULTS["fallback_random"]) -> Callable:
+                  fallback_random: bool = DEFAULTS["fallback_random"],
+                  eager_choice: str = DEFAULTS["eager_choice"]) -> Callable:
     """Compile ``gm`` for inputs like ``example_inputs``.
 
     The keywords are the ember options, with the names and defaults of the one table,
@@ -46,10 +47,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *,
     (``runtime/cudagraphs.py``); a CPU graph has none to replay (a perf hint says so).
     ``cpu_backend``: the kernel language of CPU graphs (``targets.target_for``).
     ``fallback_random``: random ops run eager's kernels (same numbers as eager) instead of
-    fused Philox draws.
+    fused Philox draws. ``eager_choice``: whether an inference graph may run eagerly where
+    that is faster (``runtime/eager_choice.py``).
     """
     options = dict(freezing=freezing, max_autotune=max_autotune, cudagraphs=cudagraphs,
-                   debug=debug, cpu_backend=cpu_backend, fallback_random=fallback_random)
+                   debug=debug, cpu_backend=cpu_backend, fallback_random=fallback_random,
+                   eager_choice=eager_choice)
     for name, value in options.items():
         check_option(name, value)
     if debug and not logs.enabled("output_code"):

@@ -69,6 +69,15 @@ OPTIONS: dict[str, CompilerOption] = {
             "program order, so compiled code draws eager's numbers and leaves the generator "
             "where eager leaves it. False generates them inside fused kernels from a Philox "
             "counter (backend/lowering/random.py): faster, same distributions, other numbers"),
+    "eager_choice": CompilerOption(
+        str, "auto", allowed=("auto", "timed", "off"), implemented=True,
+        doc="whether an inference graph may run eagerly (the captured graph on ATen's "
+            "kernels) where that is faster than its compiled program: 'timed' times both on "
+            "the first call per input sizes and keeps the faster (eager only when over 5% "
+            "faster; cached on disk); 'off' always runs the compiled program; 'auto' is "
+            "ember.config.eager_choice ('timed' unless EMBER_EAGER_CHOICE=off), off under "
+            "Triton's interpreter. A graph with no generated kernel runs eagerly untimed "
+            "(backend/runtime/eager_choice.py; EMBER_LOGS=perf_hints names each choice)"),
     "cpu_backend": CompilerOption(
         str, "cpp", allowed=("cpp", "triton"), implemented=True,
         doc="kernel language for CPU graphs: C++/OpenMP, or Triton (run by Triton's "

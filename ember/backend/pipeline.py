@@ -33,7 +33,7 @@ from ember.backend.passes.attention_masks import simplify_constant_masks
 from ember.backend.passes.constant_folding import fold_constant_fallbacks
 from ember.backend.passes.conv_taps import drop_dead_taps
 from ember.backend.passes.layout import changed_output, in_best_layout
-from ember.backend.runtime import graph_cache
+from ember.backend.runtime import eager_choice, graph_cache
 from ember.backend.runtime.graph_cache import CompiledArtifact, KernelRecord
 from ember.backend.scheduler import FusionGroup, reuse_dying_inputs, schedule
 from ember.backend.targets import Target, kernel_device, target_for
@@ -64,7 +64,8 @@ class Compilation:
     aten_gm: torch.fx.GraphModule | None = None
     frozen: Any = None            # passes.freezing.FrozenGraph
     artifact: CompiledArtifact | None = None
-    compiled: Callable | None = None
+    program: Callable | None = None   # the generated program (``instantiate``'s callable)
+    compiled: Callable | None = None  # it, wrapped by the stages after "build"
     result: Callable | None = None    # set: the compilation ends with it
     skip_to: str | None = None        # set: the next stage to run
 
@@ -128,6 +129,9 @@ def compile_training_graph(c: Compilation) -> None:
     if c.options["cudagraphs"] and c.target.supports_cudagraphs:
         from ember.backend.runtime import cudagraphs
         c.result = cudagraphs.replay(c.result, c.gm, c.example_inputs, training=True)
+    if c.result != c.gm.forward:      # (a declined graph runs as captured: eager already)
+        c.result = eager_choice.choose(c.result, c.gm, c.options, c.target, None,
+                                       training=True)
 
 
 def load_from_graph_cache(c: Compilation) -> None:
@@ -143,7 +147,7 @@ def load_from_graph_cache(c: Compilation) -> None:
     if artifact is not None:
         try:
             with autocast_off():
-                c.compiled = instantiate(artifact, c.target)
+                c.compiled = c.program = instantiate(artifact, c.target)
         except Exception as e:     # noqa: BLE001 (an entry that does not load: compiled again)
             graph_cache.discard(c.cache_key, e)
             artifact = None
@@ -205,7 +209,7 @@ def generate_code(c: Compilation) -> None:
 def build_kernels(c: Compilation) -> None:
     """The kernels compiled (or loaded) and the wrapper run: the compiled callable."""
     with _generating(c):
-        c.compiled = instantiate(c.artifact, c.target)
+        c.compiled = c.program = instantiate(c.artifact, c.target)
     if c.result is None:
         logs.log("output_code", "compiled %d-node graph in %.3f s", len(c.gm.graph.nodes),
                  time.perf_counter() - c.start)
@@ -235,7 +239,17 @@ def guard_frozen(c: Compilation) -> None:
 
 def run_outside_autocast(c: Compilation) -> None:
     """Compiled inside an autocast region: the callable turns autocast off around a call."""
-    c.result = run_without_autocast(c.compiled) if c.in_autocast else c.compiled
+    if c.in_autocast:
+        c.compiled = run_without_autocast(c.compiled)
+
+
+def choose_eager_or_compiled(c: Compilation) -> None:
+    """The compiled callable, or the captured graph run eagerly where its first call measures
+    that faster (``eager_choice`` option; runtime/eager_choice.py)."""
+    rewritten = c.frozen is not None or (c.options["cudagraphs"] and
+                                         c.target.supports_cudagraphs)
+    c.result = eager_choice.choose(c.compiled, c.gm, c.options, c.target, c.program,
+                                   rewritten=rewritten)
 
 
 STAGES = [
@@ -251,6 +265,7 @@ STAGES = [
     Stage("cuda graphs", replay_as_cuda_graph),
     Stage("frozen guard", guard_frozen),
     Stage("autocast", run_outside_autocast),
+    Stage("eager choice", choose_eager_or_compiled),
 ]
 
 

@@ -33,6 +33,8 @@ How
   backward takes the size inputs' values after its tangents (``ember.aot.training``).
 * **CUDA graphs** (``cudagraphs=True``): one graph captured per size over the one program
   (``runtime/cudagraphs.py``, the most recent sizes kept).
+* **Eager choice**: compiled program or the captured graph run eagerly, chosen per size
+  (``runtime/eager_choice.py``).
 * **Declines** (``NotImplementedError``, then ``dynamic.py`` compiles per size): a target
   without size arguments, ``freezing``, a training graph that turns grad mode on, inputs a
   frontend symbol of which has no placeholder, a tensor input without a symbolic fake,
@@ -51,7 +53,7 @@ import torch
 from ember import logs
 from ember.aot.autocast import autocast_off
 from ember.backend import compile_stats, sizevars
-from ember.backend.runtime import graph_cache
+from ember.backend.runtime import eager_choice, graph_cache
 from ember.backend.targets import kernel_device, target_for
 from ember.shapes import ShapeEnv
 
@@ -217,6 +219,7 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
     from ember.decomp import core_decompositions
     start = time.perf_counter()
     stages_before = dict(compile_stats.compile_seconds)
+    captured = gm      # what runs eagerly where that is faster (runtime/eager_choice.py)
     tensors = [t for t in example_inputs if isinstance(t, torch.Tensor)]
     device = kernel_device(tensors)
     target = target_for(device, options["cpu_backend"], debug=options["debug"],
@@ -286,10 +289,14 @@ def _compile_symbolic(gm: torch.fx.GraphModule, example_inputs: list, options: d
         if cache_key:
             artifact.guards = text
             graph_cache.store(cache_key, artifact)
-    if options["cudagraphs"] and target.supports_cudagraphs:
+    program = compiled
+    replays = options["cudagraphs"] and target.supports_cudagraphs
+    if replays:
         from ember.backend.runtime import cudagraphs
         compiled = cudagraphs.replay(compiled, gm, example_inputs, training=training,
                                      per_size=True)
+    compiled = eager_choice.choose(compiled, captured, options, target, program,
+                                   training=training, rewritten=replays, per_size=True)
     check = eval(f"lambda a: {text}", {**_guard_globals(),
                                        **{f"_item{i}": v for i, v in items.items()}})
     from ember.backend.pipeline import log_stage_times

@@ -2,7 +2,9 @@
 (``from ember.backend.runtime import with_layout``: generated code names this module, so
 they stay at the package's top); ``graph_cache.py`` (compiled graphs on disk),
 ``disk_cache.py`` (the cache directory, its checks and eviction), ``cudagraphs.py`` (a
-compiled graph replayed as one CUDA graph)."""
+compiled graph replayed as one CUDA graph), ``eager_choice.py`` (a graph run compiled or
+eagerly, whichever is faster), ``per_size.py`` (one of those per size of a symbolic
+program)."""
 from __future__ import annotations
 
 import torch

@@ -17,18 +17,18 @@ buffer and replay. Decisions:
   (an op that synchronises with the host).
 - A program compiled once for symbolic sizes (``backend/symbolic.py``) is captured once per
   concrete size (``PerSizeCudaGraphs``): a CUDA graph fixes every launch's grid and every
-  buffer's size. The sizes the call passes (its int arguments) key the graphs: with them
-  the guards fix every input's shape and strides. The most recently used
-  ``SIZES_KEPT`` are kept; an older size is captured again when it returns.
+  buffer's size. The sizes the call passes (its int arguments) key the graphs
+  (``per_size.PerSize``); the most recently used ``SIZES_KEPT`` are kept, an older size is
+  captured again when it returns.
 """
 from __future__ import annotations
 
-import collections
 from typing import Callable
 
 import torch
 
 from ember import logs
+from ember.backend.runtime.per_size import PerSize
 
 
 class CudaGraphRunner:
@@ -105,32 +105,12 @@ class CudaGraphRunner:
 SIZES_KEPT = 8
 
 
-class PerSizeCudaGraphs:
+class PerSizeCudaGraphs(PerSize):
     """A symbolic program replayed as one CUDA graph per size (module docstring)."""
 
     def __init__(self, compiled: Callable, module_state: list[bool], limit: int | None = None):
-        self.compiled = compiled
-        self.module_state = module_state
-        self.limit = SIZES_KEPT if limit is None else limit
-        self.size_positions: list[int] | None = None
-        self.runners: collections.OrderedDict[tuple, CudaGraphRunner] = \
-            collections.OrderedDict()
-
-    def __call__(self, *args):
-        if self.size_positions is None:    # the int arguments: the same places every call
-            self.size_positions = [i for i, a in enumerate(args) if type(a) is int]
-        key = tuple(args[i] for i in self.size_positions)
-        runner = self.runners.get(key)
-        if runner is None:
-            runner = self.runners[key] = CudaGraphRunner(self.compiled, list(args),
-                                                         self.module_state)
-            if len(self.runners) > self.limit:
-                old, _ = self.runners.popitem(last=False)
-                logs.log("perf_hints", "cudagraphs: sizes %s dropped (%d sizes kept)", old,
-                         self.limit)
-        else:
-            self.runners.move_to_end(key)
-        return runner(*args)
+        super().__init__(lambda args: CudaGraphRunner(compiled, list(args), module_state),
+                         SIZES_KEPT if limit is None else limit, "cudagraphs")
 
 
 def replay(compiled: Callable, gm, example_inputs: list, *, training: bool = False,

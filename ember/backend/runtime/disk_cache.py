@@ -4,7 +4,8 @@ written, checked, and evicted.
 Where
     ``$EMBER_CACHE_DIR`` or ``~/.cache/ember`` (read at each call). Below it: ``cpp/`` (C++
     kernel libraries and their sources), ``graphs/`` (compiled graphs), ``triton/``
-    (generated Triton modules), ``autotune/`` (max_autotune choices), ``fake/`` (a helper
+    (generated Triton modules), ``autotune/`` (max_autotune choices), ``eager_choice/``
+    (whether a graph runs compiled or eagerly, ``eager_choice.py``), ``fake/`` (a helper
     library of ``ember.fake``).
 
 Trust
@@ -43,6 +44,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import json
 import os
 import pathlib
 import shutil
@@ -180,6 +182,41 @@ def unlink(path) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+# -- small JSON entries (choices: autotune configs, eager or compiled) -----------------------
+
+def read_json(path, valid=None):
+    """The JSON value kept at ``path``; None when there is none, or it is damaged (not
+    JSON, or ``valid(value)`` is false: it is read from disk, so untrusted), then deleted
+    and said (``discard``)."""
+    try:
+        text = pathlib.Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        discard(path, e)
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as e:       # truncated, garbage
+        discard(path, e)
+        return None
+    if valid is not None and not valid(value):
+        discard(path, "not a valid entry")
+        return None
+    touch(path)
+    return value
+
+
+def write_json(path, value, doing: str) -> None:
+    """Keep ``value`` at ``path`` (``atomic_write``); a failure to write in the cache
+    directory turns the cache off (warned once, naming ``doing``)."""
+    try:
+        atomic_write(pathlib.Path(path), json.dumps(value))
+    except OSError as e:
+        if in_cache(pathlib.Path(path)):
+            failed(e, doing)
 
 
 # -- sealed entries: payload + magic, length, sha256 --------------------------------------------

@@ -113,6 +113,14 @@ class Target:
     # scatter_add accumulate in float32, rounding once (lowering/indexing.py)
     cpu_half_rules = False
 
+    # its kernels run at their real speed, so timing them against eager's means something
+    # (runtime/eager_choice.py); False under an interpreter
+    runs_natively = True
+
+    def synchronize(self) -> None:
+        """Wait for the work its kernels and eager's queued on its device (before and after
+        a timed run: runtime/eager_choice.py)."""
+
     def fuse_templates(self, steps: list, output_names: set[str]) -> list:
         """The scheduled steps with library calls and the kernels after them merged where
         the target generates both as one kernel (Triton's matmul epilogues under
@@ -161,6 +169,9 @@ class CpuPolicy:
 
     def cache_identity(self) -> str | None:
         return None
+
+    def synchronize(self) -> None:
+        """CPU kernels and ATen's CPU ops finish before they return."""
 
     def adds_addmm_bias(self, dtype: torch.dtype) -> bool:
         """ATen's CPU addmm copies the broadcast bias into its result before the GEMM adds

@@ -139,7 +139,11 @@ def test_unimplemented_option_left_at_its_default_is_accepted(received):
     ({"cudagraphs": 1}, TypeError, "option 'cudagraphs' expects bool, got int"),
     ({"debug": "yes"}, TypeError, "option 'debug' expects bool, got str"),
     ({"fast": True}, ValueError, "unknown option 'fast'; known options: cpu_backend, "
-                                 "cudagraphs, debug, fallback_random, freezing, max_autotune"),
+                                 "cudagraphs, debug, eager_choice, fallback_random, freezing, "
+                                 "max_autotune"),
+    ({"eager_choice": "fast"}, ValueError,
+     r"option 'eager_choice' must be one of 'auto', 'timed', 'off', got 'fast'"),
+    ({"eager_choice": True}, TypeError, "option 'eager_choice' expects str, got bool"),
     ({"fallback_random": 0}, TypeError, "option 'fallback_random' expects bool, got int"),
     ([("debug", True)], TypeError, "options must be a dict, got list"),
 ])

@@ -25,9 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import hashlib
-import json
 import os
-import pathlib
 import re
 import threading
 import time
@@ -545,23 +543,8 @@ def _triton_env() -> str:
 
 
 def _read_json(path):
-    """The JSON value kept at ``path``; None when there is none, or it is damaged (then
-    deleted, and said)."""
-    try:
-        text = pathlib.Path(path).read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as e:
-        _discard(path, e)
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as e:       # truncated, garbage
-        _discard(path, e)
-        return None
     from ember.backend.runtime import disk_cache
-    disk_cache.touch(path)
-    return value
+    return disk_cache.read_json(path)
 
 
 def _discard(path, reason) -> None:
@@ -570,13 +553,8 @@ def _discard(path, reason) -> None:
 
 
 def _write_json(path, value) -> None:
-    """Keep ``value`` at ``path``; a failure to write turns the cache off (warned once)."""
     from ember.backend.runtime import disk_cache
-    try:
-        disk_cache.atomic_write(pathlib.Path(path), json.dumps(value))
-    except OSError as e:
-        if disk_cache.in_cache(pathlib.Path(path)):
-            disk_cache.failed(e, "storing a kernel choice")
+    disk_cache.write_json(path, value, "storing a kernel choice")
 
 
 def _compile_in_workers(items, module_path: str, arch: int) -> dict[str, str]:

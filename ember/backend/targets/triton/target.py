@@ -76,6 +76,9 @@ class TritonTarget(Target):
     def cache_identity(self):
         return torch.cuda.get_device_name(self.device)
 
+    def synchronize(self):
+        torch.cuda.synchronize(self.device)
+
     def splits(self, column: bool) -> bool:
         """Every reduction to few results: a GPU's programs would idle otherwise."""
         return True
@@ -134,6 +137,7 @@ class TritonTarget(Target):
 
 class TritonInterpreterTarget(CpuPolicy, TritonTarget):
     """Triton kernels for CPU tensors, run by Triton's interpreter."""
+    runs_natively = False
 
     def __init__(self, debug: bool = False, autotune: bool = False):
         super().__init__(interpret=True, debug=debug, autotune=autotune)

@@ -1,0 +1,312 @@
+"""Never slower than eager (issue 34): a compiled inference graph runs its compiled program or
+the captured FX graph eagerly (ATen's kernels), whichever its first call measured faster.
+
+    run = choose(compiled, gm, options, target, program)     # run(*args) == gm(*args)
+
+Decisions
+---------
+* **Granularity: the whole graph.** The compiled callable (with its CUDA graph replay, frozen
+  guard and autocast wrapper: what later calls would run) against ``gm`` called as is. A
+  layer norm whose generated kernel is slower than ATen's, a graph of library calls, both
+  are whole graphs; choosing per kernel is later work.
+* **Option.** ``ember.compile(..., options={"eager_choice": ...})``: ``"timed"``, ``"off"``,
+  or ``"auto"`` (the default), which is ``ember.config.eager_choice`` (``EMBER_EAGER_CHOICE``,
+  default ``"timed"``) except on a target whose kernels do not run natively (Triton's
+  interpreter: its timings mean nothing, and it exists to test the generated Triton), where
+  it is off, said. Timed by default because the first call already compiles (seconds) and
+  the timing adds a bounded fraction of a second per graph and input sizes, once per machine
+  (the choice is kept on disk); in exchange no compiled graph is slower than eager by more
+  than the margin. ``tests/conftest.py`` sets ``EMBER_EAGER_CHOICE=off``: the tests check
+  the generated code, which eager running instead would hide; this module's tests turn it on.
+* **Timing** (``measure``): after one warm-up run of each path (compiles, first-call
+  allocations, oneDNN primitives), runs alternate compiled, eager, ... for at most
+  ``BUDGET_S`` seconds (one round at least, ``MAX_ROUNDS`` at most), with
+  ``Target.synchronize`` around each, and each path's fastest run counts. Eager wins only
+  when faster by more than ``MARGIN``: the compiled program is kept on a tie or noise.
+* **Only where running twice is unobservable.** Not timed, said under
+  ``EMBER_LOGS=perf_hints``: graphs that record gradients (training), that write their inputs
+  (``mutates_inputs`` of the program), that hold a node with effects (``Node.is_impure``:
+  asserts, profiler ranges, random ops; collectives), and, found by the first run itself,
+  graphs whose run moved a random generator (dropout in training mode) or an input's version
+  counter. That first run is then the first call's result, and the program is kept.
+* **No generated kernel.** A program of library calls only (and neither frozen nor replayed
+  as a CUDA graph, which may make it faster) runs ``gm`` eagerly without timing, said.
+* **First call.** After the timing the chosen path runs once more and its result is
+  returned: every call's result comes from the path later calls take.
+* **Per size.** A program for symbolic sizes (``per_size``) chooses per concrete size
+  (``per_size.PerSize``: keyed by its int arguments), ``SIZES_KEPT`` kept.
+* **On disk.** ``EMBER_CACHE_DIR/eager_choice/<key>.json`` (``disk_cache.read_json`` /
+  ``write_json``: atomic writes; what is read is untrusted and checked, a damaged entry is
+  warned about, deleted and timed again). The key: the program's wrapper and kernel sources,
+  the captured graph's code, the options, the torch version, the inputs' sizes, strides and
+  dtypes, and the machine (the GPU's name, the CPU's model, torch's thread count).
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import operator
+import platform
+import time
+from typing import Callable
+
+import torch
+
+from ember import config, logs
+from ember.backend.runtime import disk_cache
+from ember.backend.runtime.per_size import PerSize
+
+MARGIN = 0.05         # eager must be faster by more than this fraction to be chosen
+BUDGET_S = 0.1        # seconds of measured runs per choice (after one warm-up run of each)
+MAX_ROUNDS = 10
+SIZES_KEPT = 64       # per-size choices kept by a program for symbolic sizes
+WAYS = ("compiled", "eager")
+
+# nodes with effects that running the graph twice does not show: state the graph restores
+# itself (the frontend emits them in pairs), writes to tensors (an input written is caught by
+# ``mutates_inputs`` and the version counters, a write to the graph's own values is unseen)
+_RERUNNABLE = {torch.amp.autocast_mode._enter_autocast, torch.amp.autocast_mode._exit_autocast,
+               torch._C._set_grad_enabled, operator.setitem}
+
+
+def timed(options: dict, target) -> bool:
+    """Whether ``options["eager_choice"]`` (resolved for ``target``) times graphs."""
+    value = options.get("eager_choice", "auto")
+    if value == "auto":
+        if config.eager_choice == "timed" and not target.runs_natively:
+            logs.log("perf_hints", "eager choice: off for %s kernels (not run natively: "
+                     "timings mean nothing); eager_choice='timed' times them", target.name)
+            return False
+        value = config.eager_choice
+    return value == "timed"
+
+
+def choose(compiled: Callable, gm: torch.fx.GraphModule, options: dict, target,
+           program: Callable | None, *, training: bool = False, rewritten: bool = False,
+           per_size: bool = False) -> Callable:
+    """``compiled``, ``gm``'s eager forward, or a callable that chooses between them on its
+    first call (per size with ``per_size``), as the module docstring says. ``program``: the
+    generated program inside ``compiled`` (its sources key the choice on disk);
+    ``rewritten``: ``compiled`` does more than run the program (frozen constants, a CUDA
+    graph replay), so a program without kernels is timed too."""
+    if not timed(options, target):
+        return compiled
+    name = type(gm).__name__
+    if training:
+        logs.log("perf_hints", "eager choice: %s not timed: it records gradients; runs "
+                 "compiled", name)
+        return compiled
+    if not rewritten and not getattr(program, "kernel_sources", True):
+        logs.log("perf_hints", "eager choice: %s runs eagerly: its compiled form is only "
+                 "library calls (no generated kernel); not timed", name)
+        return _eager(gm)
+    why = _not_rerunnable(gm, program)
+    if why is not None:
+        logs.log("perf_hints", "eager choice: %s not timed: %s; runs compiled", name, why)
+        return compiled
+    eager, key = _eager(gm), program_key(gm, program, options)
+    if per_size:
+        return PerSize(lambda args: EagerChoice(compiled, eager, name, key, target),
+                       SIZES_KEPT, "eager choice")
+    return EagerChoice(compiled, eager, name, key, target)
+
+
+def _eager(gm: torch.fx.GraphModule) -> Callable:
+    """``gm`` run eagerly, its results in a tuple as the generated wrapper returns them (a
+    graph's output list, or its one output, as a tuple)."""
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    if isinstance(output.args[0], tuple):
+        return gm.forward
+    if isinstance(output.args[0], list):
+        return lambda *args: tuple(gm(*args))
+    return lambda *args: (gm(*args),)
+
+
+def _not_rerunnable(gm: torch.fx.GraphModule, program) -> str | None:
+    """Why running ``gm``'s program a second time could be observed, or None."""
+    if getattr(program, "mutates_inputs", False):
+        return "it writes its inputs"
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_module"):
+            continue
+        target = node.target
+        if node.op == "call_function" and target in _RERUNNABLE:
+            continue
+        what = f"{node.name} ({getattr(target, '__name__', target)})"
+        if node.is_impure():
+            return f"{what} has effects or draws random numbers"
+        module = getattr(target, "__module__", None) or ""
+        if module.startswith("torch.distributed") or "c10d" in str(target):
+            return f"{what} communicates"
+    return None
+
+
+def program_key(gm: torch.fx.GraphModule, program, options: dict) -> str:
+    """What the two paths' speeds depend on besides the inputs and the machine."""
+    parts = ["eager choice v1", torch.__version__, getattr(program, "source", None) or "",
+             *getattr(program, "kernel_sources", ()), gm.code,
+             repr(sorted((k, v) for k, v in options.items() if k != "eager_choice"))]
+    for node in gm.graph.nodes:
+        if node.op == "call_module":
+            parts.append(repr(gm.get_submodule(node.target)))
+        elif node.op == "get_attr":
+            value = getattr(gm, node.target, None)
+            parts.append(_describe(value) if isinstance(value, torch.Tensor) else
+                         type(value).__name__)
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _describe(value, short: bool = False) -> str:
+    """An input as the choice's key needs it (``short``: as a log line shows it)."""
+    if isinstance(value, torch.Tensor):
+        text = f"{'x'.join(map(str, value.shape))} {str(value.dtype).removeprefix('torch.')}"
+        return text if short else f"{text} {tuple(value.stride())} {value.device}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return type(value).__name__
+
+
+def _sizes(args) -> str:
+    """The call's inputs for a log line (the first few)."""
+    shown = [_describe(a, short=True) for a in args[:6]]
+    return ", ".join(shown) + (f", ... ({len(args)} inputs)" if len(args) > 6 else "")
+
+
+@functools.cache
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _valid_entry(value) -> bool:
+    return isinstance(value, dict) and value.get("way") in WAYS and all(
+        isinstance(value.get(k), (int, float)) and math.isfinite(value[k]) and value[k] >= 0
+        for k in ("compiled_s", "eager_s"))
+
+
+class EagerChoice:
+    """``choice(*args)``: the compiled program or the eager graph, chosen on the first call
+    by ``measure`` or read from disk."""
+
+    def __init__(self, compiled: Callable, eager: Callable, name: str, key: str, target):
+        self.compiled = compiled
+        self.eager = eager
+        self.name = name
+        self.key = key
+        self.target = target
+        self.run: Callable | None = None      # the path chosen
+        self.source = getattr(compiled, "source", None)
+        self.kernel_sources = getattr(compiled, "kernel_sources", [])
+
+    def __call__(self, *args):
+        if self.run is not None:
+            return self.run(*args)
+        self.run, out = self._first_call(args)
+        return out
+
+    def _first_call(self, args) -> tuple[Callable, object]:
+        """The path for calls like ``args`` and this call's result, computed by it."""
+        path = self._path(args)
+        stored = disk_cache.read_json(path, _valid_entry)
+        if stored is not None:
+            self._log(args, stored["compiled_s"], stored["eager_s"], stored["way"],
+                      " (from disk)")
+            run = self.eager if stored["way"] == "eager" else self.compiled
+            return run, run(*args)
+        before = _observable_state(args)
+        out = self.compiled(*args)
+        moved = _moved(before, args)
+        if moved is not None:
+            logs.log("perf_hints", "eager choice: %s (%s) not timed: its run %s; runs compiled",
+                     self.name, _sizes(args), moved)
+            return self.compiled, out
+        del out
+        try:
+            compiled_s, eager_s = measure(self.compiled, self.eager, args,
+                                          self.target.synchronize)
+        except Exception as e:     # noqa: BLE001 (compiled ran once: eager's run failed)
+            if not config.suppress_errors:
+                raise
+            logs.warn("ember: eager choice of %s failed (%s: %s); runs compiled", self.name,
+                      type(e).__name__, e)
+            return self.compiled, self.compiled(*args)
+        way = "eager" if eager_s * (1 + MARGIN) < compiled_s else "compiled"
+        disk_cache.write_json(path, {"way": way, "compiled_s": compiled_s, "eager_s": eager_s},
+                              "storing an eager choice")
+        self._log(args, compiled_s, eager_s, way, "")
+        run = self.eager if way == "eager" else self.compiled
+        return run, run(*args)
+
+    def _path(self, args):
+        machine = [self.target.cache_identity() or "", _cpu_model(),
+                   f"threads {torch.get_num_threads()}"]
+        inputs = [_describe(a) for a in args]
+        key = hashlib.sha256("\n".join([self.key, *machine, *inputs]).encode()).hexdigest()
+        return disk_cache.cache_dir() / "eager_choice" / f"{key}.json"
+
+    def _log(self, args, compiled_s: float, eager_s: float, way: str, how: str) -> None:
+        logs.log("perf_hints", "eager choice: %s (%s): compiled %.3f ms, eager %.3f ms: "
+                 "runs %s%s", self.name, _sizes(args), compiled_s * 1e3, eager_s * 1e3, way,
+                 how)
+
+
+def measure(compiled: Callable, eager: Callable, args, synchronize: Callable
+            ) -> tuple[float, float]:
+    """The fastest seconds of ``compiled(*args)`` and of ``eager(*args)``: one warm-up run
+    of eager (compiled's was the first call's check), then alternating runs within
+    ``BUDGET_S`` (tests replace this function to force a choice)."""
+    def seconds(run: Callable) -> float:
+        synchronize()
+        start = time.perf_counter()
+        run(*args)
+        synchronize()
+        return time.perf_counter() - start
+    seconds(eager)
+    best = [math.inf, math.inf]
+    spent = 0.0
+    for _ in range(MAX_ROUNDS):
+        round_s = 0.0
+        for i, run in enumerate((compiled, eager)):
+            s = seconds(run)
+            best[i] = min(best[i], s)
+            round_s += s
+        spent += round_s
+        if spent + round_s > BUDGET_S:
+            break
+    return best[0], best[1]
+
+
+def _observable_state(args) -> tuple[list, list]:
+    """The random generators the call could draw from and its inputs' version counters."""
+    from ember.aot.rng import eager_generator
+    devices = {torch.device("cpu")} | {a.device for a in args if isinstance(a, torch.Tensor)}
+    states = []
+    for device in devices:
+        try:
+            generator = eager_generator(device)
+        except NotImplementedError:
+            continue
+        states.append((generator, generator.get_state()))
+    # (inference tensors have no version counter: ``mutates_inputs`` speaks for them)
+    versions = [(a, a._version) for a in args
+                if isinstance(a, torch.Tensor) and not a.is_inference()]
+    return states, versions
+
+
+def _moved(before: tuple[list, list], args) -> str | None:
+    """What a run changed of ``_observable_state``'s, or None."""
+    states, versions = before
+    for generator, state in states:
+        if not torch.equal(generator.get_state(), state):
+            return "drew random numbers"
+    for tensor, version in versions:
+        if tensor._version != version:
+            return "wrote an input"
+    return None
