@@ -15,9 +15,12 @@ declines runs as captured.
 """
 from __future__ import annotations
 
+import copy
+import functools
 from typing import Callable
 
 import torch
+import torch.utils._pytree as pytree
 
 from ember import logs
 from ember.backend import pipeline
@@ -62,9 +65,45 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *,
             return compile_graph(gm, example_inputs, **options)
         finally:
             logs.set_logs(",".join(was_on))
-    return pipeline.run(pipeline.Compilation(
-        gm, example_inputs, options,
+    flat_gm, spec = _with_flat_outputs(gm)
+    compiled = pipeline.run(pipeline.Compilation(
+        flat_gm, example_inputs, options,
         recompile=lambda graph, inputs: compile_graph(graph, inputs, **options)))
+    if spec is None:
+        return compiled
+    return functools.wraps(compiled, updated=())(
+        lambda *args: pytree.tree_unflatten(list(compiled(*args)), spec))
+
+
+def _with_flat_outputs(gm: torch.fx.GraphModule):
+    """(``gm``, None) when its output is a flat tuple, the form the generated wrapper returns
+    (the frontends' graphs); else a copy of ``gm`` returning its outputs flattened into one
+    tuple, and their structure (a single tensor, a list, nested containers), which the
+    compiled callable rebuilds: ``compiled(*inputs)`` is shaped as ``gm(*inputs)``."""
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    value = output.args[0]
+    if type(value) is tuple and not any(isinstance(v, (tuple, list, dict)) for v in value):
+        return gm, None
+    flat, spec = pytree.tree_flatten(_mutable(value))
+    graph = copy.deepcopy(gm.graph)
+    out = next(n for n in reversed(graph.nodes) if n.op == "output")
+    names = {n.name: n for n in graph.nodes}
+    out.args = (tuple(names[v.name] if isinstance(v, torch.fx.Node) else v for v in flat),)
+    flat_gm = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
+    flat_gm.meta.update(gm.meta)
+    return flat_gm, spec
+
+
+def _mutable(value):
+    """FX's immutable containers as the ``list``/``dict`` the graph's code returns."""
+    if isinstance(value, list):
+        return [_mutable(v) for v in value]
+    if isinstance(value, tuple):
+        items = [_mutable(v) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, dict):
+        return {k: _mutable(v) for k, v in value.items()}
+    return value
 
 
 def compile_aten(gm: torch.fx.GraphModule, example_inputs: list,

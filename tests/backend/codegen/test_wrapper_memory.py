@@ -138,11 +138,11 @@ def test_inputs_given_boxed_are_freed_at_their_last_use():
 
     def fn(x):
         y = x * 2 + 1                                       # x's last use
-        return torch.ops.ember_test.probe_freed(y) + 1      # runs after it
+        return (torch.ops.ember_test.probe_freed(y) + 1,)   # runs after it
     gm = torch.fx.symbolic_trace(fn)
     compiled = compile_graph(gm, [torch.randn(64)])
     args = [torch.randn(64)]
-    expected = fn(args[0])
+    expected, = fn(args[0])
     _PROBES.append((weakref.ref(args[0]),))
     out = compiled.call_boxed(args)
     assert args == [] and _PROBES == [True]
@@ -150,7 +150,7 @@ def test_inputs_given_boxed_are_freed_at_their_last_use():
     _PROBES.clear()
     x = torch.randn(64)        # the plain call: the caller keeps its inputs
     _PROBES.append((weakref.ref(x),))
-    assert same(compiled(x)[0], fn(x)) and _PROBES[0] is False
+    assert same(compiled(x)[0], fn(x)[0]) and _PROBES[0] is False
 
 
 def _wrapper(sources):
