@@ -68,7 +68,7 @@ def test_strided_input_and_fused_body(cpu_backend):
     base = torch.randn(150, 260)
     x = base[3:77, 5:90]                     # 74 x 85, strides (260, 1)
     b = torch.randn(74)
-    code = _check(lambda x, b: (x.t().contiguous() * 2 + b).relu(), x, b)
+    code = _check(lambda x, b: (x.t().contiguous() * 2 + b).relu(), x, b)   # no NaN: x randn
     if cpu_backend == "cpp":
         assert "ember_transpose_tile" in code
 
@@ -118,3 +118,18 @@ extern "C" void t64(const double* s, int64_t stride, double* d, int64_t nx, int6
             fn(src.data_ptr(), 70, dst.data_ptr(), nx, nr)
             expected = src[:nr, :nx].t()
             assert torch.equal(dst.view(64, tr)[:nx, :nr], expected), (name, nx, nr)
+
+
+def test_symbolic_sizes(cpu_backend):
+    # the stride of the transposed read is a size symbol
+    def fn(x, y):
+        return x.t().contiguous() * 2 + y
+
+    compiled = ember.compile(fn, dynamic=True)
+    for n, m in ((37, 101), (130, 70), (5, 3)):
+        x, y = _special((n, m), torch.float32), torch.randn(m, n)
+        torch.testing.assert_close(compiled(x, y), fn(x, y), rtol=0, atol=0, equal_nan=True)
+    if cpu_backend == "cpp":
+        from ember.backend import compile as backend_compile
+        assert "ember_transpose_tile<16>(p_arg0 + (xb + (rb * s" in "\n".join(
+            backend_compile.generated_sources)

@@ -52,6 +52,21 @@ class _Reads:
         return lambda *args, **kwargs: 0
 
 
+def _coefficients(index, last, var):
+    """``stride`` where ``index`` is ``offset + last + stride * var`` with neither variable
+    in ``offset`` or ``stride`` (a number, or a product of size symbols), else None."""
+    linear = _linear_coefficients(index, (last, var))
+    if linear is not None:
+        c_last, stride = linear
+    else:
+        c_last, stride = sympy.diff(index, last), sympy.diff(index, var)
+    stride = sympy.sympify(stride)
+    if c_last != 1 or stride.free_symbols & {last, var}:
+        return None
+    rest = sympy.expand(index - last - stride * var)
+    return None if rest.free_symbols & {last, var} else stride
+
+
 def transposed_reads(group: FusionGroup, x, r, dtypes, written) -> dict:
     """``{(buffer, index): (offset, stride)}`` of the reads worth tiling: unmasked, of memory
     the kernel does not write, ``offset + x_last + stride * r`` with ``stride`` at least
@@ -69,8 +84,7 @@ def transposed_reads(group: FusionGroup, x, r, dtypes, written) -> dict:
         for node in group.nodes:
             node.value(x, r)
     store = sympy.expand(group.nodes[0].where(x, r))
-    if _linear_coefficients(store, (last, var)) is None or \
-            _linear_coefficients(store, (last, var))[1] != 1:
+    if sympy.diff(store, var) != 1:
         return {}
     # the offset may read the other outer variables and symbolic sizes
     allowed = {v.name for v in xs[:-1] if isinstance(v, sympy.Symbol)} | \
@@ -80,13 +94,13 @@ def transposed_reads(group: FusionGroup, x, r, dtypes, written) -> dict:
     for name, index, masked in recorder.reads:
         if masked or name in written:
             continue
-        coeffs = _linear_coefficients(index, (last, var))
-        if coeffs is None or coeffs[0] != 1 or not sympy.sympify(coeffs[1]).is_Integer:
+        stride = _coefficients(index, last, var)
+        if stride is None:
             continue
-        stride = int(coeffs[1])
-        size = dtypes[name].itemsize
         offset = sympy.expand(index - last - stride * var)
-        if abs(stride) * size >= TILE_MIN_STRIDE_BYTES and {s.name for s in offset.free_symbols} <= allowed:
+        names = {s.name for s in offset.free_symbols | stride.free_symbols}
+        if names <= allowed and abs(size_hint(stride)) * dtypes[name].itemsize >= \
+                TILE_MIN_STRIDE_BYTES:
             found[(name, index)] = (offset, stride)
     return found
 
@@ -132,8 +146,8 @@ class TransposedTiles(LoopStrategy):
             start = cpp_index(offset + sympy.Symbol("xb", integer=True) +
                               stride * sympy.Symbol("rb", integer=True))
             self.line(f"{ctype} {tile}[{tx * tr}];")
-            self.line(f"ember_transpose_tile<{tr}>(p_{name} + {start}, {stride}, {tile}, "
-                      f"x_len, r_len);")
+            self.line(f"ember_transpose_tile<{tr}>(p_{name} + {start}, {cpp_index(stride)}, "
+                      f"{tile}, x_len, r_len);")
             k.loaded.add(name)
             self.tiles[(name, index)] = tile
         self.open("for (int64_t xl = 0; xl < x_len; xl++) {")
