@@ -22,6 +22,7 @@ from ember.backend.targets.cpp.strategies.base import PARALLEL_MIN_INNER, LoopSt
 TILE_X = 64                      # outer elements of a tile
 TILE_BYTES = 64                  # inner extent of a tile: one cache line of each row
 TILE_MIN_STRIDE_BYTES = 64       # a read whose elements are this far apart along the inner dim
+TILE_MIN_SIDE = 8                # ... in a loop nest this long both ways (one 8 x 8 block)
 
 
 class _Reads:
@@ -77,7 +78,8 @@ def transposed_reads(group: FusionGroup, x, r, dtypes, written) -> dict:
         return {}
     xs = x[:len(group.outer)]
     last, var = xs[-1], r[0]
-    if not isinstance(last, sympy.Symbol):
+    if not isinstance(last, sympy.Symbol) or min(size_hint(group.outer[-1]),
+                                                  size_hint(group.inner[0])) < TILE_MIN_SIDE:
         return {}
     recorder = _Reads()
     with use_handler(recorder):
