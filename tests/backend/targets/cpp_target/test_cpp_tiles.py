@@ -74,7 +74,7 @@ def test_strided_input_and_fused_body(cpu_backend):
 
 
 def test_channels_first_to_last(cpu_backend):
-    x = _special((2, 40, 9, 7), torch.float32)
+    x = _special((2, 40, 9, 11), torch.float32)
     code = _check(lambda x: x.contiguous(memory_format=torch.channels_last) + 1, x)
     if cpu_backend == "cpp":
         assert "ember_transpose_tile" in code
