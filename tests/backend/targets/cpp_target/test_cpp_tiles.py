@@ -11,9 +11,17 @@ import torch.nn.functional as F
 import ember
 from ember.backend.targets.cpp.build import load_cpp
 from ember.backend.targets.cpp.prelude import PRELUDE
+from ember.backend.targets.cpp.strategies import tiles
 from ember.testing import run_and_get_code
 
-pytestmark = pytest.mark.usefixtures("fresh_no_grad")
+pytestmark = pytest.mark.usefixtures("fresh_no_grad", "always_tiled")
+
+
+@pytest.fixture
+def always_tiled(monkeypatch):
+    """Small transposes too run over tiles (their rows would stay in cache untiled), so
+    odd sizes exercise the tile code."""
+    monkeypatch.setattr(tiles, "TILE_CACHED_BYTES", 0)
 
 
 def _bits(t):
@@ -133,3 +141,13 @@ def test_symbolic_sizes(cpu_backend):
         from ember.backend import compile as backend_compile
         assert "ember_transpose_tile<16>(p_arg0 + (xb + (rb * s" in "\n".join(
             backend_compile.generated_sources)
+
+
+@pytest.mark.parametrize("shape, tiled", [((4, 64, 56, 56), False), ((2, 64, 32, 32), True)])
+def test_nhwc_copy_is_tiled_where_rows_would_leave_the_cache(shape, tiled, monkeypatch):
+    # 56 x 56 planes: the 64 lines an untiled loop reads stay in L1 for the next pixels;
+    # 32 x 32 planes lie 4 KiB apart: their lines share one L1 set
+    monkeypatch.setattr(tiles, "TILE_CACHED_BYTES", 16 << 10)
+    code = _check(lambda x: x.contiguous(memory_format=torch.channels_last), torch.randn(shape))
+    assert ("ember_transpose_tile" in code) == tiled
+    assert "ember_transpose_tile" in _check(_transpose, torch.randn(1024, 300))   # 1024 lines
