@@ -139,10 +139,10 @@ def core_decompositions() -> dict:
 # > 0 while a layer_norm or group_norm decomposition runs (see _float_statistics); the
 # last one's input is float16 or bfloat16 (its statistics are of those values, widened)
 _float_statistics_depth = 0
-_half_statistics = False
-# a half row at most this long sums exactly in float32 where it is constant: 8 significant
-# bits times up to 2**16 fit float32's 24
-_HALF_EXACT_SUM = 1 << 16
+_half_statistics: torch.dtype | None = None
+# a half row at most this long sums exactly in float32 where it is constant: bfloat16's 8
+# significant bits times up to 2**16, float16's 11 times 2**13, fit float32's 24
+_HALF_EXACT_SUM = {torch.bfloat16: 1 << 16, torch.float16: 1 << 13}
 
 
 @register_decomposition(aten.var_mean.correction)
@@ -163,7 +163,7 @@ def _var_mean(x, dim=None, *, correction=None, keepdim=False):
         # eager's half norms keep float32 statistics: no float64 (the widening cost a
         # bfloat16 layer_norm of 4096 x 1024 a fifth of its time)
         n = math.prod(x.shape[d] for d in dims)
-        if _half_statistics and isinstance(n, int) and n <= _HALF_EXACT_SUM:
+        if _half_statistics and isinstance(n, int) and n <= _HALF_EXACT_SUM[_half_statistics]:
             stats = x.dtype
         mean = aten.mean.dim(x, dims, True, dtype=stats)
         if stats != x.dtype:
@@ -195,7 +195,7 @@ def _float_statistics(op):
         global _float_statistics_depth, _half_statistics
         outer = _half_statistics
         _float_statistics_depth += 1
-        _half_statistics = args[0].dtype in (torch.float16, torch.bfloat16)
+        _half_statistics = args[0].dtype if args[0].dtype in _HALF_EXACT_SUM else None
         try:
             return reference(*args, **kwargs)
         finally:

@@ -84,7 +84,7 @@ def test_half_norm_statistics_are_float32(dtype, cpu_backend):
     # a half norm's statistics are float32 sums (eager's are float32 too): exact for a
     # constant row, whose values normalise to exactly 0 (b with an affine; eager's Welford
     # mean is not exact there: 1.2e-7 for 0.1, 0.3 for -3.3e4); a group longer than 2**16
-    # keeps float64 sums, which stay exact there
+    # (2**13 for float16) keeps float64 sums, which stay exact there
     torch.manual_seed(0)
     const = torch.tensor([0.1, 1000.1, -3.3e4, 7.0]).repeat_interleave(2 * 777).view(4, 2, 777)
     rand = torch.randn(4, 2, 777) * 30 + 5
@@ -105,6 +105,9 @@ def test_half_norm_statistics_are_float32(dtype, cpu_backend):
         if cpu_backend == "cpp":      # no float64 sums of widened half values
             assert not [line for line in "\n".join(sources).splitlines()
                         if "_fine[" in line and "double" in line]
-    long_group = torch.full((1, 4, 2 ** 15), 3.3e4).to(dtype)
-    ember.reset()
-    assert bool((ember.compile(lambda t: F.group_norm(t, 1))(long_group) == 0).all())
+    for size in (2 ** 17, 10001):     # past float16's 2**13 only, then past both
+        # all significant bits set: 1.99609375 (bfloat16), 1.9990234375 (float16)
+        full = 2 - torch.finfo(dtype).eps
+        long_group = torch.full((1, 1, size), full, dtype=dtype)
+        ember.reset()
+        assert bool((ember.compile(lambda t: F.group_norm(t, 1))(long_group) == 0).all())
