@@ -16,8 +16,9 @@ it (``CppOpsHandler.exact``): what eager's op rounded. Arithmetic chains stay in
 
 :class:`CppKernel` holds what is per kernel (common subexpressions, the values hoisted out of
 inner loops, the names invariant in them, value bounds, error flags) and chooses how each
-part of the nest is generated: a loop strategy of ``strategies/`` (column blocks for the
-whole kernel; for each inner loop of a row nest split pieces, a plain loop with precomputed
+part of the nest is generated: a loop strategy of ``strategies/`` (column blocks, or
+transposed tiles for a pointwise kernel reading across its loops, for the whole kernel; for
+each inner loop of a row nest split pieces, a plain loop with precomputed
 arrays, parallel chunks, lane blocks or row sums), to which it delegates. Each strategy keeps
 the state only it needs; while one generates, the kernel and its ops handler ask it what its
 loops know (``LoopStrategy.index_bounds``, ``values_per_lane``).
