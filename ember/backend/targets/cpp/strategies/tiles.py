@@ -13,7 +13,7 @@ import sympy
 from ember.backend.ir import product
 from ember.backend.loops import _linear_coefficients
 from ember.backend.ops import use_handler
-from ember.backend.scheduler import FusionGroup
+from ember.backend.scheduler import FusionGroup, node_reads
 from ember.backend import sizevars
 from ember.backend.sizevars import size_hint
 from ember.backend.targets.cpp.ops import cpp_index, storage_type
@@ -87,10 +87,6 @@ def transposed_reads(group: FusionGroup, x, r, dtypes, written) -> dict:
     if not isinstance(last, sympy.Symbol) or min(size_hint(group.outer[-1]),
                                                   size_hint(group.inner[0])) < TILE_MIN_SIDE:
         return {}
-    recorder = _Reads()
-    with use_handler(recorder):
-        for node in group.nodes:
-            node.value(x, r)
     store = sympy.expand(group.nodes[0].where(x, r))
     if sympy.diff(store, var) != 1:
         return {}
@@ -98,20 +94,27 @@ def transposed_reads(group: FusionGroup, x, r, dtypes, written) -> dict:
     allowed = {v.name for v in xs[:-1] if isinstance(v, sympy.Symbol)} | \
         sizevars.symbol_names()
     found = {}
-    # (a read also made under a mask is made unmasked too, so it is in bounds everywhere)
-    for name, index, masked in recorder.reads:
-        if masked or name in written:
-            continue
-        stride = _coefficients(index, last, var)
-        if stride is None:
-            continue
-        offset = sympy.expand(index - last - stride * var)
-        names = {s.name for s in offset.free_symbols | stride.free_symbols}
-        step = abs(size_hint(stride)) * dtypes[name].itemsize      # bytes
-        cached = size_hint(group.inner[0]) * 64 <= TILE_CACHED_BYTES and step % 4096 != 0
-        if names <= allowed and step >= TILE_MIN_STRIDE_BYTES and not cached:
-            found[(name, index)] = (offset, stride)
-    return found
+    for node in group.nodes:        # (the scheduler's cached reads: cheap to ask)
+        for name, index in node_reads(node, x, r):
+            stride = None if name in written else _coefficients(index, last, var)
+            if stride is None:
+                continue
+            offset = sympy.expand(index - last - stride * var)
+            names = {s.name for s in offset.free_symbols | stride.free_symbols}
+            step = abs(size_hint(stride)) * dtypes[name].itemsize      # bytes
+            cached = size_hint(group.inner[0]) * 64 <= TILE_CACHED_BYTES and step % 4096 != 0
+            if names <= allowed and step >= TILE_MIN_STRIDE_BYTES and not cached:
+                found[(name, index)] = (offset, stride)
+    if not found:
+        return found
+    # only reads made without a mask somewhere (then in bounds everywhere): a masked one's
+    # elements outside the mask may lie outside the buffer
+    recorder = _Reads()
+    with use_handler(recorder):
+        for node in group.nodes:
+            node.value(x, r)
+    unmasked = {(name, index) for name, index, masked in recorder.reads if not masked}
+    return {key: value for key, value in found.items() if key in unmasked}
 
 
 class TransposedTiles(LoopStrategy):
