@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import ember
 from ember.backend.lowering import reductions
+from ember.testing import run_and_get_code
 
 pytestmark = pytest.mark.usefixtures("cpu_backend", "fresh_no_grad")
 
@@ -75,3 +76,38 @@ def test_norm_of_one_element_is_its_magnitude():
     x = torch.tensor([[1e20], [0.0], [-2.0], [float("nan")], [float("-inf")]])
     check(lambda t: tuple(torch.linalg.vector_norm(t, p, dim=-1)
                           for p in (0, 1, 2, 3, 0.5, -1, float("inf"), float("-inf"))), x, 1.0)
+
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_half_norm_statistics_are_float32(dtype, cpu_backend):
+    # a half norm's statistics are float32 sums (eager's are float32 too): exact for a
+    # constant row, whose values normalise to exactly 0 (b with an affine; eager's Welford
+    # mean is not exact there: 1.2e-7 for 0.1, 0.3 for -3.3e4); a group longer than 2**16
+    # (2**13 for float16) keeps float64 sums, which stay exact there
+    torch.manual_seed(0)
+    const = torch.tensor([0.1, 1000.1, -3.3e4, 7.0]).repeat_interleave(2 * 777).view(4, 2, 777)
+    rand = torch.randn(4, 2, 777) * 30 + 5
+    w, b = torch.randn(777).to(dtype), torch.randn(777).to(dtype)
+
+    def fn(t):
+        return F.layer_norm(t, (777,), w, b), F.group_norm(t, 2), F.layer_norm(t, (777,))
+    for x, exact in ((const.to(dtype), True), (rand.to(dtype), False)):
+        ember.reset()
+        result, sources = run_and_get_code(fn, x)
+        for got, want, exactly in zip(result, fn(x), (b.expand(4, 2, 777), 0, 0)):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            if exact:
+                assert bool((got == exactly).all())
+            else:
+                torch.testing.assert_close(got.float(), want.float(), rtol=2 ** -7,
+                                           atol=2 ** -7)
+        if cpu_backend == "cpp":      # no float64 sums of widened half values
+            assert not [line for line in "\n".join(sources).splitlines()
+                        if "_fine[" in line and "double" in line]
+    for size in (2 ** 17, 10001):     # past float16's 2**13 only, then past both
+        # all significant bits set: 1.99609375 (bfloat16), 1.9990234375 (float16)
+        full = 2 - torch.finfo(dtype).eps
+        long_group = torch.full((1, 1, size), full, dtype=dtype)
+        ember.reset()
+        assert bool((ember.compile(lambda t: F.group_norm(t, 1))(long_group) == 0).all())

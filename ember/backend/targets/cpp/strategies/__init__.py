@@ -16,6 +16,8 @@ keeping the state only it needs; ``CppKernel`` (``../kernel.py``) chooses one an
 - ``lanes.py``: :class:`LaneBlocks`, sums and Welford states over blocks of lanes, folded in
   two levels (:class:`FoldingStrategy`, shared with column blocks).
 - ``rows.py``: :class:`RowSums`, a sum over several inner dims, a row at a time.
+- ``tiles.py``: :class:`TransposedTiles`, a whole pointwise kernel that reads an input along
+  its outer dim, over tiles of which that read is first copied transposed.
 
 A strategy imports no kernel module (the kernel imports them).
 """

@@ -37,6 +37,11 @@ class LoopStrategy:
     def __init__(self, kernel: CppKernel):
         self.k = kernel
 
+    def tiled_element(self, name: str, index) -> str | None:
+        """The C++ element holding buffer ``name`` at ``index`` where the loops read it
+        from a local copy (transposed tiles), else None: it is read from memory."""
+        return None
+
     def index_bounds(self, expr) -> tuple[int, int] | None:
         """The integer range of the index expression ``expr`` where the loops being
         generated decide it, else None (see CppOpsHandler.index_expr)."""
