@@ -84,7 +84,10 @@ def fold_constant_fallbacks(gm: torch.fx.GraphModule, device: torch.device | Non
     from ember.backend.lowering import LOWERINGS
     graph = gm.graph
     const = _constants(graph, gm)
-    if not any(n.op == "call_function" for n in const):
+    # a scalar constant read as it is by ops on the graph's device (``x + torch.tensor(.5)``)
+    moved = [n for n in graph.nodes if n in const and n.op == "get_attr" and
+             _moves_to(n, getattr(gm, n.target), device, const)]
+    if not moved and not any(n.op == "call_function" for n in const):
         return 0
     needs_fallback: dict[torch.fx.Node, bool] = {}
     for node in graph.nodes:
@@ -92,7 +95,7 @@ def fold_constant_fallbacks(gm: torch.fx.GraphModule, device: torch.device | Non
             needs_fallback[node] = _is_fallback(node, LOWERINGS, device) or \
                 any(needs_fallback.get(a, False) for a in node.all_input_nodes)
     frontier = [n for n in graph.nodes if n.op == "call_function" and needs_fallback.get(n)
-                and any(u not in const for u in n.users)]
+                and any(u not in const for u in n.users)] + moved
     if not frontier:
         return 0
     fallbacks = sorted({str(n.target) for n in needs_fallback
@@ -142,9 +145,11 @@ def fold_constant_fallbacks(gm: torch.fx.GraphModule, device: torch.device | Non
         graph.eliminate_dead_code(is_impure_node=is_impure)
         graph.lint()
         gm.recompile()
-        logs.log("perf_hints", "constant folding: %d value(s) computed from no input with "
-                 "ATen fallbacks (%s) are computed once, at compile time", folded,
-                 ", ".join(fallbacks))
+        why = [f"with ATen fallbacks ({', '.join(fallbacks)})"] if fallbacks else []
+        if moved:
+            why.append(f"{len(moved)} scalar(s) on another device moved to {device}")
+        logs.log("perf_hints", "constant folding: %d value(s) computed from no input %s are "
+                 "computed once, at compile time", folded, " and ".join(why))
     return folded
 
 
@@ -168,7 +173,7 @@ def _moves_to(node: torch.fx.Node, value: torch.Tensor, device: torch.device | N
     if device is None or value.dim() != 0 or value.device == device:
         return False
     readers = [u for u in node.users if u not in const]
-    return all(u.op == "call_function" and _tensors(u) and
+    return bool(readers) and all(u.op == "call_function" and _tensors(u) and
                all(isinstance(v, torch.Tensor) and v.device == device
                    for v in _outputs(u)) for u in readers)
 
