@@ -13,7 +13,9 @@ the arguments (parameters read through ``get_attr``, constants) to fakes and rec
 place), (2) functionalises mutating ops, (3) runs the op's decomposition under the tracer when
 the table has one, else (4) runs the op on the fakes (the fake mode below computes metadata)
 and records one ``call_function`` node whose target is the ``OpOverload``; tuple/list outputs
-get ``operator.getitem`` nodes. Every node carries ``meta["val"]`` (its fake). Tensors are
+get ``operator.getitem`` nodes. Every node carries ``meta["val"]`` (its fake), and a node
+recorded while an op decomposes ``meta["original_aten"]``, the outermost op decomposed (the
+kernels computing it are named for it). Tensors are
 mapped to their current node by object identity (fakes are kept alive for the duration of the
 trace, so ids are not reused). CompositeImplicitAutograd ops (``linear``, ``layer_norm``...)
 decompose in C++ before reaching the tracer; when one is called from inside a decomposition

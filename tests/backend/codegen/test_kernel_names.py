@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import ember
-from ember.backend import pipeline
+from ember.backend import compile as backend_compile, pipeline
 from ember.backend.codegen.kernel_names import kernel_name
 
 pytestmark = pytest.mark.usefixtures("fresh_no_grad")
@@ -34,6 +34,7 @@ def artifacts(monkeypatch):
         seen.append(artifact)
         return instantiate(artifact, target)
     monkeypatch.setattr(pipeline, "instantiate", spy)
+    monkeypatch.setattr(backend_compile, "instantiate", spy)    # (training graphs')
     return seen
 
 
@@ -59,6 +60,22 @@ def test_kernels_are_named_for_their_ops_and_repeated_layers_share_one(cpu_backe
     # the first block's kernels, each launched twice
     launches = [_launches(artifact.wrapper, n) for n in names]
     assert launches == [2] * len(names), (names, artifact.wrapper)
+
+
+def test_training_graphs_name_their_kernels_too(cpu_backend, artifacts):
+    def fn(x, w, b):
+        return F.gelu(F.layer_norm(x, (16,), w, b))
+    x, w, b = (torch.randn(8, 16, requires_grad=True), torch.randn(16, requires_grad=True),
+               torch.randn(16, requires_grad=True))
+    with torch.enable_grad():
+        ember.compile(fn)(x, w, b).sum().backward()
+        grads = [t.grad for t in (x, w, b)]
+        expected = torch.autograd.grad(fn(x, w, b).sum(), (x, w, b))
+    torch.testing.assert_close(grads, list(expected), rtol=1e-4, atol=1e-5)
+    forward, backward = ([k.name for k in a.kernels] for a in artifacts)
+    assert any("layer_norm" in n for n in forward), forward
+    assert any("layer_norm_bwd" in n for n in backward), backward
+    assert all(n.isidentifier() for n in forward + backward)
 
 
 def test_names_leave_views_out_and_stay_short():
