@@ -13,7 +13,9 @@ the arguments (parameters read through ``get_attr``, constants) to fakes and rec
 place), (2) functionalises mutating ops, (3) runs the op's decomposition under the tracer when
 the table has one, else (4) runs the op on the fakes (the fake mode below computes metadata)
 and records one ``call_function`` node whose target is the ``OpOverload``; tuple/list outputs
-get ``operator.getitem`` nodes. Every node carries ``meta["val"]`` (its fake). Tensors are
+get ``operator.getitem`` nodes. Every node carries ``meta["val"]`` (its fake), and a node
+recorded while an op decomposes ``meta["original_aten"]``, the outermost op decomposed (the
+kernels computing it are named for it). Tensors are
 mapped to their current node by object identity (fakes are kept alive for the duration of the
 trace, so ids are not reused). CompositeImplicitAutograd ops (``linear``, ``layer_norm``...)
 decompose in C++ before reaching the tracer; when one is called from inside a decomposition
@@ -203,6 +205,9 @@ class _AtenTracer(TorchDispatchMode):
         self.input_index: dict[int, int] = {}           # id(input fake) -> input position
         self.mutated_inputs: dict[int, torch.Tensor] = {}   # position -> input fake
         self.const_count = 0
+        # the outermost op being decomposed: its nodes keep it as ``meta["original_aten"]``
+        # (kernel names say "layer_norm", not the mean, sub, rsqrt... it became)
+        self.decomposing = None
 
     # -- bookkeeping ---------------------------------------------------------------------------
     def track(self, t: torch.Tensor, node: torch.fx.Node) -> None:
@@ -252,6 +257,17 @@ class _AtenTracer(TorchDispatchMode):
             return node
         return x
 
+    @contextlib.contextmanager
+    def _decomposing(self, func):
+        outermost = self.decomposing is None
+        if outermost:
+            self.decomposing = func
+        try:
+            yield
+        finally:
+            if outermost:
+                self.decomposing = None
+
     # -- dispatch ------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         return self.run_op(func, args, kwargs or {})
@@ -273,14 +289,14 @@ class _AtenTracer(TorchDispatchMode):
                     raise NotImplementedError(f"ember.aot: out= variant {func} is not supported")
         decomp = self.decomps.get(func)
         if decomp is not None:
-            with self:
+            with self, self._decomposing(func):
                 r = decomp(*args, **kwargs)
             if r is not NotImplemented:
                 return r
         if _has_implicit_kernel(func):
             # Reached only from inside a decomposition (below autograd, where C++ did not
             # decompose it): run its CompositeImplicitAutograd kernel under the tracer.
-            with self:
+            with self, self._decomposing(func):
                 r = func.decompose(*args, **kwargs)
             if r is not NotImplemented:
                 return r
@@ -294,6 +310,8 @@ class _AtenTracer(TorchDispatchMode):
         with size_arguments():
             node = self.graph.call_function(func, tuple(n_args), dict(n_kwargs))
         node.meta["val"] = out
+        if self.decomposing is not None:
+            node.meta["original_aten"] = self.decomposing
         if isinstance(out, torch.Tensor):
             self.track(out, node)
         elif isinstance(out, (tuple, list)):

@@ -66,6 +66,12 @@ class GraphLowering:
         self.random_offset = 0                     # Philox offsets taken by random ops so far
         self._count = 0
         self.env: dict[torch.fx.Node, Any] = {}
+        # id(IR value) -> (value, the FX nodes whose ops its body inlines): what a kernel
+        # computing it computes (``Buffer.origins``, which kernel names say)
+        self._origins: dict[int, tuple] = {}
+        self._node: torch.fx.Node | None = None     # the node being lowered
+        self._lowering: frozenset = frozenset()      # it and the nodes its inputs inline
+        self._order: dict[torch.fx.Node, int] = {}   # node -> its position in the graph
 
     # -- names -------------------------------------------------------------------------------
     def new_name(self, prefix="buf") -> str:
@@ -96,11 +102,38 @@ class GraphLowering:
         data = node if isinstance(node, Reduction) else \
             Pointwise(node.get_device(), node.get_dtype(), node.make_loader(), size)
         buf = ComputedBuffer(self.new_name(), layout, data)
+        if not isinstance(node, (Buffer, ReinterpretView)):    # (else a copy of memory)
+            buf.origins = self._ops(self._origins.get(id(node), (None, self._lowering))[1])
         self.buffers.append(buf)
         if memo:
             self._realized[key] = (buf, node)
         self._realized_as[shape] = (buf, node)
         return buf
+
+    # -- origins: the ops each buffer computes -----------------------------------------------
+    def _inlined_origins(self, value) -> frozenset:
+        """The FX nodes whose ops the bodies in ``value`` (an IR value, or lists, tuples and
+        dicts of them) inline; memory inlines none."""
+        if isinstance(value, (list, tuple, dict)):
+            values = value.values() if isinstance(value, dict) else value
+            return frozenset().union(*[self._inlined_origins(v) for v in values])
+        if isinstance(value, IRNode) and not isinstance(value, (Buffer, ReinterpretView)):
+            return self._origins.get(id(value), (None, frozenset()))[1]
+        return frozenset()
+
+    def _note_origins(self, value) -> None:
+        """``value``, the node being lowered's result, computes its op and what it inlines."""
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                self._note_origins(v)
+        elif isinstance(value, IRNode):
+            self._origins[id(value)] = (value, self._lowering)
+
+    def _ops(self, nodes) -> tuple:
+        """The ATen ops of ``nodes`` in program order, each once (a decomposed op's nodes
+        say the op they came from)."""
+        ordered = sorted(nodes, key=lambda n: self._order.get(n, 0))
+        return tuple(dict.fromkeys(n.meta.get("original_aten", n.target) for n in ordered))
 
     def preferred_layout(self, node: IRNode) -> Layout | None:
         """Eager's channels-last strides for a value whose op eager would give them (the
@@ -123,6 +156,7 @@ class GraphLowering:
     # -- running the graph ---------------------------------------------------------------------
     def run(self) -> "GraphLowering":
         placeholders = iter(self.example_inputs)
+        self._order = {node: i for i, node in enumerate(self.gm.graph.nodes)}
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 value = next(placeholders)
@@ -145,6 +179,7 @@ class GraphLowering:
             elif node.op == "call_function":
                 self.env[node] = self.lower_node(node)
             elif node.op == "output":
+                self._node, self._lowering = None, frozenset()
                 flat = self._flat(node.args[0])
                 # outputs are computed before the inputs are overwritten: a lazy output
                 # (``x + 1`` of an ``x`` mutated later) reads the old values, as in eager
@@ -185,6 +220,7 @@ class GraphLowering:
         target = node.target
         args = [self._arg(a) for a in node.args]
         kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
+        self._node, self._lowering = node, self._inlined_origins([args, kwargs]) | {node}
         if target is operator.getitem:    # an output of a multi-output lowering
             return self._share(args[0][args[1]], node)
         if target is torch.ops.aten.copy_.default:
@@ -227,6 +263,7 @@ class GraphLowering:
             for item, item_val in zip(result, val):     # max_pool2d_with_indices and kin
                 if isinstance(item, IRNode) and not isinstance(item, Buffer):
                     self._eager_vals[id(item)] = (item, item_val)
+        self._note_origins(result)
         return self._share(result, node)
 
     def _share(self, result, node: torch.fx.Node):
@@ -311,6 +348,7 @@ class GraphLowering:
     def _extern(self, val, target, args, kwargs, is_library):
         buf = ExternBuffer(self.new_name(), _base_layout(val), target, args, kwargs,
                            is_library)
+        buf.origins = self._ops([self._node] if self._node is not None else [])
         self.buffers.append(buf)
         return buf
 
@@ -351,6 +389,7 @@ class GraphLowering:
         targets = {dst.name for dst, _ in self.input_copies}
         sources = []
         for dst, src in self.input_copies:
+            self._lowering = self._inlined_origins(src)
             if isinstance(src, IRNode):
                 idx = index_vars("x", len(src.get_size()))
                 reads = extract_reads(src.make_loader(), idx)
@@ -373,8 +412,9 @@ class GraphLowering:
                 continue
             data = Pointwise(dst.get_device(), dst.get_dtype(),
                              _cast_loader(src, dst.get_dtype()), dst.get_size())
-            self.buffers.append(ComputedBuffer(self.new_name(), dst.layout, data,
-                                               mutates=dst.name))
+            buf = ComputedBuffer(self.new_name(), dst.layout, data, mutates=dst.name)
+            buf.origins = self._ops(self._inlined_origins(src))
+            self.buffers.append(buf)
 
     def finish_output(self, value, fx_node, outputs: set = frozenset()):
         """Outputs keep eager's strides; views of memory are returned as views, and so is a

@@ -199,6 +199,10 @@ class _LaidOut(IRNode):
 
 
 class Buffer(_LaidOut):
+    # the ATen ops whose values it holds, in program order (its kernel's name says them:
+    # codegen/kernel_names.py); set by the lowering
+    origins: tuple = ()
+
     def __init__(self, name: str, layout: Layout):
         self.name = name
         self.layout = layout

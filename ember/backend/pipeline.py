@@ -26,6 +26,7 @@ from ember import config, logs
 from ember.aot.autocast import autocast_off, run_without_autocast
 from ember.backend import compile_stats
 from ember.backend.codegen.common import Kernel
+from ember.backend.codegen.kernel_names import PROVISIONAL_NAME, kernel_name, step_origins
 from ember.backend.codegen.wrapper import WrapperCodegen
 from ember.backend.graph import GraphLowering
 from ember.backend.ir import Buffer, ReinterpretView
@@ -381,10 +382,12 @@ def generate_sources(g: Generation) -> None:
     unique: dict[str, Kernel] = {}     # same computation on other buffers -> its first kernel
     for step in g.steps:
         if isinstance(step, FusionGroup):
-            kernel = target.make_kernel(step, f"kernel{len(unique)}", dtypes)
+            kernel = target.make_kernel(step, PROVISIONAL_NAME, dtypes)
             kernel.numels = numels
             kernel.source = kernel.generate()
             first = unique.setdefault(_computation_key(kernel), kernel)
+            if first is kernel:     # named for what it computes, once its kind is known
+                kernel.rename(kernel_name(kernel.kind, step_origins(step), len(unique) - 1))
             kernel.name = first.name    # repeated layers launch one compiled kernel
             kernels[id(step)] = kernel
     wrapper = WrapperCodegen(graph, g.steps, kernels)
@@ -431,7 +434,7 @@ def _computation_key(kernel: Kernel) -> str:
 
     def number(m):
         return names.setdefault(m.group(0), f"ember_buffer{len(names)}")
-    text = re.sub(rf"\b{kernel.name}(?![0-9])", "ember_kernel", kernel.source)
+    text = re.sub(rf"\b{kernel.name}(?![0-9])", PROVISIONAL_NAME, kernel.source)
     text = _BUFFER_NAME.sub(number, text)
     return f"{text}\n{getattr(kernel, 'grid', None)!r} {getattr(kernel, 'config', None)!r}"
 

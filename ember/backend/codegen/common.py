@@ -11,6 +11,8 @@ temporary. Loads and stores go through
 """
 from __future__ import annotations
 
+import re
+
 import sympy
 import torch
 
@@ -64,6 +66,12 @@ class Kernel:
         self.index_checks: list[IndexCheck] = []
 
     MAX_INDEX_CHECKS = 28
+    kind = "poi"    # its loop structure in a word, in its name (codegen/kernel_names.py)
+
+    def rename(self, name: str) -> None:
+        """Called ``name`` from now on, in its generated source too (``<name>_flags``...)."""
+        self.source = re.sub(rf"\b{re.escape(self.name)}(?![0-9A-Za-z])", name, self.source)
+        self.name = name
 
     def index_check_slot(self, check: IndexCheck | None) -> int:
         """The error flag (0, 1, ...) of an index check: its own per distinct check, so

@@ -200,6 +200,7 @@ def _scatter_into_copy(ctx, x, ranges, store_index, value_fn, accumulate,
     value = value_fn if dtype == ctx.dtype else (lambda i: ops.to_dtype(value_fn(i), dtype))
     data = Scatter(ctx.device, dtype, value, ranges, store_index, accumulate)
     buf = ComputedBuffer(ctx.graph.new_name(), out.layout, data, mutates=out.name)
+    buf.origins = out.origins     # (the op being lowered, as the copy's)
     ctx.graph.buffers.append(buf)
     return out
 

@@ -128,7 +128,7 @@ def test_per_channel_arithmetic_after_a_convolution_is_folded():
     # the one kernel after the convolution is the sigmoid alone: it reads one buffer (the
     # convolution's output), no shift or scale
     kernels = _kernels(sources)
-    assert kernels.count("void kernel") == 1 and kernels.count("const float*") == 1
+    assert kernels.count("extern \"C\" void ") == 1 and kernels.count("const float*") == 1
     assert "ember_sigmoid" in kernels
 
 

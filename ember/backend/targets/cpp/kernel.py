@@ -45,6 +45,7 @@ import sympy
 import torch
 
 from ember.backend.codegen.common import HALF, Kernel, group_kind, reduction_groups
+from ember.backend.codegen.kernel_names import loop_kind
 from ember.backend.ir import index_vars, product
 from ember.backend.loops import access_indices, runs_with, store_order
 from ember.backend.ops import use_handler
@@ -139,6 +140,10 @@ class CppKernel(Kernel):
         # a half temporary loaded or stored -> the temporary of its bits: stored again (a
         # copy, a transpose), the bits are, with no conversion
         self.half_bits: dict[str, str] = {}
+
+    @property
+    def kind(self) -> str:
+        return loop_kind(self.group)
 
     def declare(self, var: str, text: str) -> str:
         return f"auto {var} = {text};"

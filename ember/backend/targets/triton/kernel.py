@@ -37,6 +37,7 @@ import sympy
 import torch
 
 from ember.backend.codegen.common import Kernel, group_kind, loop_steps, reduction_groups
+from ember.backend.codegen.kernel_names import loop_kind
 from ember.backend.targets.triton.ops import (HALF, TL_TYPES, TritonOpsHandler, TritonValue,
                                              compute_type, triton_constant, triton_index)
 from ember.backend.ir import index_vars, product
@@ -110,6 +111,11 @@ class TritonKernel(Kernel):
         # node name -> the storage it is computed in place of (``reuses``; the wrapper
         # binds the name to that memory)
         self.in_place = {n.name: n.writes for n in kernel.nodes if n.buf.reuses}
+
+    @property
+    def kind(self) -> str:
+        kind = loop_kind(self.kernel)    # (``persistent`` is known once generated)
+        return "per" if kind == "red" and getattr(self, "persistent", False) else kind
 
     def declare(self, var: str, text: str) -> str:
         return f"{var} = {text}"

@@ -65,6 +65,12 @@ class TritonMatmulKernel(TritonKernel):
         self.epilogue.is_epilogue = True
         self.matmul_spec: dict = {}
 
+    kind = "mm"
+
+    def rename(self, name: str) -> None:
+        super().rename(name)     # its source holds the epilogue's: renamed with it
+        self.epilogue.name = self.matmul_spec["epilogue"] = f"{name}_epilogue"
+
     def generate(self) -> str:
         self.epilogue.numels = self.numels
         epilogue_source = self.epilogue.generate()
