@@ -284,33 +284,46 @@ assert direct.metadata == compiled.metadata
 """
 
 
+_ONE_KERNEL = (
+    "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+    "def kernel0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):\n"
+    "    x = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
+    "    m = x < 4\n"
+    "    v = tl.load(in_ptr0 + x, m).to(tl.float32) + tl.load(in_ptr1 + x, m)\n"
+    "    tl.store(out_ptr0 + x, v > 0, m)\n")
+
+
+def _run_script(script: str, tmp_path, *argv: str, workers: int | None = None):
+    """``script`` in a new Python, compiling for real (no interpreter) into a Triton cache
+    under ``tmp_path``, with this checkout importable."""
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
+    if workers is not None:
+        env["EMBER_COMPILE_WORKERS"] = str(workers)
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))
+    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-c", script, *argv], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
 def test_compile_workers_compile_what_the_parent_would(tmp_path):
     """A worker (Triton only, no torch, no GPU) builds the compile request the parent's
     JITFunction builds for the same call: same Triton cache key, so the parent's compile is
     a cache hit. Compiles for sm_90 with Triton's bundled ptxas; no GPU is needed."""
-    import subprocess
-    import sys
     kernel = tmp_path / "0123456789abcdef0123456789abcdef.py"
-    kernel.write_text(
-        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
-        "def kernel0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):\n"
-        "    x = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
-        "    m = x < 4\n"
-        "    v = tl.load(in_ptr0 + x, m).to(tl.float32) + tl.load(in_ptr1 + x, m)\n"
-        "    tl.store(out_ptr0 + x, v > 0, m)\n")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
-    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))
-    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, "-c", _WORKER_KEY_CHECK, str(kernel)], env=env,
-                          capture_output=True, text=True, timeout=240)
+    kernel.write_text(_ONE_KERNEL)
+    done = _run_script(_WORKER_KEY_CHECK, tmp_path, str(kernel))
     assert done.returncode == 0, done.stderr[-3000:]
     worker_key, parent_key = done.stdout.split()
     assert worker_key == parent_key
 
 
-_PRECOMPILE_CHECK = """
-import importlib.util, shutil, sys, torch
+# a script's start: Triton's JIT answering as on an sm_90 GPU, without one; the kernel
+# module at argv[1] loaded as Ember loads generated ones; ``args`` for its kernels
+_SM90_STAND_IN = """
+import importlib.util, sys, torch
 from triton.backends.compiler import GPUTarget
 from triton.runtime import driver
 from ember.backend.targets.triton import launch
@@ -325,6 +338,11 @@ spec = importlib.util.spec_from_file_location("ember_triton_" + path.split("/")[
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 args = [torch.empty(4, dtype=d) for d in (torch.float16, torch.float32, torch.bool)]
+"""
+
+
+_PRECOMPILE_CHECK = _SM90_STAND_IN + """
+import shutil
 def run(fresh):
     launchers = {f"kernel{i}": launch.TritonLauncher(getattr(module, f"kernel{i}"), 1,
                                                      {"XBLOCK": 128, "num_warps": 2}, False)
@@ -372,22 +390,7 @@ def test_precompile_loads_kernels_past_the_jit_by_their_kept_keys(tmp_path):
     assert (tmp_path / "fedcba9876543210fedcba9876543210.compiled.json").exists()
 
 
-_CONFIGS_CHECK = """
-import importlib.util, sys, torch
-from triton.backends.compiler import GPUTarget
-from triton.runtime import driver
-from ember.backend.targets.triton import launch
-path = sys.argv[1]
-class StandIn:      # an sm_90 GPU, for the JIT, without one
-    def get_current_device(self): return 0
-    def get_current_stream(self, device): return 0
-    def get_current_target(self): return GPUTarget("cuda", 90, 32)
-driver.set_active(StandIn())
-torch.cuda.get_device_capability = lambda device=None: (9, 0)
-spec = importlib.util.spec_from_file_location("ember_triton_" + path.split("/")[-1][:24], path)
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-args = [torch.empty(4, dtype=d) for d in (torch.float16, torch.float32, torch.bool)]
+_CONFIGS_CHECK = _SM90_STAND_IN + """
 def run(fresh):
     launchers = {f"kernel0#{b}": launch.TritonLauncher(module.kernel0, 1,
                                                        {"XBLOCK": b, "num_warps": 2}, False)
@@ -403,23 +406,9 @@ def test_precompile_keeps_one_key_per_config_of_a_kernel(tmp_path):
     """One kernel in several tile configs (a matmul template's ways) is as many binaries: a
     later process loads each config's own, not the last one kept (that one, launched on
     another config's grid, computed wrong values on the GPU). No GPU needed."""
-    import subprocess
-    import sys
     kernel = tmp_path / "00aa9876543210fedcba9876543210ff.py"
-    kernel.write_text(
-        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
-        "def kernel0(in_ptr0, in_ptr1, out_ptr0, XBLOCK: tl.constexpr):\n"
-        "    x = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)\n"
-        "    m = x < 4\n"
-        "    v = tl.load(in_ptr0 + x, m).to(tl.float32) + tl.load(in_ptr1 + x, m)\n"
-        "    tl.store(out_ptr0 + x, v > 0, m)\n")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_CACHE_DIR"] = str(tmp_path / "triton")
-    env["EMBER_COMPILE_WORKERS"] = "2"
-    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "../../../.."))
-    env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, "-c", _CONFIGS_CHECK, str(kernel)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    kernel.write_text(_ONE_KERNEL)
+    done = _run_script(_CONFIGS_CHECK, tmp_path, str(kernel), workers=2)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split("\n")[-2] == "4 True"
 
@@ -427,7 +416,6 @@ def test_precompile_keeps_one_key_per_config_of_a_kernel(tmp_path):
 def test_a_compile_worker_does_not_import_torch():
     """Workers start while the parent traces: importing torch in each would cost seconds."""
     import subprocess
-    import sys
     from ember.backend.targets.triton.compile_workers import worker_command
     command = worker_command()
     command[2] += "; print('triton' in sys.modules, sorted(m for m in sys.modules " \
