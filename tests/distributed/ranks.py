@@ -35,6 +35,16 @@ def _worker(rank, port, out_dir, compare, names):
             except Exception:
                 results[name] = traceback.format_exc()
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    # Ember's compiled entries (the eager wrapper's routed calls among them) keep the DDPs
+    # of the scenarios, and their gloo groups, alive until the interpreter exits, where
+    # their destruction aborted a rank once in a few runs ("terminate called without an
+    # active exception"): drop them first, then tear the group down together
+    import gc
+
+    import ember
+    ember.reset()
+    gc.collect()
+    dist.barrier()
     dist.destroy_process_group()
 
 
