@@ -35,10 +35,10 @@ def _worker(rank, port, out_dir, compare, names):
             except Exception:
                 results[name] = traceback.format_exc()
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-    # Ember's compiled entries (the eager wrapper's routed calls among them) keep the DDPs
-    # of the scenarios, and their gloo groups, alive until the interpreter exits, where
-    # their destruction aborted a rank once in a few runs ("terminate called without an
-    # active exception"): drop them first, then tear the group down together
+    # A rank aborted at exit once in a few runs ("terminate called without an active
+    # exception") while the scenarios' DDPs, and their gloo groups, were still alive: drop
+    # what can be dropped (Ember's entries, cycles), then tear the group down together.
+    # (The eager wrapper's DDP outlives even this: the leak is a known, open defect.)
     import gc
 
     import ember
