@@ -38,7 +38,8 @@ def _worker(rank, port, out_dir, compare, names):
     # A rank aborted at exit once in a few runs ("terminate called without an active
     # exception") while the scenarios' DDPs, and their gloo groups, were still alive: drop
     # what can be dropped (Ember's entries, cycles), then tear the group down together.
-    # (The eager wrapper's DDP outlives even this: the leak is a known, open defect.)
+    # (A DDP called from a frame that runs eagerly was seen to outlive even this in one
+    # script: whether Ember's routed call keeps it is still open.)
     import gc
 
     import ember
