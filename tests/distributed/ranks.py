@@ -36,10 +36,8 @@ def _worker(rank, port, out_dir, compare, names):
                 results[name] = traceback.format_exc()
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     # A rank aborted at exit once in a few runs ("terminate called without an active
-    # exception") while the scenarios' DDPs, and their gloo groups, were still alive: drop
-    # what can be dropped (Ember's entries, cycles), then tear the group down together.
-    # (A DDP called from a frame that runs eagerly was seen to outlive even this in one
-    # script: whether Ember's routed call keeps it is still open.)
+    # exception") while the scenarios' DDPs, and their gloo groups, could still be alive:
+    # drop what can be dropped (Ember's entries, cycles), then tear the group down together
     import gc
 
     import ember
