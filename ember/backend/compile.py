@@ -15,7 +15,6 @@ declines runs as captured.
 """
 from __future__ import annotations
 
-import copy
 import functools
 from typing import Callable
 
@@ -65,33 +64,28 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, *,
             return compile_graph(gm, example_inputs, **options)
         finally:
             logs.set_logs(",".join(was_on))
-    flat_gm, spec = _with_flat_outputs(gm)
-    compiled = pipeline.run(pipeline.Compilation(
+    return compile_shaped(gm, lambda flat_gm: pipeline.run(pipeline.Compilation(
         flat_gm, example_inputs, options,
-        recompile=lambda graph, inputs: compile_graph(graph, inputs, **options)))
-    if spec is None:
-        return compiled
-    return functools.wraps(compiled, updated=())(
-        lambda *args: pytree.tree_unflatten(list(compiled(*args)), spec))
+        recompile=lambda graph, inputs: compile_graph(graph, inputs, **options))))
 
 
-def _with_flat_outputs(gm: torch.fx.GraphModule):
-    """(``gm``, None) when its output is a flat tuple, the form the generated wrapper returns
-    (the frontends' graphs); else a copy of ``gm`` returning its outputs flattened into one
-    tuple, and their structure (a single tensor, a list, nested containers), which the
-    compiled callable rebuilds: ``compiled(*inputs)`` is shaped as ``gm(*inputs)``."""
-    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    value = output.args[0]
+def compile_shaped(gm: torch.fx.GraphModule,
+                   compile_flat: Callable[[torch.fx.GraphModule], Callable]) -> Callable:
+    """``compile_flat(g)`` for ``gm`` returning its outputs as one flat tuple (the form the
+    generated wrapper returns, and the frontends' graphs have), the result rebuilding what
+    ``gm`` returns: a single tensor, a list, nested containers. Both backend entries
+    (``compile_graph``, ``dynamic.compile_dynamic``) compile through it."""
+    value = next(n for n in reversed(gm.graph.nodes) if n.op == "output").args[0]
     if type(value) is tuple and not any(isinstance(v, (tuple, list, dict)) for v in value):
-        return gm, None
-    flat, spec = pytree.tree_flatten(_mutable(value))
-    graph = copy.deepcopy(gm.graph)
-    out = next(n for n in reversed(graph.nodes) if n.op == "output")
-    names = {n.name: n for n in graph.nodes}
-    out.args = (tuple(names[v.name] if isinstance(v, torch.fx.Node) else v for v in flat),)
+        return compile_flat(gm)
+    graph = torch.fx.Graph()
+    flat, spec = pytree.tree_flatten(_mutable(graph.graph_copy(gm.graph, {})))
+    graph.output(tuple(flat))
     flat_gm = torch.fx.GraphModule(gm, graph, class_name=type(gm).__name__)
     flat_gm.meta.update(gm.meta)
-    return flat_gm, spec
+    compiled = compile_flat(flat_gm)
+    return functools.wraps(compiled, updated=())(
+        lambda *args: pytree.tree_unflatten(list(compiled(*args)), spec))
 
 
 def _mutable(value):

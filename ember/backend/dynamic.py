@@ -65,6 +65,13 @@ def is_symbolic(example_inputs: list) -> bool:
 def compile_dynamic(gm: torch.fx.GraphModule, example_inputs: list, options: dict) -> Callable:
     """``gm`` compiled for every size its symbolic example inputs stand for (see the module
     docstring)."""
+    from ember.backend.compile import compile_shaped
+    return compile_shaped(gm, lambda flat_gm: _compile_dynamic(flat_gm, example_inputs,
+                                                               options))
+
+
+def _compile_dynamic(gm: torch.fx.GraphModule, example_inputs: list, options: dict
+                     ) -> Callable:
     from ember.backend.symbolic import compile_symbolic
     specializer = SizeSpecializer(gm, example_inputs, options)
     try:

@@ -100,27 +100,16 @@ def choose(compiled: Callable, gm: torch.fx.GraphModule, options: dict, target,
     if not rewritten and not getattr(program, "kernel_sources", True):
         logs.log("perf_hints", "eager choice: %s runs eagerly: its compiled form is only "
                  "library calls (no generated kernel); not timed", name)
-        return _eager(gm)
+        return gm.forward      # (its outputs a flat tuple, as the program's: compile_shaped)
     why = _not_rerunnable(gm, program)
     if why is not None:
         logs.log("perf_hints", "eager choice: %s not timed: %s; runs compiled", name, why)
         return compiled
-    eager, key = _eager(gm), program_key(gm, program, options)
+    eager, key = gm.forward, program_key(gm, program, options)
     if per_size:
         return PerSize(lambda args: EagerChoice(compiled, eager, name, key, target),
                        SIZES_KEPT, "eager choice")
     return EagerChoice(compiled, eager, name, key, target)
-
-
-def _eager(gm: torch.fx.GraphModule) -> Callable:
-    """``gm`` run eagerly, its results in a tuple as the generated wrapper returns them (a
-    graph's output list, or its one output, as a tuple)."""
-    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    if isinstance(output.args[0], tuple):
-        return gm.forward
-    if isinstance(output.args[0], list):
-        return lambda *args: tuple(gm(*args))
-    return lambda *args: (gm(*args),)
 
 
 def _not_rerunnable(gm: torch.fx.GraphModule, program) -> str | None:

@@ -515,3 +515,24 @@ def test_buffers_kept_between_calls_follow_the_sizes():
     wrapper = next(s for s in reversed(pipeline.generated_sources) if "def call(" in s)
     assert "_kept_sizes[0] != (s0" in wrapper and "# kept" in wrapper
     assert (compile_stats.symbolic_compiles, compile_stats.size_specializations) == (1, 0)
+
+
+def test_symbolic_program_returns_what_its_graph_returns():
+    """A bare tensor, nested containers: shaped as the graph shapes them, compiled once
+    (a nested output failed in code generation and fell back to per-size compiles)."""
+    def single(s, x):
+        return torch.softmax(x, 0)[: s // 2] * s
+
+    def nested(s, x):
+        return [x.sin() * s, (x.cos(),)]
+    for fn in (single, nested):
+        compile_stats.reset()
+        gm, example = _hand_built(fn, torch.randn(9, 3), {0})
+        compiled = ember_backend(gm, example)
+        for n in (9, 14):
+            x = torch.randn(n, 3)
+            got, want = compiled(n, x), fn(n, x)
+            assert type(got) is type(want)
+            torch.testing.assert_close(got, want)
+        assert compile_stats.symbolic_compiles == 1
+        assert compile_stats.size_specializations == 0
