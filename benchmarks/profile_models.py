@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import functools
 import math
 import platform
 import sys
@@ -227,7 +226,8 @@ def _first_call(variant: Variant, fn, inputs, device, args) -> None:
 def _measure(variant: Variant, fn, inputs, device, args, reference,
              with_kernels: bool = True) -> None:
     if args.train:
-        fn = functools.partial(_train_step, fn, _trainable(fn))
+        step = harness._Step(fn, inputs, "train", harness._trainable(fn))   # the bench's
+        fn = lambda *_: step()      # noqa: E731   (forward, loss, backward)
     if variant.error is None:
         variant.error = _relative_error(fn(*inputs), reference)
     timed = harness.time_calls({variant.label: lambda: fn(*inputs)}, device, args.iters,
@@ -239,21 +239,6 @@ def _measure(variant: Variant, fn, inputs, device, args, reference,
     print(f"  {variant.label}: {variant.ms:.3f} ms (host {variant.host_ms:.3f} ms)"
           + (f", {variant.launches:.0f} launches/call" if variant.launches is not None else ""),
           flush=True)
-
-
-def _trainable(fn) -> list:
-    module = getattr(fn, "_orig_mod", fn)
-    return [p for p in module.parameters() if p.requires_grad] \
-        if isinstance(module, torch.nn.Module) else []
-
-
-def _train_step(fn, params, *inputs):
-    """Forward, the bench's loss, backward (gradients dropped first, as a step does)."""
-    for p in params:
-        p.grad = None
-    out = fn(*inputs)
-    harness._loss(out).backward()
-    return out
 
 
 def kernel_profile(fn, inputs, device: torch.device, iters: int, rows: int
