@@ -26,6 +26,7 @@ from ember.backend.lowering.cost import LIBRARY_OPS, body_cost
 from ember.backend.lowering.registry import LoweringContext
 from ember.backend.lowering.views import clone_layout, storage_owner, strided_view
 from ember.backend.ops import use_handler
+from ember.backend.passes.fx_utils import node_tensors
 from ember.fake import returns_alias
 
 aten_copy, aten_fill = torch.ops.aten.copy_.default, torch.ops.aten.fill_.Scalar
@@ -284,13 +285,8 @@ class GraphLowering:
         return value
 
     def _supported(self, node: torch.fx.Node) -> bool:
-        vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
-        for v in vals:
-            for t in (v if isinstance(v, (list, tuple)) else [v]):
-                if isinstance(t, torch.Tensor):
-                    if t.dtype not in self.target.dtypes or t.device != self.device:
-                        return False
-        return True
+        return all(t.dtype in self.target.dtypes and t.device == self.device
+                   for t in node_tensors(node))
 
     def fallback(self, node: torch.fx.Node, args, kwargs):
         """Run the op's ATen kernel from the wrapper; its outputs become ExternBuffers."""

@@ -36,7 +36,8 @@ import torch
 import torch.fx
 
 from ember import logs
-from ember.backend.passes.fx_utils import dense, is_impure, is_pure, output_aliases
+from ember.backend.passes.fx_utils import (dense, is_impure, is_pure, node_tensors,
+                                           output_aliases)
 
 aten = torch.ops.aten
 
@@ -154,16 +155,12 @@ def fold_constant_fallbacks(gm: torch.fx.GraphModule, device: torch.device | Non
 
 
 def _is_fallback(node: torch.fx.Node, lowerings, device: torch.device | None) -> bool:
+    """An op the lowering leaves to ATen: no lowering, or (as ``GraphLowering._supported``
+    says) a tensor on another device than the graph's."""
     if node.op != "call_function" or node.target is operator.getitem:
         return False
     return node.target not in lowerings or (device is not None and any(
-        t.device != device for t in _tensors(node)))
-
-
-def _tensors(node: torch.fx.Node) -> list:
-    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
-    return [t for v in vals for t in (v if isinstance(v, (list, tuple)) else [v])
-            if isinstance(t, torch.Tensor)]
+        t.device != device for t in node_tensors(node)))
 
 
 def _moves_to(node: torch.fx.Node, value: torch.Tensor, device: torch.device | None,
@@ -173,9 +170,9 @@ def _moves_to(node: torch.fx.Node, value: torch.Tensor, device: torch.device | N
     if device is None or value.dim() != 0 or value.device == device:
         return False
     readers = [u for u in node.users if u not in const]
-    return bool(readers) and all(u.op == "call_function" and _tensors(u) and
-               all(isinstance(v, torch.Tensor) and v.device == device
-                   for v in _outputs(u)) for u in readers)
+    return bool(readers) and all(u.op == "call_function" and all(
+        isinstance(v, torch.Tensor) and v.device == device for v in _outputs(u))
+        for u in readers)
 
 
 def _outputs(node: torch.fx.Node) -> list:

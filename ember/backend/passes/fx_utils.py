@@ -36,6 +36,13 @@ def is_pure(node: torch.fx.Node) -> bool:
                       aten.new_empty_strided.default)
 
 
+def node_tensors(node: torch.fx.Node) -> list[torch.Tensor]:
+    """The fake tensors ``node`` computes and reads (its ``meta["val"]`` and its inputs')."""
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    return [t for v in vals for t in (v if isinstance(v, (list, tuple)) else [v])
+            if isinstance(t, torch.Tensor)]
+
+
 def is_view(node: torch.fx.Node) -> bool:
     """An ATen op whose schema returns an alias of its input."""
     return isinstance(node.target, torch._ops.OpOverload) and returns_alias(node.target)
