@@ -62,7 +62,7 @@ def access_indices(kernel, x: list, r: list) -> list:
 def runs_with(expr, outer_var, inner_var, inner_size) -> bool:
     """``expr`` is ``c * (inner_size * outer_var + inner_var) + rest`` with neither var in
     ``rest``: the two vars advance it as one contiguous range."""
-    linear = _linear_coefficients(expr, (outer_var, inner_var))
+    linear = linear_coefficients(expr, (outer_var, inner_var))
     if linear is not None:
         c_outer, c_inner = linear
         return c_outer == c_inner * inner_size
@@ -76,7 +76,7 @@ def runs_with(expr, outer_var, inner_var, inner_size) -> bool:
     return c_outer == c_inner * inner_size
 
 
-def _linear_coefficients(expr, variables):
+def linear_coefficients(expr, variables):
     """The number multiplying each of ``variables`` in the sum ``expr``, when each appears
     only in terms ``number * var``; None otherwise (the caller asks sympy). Most indices
     are such sums, and this costs a fraction of ``sympy.diff``."""

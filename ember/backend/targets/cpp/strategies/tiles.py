@@ -11,7 +11,7 @@ from __future__ import annotations
 import sympy
 
 from ember.backend.ir import product
-from ember.backend.loops import _linear_coefficients
+from ember.backend.loops import linear_coefficients
 from ember.backend.ops import use_handler
 from ember.backend.scheduler import FusionGroup, node_reads
 from ember.backend import sizevars
@@ -62,7 +62,7 @@ class _Reads:
 def _coefficients(index, last, var):
     """``stride`` where ``index`` is ``offset + last + stride * var`` with neither variable
     in ``offset`` or ``stride`` (a number, or a product of size symbols), else None."""
-    linear = _linear_coefficients(index, (last, var))
+    linear = linear_coefficients(index, (last, var))
     if linear is not None:
         c_last, stride = linear
     else:
