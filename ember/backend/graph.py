@@ -61,6 +61,7 @@ class GraphLowering:
         self._realized_as: dict[tuple, tuple] = {}   # (id(node), strides, offset, dtype) -> same
         self._eager_vals: dict[int, tuple] = {}   # id(IR value) -> (value, fake of its node)
         self.reductions: dict[tuple, tuple] = {}   # reductions already made, for reuse
+        self.padded_operands: dict[tuple, tuple] = {}   # matmul operands' padded copies
         self.input_copies: list[tuple] = []        # (graph input, new value), see below
         self.fused_random = fused_random   # Philox draws in kernels; else eager's random ops
         self.random_seed: ExternBuffer | None = None   # drawn once per call (lowering/random.py)

@@ -1,15 +1,26 @@
 """Lowerings of ``mm`` and ``addmm``: padded columns for aligned rows, and the CPU bias.
 
-**Unaligned result rows.** cuBLAS runs a bfloat16 ``[8192, 768] x [768, 50257]`` product
+**Unaligned rows.** cuBLAS runs a bfloat16 ``[8192, 768] x [768, 50257]`` product
 (GPT-2's LM head) at 92 TFLOP/s, and at 614 with N padded to 50264 (H100; 6.9 against
-1.0 ms; BERT's 30522 columns 1.7 against 0.63, Whisper's 51865 2.8 against 0.42): a row of
-50257 elements is not 16-byte aligned, and its fast kernels need that. Where
-``config.matmul_padding`` says so, the weight is copied into one padded with zero columns
-(a kernel Ember generates; 77 MB for GPT-2), cuBLAS writes the aligned ``[M, N8]`` product,
-and the result is its first N columns, an unrealized body: the kernel that reads it (a
-softmax, a loss, the copy into the output's own contiguous layout) reads the padded rows.
-The cost is that transient padded product, as large as the result (torch.compile instead
-returns the padded buffer's slice, with other strides than eager's).
+1.0 ms; BERT's 30522 columns 1.7 against 0.63, Whisper's 51865 2.8 against 0.42): its fast
+kernels need each dimension an operand or the result is laid out along (the one of stride 1)
+to be a multiple of 16 bytes; an aligned stride with an unaligned size does not do. Where
+``config.matmul_padding`` says so, the product is computed on zero-padded operands:
+
+- N (the result's rows): the weight is copied into one with zero columns (a kernel Ember
+  generates; 77 MB for GPT-2), cuBLAS writes the aligned ``[M, N8]`` product, and the result
+  is its first N columns, an unrealized body: the kernel that reads it (a softmax, a loss,
+  the copy into the output's own contiguous layout) reads the padded rows. The cost is that
+  transient padded product, as large as the result (torch.compile instead returns the
+  padded buffer's slice, with other strides than eager's).
+- K (the training step's ``grad_logits @ wte``: 4.6 ms raw, 0.87 + 1.0 for the copy padded):
+  both operands get K8 - K zero columns / rows; the product needs no slicing.
+- M, where the first operand is column-major (``grad_logits.t() @ hidden``, the head's
+  weight gradient: 4.3 ms raw, 0.85 padded): its zero-padded copy has M8 rows and the
+  result is the product's first M rows.
+
+A padded copy of one value is made once per graph (``GraphLowering.padded_operands``): the
+two products of a head's backward read one ``grad_logits`` padded to ``[8192, 50264]``.
 
 **The CPU bias.** ATen's CPU ``addmm(bias, a, b)`` first copies the broadcast bias into its
 result and then lets the GEMM add ``a @ b`` to it: one more pass over the result, which is
@@ -28,59 +39,110 @@ import torch
 import torch.fx
 
 from ember import config, logs
-from ember.backend.ir import Layout, Pointwise, sym
+from ember.backend.ir import Buffer, Layout, Pointwise, ReinterpretView, sym
 from ember.backend.lowering.registry import (aten, broadcast_loader, is_ir,
                                              read_by_generated_code_only, register_lowering)
 from ember.backend.ops import ops
 
 
-def _padded_columns(ctx, a, b) -> int | None:
-    """The column count ``a @ b`` is computed with: N rounded up to 16 bytes of the result's
-    dtype, where ``config.matmul_padding`` pads this product; else None."""
+def _aligned_product(ctx, a, b, a_val: torch.Tensor, b_val: torch.Tensor):
+    """``a @ b`` computed on operands padded to aligned dimensions (the module docstring),
+    where ``config.matmul_padding`` pads this product and one needs it; else None. Padded
+    rows are dropped by a view, padded columns by a body reading the product."""
     mode = config.matmul_padding
-    if mode == "off" or not (is_ir(a) and is_ir(b)) or len(b.get_size()) != 2:
+    if mode == "off" or not (is_ir(a) and is_ir(b)) or a_val.dim() != 2 or b_val.dim() != 2:
         return None
-    m, n = ctx.out.shape
+    if mode == "auto" and not ctx.graph.target.pads_matmuls(ctx.dtype):
+        return None
+    (m, k), n = a_val.shape, b_val.shape[1]
+    if not (isinstance(k, int) and isinstance(n, int)):
+        return None
     multiple = max(1, 16 // ctx.dtype.itemsize)
-    if not isinstance(n, int) or n % multiple == 0:
+    static_m = isinstance(m, int)           # a symbolic M (a batch) counts as large
+    always = mode == "always" or not static_m
+    pad_n = n % multiple != 0 and (always or m * n >= 1 << 20)
+    pad_k = k % multiple != 0 and (always or m * n * k >= 1 << 30)
+    pad_m = static_m and m % multiple != 0 and (always or m * n * k >= 1 << 30) and \
+        _column_major(a, a_val)
+    if not (pad_n or pad_k or pad_m):
         return None
-    small = isinstance(m, int) and m * n < 1 << 20     # a symbolic M counts as large
-    if mode == "auto" and (not ctx.graph.target.pads_matmuls(ctx.dtype) or small):
-        return None
-    return -(-n // multiple) * multiple
+    up = lambda s, pad: -(-s // multiple) * multiple if pad else s     # noqa: E731
+    rows, inner, columns = up(m, pad_m), up(k, pad_k), up(n, pad_n)
+    if pad_m or pad_k:
+        a = _padded(ctx, a, a_val, rows, inner)
+    if pad_k or pad_n:
+        b = _padded(ctx, b, b_val, inner, columns)
+    product = ctx.graph.library_call(aten.mm.default, [a, b],
+                                     ctx.out.new_empty_strided((rows, columns), (columns, 1)))
+    logs.log("perf_hints", "matmul: %s x %s computed as %s x %s for aligned rows (a "
+             "transient %.1f MB product)", [m, k], [k, n], [rows, inner], [inner, columns],
+             rows * columns * ctx.dtype.itemsize / 2 ** 20)
+    if pad_n:
+        return Pointwise(ctx.device, ctx.dtype, product.make_loader(), ctx.size)
+    if pad_m:
+        return ReinterpretView(product, Layout(ctx.device, ctx.dtype, [sym(m), sym(n)],
+                                               [sym(n), sym(1)]))
+    return product
 
 
-def _padded_product(ctx, a, b, b_val: torch.Tensor, columns: int):
-    """A loader of ``a @ b``, computed as ``a @ b_padded`` (``columns`` columns, the extra
-    ones zero) and read back through its first N columns."""
-    k, n = (int(s) for s in b_val.shape)
-    load_b = b.make_loader()
+def _column_major(x, val: torch.Tensor) -> bool:
+    """``x`` (2-D) is memory laid out along its first dimension (a body is realized
+    row-major for a library call)."""
+    if not isinstance(x, (Buffer, ReinterpretView)):
+        return False
+    size, stride = x.layout.size, x.layout.stride
+    return stride[0] == 1 and size[0] != 1 and size[1] != 1
 
-    def padded_b(index):
-        inside = ops.lt(ops.index_expr(index[1], torch.int64), ops.constant(n, torch.int64))
-        return ops.masked(inside, lambda: load_b(index), 0)
-    # the weight's own order (a transposed Linear weight is column-major), so the copy reads
-    # and writes along the same rows
-    strides = [1, k] if b_val.stride()[0] == 1 and k > 1 else [columns, 1]
-    weight = ctx.graph.realize(
-        Pointwise(ctx.device, b.get_dtype(), padded_b, [sym(k), sym(columns)]),
-        Layout(ctx.device, b.get_dtype(), [sym(k), sym(columns)], [sym(s) for s in strides]))
-    m = ctx.out.shape[0]
-    product = ctx.graph.library_call(aten.mm.default, [a, weight],
-                                     ctx.out.new_empty_strided((m, columns), (columns, 1)))
-    logs.log("perf_hints", "matmul: %s x %s computed with %d columns for aligned rows (a "
-             "transient %.1f MB product)", list(a.get_size()), [k, n], columns,
-             m * columns * ctx.dtype.itemsize / 2 ** 20)
-    return product.make_loader()
+
+def _padded(ctx, x, val: torch.Tensor, rows: int, columns: int):
+    """``x`` ([R, C]) in a zero-padded ``[rows, columns]`` copy, laid out along the same
+    dimension as ``x``'s memory (row-major for a body): a transposed weight stays
+    column-major, so the copy reads and writes along the same rows. One copy per storage,
+    layout and padding (``GraphLowering.padded_operands``), so ``g @ w`` and ``g.t() @ h``
+    share the padded ``g``."""
+    r, c = (int(s) for s in val.shape)
+    transposed = _column_major(x, val)
+    # in storage order: the copy is [outer, inner] row-major, inner the contiguous dimension
+    outer, inner = (columns, rows) if transposed else (rows, columns)
+    if isinstance(x, (Buffer, ReinterpretView)):
+        layout = x.layout      # the key in storage order: x and x.t() share a copy
+        order = slice(None, None, -1 if transposed else 1)
+        key = (x.name, layout.offset, tuple(layout.size[order]), tuple(layout.stride[order]),
+               outer, inner)
+    else:
+        key = (id(x), outer, inner)
+    copies = ctx.graph.padded_operands
+    if key not in copies:
+        load = x.make_loader()
+        outer_n, inner_n = (c, r) if transposed else (r, c)
+
+        def padded(index):
+            i, j = index
+            source = [j, i] if transposed else [i, j]
+
+            def inside(bound, extent, body):
+                if bound == extent:
+                    return body
+                keep = ops.lt(ops.index_expr(bound, torch.int64),
+                              ops.constant(extent, torch.int64))
+                return lambda: ops.masked(keep, body, 0)
+            body = inside(i, outer_n, inside(j, inner_n, lambda: load(source)))
+            return body()
+        size = [sym(outer), sym(inner)]
+        buf = ctx.graph.realize(Pointwise(ctx.device, x.get_dtype(), padded, size),
+                                Layout(ctx.device, x.get_dtype(), size,
+                                       [sym(inner), sym(1)]))
+        copies[key] = (buf, x)      # (x kept alive: its id is in the key)
+    buf = copies[key][0]
+    strides = [sym(1), sym(inner)] if transposed else [sym(inner), sym(1)]
+    return ReinterpretView(buf, Layout(ctx.device, x.get_dtype(), [sym(rows), sym(columns)],
+                                       strides))
 
 
 @register_lowering(aten.mm.default)
 def _mm(ctx, a, b):
-    columns = _padded_columns(ctx, a, b)
-    if columns is None:
-        return NotImplemented
-    product = _padded_product(ctx, a, b, ctx.node.args[1].meta["val"], columns)
-    return Pointwise(ctx.device, ctx.dtype, product, ctx.size)
+    product = _aligned_product(ctx, a, b, *(n.meta["val"] for n in ctx.node.args[:2]))
+    return NotImplemented if product is None else product
 
 
 @register_lowering(aten.addmm.default)
@@ -90,13 +152,13 @@ def _addmm(ctx, bias, a, b, *, beta=1, alpha=1):
     size = bias.get_size()
     if not (len(size) == 1 or len(size) == 2 and size[0] == 1):
         return NotImplemented
-    columns = _padded_columns(ctx, a, b)
-    if columns is not None:
-        product = _padded_product(ctx, a, b, ctx.node.args[2].meta["val"], columns)
-    elif ctx.graph.target.adds_addmm_bias(ctx.dtype) and read_by_generated_code_only(ctx.node):
-        product = ctx.graph.library_call(aten.mm.default, [a, b], ctx.out).make_loader()
-    else:
+    product = _aligned_product(ctx, a, b, *(n.meta["val"] for n in ctx.node.args[1:3]))
+    if product is None and ctx.graph.target.adds_addmm_bias(ctx.dtype) and \
+            read_by_generated_code_only(ctx.node):
+        product = ctx.graph.library_call(aten.mm.default, [a, b], ctx.out)
+    if product is None:
         return NotImplemented
+    product = product.make_loader()
     load_bias = broadcast_loader(bias, ctx.size, ctx.dtype)
     return Pointwise(ctx.device, ctx.dtype,
                      lambda index: ops.add(product(index), load_bias(index)), ctx.size)
