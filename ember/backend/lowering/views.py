@@ -16,7 +16,7 @@ from ember.backend.ops import ops
 from ember.backend.sizevars import (evaluate_min, is_static, shape_env, size_hint,
                                     statically_known_equals, statically_known_leq)
 from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod, _split_multiples
-from ember.fake import storage_key
+from ember.fake import returns_alias, storage_key
 
 
 def _memory_view(x):
@@ -178,7 +178,8 @@ def _split_dims(ctx, x):
     if any(s != 1 for s in outs[j:]):
         return None
     cost = body_cost(x)      # runs the body: only for views the shapes allow
-    if cost.indirect or cost.loads > _SPLIT_MAX_LOADS or cost.ops > _SPLIT_MAX_OPS:
+    if (cost.indirect or cost.loads > _SPLIT_MAX_LOADS or cost.ops > _SPLIT_MAX_OPS) and \
+            not _read_once(ctx.node):
         return None
 
     def reindex(idx):
@@ -191,6 +192,24 @@ def _split_dims(ctx, x):
             full.append(acc)
         return full
     return IndexView(x, list(ctx.size), reindex)
+
+
+def _read_once(node: torch.fx.Node) -> bool:
+    """Each element of ``node``'s value is read once: its readers, through views, are ops
+    with results no larger than it (none broadcasts it). DeBERTa's attention scores,
+    gathered relative-position terms added and viewed [batch, heads, S, S], are then
+    computed in the masked softmax's kernel instead of a pass of their own."""
+    val = node.meta.get("val")
+    if not isinstance(val, torch.Tensor) or not node.users:
+        return False
+    for user in node.users:
+        out = user.meta.get("val")
+        if user.op != "call_function" or not isinstance(out, torch.Tensor) or \
+                out.numel() != val.numel():
+            return False
+        if returns_alias(user.target) and not _read_once(user):
+            return False
+    return True
 
 
 def _view(ctx, x, *args):

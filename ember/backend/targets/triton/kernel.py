@@ -220,9 +220,15 @@ class TritonKernel(Kernel):
         """An index read from memory. Out-of-range values are clamped so memory stays safe;
         under the interpreter they set the flag of ``check`` (FLAGS[1 + its slot]: the
         wrapper raises its exception, eager's); with ``debug`` a device-side assertion
-        reports them."""
-        var = self.new_var("ix")
+        reports them. One index per value in a scope, as ``cse`` keeps one load: a gather
+        that a softmax's two passes inline (DeBERTa's relative positions) loads once."""
         n = triton_index(size)
+        key = f"indirect {value} {n} {wrap_negative} {check}"
+        for scope in reversed(self.scopes):
+            if key in scope:
+                return sympy.Symbol(scope[key].name, integer=True)
+        var = self.new_var("ix")
+        self.scopes[-1][key] = self.value_class(var, torch.int64)
         text = f"{value}.to({self.index_type})"
         if wrap_negative:
             text = f"tl.where({value} < 0, {value} + {n}, {value}).to({self.index_type})"
