@@ -287,6 +287,22 @@ def test_view_of_a_gather_is_stored_before_a_broadcasting_reader():
                scores) == 2
 
 
+def test_view_of_a_gather_read_once_is_computed_in_its_softmax():
+    """DeBERTa's scores: a product plus a relative-position gather, viewed [batch, heads,
+    S, S] and read once by a softmax (the mask broadcasts, the scores do not). The gather
+    stays inline in the softmax's kernel (1 kernel, not 2)."""
+    heads, s = 3, 16
+    scores, c2p = torch.randn(2 * heads, s, s), torch.randn(2 * heads, s, 2 * s)
+    pos = (torch.arange(s)[:, None] - torch.arange(s)[None, :] + s).clamp(0, 2 * s - 1)
+    mask = torch.rand(2, 1, s, s) > 0.2
+
+    def attention(scores, c2p, pos, mask):
+        rel = torch.gather(c2p, -1, pos.expand(2 * heads, s, s))
+        full = (scores + rel / 2).view(2, heads, s, s)
+        return torch.softmax(full.masked_fill(~mask, -1e4), -1)
+    assert run(attention, scores, c2p, pos, mask) == 1
+
+
 def test_transcendental_body_read_by_kernels_apart_is_computed_once():
     """Llama's rotary cos and sin are read by every layer: each read would recompute the
     call (libm, a polynomial) in its kernel; the value is stored once instead. A body of a
