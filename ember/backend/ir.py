@@ -276,12 +276,15 @@ class ReinterpretView(_LaidOut):
 
 
 class IndexView(IRNode):
-    """``data`` seen through an index rewrite: ``loader(index) = data(reindex(index))``."""
+    """``data`` seen through an index rewrite: ``loader(index) = data(reindex(index))``.
+    ``permutation``: the dims of ``data`` this view's dims are, where it only permutes."""
 
-    def __init__(self, data: IRNode, size: list, reindex: Callable[[list], list]):
+    def __init__(self, data: IRNode, size: list, reindex: Callable[[list], list],
+                 permutation: tuple | None = None):
         self.data = data
         self.size = size
         self.reindex = reindex
+        self.permutation = permutation
 
     def get_size(self):
         return list(self.size)

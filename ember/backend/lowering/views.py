@@ -106,7 +106,8 @@ def _permute(ctx, x, dims):
     dims = [d % ndim for d in dims]
     size = [x.get_size()[d] for d in dims]
     inverse = [dims.index(i) for i in range(ndim)]
-    return IndexView(x, size, lambda idx: [idx[inverse[i]] for i in range(ndim)])
+    return IndexView(x, size, lambda idx: [idx[inverse[i]] for i in range(ndim)],
+                     permutation=tuple(dims))
 
 
 register_lowering(aten.permute.default)(_view_lowering(_permute))
@@ -128,6 +129,8 @@ register_lowering(aten.t.default)(_view_lowering(
 def _expand(ctx, x, size, *, implicit=False):
     out = ctx.size
     in_size = x.get_size()
+    if list(out) == list(in_size):     # the body itself (a transposed one stays one)
+        return x
     offset = len(out) - len(in_size)
     return IndexView(x, out, lambda idx: [sympy.Integer(0) if in_size[k] == 1 and
                                           out[k + offset] != 1 else idx[k + offset]
@@ -213,6 +216,8 @@ def _read_once(node: torch.fx.Node) -> bool:
 
 
 def _view(ctx, x, *args):
+    if list(ctx.size) == list(x.get_size()):     # matmul's 3-D operands are viewed so
+        return x
     for cheap in (_reshape_by_ones, _split_dims):
         view = cheap(ctx, x)
         if view is not None:
