@@ -72,7 +72,7 @@ MERGE_BELOW = 1024               # pointwise inner loops shorter than this absor
 _INLINE_STD = frozenset({"abs", "sqrt", "floor", "ceil", "trunc", "nearbyint", "copysign", "min",
                          "max", "numeric_limits", "isinf", "is_floating_point"})
 _STD_CALL = re.compile(r"std::(\w+)")
-_DOUBLE_LIBM = re.compile(r"double.*ember_(exp|erf|tanh|sigmoid)\(")    # on one line
+_DOUBLE_LIBM = re.compile(r"double.*ember_(exp|erf|gelu|tanh|sigmoid)\(")    # on one line
 _SIMD_PRAGMA = re.compile(r"(#pragma omp (?:parallel for )?simd)")
 
 

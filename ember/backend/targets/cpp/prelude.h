@@ -70,8 +70,9 @@ static inline float ember_horner(float, float c) { return c; }
 template <typename... C> static inline float ember_horner(float x, float c, C... rest) {
   return EMBER_FMA(ember_horner(x, rest...), x, c); }
 // exp(x) = 2^k exp(r): k = rint(x / ln 2) by the 1.5 * 2^23 rounding trick, r = x - k ln 2 with
-// ln 2 in two parts (Cody & Waite: k * hi is exact), exp(r) by Taylor to r^7 (|r| <= ln 2 / 2,
-// truncation 5e-9); 2^k as two normal factors, so subnormal results round once. < 1 ulp.
+// ln 2 in two parts (Cody & Waite: k * hi is exact), exp(r) = 1 + r + r^2 q(r), q a degree-4
+// minimax fit (|r| <= ln 2 / 2, relative error 3.8e-9; Taylor needed degree 7: one FMA more,
+// 7% of exp's time); 2^k as two normal factors, so subnormal results round once. < 1 ulp.
 // Lanes whose exp rounds to 0 (-inf under a causal mask) compute exp(0) and are zeroed after:
 // a subnormal product costs a microcode assist, 10x the whole exp; the clamp at 89 keeps k
 // at most 128 (inf) and lets NaN through
@@ -81,8 +82,8 @@ static inline float ember_exp_parts(float xc, uint32_t& k) {
   k = __builtin_bit_cast(uint32_t, j) - __builtin_bit_cast(uint32_t, 12582912.0f);
   float kf = j - 12582912.0f;
   float r = EMBER_FMA(-kf, 1.428606765330187e-06f, EMBER_FMA(-kf, 0.693145751953125f, xc));
-  return ember_horner(r, 1.0f, 1.0f, 0.5f, 0.16666666666666666f, 0.041666666666666664f,
-                      0.008333333333333333f, 0.001388888888888889f, 0.0001984126984126984f); }
+  return ember_horner(r, 1.0f, 1.0f, 0.49999994f, 0.166665211f, 0.041668389f,
+                      0.00836871658f, 0.00138145988f); }
 static inline float ember_expf(float x) {
   bool zero = x < -103.972077f;
   float xz = zero ? 0.0f : x;       // one masked move, and one vminps (NaN passes):
@@ -95,9 +96,8 @@ static inline float ember_expf(float x) {
 // keeps q's rounding small against erf); from 1 to 3.92 a degree-12 Chebyshev fit of erf in
 // t = (x - 2.46) / 1.46; past 3.92 erf rounds to +-1. No division or exp: GELU of 1M floats,
 // 2 threads, 0.33 ms with Abramowitz & Stegun 7.1.26 before. Max error over a dense sweep of
-// floats against float64 (tests/backend/test_erf_accuracy.py): 1.86 ulp, 1.1e-7 (eager's
-// erf: 0.75 ulp, 3.3e-8); GELU, |x| < 1: 2.35 ulp (eager's, oneDNN's: 2.58), else 5.6e-7
-// (eager's: 1.2e-6)
+// floats against float64 (tests/backend/targets/cpp_target/test_erf_gelu_accuracy.py):
+// 1.86 ulp, 1.1e-7 (eager's erf: 0.75 ulp, 3.3e-8, at 2.8x the time)
 static inline float ember_erff(float a) {
   float x = std::abs(a);
   float t = EMBER_FMA(3.92f < x ? 3.92f : x, 0.684931507f, -1.684931507f);  // one vminps
@@ -110,6 +110,26 @@ static inline float ember_erff(float a) {
                                            -0.0268538147f, 0.00518833473f, -0.000801026123f,
                                            7.85409866e-05f), a);
   return ember_select(x < 1.0f, series, std::copysign(std::min(tail, 1.0f), a)); }
+// GELU, x Phi(x) (Phi: the normal CDF), in 20 multiplies and FMAs where 0.5 x (1 + erf(x /
+// sqrt 2)) took 25, the loop's bottleneck (1 thread, 1M floats: 0.55 -> 0.43 ms; eager's
+// 0.48). Below 2, Phi = 1/2 + x q(x^2), q a minimax fit of (Phi(x) - 1/2) / x relative to
+// Phi(-x) where |x| <= 1 (eager's error there is relative) and to 1e-7 absolute beyond;
+// from 2 to 5.54 Phi = e or 1 - e, e = Phi(-|x|) by a degree-10 fit in |x| - 3.7699 (exact),
+// of error 4.6e-8 weighted by |x| (x e is the result); past 5.54 e is 0: Phi rounds to 1,
+// and x < -5.54 gives eager's -0.0 (NaN at -inf, as eager's). Max error over a dense sweep
+// against float64, eager's (oneDNN's gelu_erf) in brackets: |x| < 1: 1.93 ulp (2.58);
+// x >= 1: 1.71 ulp (4.89); x < -1, where eager's error is absolute: 9.6e-8 (1.1e-6).
+// Eager's overflows to inf from 1.7e38 (it doubles x first); ours is x there
+static inline float ember_gelu_f(float x) {
+  float z = std::abs(x);
+  float small = EMBER_FMA(x, ember_horner(x * x, 0.398942262f, -0.0664901733f, 0.00997283217f,
+                                          -0.00118615979f, 0.000114427952f, -8.94548066e-06f,
+                                          5.2003486e-07f, -1.65509828e-08f), 0.5f);
+  float e = ember_horner(z - 3.76990008f, 8.16328102e-05f, -0.000327200542f, 0.000617259997f,
+                         -0.000720373704f, 0.000574173988f, -0.000326269597f, 0.000131013338f,
+                         -3.06586917e-05f, -1.17021204e-06f, 3.12517614e-06f, -6.26618998e-07f);
+  e = z < 5.54f ? e : 0.0f;             // inf and NaN too (a NaN x stays NaN: x * 1)
+  return x * (z < 2.0f ? small : (x < 0.0f ? e : 1.0f - e)); }
 // tanh: below 0.625 a polynomial (a minimax fit of tanh(x) / x in x^2, 0.1 ulp), above it
 // 1 - 2 / (exp(2|x|) + 1); 1.4 ulp at most. Past |x| = 9.02 tanh rounds to +-1, so the exp
 // needs no zeroed lanes or second scaling factor (20% less time than ember_expf's)
@@ -128,6 +148,9 @@ template <typename T> static inline T ember_exp(T a) { return std::exp(a); }
 static inline float ember_exp(float a) { return ember_expf(a); }
 template <typename T> static inline T ember_erf(T a) { return std::erf(a); }
 static inline float ember_erf(float a) { return ember_erff(a); }
+template <typename T> static inline T ember_gelu(T a) {   // the decomposition's own order
+  return a * T(0.5) * (T(1) + std::erf(a * T(0.70710678118654752440))); }
+static inline float ember_gelu(float a) { return ember_gelu_f(a); }
 template <typename T> static inline T ember_tanh(T a) { return std::tanh(a); }
 static inline float ember_tanh(float a) { return ember_tanhf(a); }
 template <typename T> static inline T ember_sigmoid(T a) { return T(1) / (T(1) + ember_exp(-a)); }
