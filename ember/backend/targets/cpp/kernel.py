@@ -140,6 +140,9 @@ class CppKernel(Kernel):
         # a half temporary loaded or stored -> the temporary of its bits: stored again (a
         # copy, a transpose), the bits are, with no conversion
         self.half_bits: dict[str, str] = {}
+        # max/min accumulators of half values not rounded yet: rounding is monotonic, so
+        # the result is rounded once instead of every element (see LoopStrategy.loop_body)
+        self.rounded_after: dict[str, torch.dtype] = {}
 
     @property
     def kind(self) -> str:
