@@ -166,6 +166,26 @@ def test_comparisons_and_reductions_read_rounded_results(dtype, cpu_backend):
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=_ids)
+def test_max_and_min_of_half_results_round_once(dtype, cpu_backend):
+    """max and min of an op's half result (softmax's max of ``x * scale``) are eager's, NaN
+    and infinities (float16's ``x * 2`` past 65504) included; the C++ kernel reduces the
+    float products and rounds the max once, after the loop (rounding is monotonic), not
+    every element."""
+    torch.manual_seed(0)
+    x = (torch.randn(6, 1000) * 100).to(dtype)
+    x[1, 7], x[2, 5], x[3, :] = float("nan"), float("-inf"), -float("inf")
+    x[4, 9] = 40000.0 if dtype is torch.float16 else 3e38
+    fn = lambda x: ((x * 2.0).amax(1), (x * 0.37).amin(1), (x * 0.37).amax(0))  # noqa: E731
+    got, sources = run_and_get_code(fn, x)
+    _same(got, fn(x))
+    soft = lambda x: (torch.softmax(x[:1] * 0.125, -1),)  # noqa: E731
+    _close(_compiled(soft, x), soft(x), ulps=2)
+    if cpu_backend == "cpp":
+        half = "bf16" if dtype is torch.bfloat16 else "f16"
+        assert any(f"ember_round_{half}(acc_" in s for s in sources)
+
+
+@pytest.mark.parametrize("dtype", HALF, ids=_ids)
 def test_chains_and_transcendentals(dtype, cpu_backend):
     """A fused chain rounds once where eager rounds per op, and exp/tanh/erf differ from
     eager's in float's last bits: one ulp at most (two for the chain)."""

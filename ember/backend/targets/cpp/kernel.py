@@ -72,7 +72,7 @@ MERGE_BELOW = 1024               # pointwise inner loops shorter than this absor
 _INLINE_STD = frozenset({"abs", "sqrt", "floor", "ceil", "trunc", "nearbyint", "copysign", "min",
                          "max", "numeric_limits", "isinf", "is_floating_point"})
 _STD_CALL = re.compile(r"std::(\w+)")
-_DOUBLE_LIBM = re.compile(r"double.*ember_(exp|erf|tanh|sigmoid)\(")    # on one line
+_DOUBLE_LIBM = re.compile(r"double.*ember_(exp|erf|gelu|tanh|sigmoid)\(")    # on one line
 _SIMD_PRAGMA = re.compile(r"(#pragma omp (?:parallel for )?simd)")
 
 
@@ -140,6 +140,9 @@ class CppKernel(Kernel):
         # a half temporary loaded or stored -> the temporary of its bits: stored again (a
         # copy, a transpose), the bits are, with no conversion
         self.half_bits: dict[str, str] = {}
+        # max/min accumulators of half values not rounded yet: rounding is monotonic, so
+        # the result is rounded once instead of every element (see LoopStrategy.loop_body)
+        self.rounded_after: dict[str, torch.dtype] = {}
 
     @property
     def kind(self) -> str:

@@ -35,10 +35,15 @@ static inline uint32_t ember_pick(bool take, uint32_t a, uint32_t b) {
   uint32_t keep = -static_cast<uint32_t>(take); return (a & keep) | (b & ~keep); }
 static inline float ember_from_bf16(uint16_t h) {
   return __builtin_bit_cast(float, static_cast<uint32_t>(h) << 16); }
-static inline uint16_t ember_to_bf16(float f) {    // NaN is eager's scalar NaN, 0x7fc0
+static inline uint16_t ember_bf16_bits(float f) {   // f not NaN: rounded to nearest even
   uint32_t u = __builtin_bit_cast(uint32_t, f);
-  uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  return static_cast<uint16_t>(ember_pick(f != f, 0x7fc0u, rounded)); }
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16); }
+// NaN is eager's scalar NaN, 0x7fc0: made 0x7fc00000 before the rounding, in 32-bit lanes (a
+// pick of the 16-bit results took three more shuffles a vector). A store selects with ?:
+// (one masked move); ember_round_bf16, inside chains, with bits: there g++ merged ?: with a
+// ReLU's NaN test into mask juggling (bf16 batch norm + ReLU, 16 channels: 1.25x slower)
+static inline uint16_t ember_to_bf16(float f) {
+  return ember_bf16_bits(f != f ? std::numeric_limits<float>::quiet_NaN() : f); }
 static inline float ember_from_f16(uint16_t h) {
   uint32_t em = h & 0x7fffu, sign = static_cast<uint32_t>(h & 0x8000u) << 16;
   uint32_t normal = (em << 13) + 0x38000000u;            // exponent rebiased, 15 -> 127
@@ -61,7 +66,9 @@ static inline uint16_t ember_to_f16(float f) {
                             ember_pick(a >= 0x477ff000u, 0x7c00u, normal));  // 65520 and up: inf
   mag = ember_pick(a > 0x7f800000u, 0x7e00u | ((a >> 13) & 0x3ffu), mag);   // NaN, quiet
   return static_cast<uint16_t>(sign | mag); }
-static inline float ember_round_bf16(float f) { return ember_from_bf16(ember_to_bf16(f)); }
+static inline float ember_round_bf16(float f) {
+  return ember_from_bf16(ember_bf16_bits(
+      ember_select(f != f, std::numeric_limits<float>::quiet_NaN(), f))); }
 static inline float ember_round_f16(float f) { return ember_from_f16(ember_to_f16(f)); }
 // c0 + c1 x + c2 x^2 + ..., by Horner's rule (straight-line code: a loop over an array of
 // coefficients left the calling loop scalar)
@@ -69,8 +76,9 @@ static inline float ember_horner(float, float c) { return c; }
 template <typename... C> static inline float ember_horner(float x, float c, C... rest) {
   return EMBER_FMA(ember_horner(x, rest...), x, c); }
 // exp(x) = 2^k exp(r): k = rint(x / ln 2) by the 1.5 * 2^23 rounding trick, r = x - k ln 2 with
-// ln 2 in two parts (Cody & Waite: k * hi is exact), exp(r) by Taylor to r^7 (|r| <= ln 2 / 2,
-// truncation 5e-9); 2^k as two normal factors, so subnormal results round once. < 1 ulp.
+// ln 2 in two parts (Cody & Waite: k * hi is exact), exp(r) = 1 + r + r^2 q(r), q a degree-4
+// minimax fit (|r| <= ln 2 / 2, relative error 3.8e-9; Taylor needed degree 7: one FMA more,
+// 7% of exp's time); 2^k as two normal factors, so subnormal results round once. < 1 ulp.
 // Lanes whose exp rounds to 0 (-inf under a causal mask) compute exp(0) and are zeroed after:
 // a subnormal product costs a microcode assist, 10x the whole exp; the clamp at 89 keeps k
 // at most 128 (inf) and lets NaN through
@@ -80,31 +88,54 @@ static inline float ember_exp_parts(float xc, uint32_t& k) {
   k = __builtin_bit_cast(uint32_t, j) - __builtin_bit_cast(uint32_t, 12582912.0f);
   float kf = j - 12582912.0f;
   float r = EMBER_FMA(-kf, 1.428606765330187e-06f, EMBER_FMA(-kf, 0.693145751953125f, xc));
-  return ember_horner(r, 1.0f, 1.0f, 0.5f, 0.16666666666666666f, 0.041666666666666664f,
-                      0.008333333333333333f, 0.001388888888888889f, 0.0001984126984126984f); }
+  return ember_horner(r, 1.0f, 1.0f, 0.49999994f, 0.166665211f, 0.041668389f,
+                      0.00836871658f, 0.00138145988f); }
 static inline float ember_expf(float x) {
   bool zero = x < -103.972077f;
-  uint32_t k;
-  float p = ember_exp_parts(std::min(ember_select(zero, 0.0f, x), 89.0f), k);
+  float xz = zero ? 0.0f : x;       // one masked move, and one vminps (NaN passes):
+  uint32_t k;                       // bit selects and std::min took 5 instructions
+  float p = ember_exp_parts(89.0f < xz ? 89.0f : xz, k);
   uint32_t k1 = static_cast<uint32_t>(static_cast<int32_t>(k) >> 1), k2 = k - k1;
   return ember_select(zero, 0.0f, p * __builtin_bit_cast(float, (k1 + 127u) << 23) *
                                   __builtin_bit_cast(float, (k2 + 127u) << 23)); }
-// erf: below 1 a polynomial (a minimax fit of erf(x) / x in x^2, 0.5 ulp); from 1 to 3.92 a
-// degree-12 Chebyshev fit of erf in t = (x - 2.46) / 1.46; past 3.92 erf rounds to +-1.
-// 2.3 ulp at most (eager's erf: 1 ulp; its GELU, oneDNN's, within 1.5e-7). No division or
-// exp: GELU of 1M floats, 2 threads, 0.33 ms with Abramowitz & Stegun 7.1.26 before
+// erf: below 1, a + a q(a^2) with q a minimax fit of erf(x) / x - 1 (the fused last step
+// keeps q's rounding small against erf); from 1 to 3.92 a degree-12 Chebyshev fit of erf in
+// t = (x - 2.46) / 1.46; past 3.92 erf rounds to +-1. No division or exp: GELU of 1M floats,
+// 2 threads, 0.33 ms with Abramowitz & Stegun 7.1.26 before. Max error over a dense sweep of
+// floats against float64 (tests/backend/targets/cpp_target/test_erf_gelu_accuracy.py):
+// 1.86 ulp, 1.1e-7 (eager's erf: 0.75 ulp, 3.3e-8, at 2.8x the time)
 static inline float ember_erff(float a) {
   float x = std::abs(a);
-  float t = EMBER_FMA(std::min(x, 3.92f), 0.684931507f, -1.684931507f);
+  float t = EMBER_FMA(3.92f < x ? 3.92f : x, 0.684931507f, -1.684931507f);  // one vminps
   float tail = ember_horner(t, 9.994966731e-01f, 3.878064914e-03f, -1.393160185e-02f,
                             3.060109757e-02f, -4.500537437e-02f, 4.509779087e-02f,
                             -2.869897327e-02f, 6.526904800e-03f, 8.065710158e-03f,
                             -9.083879432e-03f, 2.283840762e-03f, 1.629612987e-03f,
                             -8.599194103e-04f);
-  float s = a * a;
-  float series = a * ember_horner(s, 1.12837911f, -0.37612325f, 0.112801805f, -0.0267113186f,
-                                  0.00491755968f, -0.000563145149f);
+  float series = EMBER_FMA(a, ember_horner(a * a, 0.128379166f, -0.37612626f, 0.112835854f,
+                                           -0.0268538147f, 0.00518833473f, -0.000801026123f,
+                                           7.85409866e-05f), a);
   return ember_select(x < 1.0f, series, std::copysign(std::min(tail, 1.0f), a)); }
+// GELU, x Phi(x) (Phi: the normal CDF), in 20 multiplies and FMAs where 0.5 x (1 + erf(x /
+// sqrt 2)) took 25, the loop's bottleneck (1 thread, 1M floats: 0.53 -> 0.455 ms; eager's
+// 0.47). Below 2, Phi = 1/2 + x q(x^2), q a minimax fit of (Phi(x) - 1/2) / x relative to
+// Phi(-x) where |x| <= 1 (eager's error there is relative) and to 1e-7 absolute beyond;
+// from 2 to 5.54 Phi = e or 1 - e, e = Phi(-|x|) by a degree-10 fit in |x| - 3.7699 (exact),
+// of error 4.6e-8 weighted by |x| (x e is the result); past 5.54 e is 0: Phi rounds to 1,
+// and x < -5.54 gives eager's -0.0 (NaN at -inf, as eager's). Max error over a dense sweep
+// against float64, eager's (oneDNN's gelu_erf) in brackets: |x| < 1: 1.93 ulp (2.58);
+// x >= 1: 1.71 ulp (4.89); x < -1, where eager's error is absolute: 9.6e-8 (1.1e-6).
+// Eager's overflows to inf from 1.7e38 (it doubles x first); ours is x there
+static inline float ember_gelu_f(float x) {
+  float z = std::abs(x);
+  float small = EMBER_FMA(x, ember_horner(x * x, 0.398942262f, -0.0664901733f, 0.00997283217f,
+                                          -0.00118615979f, 0.000114427952f, -8.94548066e-06f,
+                                          5.2003486e-07f, -1.65509828e-08f), 0.5f);
+  float e = ember_horner(z - 3.76990008f, 8.16328102e-05f, -0.000327200542f, 0.000617259997f,
+                         -0.000720373704f, 0.000574173988f, -0.000326269597f, 0.000131013338f,
+                         -3.06586917e-05f, -1.17021204e-06f, 3.12517614e-06f, -6.26618998e-07f);
+  e = z < 5.54f ? e : 0.0f;             // inf and NaN too (a NaN x stays NaN: x * 1)
+  return x * (z < 2.0f ? small : (x < 0.0f ? e : 1.0f - e)); }
 // tanh: below 0.625 a polynomial (a minimax fit of tanh(x) / x in x^2, 0.1 ulp), above it
 // 1 - 2 / (exp(2|x|) + 1); 1.4 ulp at most. Past |x| = 9.02 tanh rounds to +-1, so the exp
 // needs no zeroed lanes or second scaling factor (20% less time than ember_expf's)
@@ -123,6 +154,9 @@ template <typename T> static inline T ember_exp(T a) { return std::exp(a); }
 static inline float ember_exp(float a) { return ember_expf(a); }
 template <typename T> static inline T ember_erf(T a) { return std::erf(a); }
 static inline float ember_erf(float a) { return ember_erff(a); }
+template <typename T> static inline T ember_gelu(T a) {   // the decomposition's own order
+  return a * T(0.5) * (T(1) + std::erf(a * T(0.70710678118654752440))); }
+static inline float ember_gelu(float a) { return ember_gelu_f(a); }
 template <typename T> static inline T ember_tanh(T a) { return std::tanh(a); }
 static inline float ember_tanh(float a) { return ember_tanhf(a); }
 template <typename T> static inline T ember_sigmoid(T a) { return T(1) / (T(1) + ember_exp(-a)); }

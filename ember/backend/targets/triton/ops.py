@@ -87,6 +87,7 @@ UNARY_TRITON = {
     "log": "tl.log({0})", "log2": "tl.log2({0})", "sqrt": "tl.sqrt({0})",
     "rsqrt": "tl.rsqrt({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
     "erf": "tl.erf({0})", "floor": "tl.floor({0})", "ceil": "tl.ceil({0})",
+    "gelu": "({0}) * 0.5 * (1.0 + tl.erf(({0}) * 0.7071067811865476))",
     "sigmoid": "tl.sigmoid({0})", "reciprocal": "1.0 / {0}", "square": "{0} * {0}",
     "relu": "tl.where(({0} > 0) | ({0} != {0}), {0}, 0)",
     "trunc": "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))",
