@@ -17,7 +17,6 @@ do not share a definition type.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sys
 import types

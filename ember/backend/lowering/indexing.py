@@ -12,8 +12,8 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ember.backend.ir import ComputedBuffer, IndexView, Pointwise, Scatter, sym
-from ember.backend.lowering.registry import aten, compute_dtype, register_lowering
+from ember.backend.ir import ComputedBuffer, IndexView, Pointwise, Scatter
+from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import IndexCheck, ops
 
 # eager's embedding and index_select say this for any index out of range

@@ -3,10 +3,9 @@ from __future__ import annotations
 
 import math
 
-import sympy
 import torch
 
-from ember.backend.ir import Pointwise, sym
+from ember.backend.ir import Pointwise
 from ember.backend.lowering.registry import (aten, bool_result, broadcast_loader,
                                              compute_dtype, is_ir, make_pointwise,
                                              register_lowering)

@@ -51,7 +51,7 @@ from ember.backend.loops import access_indices, runs_with, store_order
 from ember.backend.ops import use_handler
 from ember.backend.scheduler import FusionGroup, SchedulerNode
 from ember.backend import sizevars
-from ember.backend.sizevars import is_static, size_hint
+from ember.backend.sizevars import size_hint
 from ember.backend.targets.cpp.build import has_avx512
 from ember.backend.targets.cpp.ops import (CPP_TYPES, CppOpsHandler, CppValue, _fields,
                                           cpp_index, from_storage, storage_type, to_storage)
