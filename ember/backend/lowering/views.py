@@ -198,8 +198,8 @@ def _split_dims(ctx, x):
 
 
 def _read_once(node: torch.fx.Node) -> bool:
-    """Each element of ``node``'s value is read once: its readers, through views, are ops
-    with results no larger than it (none broadcasts it). DeBERTa's attention scores,
+    """Each element of ``node``'s value is read about once: its readers, through views, are
+    ops with results of its size (none broadcasts it). DeBERTa's attention scores,
     gathered relative-position terms added and viewed [batch, heads, S, S], are then
     computed in the masked softmax's kernel instead of a pass of their own."""
     val = node.meta.get("val")
