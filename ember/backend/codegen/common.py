@@ -28,6 +28,9 @@ from ember.shapes.functions import FloorDiv as SizeFloorDiv, Mod as SizeMod, Tru
 HALF = (torch.float16, torch.bfloat16)
 
 
+_ARG_USE = re.compile(r"\bp_(\w+)")
+
+
 class Value:
     """A named value in generated code, with the dtype of the IR value it holds."""
     __slots__ = ("name", "dtype")
@@ -67,6 +70,15 @@ class Kernel:
 
     MAX_INDEX_CHECKS = 28
     kind = "poi"    # its loop structure in a word, in its name (codegen/kernel_names.py)
+
+    def buffer_args(self) -> list[str]:
+        """The buffers it loads and stores, in order of first use in its body (``p_<name>``),
+        not by name: a layer reading a graph input (``arg5``) and the next reading an
+        intermediate (``buf48``), or a shared ``buf53`` beside ``buf103``, then have the same
+        source up to names, so repeated layers share one kernel."""
+        names = self.loaded | self.stored
+        used = dict.fromkeys(m for m in _ARG_USE.findall("\n".join(self.lines)) if m in names)
+        return [*used, *sorted(names - used.keys())]
 
     def rename(self, name: str) -> None:
         """Called ``name`` from now on, in its generated source too (``<name>_flags``...)."""

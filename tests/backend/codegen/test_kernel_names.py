@@ -62,6 +62,27 @@ def test_kernels_are_named_for_their_ops_and_repeated_layers_share_one(cpu_backe
     assert launches == [2] * len(names), (names, artifact.wrapper)
 
 
+def test_a_first_layer_reading_a_graph_input_shares_the_next_layers_kernels(cpu_backend,
+                                                                           artifacts):
+    """A kernel's buffer parameters come in order of first use, not by name: the first
+    block's norm reads ``arg0`` beside its weights (``arg1``, ``arg2``), the second's reads
+    ``buf..`` beside ``arg6``, ``arg7``; sorted by name the two orders differed and the
+    layers got a kernel each."""
+    d = 16
+    weights = [w for _ in range(2) for w in (torch.randn(d), torch.randn(d),
+                                             *torch.randn(3, d, d))]
+    x = torch.randn(4, 8, d)
+
+    def model(x, *weights):
+        return _block(_block(x, *weights[:5]), *weights[5:])
+    torch.testing.assert_close(ember.compile(model)(x, *weights), model(x, *weights),
+                               rtol=1e-4, atol=1e-5)
+    (artifact,) = artifacts
+    names = [k.name for k in artifact.kernels]
+    launches = [_launches(artifact.wrapper, n) for n in names]
+    assert launches == [2] * len(names), (names, artifact.wrapper)
+
+
 def test_training_graphs_name_their_kernels_too(cpu_backend, artifacts):
     def fn(x, w, b):
         return F.gelu(F.layer_norm(x, (16,), w, b))

@@ -427,11 +427,11 @@ class CppKernel(Kernel):
 
     def _signature(self) -> str:
         params = []
-        for name in sorted(self.loaded | self.stored):
+        self.args = self.buffer_args()
+        for name in self.args:
             ctype = storage_type(self.dtypes[name])
             const = "" if name in self.stored else "const "
             params.append(f"{const}{ctype}* p_{name}")
-        self.args = sorted(self.loaded | self.stored)
         # the size symbols the body reads (graphs with symbolic sizes), after the buffers
         names = sizevars.symbol_names()
         body = "\n".join(self.lines)

@@ -282,7 +282,7 @@ class TritonKernel(Kernel):
         return head + "\n".join(self.lines) + "\n"
 
     def _arg_names(self) -> list[str]:
-        self.args = sorted(self.loaded | self.stored)
+        self.args = self.buffer_args()
         names = sizevars.symbol_names()
         if names:     # the size symbols the body reads
             body = "\n".join(self.lines)
