@@ -63,6 +63,8 @@ from ember.backend.targets.cpp.strategies.lanes import PARTIAL_SUMS, LaneBlocks
 from ember.backend.targets.cpp.strategies.pieces import SplitPieces
 from ember.backend.targets.cpp.strategies.plain import PlainLoop
 from ember.backend.targets.cpp.strategies.precompute import PrecomputedArrays
+from ember.backend.targets.cpp.strategies.table import HalfTable
+from ember.backend.targets.cpp.strategies.table import plan as plan_tables
 from ember.backend.targets.cpp.strategies.rows import ROW_SUM_MIN, RowSums
 from ember.backend.targets.cpp.strategies.tiles import TransposedTiles, transposed_reads
 
@@ -236,7 +238,9 @@ class CppKernel(Kernel):
         if node.name in self.group.local:
             return
         self.stored.add(node.writes)
-        self.line(f"p_{node.writes}[{cpp_index(self._hoisted(index))}] = {element};")
+        target = self.strategy.stored_element(node.writes, index) or \
+            f"p_{node.writes}[{cpp_index(self._hoisted(index))}]"
+        self.line(f"{target} = {element};")
 
     def _stored_value(self, value: CppValue, dtype: torch.dtype) -> tuple[CppValue, str]:
         """(the value a buffer of ``dtype`` holds after storing ``value``, the element
@@ -305,8 +309,12 @@ class CppKernel(Kernel):
             f"p_{name}" for name in self.dtypes if name not in written} | set(
             sizevars.symbol_names())
         tiled = {} if column else transposed_reads(k, x, r, self.dtypes, written)
+        table = self._half_tables(x, r)
         with use_handler(CppOpsHandler(self)):
-            if column:
+            if table:
+                with self.delegating(HalfTable(self, table[0])) as lookups:
+                    lookups.generate(x, r, table[2])
+            elif column:
                 with self.delegating(ColumnBlocks(self)) as blocks:
                     blocks.generate(x, r)
             elif tiled:
@@ -315,7 +323,9 @@ class CppKernel(Kernel):
             else:
                 self._row_nest(x, r)
         lines = _flag_errors(self.lines) if self.exports_flags else self.lines
-        text = _widen_vectors(self._signature() + " {\n" + "\n".join(lines) + "\n}\n")
+        prologue = "".join(line + "\n" for line in table[1]) if table else ""
+        text = _widen_vectors(prologue + self._signature() + " {\n" + "\n".join(lines) +
+                              "\n}\n")
         if self.exports_flags:
             # one word of flags per kernel library, ORed by any call that met a bad index or a
             # zero divisor, read and cleared by the wrapper after each call
@@ -323,6 +333,18 @@ class CppKernel(Kernel):
                     f'extern "C" int {self.name}_flags() {{ int v = ember_flags; '
                     f"ember_flags = 0; return v; }}\n")
         return text
+
+    def _half_tables(self, x, r):
+        """(the plan, the table builder's lines, the outputs) where the kernel reads its
+        results from half-precision lookup tables (strategies/table.py), else None. The
+        builder is generated in a scratch kernel: declined, it leaves this one untouched."""
+        table = plan_tables(self.group, x, r, self.dtypes)
+        if table is None:
+            return None
+        scratch = type(self)(self.group, self.name, self.dtypes)
+        with scratch.delegating(HalfTable(scratch, table)) as filling:
+            builder = filling.builder(x, r)
+        return None if builder is None else (table, builder, sorted(scratch.stored))
 
     def _row_nest(self, x, r) -> None:
         """The outer loops (parallel when they carry enough iterations), in them each

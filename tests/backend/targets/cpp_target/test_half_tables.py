@@ -1,0 +1,86 @@
+"""Half-precision lookup tables (``strategies/table.py``): a pointwise kernel of one float16
+or bfloat16 input reads its results from tables its first call fills with the same element
+code, so its bits equal the direct loop's for every one of the 65536 inputs (nan, inf, -0.0
+and subnormals among them), and eager's within the usual tolerances. Cheap bodies, float32
+inputs and kernels of two inputs keep the direct loop."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+from ember.backend.targets.cpp.strategies import table
+from ember.testing import run_and_get_code
+
+pytestmark = pytest.mark.usefixtures("fresh_no_grad")
+
+_REPEAT = 4          # every bit pattern 4 times: TABLE_MIN_ELEMENTS elements
+_CHAINS = {"gelu": lambda t: F.gelu(t), "silu": lambda t: F.silu(t),
+           "tanh": lambda t: torch.tanh(t), "gelu_then_scale": lambda t: F.gelu(t) * 2 - 1}
+
+
+def _every_value(dtype: torch.dtype) -> torch.Tensor:
+    bits = torch.arange(-2 ** 15, 2 ** 15, dtype=torch.int32).to(torch.int16)
+    return bits.view(dtype).repeat(_REPEAT, 1)
+
+
+def _assert_eagers(got, x, fn):
+    """Within half precision's tolerances of eager (a chain rounds once, eager every op),
+    on the inputs below 2^127: from there eager's GELU doubles x to inf (see
+    ``ember_gelu_f``; the direct loop's too)."""
+    keep = x.float().abs() < 2.0 ** 127
+    torch.testing.assert_close(got[keep], fn(x)[keep], equal_nan=True, atol=1e-2, rtol=1.6e-2)
+
+
+def _compiled(fn, x, tables: bool):
+    enabled = table._ENABLED
+    table._ENABLED = tables
+    try:
+        ember.reset()
+        out, sources = run_and_get_code(fn, x)
+    finally:
+        table._ENABLED = enabled
+    return out, "\n".join(sources)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", list(_CHAINS))
+def test_table_path_equals_the_direct_loop_bit_for_bit(dtype, name):
+    fn, x = _CHAINS[name], _every_value(dtype)
+    got, source = _compiled(fn, x, tables=True)
+    assert "_fill_tables" in source, source
+    direct, direct_source = _compiled(fn, x, tables=False)
+    assert "_fill_tables" not in direct_source
+    assert torch.equal(got.view(torch.int16), direct.view(torch.int16))
+    _assert_eagers(got, x, fn)
+
+
+def test_two_outputs_of_one_input():
+    x = _every_value(torch.bfloat16)
+    fn = lambda t: (F.gelu(t), torch.sigmoid(t) * t)   # noqa: E731
+    (a, b), source = _compiled(fn, x, tables=True)
+    assert source.count("_table_") >= 4, source
+    (da, db), _ = _compiled(fn, x, tables=False)
+    assert torch.equal(a.view(torch.int16), da.view(torch.int16))
+    assert torch.equal(b.view(torch.int16), db.view(torch.int16))
+
+
+@pytest.mark.parametrize("case", ["float32", "cheap", "two_inputs", "small"])
+def test_table_path_not_taken(case):
+    x = _every_value(torch.bfloat16)
+    fn = _CHAINS["gelu"]
+    args = (x,)
+    if case == "float32":
+        args = (torch.randn(4, 65536),)
+    elif case == "cheap":
+        fn = lambda t: t * 2 + 1   # noqa: E731
+    elif case == "two_inputs":
+        fn = lambda t, u: F.gelu(t + u)   # noqa: E731
+        args = (x, torch.randn(x.shape).to(x.dtype))
+    elif case == "small":
+        args = (x[:1],)
+    ember.reset()
+    out, sources = run_and_get_code(fn, *args)
+    assert "_fill_tables" not in "\n".join(sources)
+    _assert_eagers(out, args[0], lambda _: fn(*args))
