@@ -63,7 +63,7 @@ from ember.backend.targets.cpp.strategies.lanes import PARTIAL_SUMS, LaneBlocks
 from ember.backend.targets.cpp.strategies.pieces import SplitPieces
 from ember.backend.targets.cpp.strategies.plain import PlainLoop
 from ember.backend.targets.cpp.strategies.precompute import PrecomputedArrays
-from ember.backend.targets.cpp.strategies.table import HalfTable
+from ember.backend.targets.cpp.strategies.table import LOOKUP_ATTRIBUTE, HalfTable
 from ember.backend.targets.cpp.strategies.table import plan as plan_tables
 from ember.backend.targets.cpp.strategies.rows import ROW_SUM_MIN, RowSums
 from ember.backend.targets.cpp.strategies.tiles import TransposedTiles, transposed_reads
@@ -324,8 +324,10 @@ class CppKernel(Kernel):
                 self._row_nest(x, r)
         lines = _flag_errors(self.lines) if self.exports_flags else self.lines
         prologue = "".join(line + "\n" for line in table[1]) if table else ""
-        text = _widen_vectors(prologue + self._signature() + " {\n" + "\n".join(lines) +
-                              "\n}\n")
+        signature = self._signature()
+        if table:
+            signature = signature.replace('extern "C" ', f'extern "C" {LOOKUP_ATTRIBUTE} ', 1)
+        text = _widen_vectors(prologue + signature + " {\n" + "\n".join(lines) + "\n}\n")
         if self.exports_flags:
             # one word of flags per kernel library, ORed by any call that met a bad index or a
             # zero divisor, read and cleared by the wrapper after each call
