@@ -33,12 +33,13 @@ def _assert_eagers(got, x, fn):
     torch.testing.assert_close(got[keep], fn(x)[keep], equal_nan=True, atol=1e-2, rtol=1.6e-2)
 
 
-def _compiled(fn, x, tables: bool):
+def _compiled(fn, *args, tables: bool):
+    """(the outputs, the generated source) with the table path on or off."""
     enabled = table._ENABLED
     table._ENABLED = tables
     try:
         ember.reset()
-        out, sources = run_and_get_code(fn, x)
+        out, sources = run_and_get_code(fn, *args)
     finally:
         table._ENABLED = enabled
     return out, "\n".join(sources)
@@ -84,3 +85,15 @@ def test_table_path_not_taken(case):
     out, sources = run_and_get_code(fn, *args)
     assert "_fill_tables" not in "\n".join(sources)
     _assert_eagers(out, args[0], lambda _: fn(*args))
+
+
+def test_in_place_between_matmuls():
+    """GELU inside an MLP writes over the matmul's dying result (one buffer, in place)."""
+    x = torch.randn(512, 512, dtype=torch.bfloat16)
+    w = torch.randn(512, 512, dtype=torch.bfloat16) / 16
+    fn = lambda t, u: F.gelu(t @ u) @ u   # noqa: E731
+    got, source = _compiled(fn, x, w, tables=True)
+    assert "_fill_tables" in source and source.count("uint16_t* p_") == 1, source
+    direct, _ = _compiled(fn, x, w, tables=False)
+    assert torch.equal(got, direct)
+    torch.testing.assert_close(got, fn(x, w), atol=5e-2, rtol=1.6e-2)

@@ -97,7 +97,7 @@ def plan(group, x, r, dtypes) -> TablePlan | None:
             if where != index or dtypes.get(node.writes) not in _TABLE_DTYPES:
                 return None
             node.value(x, r)
-            written.update({node.writes, node.name})
+            written.add(node.name)    # (an output may reuse the input's storage: in place)
     sources = {name for name, at in probe.loads if name not in written}
     if len(sources) != 1 or any(at != index for _, at in probe.loads):
         return None
