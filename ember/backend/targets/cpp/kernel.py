@@ -17,7 +17,8 @@ it (``CppOpsHandler.exact``): what eager's op rounded. Arithmetic chains stay in
 :class:`CppKernel` holds what is per kernel (common subexpressions, the values hoisted out of
 inner loops, the names invariant in them, value bounds, error flags) and chooses how each
 part of the nest is generated: a loop strategy of ``strategies/`` (column blocks, or
-transposed tiles for a pointwise kernel reading across its loops, for the whole kernel; for
+transposed tiles for a pointwise kernel reading across its loops, or lookup tables for a
+pointwise kernel of one half-precision input, for the whole kernel; for
 each inner loop of a row nest split pieces, a plain loop with precomputed
 arrays, parallel chunks, lane blocks or row sums), to which it delegates. Each strategy keeps
 the state only it needs; while one generates, the kernel and its ops handler ask it what its
@@ -346,7 +347,7 @@ class CppKernel(Kernel):
         scratch = type(self)(self.group, self.name, self.dtypes)
         with scratch.delegating(HalfTable(scratch, table)) as filling:
             builder = filling.builder(x, r)
-        return None if builder is None else (table, builder, sorted(scratch.stored))
+        return None if builder is None else (table, builder, filling.outputs)
 
     def _row_nest(self, x, r) -> None:
         """The outer loops (parallel when they carry enough iterations), in them each

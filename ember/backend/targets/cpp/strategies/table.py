@@ -28,8 +28,7 @@ from ember.backend.sizevars import size_hint
 from ember.backend.targets.cpp.ops import (BINARY_CPP, UNARY_CPP, CppOpsHandler, cpp_index,
                                            storage_type)
 from ember.backend.targets.cpp.strategies.base import (PARALLEL_MIN_INNER, PARALLEL_MIN_ITERS,
-                                                       LoopStrategy,
-                                                       reads_only)
+                                                       LoopStrategy, reads_only)
 
 _ENABLED = True                   # tests turn it off to compare against the direct loop
 TABLE_MIN_ELEMENTS = 4 * 65536    # fewer: the table's cache misses outweigh the saving
@@ -43,11 +42,11 @@ _INLINE_STD = frozenset({"abs", "sqrt", "floor", "ceil", "trunc", "nearbyint", "
                          "min", "max", "numeric_limits"})
 _STD_CALL = re.compile(r"std::(\w+)")
 _DECL = re.compile(r"\s*auto (tmp\d+) = (.*);$")
-# output dtypes a table may hold (4 bytes at most an entry: 256 KB a table)
-# the lookup loop's attribute: its 3 instructions a element ran at 1.8x the time where
+# the lookup loop's attribute: its 3 instructions an element ran at 1.8x the time where
 # the loop crossed a 64-byte fetch block (bf16 GELU of 1M values, 1 thread, AMD EPYC: 0.57
 # ms, 0.31 aligned); it computes nothing, so the attribute touches no arithmetic
 LOOKUP_ATTRIBUTE = '__attribute__((optimize("align-loops=64")))'
+# output dtypes a table may hold (4 bytes at most an entry: 256 KB a table)
 _TABLE_DTYPES = (*HALF, torch.float32, torch.int32, torch.int16, torch.int8, torch.uint8,
                  torch.bool)
 
@@ -169,18 +168,17 @@ class HalfTable(LoopStrategy):
         k.line("(void)ember_filled;")
         # (outer dims merged into the inner one have no variable: 0 in x)
         dims = list(zip(x[:len(k.group.outer)], k.group.outer)) + list(zip(r, k.group.inner))
-        # threads over the outer loops where they are many, else over the inner ones (a
-        # collapsed nest recomputes its variables with divisions: 1.5x the time)
-        outer = len(k.group.outer)
-        split = outer if size_hint(product(k.group.outer)) >= PARALLEL_MIN_ITERS else len(dims)
-        if size_hint(product([size for _, size in dims])) < PARALLEL_MIN_INNER:
-            split = None
+        # threads over the outer loops where they are many, else over the inner ones (not
+        # one collapsed nest: it recomputes its variables with divisions, 1.5x the time)
+        outer, sizes = len(k.group.outer), list(k.group.outer) + list(k.group.inner)
+        first = 0 if outer and size_hint(product(k.group.outer)) >= PARALLEL_MIN_ITERS \
+            else outer
+        if size_hint(product(sizes)) < PARALLEL_MIN_INNER:
+            first = None
         for i, (var, size) in enumerate(dims):
-            if i == 0 and split is not None and split <= outer:
-                k.line("#pragma omp parallel for" + (f" collapse({split})" if split > 1 else ""))
-            if i == outer and split is not None and split > outer:
-                k.line("#pragma omp parallel for" +
-                       (f" collapse({len(dims) - outer})" if len(dims) - outer > 1 else ""))
+            if i == first:
+                n = (outer if first < outer else len(dims)) - first
+                k.line("#pragma omp parallel for" + (f" collapse({n})" if n > 1 else ""))
             self.open(f"for (int64_t {var} = 0; {var} < {cpp_index(size)}; {var}++) {{")
         at = cpp_index(self.plan.index)
         self.line(f"const uint16_t ember_bits = p_{self.plan.source}[{at}];")
