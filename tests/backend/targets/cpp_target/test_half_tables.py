@@ -102,3 +102,16 @@ def test_in_place_between_matmuls():
     direct, _ = _compiled(fn, x, w, tables=False)
     assert torch.equal(got, direct)
     torch.testing.assert_close(got, fn(x, w), atol=5e-2, rtol=1.6e-2)
+
+
+@pytest.mark.parametrize("name", ["float32", "bool", "int32"])
+def test_outputs_of_other_dtypes(name):
+    """Tables of float32, bool and int32 results (4 bytes at most an entry)."""
+    fn = {"float32": lambda t: F.gelu(t).float() * 3, "bool": lambda t: F.gelu(t) > 0.1,
+          "int32": lambda t: torch.sigmoid(t).mul(100).to(torch.int32)}[name]
+    x = _every_value(torch.bfloat16)
+    got, source = _compiled(fn, x, tables=True)
+    assert "_fill_tables" in source, source
+    direct, _ = _compiled(fn, x, tables=False)
+    bits = {torch.float32: torch.int32, torch.bool: torch.uint8}.get(got.dtype, got.dtype)
+    assert torch.equal(got.view(bits), direct.view(bits))
