@@ -1,8 +1,8 @@
 """Half-precision lookup tables (``strategies/table.py``): a pointwise kernel of one float16
 or bfloat16 input reads its results from tables its first call fills with the same element
 code, so its bits equal the direct loop's for every one of the 65536 inputs (nan, inf, -0.0
-and subnormals among them), and eager's within the usual tolerances. Cheap bodies, float32
-inputs, arithmetic alone and kernels of two inputs keep the direct loop."""
+and subnormals among them), and eager's within the usual tolerances. Float32 inputs,
+arithmetic alone, kernels of two inputs and small ones keep the direct loop."""
 from __future__ import annotations
 
 import pytest
@@ -28,8 +28,8 @@ def _every_value(dtype: torch.dtype) -> torch.Tensor:
 def _assert_eagers(got, x, fn, atol=1e-2):
     """Within half precision's tolerances of eager (a chain rounds once, eager every op),
     NaN, -0.0 and subnormals included; not from 2^127 on, where eager's GELU doubles x to
-    inf (see ``ember_gelu_f``), nor at inf, where it is inf or NaN by its code path (2-D or
-    1-D): the direct loop's results there, which the table's equal bit for bit."""
+    inf (see ``ember_gelu_f``), nor at inf, where it is NaN in its vector loop and inf in
+    its scalar tail: the direct loop's results there, which the table's equal bit for bit."""
     keep = x.isnan() | (x.float().abs() < 2.0 ** 127)
     torch.testing.assert_close(got[keep], fn(x)[keep], equal_nan=True, atol=atol, rtol=1.6e-2)
 
