@@ -17,7 +17,8 @@ it (``CppOpsHandler.exact``): what eager's op rounded. Arithmetic chains stay in
 :class:`CppKernel` holds what is per kernel (common subexpressions, the values hoisted out of
 inner loops, the names invariant in them, value bounds, error flags) and chooses how each
 part of the nest is generated: a loop strategy of ``strategies/`` (column blocks, or
-transposed tiles for a pointwise kernel reading across its loops, for the whole kernel; for
+transposed tiles for a pointwise kernel reading across its loops, or lookup tables for a
+pointwise kernel of one half-precision input, for the whole kernel; for
 each inner loop of a row nest split pieces, a plain loop with precomputed
 arrays, parallel chunks, lane blocks or row sums), to which it delegates. Each strategy keeps
 the state only it needs; while one generates, the kernel and its ops handler ask it what its
@@ -63,6 +64,8 @@ from ember.backend.targets.cpp.strategies.lanes import PARTIAL_SUMS, LaneBlocks
 from ember.backend.targets.cpp.strategies.pieces import SplitPieces
 from ember.backend.targets.cpp.strategies.plain import PlainLoop
 from ember.backend.targets.cpp.strategies.precompute import PrecomputedArrays
+from ember.backend.targets.cpp.strategies.table import LOOKUP_ATTRIBUTE, HalfTable
+from ember.backend.targets.cpp.strategies.table import plan as plan_tables
 from ember.backend.targets.cpp.strategies.rows import ROW_SUM_MIN, RowSums
 from ember.backend.targets.cpp.strategies.tiles import TransposedTiles, transposed_reads
 
@@ -236,7 +239,9 @@ class CppKernel(Kernel):
         if node.name in self.group.local:
             return
         self.stored.add(node.writes)
-        self.line(f"p_{node.writes}[{cpp_index(self._hoisted(index))}] = {element};")
+        target = self.strategy.stored_element(node.writes, index) or \
+            f"p_{node.writes}[{cpp_index(self._hoisted(index))}]"
+        self.line(f"{target} = {element};")
 
     def _stored_value(self, value: CppValue, dtype: torch.dtype) -> tuple[CppValue, str]:
         """(the value a buffer of ``dtype`` holds after storing ``value``, the element
@@ -305,8 +310,12 @@ class CppKernel(Kernel):
             f"p_{name}" for name in self.dtypes if name not in written} | set(
             sizevars.symbol_names())
         tiled = {} if column else transposed_reads(k, x, r, self.dtypes, written)
+        table = self._half_tables(x, r)
         with use_handler(CppOpsHandler(self)):
-            if column:
+            if table:
+                with self.delegating(HalfTable(self, table[0])) as lookups:
+                    lookups.generate(x, r, table[2])
+            elif column:
                 with self.delegating(ColumnBlocks(self)) as blocks:
                     blocks.generate(x, r)
             elif tiled:
@@ -315,7 +324,11 @@ class CppKernel(Kernel):
             else:
                 self._row_nest(x, r)
         lines = _flag_errors(self.lines) if self.exports_flags else self.lines
-        text = _widen_vectors(self._signature() + " {\n" + "\n".join(lines) + "\n}\n")
+        prologue = "".join(line + "\n" for line in table[1]) if table else ""
+        signature = self._signature()
+        if table:
+            signature = signature.replace('extern "C" ', f'extern "C" {LOOKUP_ATTRIBUTE} ', 1)
+        text = _widen_vectors(prologue + signature + " {\n" + "\n".join(lines) + "\n}\n")
         if self.exports_flags:
             # one word of flags per kernel library, ORed by any call that met a bad index or a
             # zero divisor, read and cleared by the wrapper after each call
@@ -323,6 +336,18 @@ class CppKernel(Kernel):
                     f'extern "C" int {self.name}_flags() {{ int v = ember_flags; '
                     f"ember_flags = 0; return v; }}\n")
         return text
+
+    def _half_tables(self, x, r):
+        """(the plan, the table builder's lines, the outputs) where the kernel reads its
+        results from half-precision lookup tables (strategies/table.py), else None. The
+        builder is generated in a scratch kernel: declined, it leaves this one untouched."""
+        table = plan_tables(self.group, x, r, self.dtypes)
+        if table is None:
+            return None
+        scratch = type(self)(self.group, self.name, self.dtypes)
+        with scratch.delegating(HalfTable(scratch, table)) as filling:
+            builder = filling.builder(x, r)
+        return None if builder is None else (table, builder, filling.outputs)
 
     def _row_nest(self, x, r) -> None:
         """The outer loops (parallel when they carry enough iterations), in them each

@@ -18,6 +18,8 @@ keeping the state only it needs; ``CppKernel`` (``../kernel.py``) chooses one an
 - ``rows.py``: :class:`RowSums`, a sum over several inner dims, a row at a time.
 - ``tiles.py``: :class:`TransposedTiles`, a whole pointwise kernel that reads an input along
   its outer dim, over tiles of which that read is first copied transposed.
+- ``table.py``: :class:`HalfTable`, a whole pointwise kernel whose values are functions of
+  one float16 or bfloat16 input, looked up in 65536-entry tables its first call fills.
 
 A strategy imports no kernel module (the kernel imports them).
 """

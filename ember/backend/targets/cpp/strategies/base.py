@@ -42,6 +42,11 @@ class LoopStrategy:
         from a local copy (transposed tiles), else None: it is read from memory."""
         return None
 
+    def stored_element(self, name: str, index) -> str | None:
+        """The C++ element a store of buffer ``name`` at ``index`` writes where the loops
+        write elsewhere than the buffer (a lookup table being filled), else None."""
+        return None
+
     def index_bounds(self, expr) -> tuple[int, int] | None:
         """The integer range of the index expression ``expr`` where the loops being
         generated decide it, else None (see CppOpsHandler.index_expr)."""
