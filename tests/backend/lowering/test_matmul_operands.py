@@ -7,18 +7,9 @@ import re
 import pytest
 import torch
 
-import ember
-from ember import config
 from ember.testing import run_and_get_code
 
-pytestmark = pytest.mark.usefixtures("cpu_backend")
-
-
-@pytest.fixture(autouse=True)
-def _fresh():
-    ember.reset()
-    with config.patch(suppress_errors=False), torch.no_grad():
-        yield
+pytestmark = pytest.mark.usefixtures("cpu_backend", "fresh_no_grad")
 
 
 def _library_args(fn, *args):
