@@ -63,15 +63,15 @@ def _aligned_product(ctx, a, b, a_val: torch.Tensor, b_val: torch.Tensor):
     pad_n = n % multiple != 0 and (always or m * n >= 1 << 20)
     pad_k = k % multiple != 0 and (always or m * n * k >= 1 << 30)
     pad_m = static_m and m % multiple != 0 and (always or m * n * k >= 1 << 30) and \
-        _column_major(a, a_val)
+        _column_major(a)
     if not (pad_n or pad_k or pad_m):
         return None
     up = lambda s, pad: -(-s // multiple) * multiple if pad else s     # noqa: E731
     rows, inner, columns = up(m, pad_m), up(k, pad_k), up(n, pad_n)
     if pad_m or pad_k:
-        a = _padded(ctx, a, a_val, rows, inner)
+        a = _padded(ctx, a, rows, inner)
     if pad_k or pad_n:
-        b = _padded(ctx, b, b_val, inner, columns)
+        b = _padded(ctx, b, inner, columns)
     product = ctx.graph.library_call(aten.mm.default, [a, b],
                                      ctx.out.new_empty_strided((rows, columns), (columns, 1)))
     logs.log("perf_hints", "matmul: %s x %s computed as %s x %s for aligned rows (a "
@@ -85,7 +85,7 @@ def _aligned_product(ctx, a, b, a_val: torch.Tensor, b_val: torch.Tensor):
     return product
 
 
-def _column_major(x, val: torch.Tensor) -> bool:
+def _column_major(x) -> bool:
     """``x`` (2-D) is memory laid out along its first dimension (a body is realized
     row-major for a library call)."""
     if not isinstance(x, (Buffer, ReinterpretView)):
@@ -94,14 +94,13 @@ def _column_major(x, val: torch.Tensor) -> bool:
     return stride[0] == 1 and size[0] != 1 and size[1] != 1
 
 
-def _padded(ctx, x, val: torch.Tensor, rows: int, columns: int):
-    """``x`` ([R, C]) in a zero-padded ``[rows, columns]`` copy, laid out along the same
-    dimension as ``x``'s memory (row-major for a body): a transposed weight stays
+def _padded(ctx, x, rows: int, columns: int):
+    """``x`` ([R, C], static) in a zero-padded ``[rows, columns]`` copy, laid out along the
+    same dimension as ``x``'s memory (row-major for a body): a transposed weight stays
     column-major, so the copy reads and writes along the same rows. One copy per storage,
     layout and padding (``GraphLowering.padded_operands``), so ``g @ w`` and ``g.t() @ h``
     share the padded ``g``."""
-    r, c = (int(s) for s in val.shape)
-    transposed = _column_major(x, val)
+    transposed = _column_major(x)
     # in storage order: the copy is [outer, inner] row-major, inner the contiguous dimension
     outer, inner = (columns, rows) if transposed else (rows, columns)
     if isinstance(x, (Buffer, ReinterpretView)):
@@ -114,20 +113,20 @@ def _padded(ctx, x, val: torch.Tensor, rows: int, columns: int):
     copies = ctx.graph.padded_operands
     if key not in copies:
         load = x.make_loader()
-        outer_n, inner_n = (c, r) if transposed else (r, c)
+        extents = [int(s) for s in x.get_size()][::-1 if transposed else 1]
 
         def padded(index):
-            i, j = index
-            source = [j, i] if transposed else [i, j]
+            # a masked load per padded dimension: zero past the value's own extent
+            beyond = [(var, extent) for var, extent, size in zip(index, extents, (outer, inner))
+                      if size != extent]
 
-            def inside(bound, extent, body):
-                if bound == extent:
-                    return body
-                keep = ops.lt(ops.index_expr(bound, torch.int64),
-                              ops.constant(extent, torch.int64))
-                return lambda: ops.masked(keep, body, 0)
-            body = inside(i, outer_n, inside(j, inner_n, lambda: load(source)))
-            return body()
+            def value(k=0):
+                if k == len(beyond):
+                    return load(index[::-1] if transposed else index)
+                var, extent = beyond[k]
+                keep = ops.lt(ops.index_expr(var, torch.int64), ops.constant(extent, torch.int64))
+                return ops.masked(keep, lambda: value(k + 1), 0)
+            return value()
         size = [sym(outer), sym(inner)]
         buf = ctx.graph.realize(Pointwise(ctx.device, x.get_dtype(), padded, size),
                                 Layout(ctx.device, x.get_dtype(), size,
