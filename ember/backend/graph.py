@@ -355,10 +355,10 @@ class GraphLowering:
         the body realized in its own layout and passed as a transposed view of it, as eager
         passes it. The library reads either order; a transposed copy is a slow kernel on a
         GPU (vit_base's AMP training step: 22 of them, 0.95 ms of 13.1 on an H100)."""
-        perm, inner = getattr(a, "permutation", None), a
+        perm, inner = None, a
         while getattr(inner, "permutation", None) is not None:    # t(t(x)) is x
-            if inner is not a:
-                perm = tuple(inner.permutation[d] for d in perm)
+            perm = inner.permutation if perm is None else \
+                tuple(inner.permutation[d] for d in perm)
             inner = inner.data
         n = len(perm) if perm else 0
         if n < 2 or perm not in (tuple(range(n)), (*range(n - 2), n - 1, n - 2)):
