@@ -55,7 +55,8 @@ from ember.backend import sizevars
 from ember.backend.sizevars import size_hint
 from ember.backend.targets.cpp.build import has_avx512
 from ember.backend.targets.cpp.ops import (CPP_TYPES, CppOpsHandler, CppValue, _fields,
-                                          cpp_index, from_storage, storage_type, to_storage)
+                                           calls_libm, cpp_index, from_storage, storage_type,
+                                           to_storage)
 from ember.backend.targets.cpp.strategies.base import (PARALLEL_MIN_INNER, PARALLEL_MIN_ITERS,
                                                        LoopStrategy, reads_only)
 from ember.backend.targets.cpp.strategies.chunks import ParallelChunks
@@ -71,10 +72,6 @@ from ember.backend.targets.cpp.strategies.tiles import TransposedTiles, transpos
 
 MERGE_BELOW = 1024               # pointwise inner loops shorter than this absorb outer dims
 
-# what a kernel may call and still take 16-lane vectors: inline code and single instructions
-_INLINE_STD = frozenset({"abs", "sqrt", "floor", "ceil", "trunc", "nearbyint", "copysign", "min",
-                         "max", "numeric_limits", "isinf", "is_floating_point"})
-_STD_CALL = re.compile(r"std::(\w+)")
 _DOUBLE_LIBM = re.compile(r"double.*ember_(exp|erf|gelu|tanh|sigmoid)\(")    # on one line
 _SIMD_PRAGMA = re.compile(r"(#pragma omp (?:parallel for )?simd)")
 
@@ -105,7 +102,7 @@ def _widen_vectors(text: str) -> str:
     A kernel reading or writing half-precision bits (``uint16_t``) takes 32 lanes: with 16,
     g++ sizes its vectors by the 16-bit elements (32 bytes) and computes the floats in
     256-bit halves (bf16 GELU of 4M values, 1 thread: 4.1 ms, 3.0 with 32 lanes)."""
-    if not has_avx512() or any(fn not in _INLINE_STD for fn in _STD_CALL.findall(text)):
+    if not has_avx512() or calls_libm(text):
         return text
     if "ember_randn(" in text or _DOUBLE_LIBM.search(text):
         return text      # Box-Muller's log and cos, and the double functions, are libm's

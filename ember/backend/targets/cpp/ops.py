@@ -8,6 +8,7 @@ clauses). Loop strategies live in ``strategies/``; this module imports neither t
 from __future__ import annotations
 
 import math
+import re
 from typing import TYPE_CHECKING
 
 import sympy
@@ -53,6 +54,19 @@ BINARY_CPP = {
     "bitwise_right_shift": "{0} >> {1}", "copysign": "std::copysign({0}, {1})",
     "hypot": "std::hypot({0}, {1})", "nextafter": "std::nextafter({0}, {1})",
 }
+# std functions that are inline code or single instructions (no libm call): a kernel calling
+# only these takes 16-lane vectors (kernel.py), and a half lookup table may be filled by it
+# (strategies/table.py)
+_INLINE_STD = frozenset({"abs", "sqrt", "floor", "ceil", "trunc", "nearbyint", "copysign", "min",
+                         "max", "numeric_limits", "isinf", "is_floating_point"})
+_STD_CALL = re.compile(r"std::(\w+)")
+
+
+def calls_libm(text: str) -> bool:
+    """C++ ``text`` calls a std function that is not inline code (libm's, or libmvec's)."""
+    return any(fn not in _INLINE_STD for fn in _STD_CALL.findall(text))
+
+
 _COMPARE_CPP = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 
 

@@ -25,8 +25,8 @@ from ember.backend.codegen.common import HALF
 from ember.backend.ir import product
 from ember.backend.ops import use_handler
 from ember.backend.sizevars import size_hint
-from ember.backend.targets.cpp.ops import (BINARY_CPP, UNARY_CPP, CppOpsHandler, cpp_index,
-                                           storage_type)
+from ember.backend.targets.cpp.ops import (BINARY_CPP, UNARY_CPP, CppOpsHandler, calls_libm,
+                                           cpp_index, storage_type)
 from ember.backend.targets.cpp.strategies.base import (PARALLEL_MIN_INNER, PARALLEL_MIN_ITERS,
                                                        LoopStrategy, reads_only)
 
@@ -38,9 +38,6 @@ _ALLOWED_OPS = (frozenset(UNARY_CPP) | frozenset(BINARY_CPP) | {
     "load", "constant", "to_dtype", "where", "logical_and", "logical_or", "logical_xor",
     "logical_not", "isnan", "isinf", "eq", "ne", "lt", "le", "gt", "ge", "truncdiv",
     "floordiv", "remainder", "fmod"})
-_INLINE_STD = frozenset({"abs", "sqrt", "floor", "ceil", "trunc", "nearbyint", "copysign",
-                         "min", "max", "numeric_limits"})
-_STD_CALL = re.compile(r"std::(\w+)")
 _DECL = re.compile(r"\s*auto (tmp\d+) = (.*);$")
 # the lookup loop's attribute: its 3 instructions an element ran at 1.8x the time where
 # the loop crossed a 64-byte fetch block (bf16 GELU of 1M values, 1 thread, AMD EPYC: 0.57
@@ -144,8 +141,7 @@ class HalfTable(LoopStrategy):
             if not m and not any(line.strip().startswith(f"{self._table(o)}[ember_i] = ")
                                  for o in self.outputs):
                 return None
-            if "double" in text or not reads_only(text, names) or \
-                    any(fn not in _INLINE_STD for fn in _STD_CALL.findall(text)):
+            if "double" in text or not reads_only(text, names) or calls_libm(text):
                 return None
             if m:
                 names.add(m.group(1))
