@@ -40,10 +40,10 @@ STORAGE_VIEWS = {torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_co
 _MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
             torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default}
 
-_REALIZE_COST = 12     # recomputation cost (ops x extra reads) above which a body read
-#                        more than once is computed once
-# ... or more loads than this: a residual sum read by the next layer and by its norm is
-# stored once; inlined, each layer's norm re-read every earlier layer's output (ViT, GPT-2)
+# A body read more than once is computed once when recomputing it for the extra reads costs
+# more than the target's ``recompute_limit`` (ops x extra reads), or when it makes more loads
+# than this: a residual sum read by the next layer and by its norm is stored once; inlined,
+# each layer's norm re-read every earlier layer's output (ViT, GPT-2)
 _REALIZE_READS = 1
 
 
@@ -285,7 +285,7 @@ class GraphLowering:
         if not isinstance(value, (Pointwise, IndexView)) or reads <= 1:
             return value
         cost = body_cost(value)
-        if cost.ops * (reads - 1) > _REALIZE_COST or cost.loads > _REALIZE_READS:
+        if cost.ops * (reads - 1) > self.target.recompute_limit or cost.loads > _REALIZE_READS:
             return self.realize(value)
         return value
 

@@ -43,11 +43,16 @@ class BodyCost:
 
     def __init__(self):
         self.ops = 0
-        self.loads = 0
+        self._loaded = set()       # (buffer, index): ``x * x * x`` loads one value
         self.indirect = 0          # loads at indices read from memory (gathers)
 
+    @property
+    def loads(self) -> int:
+        """The distinct values a body loads."""
+        return len(self._loaded)
+
     def load(self, name, index):
-        self.loads += 1
+        self._loaded.add((name, index))
         return 0
 
     def indirect_indexing(self, value, size, wrap_negative=False, check=None):

@@ -112,6 +112,10 @@ class Target:
     # which take it in float (lowering/registry.py ``make_pointwise``), and index_add and
     # scatter_add accumulate in float32, rounding once (lowering/indexing.py)
     cpu_half_rules = False
+    # a body read more than once is recomputed by each reader while ops x extra reads stays
+    # within this (graph.py ``computed_once``), else stored once: where a store and a load
+    # of a value cost about as much as a dozen simple ops (a CPU core's caches)
+    recompute_limit = 12
 
     # its kernels run at their real speed, so timing them against eager's means something
     # (runtime/eager_choice.py); False under an interpreter
@@ -163,6 +167,7 @@ class CpuPolicy:
     supports_cudagraphs = False
     keeps_depthwise_nchw = False
     cpu_half_rules = True
+    recompute_limit = 12
 
     def pads_matmuls(self, dtype: torch.dtype) -> bool:
         return False

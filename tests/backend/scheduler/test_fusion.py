@@ -277,6 +277,37 @@ def test_view_that_splits_dims_of_a_body_keeps_it_fused(shape, kernels):
     assert run(lambda x: (x * 2 + 1).view(shape).cos(), x) == kernels
 
 
+def _gelu_tanh_and_its_derivative(x, w):
+    """GPT-2's GELU in a training step: ``tanh`` is read by the output (before a matmul)
+    and by the derivative (after the matmul's backward), two kernels apart."""
+    t = torch.tanh(0.79788456 * (x + 0.044715 * x * x * x))
+    y = 0.5 * x * (1 + t)
+    h = torch.mm(y, w)
+    g = torch.mm(h, w.t())
+    return h, g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.79788456 * (1 + 0.134145 * x * x))
+
+
+@pytest.mark.parametrize("limit", [12, 64])
+def test_body_read_by_kernels_apart_is_recomputed_within_the_targets_limit(limit, monkeypatch):
+    """``Target.recompute_limit`` (ops x extra reads): GELU's tanh (~15 ops, three reads)
+    is stored once under the CPU targets' 12 and recomputed by each kernel under a GPU's
+    64. ``x * x * x`` counts as one load (a body loading several values is always stored)."""
+    from ember.backend.graph import GraphLowering
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
+    lower = GraphLowering.__init__
+
+    def with_limit(self, *args, **kwargs):
+        lower(self, *args, **kwargs)
+        monkeypatch.setattr(self.target, "recompute_limit", limit)
+    monkeypatch.setattr(GraphLowering, "__init__", with_limit)
+    x, w = torch.randn(64, 32), torch.randn(32, 8)
+    out, sources = run_and_get_code(_gelu_tanh_and_its_derivative, x, w)
+    assert same(_gelu_tanh_and_its_derivative(x, w), out, rtol=1e-5, atol=1e-5)
+    text = "\n".join(sources)
+    calls = text.count("ember_tanh(") - text.count("def ember_tanh(")
+    assert calls == (1 if limit == 12 else 2), text
+
+
 def test_view_of_a_gather_is_stored_before_a_broadcasting_reader():
     """Swin's relative-position bias: a gather viewed [7, 7, heads], permuted and added to
     every window's scores. Kept unstored behind the view, the gather would rerun for each
