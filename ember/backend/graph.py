@@ -41,9 +41,11 @@ _MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
             torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default}
 
 # A body read more than once is computed once when recomputing it for the extra reads costs
-# more than the target's ``recompute_limit`` (ops x extra reads), or when it makes more loads
-# than this: a residual sum read by the next layer and by its norm is stored once; inlined,
-# each layer's norm re-read every earlier layer's output (ViT, GPT-2)
+# more than the target's ``recompute_limit`` (ops x extra reads), or when it loads more values
+# than this that are not broadcast (``BodyCost.full_loads``): a residual sum read by the next
+# layer and by its norm is stored once; inlined, each layer's norm re-read every earlier
+# layer's output (ViT, GPT-2). Layer norm's ``(x - mean) * rstd`` is recomputed by its
+# backward's column sums: it loads one value per element, as its stored copy would.
 _REALIZE_READS = 1
 
 
@@ -279,13 +281,14 @@ class GraphLowering:
     def computed_once(self, value, reads: float):
         """``value`` realized when each of its elements is read ``reads`` times (several
         consumers, or one pooling window that overlaps the next) and recomputing it for the
-        extra reads costs more than a store and a load, or when it loads more than one
-        value (Llama's rotary cos and sin, read by every layer, were recomputed in each,
-        libm calls included)."""
+        extra reads costs more than a store and a load (Llama's rotary cos and sin, read by
+        every layer, were recomputed in each, libm calls included), or when it loads more
+        than one value per element."""
         if not isinstance(value, (Pointwise, IndexView)) or reads <= 1:
             return value
         cost = body_cost(value)
-        if cost.ops * (reads - 1) > self.target.recompute_limit or cost.loads > _REALIZE_READS:
+        if cost.ops * (reads - 1) > self.target.recompute_limit or \
+                cost.full_loads > _REALIZE_READS:
             return self.realize(value)
         return value
 

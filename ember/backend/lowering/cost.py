@@ -44,12 +44,21 @@ class BodyCost:
     def __init__(self):
         self.ops = 0
         self._loaded = set()       # (buffer, index): ``x * x * x`` loads one value
+        self.spanning = ()         # the body's index variables over more than one position
         self.indirect = 0          # loads at indices read from memory (gathers)
 
     @property
     def loads(self) -> int:
         """The distinct values a body loads."""
         return len(self._loaded)
+
+    @property
+    def full_loads(self) -> int:
+        """The distinct values loaded at an index that moves with every index variable:
+        a fresh value per element, where a load broadcast along some dim (a row's mean) is
+        read from cache by its neighbours."""
+        return sum(1 for _, index in self._loaded
+                   if all(v in getattr(index, "free_symbols", ()) for v in self.spanning))
 
     def load(self, name, index):
         self._loaded.add((name, index))
@@ -74,6 +83,9 @@ class BodyCost:
 def body_cost(node: IRNode) -> BodyCost:
     """What one element of ``node`` costs: ops, loads, masked regions, gathers."""
     counter = BodyCost()
+    size = node.get_size()
+    index = index_vars("c", len(size))
     with use_handler(counter):
-        node.make_loader()(index_vars("c", len(node.get_size())))
+        node.make_loader()(index)
+    counter.spanning = tuple(v for v, n in zip(index, size) if n != 1)
     return counter

@@ -287,11 +287,9 @@ def _gelu_tanh_and_its_derivative(x, w):
     return h, g * (0.5 * (1 + t) + 0.5 * x * (1 - t * t) * 0.79788456 * (1 + 0.134145 * x * x))
 
 
-@pytest.mark.parametrize("limit", [12, 64])
-def test_body_read_by_kernels_apart_is_recomputed_within_the_targets_limit(limit, monkeypatch):
-    """``Target.recompute_limit`` (ops x extra reads): GELU's tanh (~15 ops, three reads)
-    is stored once under the CPU targets' 12 and recomputed by each kernel under a GPU's
-    64. ``x * x * x`` counts as one load (a body loading several values is always stored)."""
+def _with_recompute_limit(monkeypatch, limit: int):
+    """Compile with the target's ``recompute_limit`` set to ``limit`` (no graph cache: the
+    limit is not part of its key)."""
     from ember.backend.graph import GraphLowering
     monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
     lower = GraphLowering.__init__
@@ -300,12 +298,44 @@ def test_body_read_by_kernels_apart_is_recomputed_within_the_targets_limit(limit
         lower(self, *args, **kwargs)
         monkeypatch.setattr(self.target, "recompute_limit", limit)
     monkeypatch.setattr(GraphLowering, "__init__", with_limit)
+
+
+@pytest.mark.parametrize("limit", [12, 64])
+def test_body_read_by_kernels_apart_is_recomputed_within_the_targets_limit(limit, monkeypatch):
+    """``Target.recompute_limit`` (ops x extra reads): GELU's tanh (~15 ops, three reads)
+    is stored once under the CPU targets' 12 and recomputed by each kernel under a GPU's
+    64. ``x * x * x`` counts as one load (a body loading several values is always stored)."""
+    _with_recompute_limit(monkeypatch, limit)
     x, w = torch.randn(64, 32), torch.randn(32, 8)
     out, sources = run_and_get_code(_gelu_tanh_and_its_derivative, x, w)
     assert same(_gelu_tanh_and_its_derivative(x, w), out, rtol=1e-5, atol=1e-5)
     text = "\n".join(sources)
     calls = text.count("ember_tanh(") - text.count("def ember_tanh(")
     assert calls == (1 if limit == 12 else 2), text
+
+
+def test_layer_norm_backward_recomputes_the_normalised_input_in_its_column_sums(monkeypatch):
+    """Layer norm's backward reads ``(x - mean) * rstd`` in its row kernel (the input's
+    gradient) and in its column sums (the weight's). The mean and rstd loads are broadcast
+    along the row, so the value loads one value per element, as a stored copy would: under a
+    GPU's limit no kernel stores it (only the input's gradient and the partial sums are)."""
+    _with_recompute_limit(monkeypatch, 64)
+    x = torch.randn(4096, 256, requires_grad=True)
+    w, b = torch.randn(256, requires_grad=True), torch.randn(256, requires_grad=True)
+    g = torch.randn(4096, 256)
+
+    def step(x, w, b, g):
+        (F.layer_norm(x, (256,), w, b) * g).sum().backward()
+    with torch.enable_grad():
+        step(x, w, b, g)
+        expected = [t.grad for t in (x, w, b)]
+        for t in (x, w, b):
+            t.grad = None
+        _, sources = run_and_get_code(step, x, w, b, g)
+    for t, e in zip((x, w, b), expected):
+        assert same(e, t.grad, rtol=1e-4, atol=1e-4)
+    backward = next(s for s in sources if "def call(" in s and "layer_norm_bwd" in s)
+    assert len(re.findall(r"\(4096, 256\), \(256, 1\)", backward)) == 1, backward
 
 
 def test_view_of_a_gather_is_stored_before_a_broadcasting_reader():

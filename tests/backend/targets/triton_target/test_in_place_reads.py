@@ -21,17 +21,20 @@ from ember.testing import run_and_get_code, same
 from triton_targets import INTERPRETED
 
 
-def residual_norms(x, pos, w1, w2, g, b):
-    """Two pre-norm residual steps: each sum is stored over the dead residual and normed."""
+def residual_norms(x, pos, w1, w2, w3, g, b):
+    """Three pre-norm residual steps: each sum read by the next step is stored over the dead
+    residual and normed (the first, ``x + pos``, loads one value per element and is
+    recomputed by its readers instead)."""
     d = x.shape[-1]
     x = x + pos
     x = x + F.layer_norm(x, (d,), g, b) @ w1
     x = x + F.layer_norm(x, (d,), g, b) @ w2
+    x = x + F.layer_norm(x, (d,), g, b) @ w3
     return F.layer_norm(x, (d,), g, b)
 
 
 def residual_inputs(rows=4, t=16, d=64, device="cpu"):
-    shapes = [(rows, t, d), (t, d), (d, d), (d, d), (d,), (d,)]
+    shapes = [(rows, t, d), (t, d), (d, d), (d, d), (d, d), (d,), (d,)]
     return [torch.randn(s, device=device) for s in shapes]
 
 
