@@ -116,11 +116,25 @@ def twin(node: torch.fx.Node) -> torch.fx.Node:
     return node.meta.get("ember_replay_twin", node)
 
 
+def _dropout_p(node: torch.fx.Node):
+    """The ``dropout_p`` argument of an attention op's call (None: the op has none)."""
+    for i, arg in enumerate(node.target._schema.arguments):
+        if arg.name == "dropout_p":
+            return node.args[i] if i < len(node.args) else \
+                node.kwargs.get("dropout_p", arg.default_value)
+    return None
+
+
 def _replayable(node: torch.fx.Node) -> bool:
+    """A random op whose draw the backward may make again. Not attention: its backward
+    kernel derives the dropout mask from the seed and offset the forward returns, and
+    replaying it would run the whole forward attention again in the backward."""
     target = node.target
     if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
         return False
     if torch.Tag.nondeterministic_seeded not in target.tags or target._schema.is_mutable:
+        return False
+    if _dropout_p(node) is not None:
         return False
     if node.kwargs.get("generator") is not None:       # a user's generator: not replayed
         return False
@@ -133,9 +147,13 @@ def _replayable(node: torch.fx.Node) -> bool:
 def draws(node: torch.fx.Node) -> bool:
     """The node advances a generator (a seeded random op, or its record)."""
     target = node.target
-    return node.op == "call_function" and (isinstance(target, RecordRandom) or (
-        isinstance(target, torch._ops.OpOverload)
-        and torch.Tag.nondeterministic_seeded in target.tags))
+    if node.op != "call_function":
+        return False
+    if isinstance(target, RecordRandom):
+        return True
+    # attention with no dropout takes nothing from the generator
+    return isinstance(target, torch._ops.OpOverload) and \
+        torch.Tag.nondeterministic_seeded in target.tags and _dropout_p(node) not in (0, 0.0)
 
 
 def _outputs(node: torch.fx.Node) -> list[list[torch.fx.Node]] | None:

@@ -155,3 +155,38 @@ def test_a_draw_nothing_reads_still_advances_the_generator():
         torch.rand_like(x)                      # eager draws it; so must the forward
         return F.dropout(x * w, 0.5)
     _check(f, _inputs("cpu", (64, 96), (64, 96)), "cpu")
+
+
+def attention(q, k, v, w):
+    """A causal self-attention step as GPT-2 and ViT train it (dropout off)."""
+    return F.scaled_dot_product_attention(q @ w, k, v, dropout_p=0.0, is_causal=True)
+
+
+def test_attention_without_dropout_is_saved_not_replayed():
+    """Attention ops take ``dropout_p`` and carry the seeded tag, but with no dropout they
+    draw nothing: the backward reads the forward's outputs (as eager's does) instead of
+    running the whole forward attention again from a generator state."""
+    inputs = _inputs("cpu", (2, 4, 32, 16), (2, 4, 32, 16), (2, 4, 32, 16), (16, 16))
+    parts = _partition(attention, inputs)
+    assert parts.replayed == 0
+    for gm in (parts.forward, parts.backward):
+        assert not any(isinstance(n.target, (RecordRandom, ReplayRandom))
+                       for n in gm.graph.nodes)
+    backward_ops = {str(n.target) for n in parts.backward.graph.nodes}
+    assert not any("attention" in t and "backward" not in t for t in backward_ops), \
+        backward_ops
+    _check(attention, inputs, "cpu")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_attention_with_dropout_trains_like_eager(device):
+    """With dropout, the attention backward's own kernel regenerates the mask from what the
+    forward returns (on the CPU, eager's attention is decomposed: its dropout is replayed):
+    the attention is not replayed, and the generator ends where eager's does."""
+    def dropped(q, k, v, w):
+        return F.scaled_dot_product_attention(q @ w, k, v, dropout_p=0.3)
+    inputs = _inputs(device, (2, 4, 32, 16), (2, 4, 32, 16), (2, 4, 32, 16), (16, 16))
+    parts = _partition(dropped, inputs)
+    assert not any(isinstance(n.target, ReplayRandom) and "attention" in str(n.target.op)
+                   for n in parts.backward.graph.nodes)
+    _check(dropped, inputs, device)
