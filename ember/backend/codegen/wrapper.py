@@ -145,6 +145,10 @@ class WrapperCodegen:
     def generate(self) -> str:
         g = self.graph
         names = [b.name for b in g.inputs]
+        # an input has the layout its kernels were compiled for (the caller's guards): a view
+        # of all of it, as a library call's argument, is the input itself
+        self.layouts.update({b.name: b.layout for b in g.inputs
+                             if getattr(b.layout, "stride", None) is not None})
         out = ["import torch", "import math", "from ember.backend.runtime import with_layout",
                "empty_strided = torch.empty_strided", "as_strided = torch.as_strided", "", "",
                "def call(args):"]

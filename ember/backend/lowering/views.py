@@ -197,6 +197,45 @@ def _split_dims(ctx, x):
     return IndexView(x, list(ctx.size), reindex)
 
 
+def _merge_rows(ctx, x):
+    """A view that merges runs of outer dims into one, the last dim kept (a [B, T, C] body
+    viewed [B*T, C] for a matmul's gradient or a column sum), on targets that index through
+    it (``Target.inlines_merged_views``): each load divides the merged row index back into
+    the body's dims, a few integer ops against storing and reloading the body (layer
+    norm's ``x - mean) * rstd`` in ViT's backward). Static sizes; no gathers."""
+    if not ctx.graph.target.inlines_merged_views:
+        return None
+    ins, outs = list(x.get_size()), list(ctx.size)
+    if not all(is_static(s) for s in [*ins, *outs]):
+        return None
+    ins, outs = [int(s) for s in ins], [int(s) for s in outs]
+    real_in, real_out = [s for s in ins if s != 1], [s for s in outs if s != 1]
+    if not real_in or not real_out or real_in[-1] != real_out[-1]:
+        return None
+    groups, j = [], 0      # per output dim: the input dims it covers
+    for size in outs:
+        start, prod = j, 1
+        while prod < size and j < len(ins):
+            prod *= ins[j]
+            j += 1
+        if prod != size:
+            return None
+        groups.append((start, j))
+    if any(ins[k] != 1 for k in range(j, len(ins))) or body_cost(x).indirect:
+        return None
+
+    def reindex(idx):
+        full = [sympy.Integer(0)] * len(ins)      # size-1 dims: index 0
+        for o, (start, end) in enumerate(groups):
+            dims, inner = [d for d in range(start, end) if ins[d] != 1], 1
+            for d in reversed(dims):
+                part = FloorDiv(idx[o], inner)
+                full[d] = part if d == dims[0] else ModIndex(part, ins[d])
+                inner *= ins[d]
+        return full
+    return IndexView(x, [sympy.Integer(s) for s in outs], reindex)
+
+
 def _read_once(node: torch.fx.Node) -> bool:
     """Each element of ``node``'s value is read about once: its readers, through views, are
     ops with results of its size (none broadcasts it). DeBERTa's attention scores,
@@ -218,7 +257,7 @@ def _read_once(node: torch.fx.Node) -> bool:
 def _view(ctx, x, *args):
     if list(ctx.size) == list(x.get_size()):     # matmul's 3-D operands are viewed so
         return x
-    for cheap in (_reshape_by_ones, _split_dims):
+    for cheap in (_reshape_by_ones, _split_dims, _merge_rows):
         view = cheap(ctx, x)
         if view is not None:
             return view

@@ -116,6 +116,10 @@ class Target:
     # within this (graph.py ``computed_once``), else stored once: where a store and a load
     # of a value cost about as much as a dozen simple ops (a CPU core's caches)
     recompute_limit = 12
+    # a body viewed with outer dims merged ([B, T, C] as [B*T, C]) is read through the view,
+    # its loads dividing the row index (lowering/views.py ``_merge_rows``), instead of being
+    # stored first: where integer division is cheap next to memory traffic
+    inlines_merged_views = False
 
     # its kernels run at their real speed, so timing them against eager's means something
     # (runtime/eager_choice.py); False under an interpreter
@@ -168,6 +172,7 @@ class CpuPolicy:
     keeps_depthwise_nchw = False
     cpu_half_rules = True
     recompute_limit = 12
+    inlines_merged_views = False
 
     def pads_matmuls(self, dtype: torch.dtype) -> bool:
         return False

@@ -19,6 +19,7 @@ class TritonTarget(Target):
     # an H100 does ~20 float ops in the time of one byte of memory traffic: recomputing
     # GPT-2's GELU tanh (~14 ops) for its second reader beats storing and reloading it
     recompute_limit = 64
+    inlines_merged_views = True
 
     def __init__(self, interpret: bool, debug: bool = False,
                  device: torch.device = torch.device("cpu"), autotune: bool = False):
