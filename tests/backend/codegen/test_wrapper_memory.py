@@ -230,3 +230,17 @@ def test_a_kernel_writes_over_a_buffer_read_by_a_value_it_computed_first():
     out, sources = run_and_get_code(fn, a, b, w, scale, shift)
     assert same(fn(a, b, w, scale, shift), out, rtol=1e-4, atol=1e-4)
     assert "empty_strided((" not in _call_body(_wrapper(sources)), _wrapper(sources)
+
+
+def test_an_input_viewed_in_its_own_layout_is_passed_as_it_is(cpu_backend):
+    """A library call's argument that views all of an input in the input's own layout (a
+    weight transposed twice, as a linear's backward reads it) is the input itself: no
+    ``as_strided`` per call (~2 us each on a GPU host, hundreds per training step)."""
+    def f(x, w):
+        return torch.mm(x, w.t().t()) + 1, torch.mm(x, w.t()) + 1
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    result, sources = run_and_get_code(ember.compile(f), x, w)
+    assert same(f(x, w), result)
+    wrapper = sources[0]
+    assert "as_strided(arg1, (8, 8), (8, 1)" not in wrapper, wrapper
+    assert "as_strided(arg1, (8, 8), (1, 8)" in wrapper, wrapper    # a real view stays one
