@@ -166,6 +166,7 @@ class WrapperCodegen:
                                  for name in _extern_reads(step)}
         poolable = self._poolable(output_names)
         self.keepable = self._keepable(output_names)
+        self.shaped = self._allocation_layouts(output_names)
         self.kept_names: set[str] = set()     # names bound to kept memory
         read = {name for step in self.steps for name in (
             self.kernels[id(step)].args if isinstance(step, FusionGroup) else _extern_reads(step))}
@@ -255,6 +256,52 @@ class WrapperCodegen:
                 keep.add(buf.name)
         return keep
 
+    def _allocation_layouts(self, output_names: set[str]) -> dict[str, object]:
+        """Buffers a generated kernel writes that the wrapper may allocate in another shape:
+        kernels see only the data pointer, so a buffer that library calls read only through
+        views (a [B, T, C] activation that matmuls read as [B*T, C]) is allocated as the
+        view of all its memory read most, and those calls take it as it is (an
+        ``as_strided`` less per call and reader). Not outputs, nor memory that another
+        buffer takes over in place."""
+        views: dict[str, dict] = {}      # name -> {(size, stride, offset): [layout, reads]}
+        whole: set[str] = set(output_names)
+
+        def visit(a):
+            if isinstance(a, ReinterpretView) and isinstance(a.data, Buffer):
+                lay = a.layout
+                key = (_tuple(lay.size), _tuple(lay.stride), size_text(lay.offset))
+                views.setdefault(a.data.name, {}).setdefault(key, [lay, 0])[1] += 1
+            elif isinstance(a, Buffer):
+                whole.add(a.name)
+            elif isinstance(a, (list, tuple)):
+                for x in a:
+                    visit(x)
+        written, in_place = {}, set()
+        for step in self.steps:
+            if isinstance(step, FusionGroup):
+                for node in step.nodes:
+                    if node.buf.reuses:
+                        in_place |= {node.name, node.buf.reuses}
+                    elif node.name not in step.local and node.writes == node.name:
+                        written[node.name] = node.buf.layout
+            else:
+                visit(step.args)
+                visit(list(step.kwargs.values()))
+        for o in self.graph.outputs:
+            if isinstance(o, ReinterpretView):
+                whole.add(o.data.name)
+        shaped = {}
+        for name, own in written.items():
+            seen = views.get(name)
+            if name in whole or name in in_place or not seen:
+                continue
+            whole_views = [(reads, lay) for lay, reads in seen.values()
+                           if lay.offset == 0 and lay.dtype == own.dtype and
+                           sympy.simplify(lay.storage_numel() - own.storage_numel()) == 0]
+            if whole_views:
+                shaped[name] = max(whole_views, key=lambda v: v[0])[1]
+        return shaped
+
     def _given_memory(self, takers: bool) -> list[Buffer]:
         """The buffers the wrapper gives memory: written by a generated kernel into their
         own memory (``takers``: or into memory they took over in place) or by a library call
@@ -268,8 +315,9 @@ class WrapperCodegen:
                 buffers.append(step)
         return buffers
 
-    def _kept_slot(self, buf: Buffer) -> str | None:
-        """``_slots[i]`` for a buffer kept between calls (``_keepable``), or None, while the
+    def _kept_slot(self, buf: Buffer, lay) -> str | None:
+        """``_slots[i]`` for a buffer kept between calls (``_keepable``), allocated in layout
+        ``lay``, or None, while the
         kept bytes stay within ``config.kept_buffers_mb``. A call that finds the kept
         buffers in use (the same graph running in another thread, or re-entered) allocates
         its own."""
@@ -277,7 +325,6 @@ class WrapperCodegen:
         if config.kept_buffers_mb < 0:
             raise ValueError(f"config.kept_buffers_mb={config.kept_buffers_mb}: expected a "
                              f"number of MB, 0 or more")
-        lay = buf.layout
         if buf.name not in self.keepable:
             return None
         nbytes = size_hint(lay.storage_numel()) * lay.dtype.itemsize   # (at the sizes seen)
@@ -294,9 +341,9 @@ class WrapperCodegen:
     def _allocate(self, buf: ComputedBuffer, pool: dict, pending: dict,
                   output_names: set[str]) -> str:
         """The line that gives ``buf`` memory: ``_memory_for``'s, else new memory."""
-        lay = buf.layout
+        lay = self.shaped.get(buf.name, buf.layout)
         self.layouts[buf.name] = lay
-        got = self._memory_for(buf, pool, pending, output_names)
+        got = self._memory_for(buf, pool, pending, output_names, lay)
         if got is None:
             return (f"{buf.name} = empty_strided({_tuple(lay.size)}, {_tuple(lay.stride)}, "
                     f"dtype={self.const(lay.dtype)}, device={self.const(lay.device)})")
@@ -304,12 +351,12 @@ class WrapperCodegen:
         return f"{buf.name} = {memory}; del {dead}  # reuse" if dead else \
             f"{buf.name} = {memory}  # kept"
 
-    def _memory_for(self, buf: Buffer, pool: dict, pending: dict, output_names: set[str]
-                    ) -> tuple[str, str | None] | None:
+    def _memory_for(self, buf: Buffer, pool: dict, pending: dict, output_names: set[str],
+                    lay=None) -> tuple[str, str | None] | None:
         """Memory for ``buf`` that costs no allocator call: (a dead buffer of the same dtype
-        and size, in ``buf``'s layout, and that buffer's name), else (a buffer kept between
-        calls, None), else None."""
-        lay = buf.layout
+        and size, in layout ``lay`` (default ``buf``'s), and that buffer's name), else (a
+        buffer kept between calls, None), else None."""
+        lay = buf.layout if lay is None else lay
         free = pool.get((lay.dtype, _numel_key(lay.storage_numel())), [])
         # kept memory goes only to buffers whose memory may be kept too
         usable = [] if buf.name in output_names else free if buf.name in self.keepable \
@@ -326,7 +373,7 @@ class WrapperCodegen:
             if self._same_layout(old, lay):
                 return old, old
             return _as_strided(old, lay.size, lay.stride, 0), old
-        slot = self._kept_slot(buf)
+        slot = self._kept_slot(buf, lay)
         return None if slot is None else (slot, None)
 
     def _poolable(self, output_names: set[str]) -> dict[str, tuple]:

@@ -244,3 +244,19 @@ def test_an_input_viewed_in_its_own_layout_is_passed_as_it_is(cpu_backend):
     wrapper = sources[0]
     assert "as_strided(arg1, (8, 8), (8, 1)" not in wrapper, wrapper
     assert "as_strided(arg1, (8, 8), (1, 8)" in wrapper, wrapper    # a real view stays one
+
+
+def test_a_buffer_that_matmuls_read_as_rows_is_allocated_as_rows(cpu_backend):
+    """A [B, T, C] value a kernel writes and matmuls read as [B*T, C] (a linear's input):
+    kernels see only its data pointer, so the wrapper allocates it [B*T, C] and passes it
+    to the matmuls as it is, with no view made per call; its transposed reader (a weight's
+    gradient) still takes a view."""
+    def f(x, w):
+        h = torch.relu(x) * 2
+        return torch.matmul(h, w) + 1, torch.mm(h.reshape(12, 8).t(), h.reshape(12, 8)) + 1
+    x, w = torch.randn(3, 4, 8), torch.randn(8, 8)
+    result, sources = run_and_get_code(ember.compile(f), x, w)
+    assert same(f(x, w), result)
+    wrapper = sources[0]
+    assert not re.search(r"as_strided\(\w+, \(12, 8\), \(8, 1\)", wrapper), wrapper
+    assert re.search(r"as_strided\(\w+, \(8, 12\), \(1, 8\)", wrapper), wrapper
