@@ -41,13 +41,13 @@ _MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
             torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default}
 
 # A body read more than once is computed once when recomputing it for the extra reads costs
-# more than the target's ``recompute_limit`` (ops x extra reads), or when it loads more values
-# than this that are not broadcast (``BodyCost.full_loads``): a residual sum read by the next
-# layer and by its norm is stored once; inlined, each layer's norm re-read every earlier
-# layer's output (ViT, GPT-2). Layer norm's ``(x - mean) * rstd`` is recomputed by its
-# backward's column sums: it loads one value per element, as its stored copy would.
-_REALIZE_READS = 1
-
+# more than the target's ``recompute_limit`` (ops x extra reads), or when it loads several
+# values per element that are not broadcast (``BodyCost.full_loads``) and its readers would
+# move more bytes reloading them than storing it and loading it back: a float32 residual sum
+# read by the next layer and by its norm is stored once; inlined, each layer's norm re-read
+# every earlier layer's output (ViT, GPT-2). A value of one load is never stored for it
+# (layer norm's ``(x - mean) * rstd``, recomputed by its backward's column sums), nor one
+# computed in float32 from two bf16 values (GPT-2's GELU backward under autocast).
 
 class GraphLowering:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list, target,
@@ -57,6 +57,7 @@ class GraphLowering:
         self.device = device                    # kernels read tensors on this device only
         self.example_inputs = example_inputs
         self.buffers: list[Buffer] = []          # ComputedBuffer / ExternBuffer, in order
+        self._itemsizes: dict[str, int] = {}     # buffer name -> bytes per element
         self.inputs: list[InputBuffer] = []      # graph inputs, placeholder order
         self.constants: dict[str, torch.Tensor] = {}
         self.constant_buffers: list[InputBuffer] = []   # their buffers, read like inputs
@@ -282,15 +283,27 @@ class GraphLowering:
         """``value`` realized when each of its elements is read ``reads`` times (several
         consumers, or one pooling window that overlaps the next) and recomputing it for the
         extra reads costs more than a store and a load (Llama's rotary cos and sin, read by
-        every layer, were recomputed in each, libm calls included), or when it loads more
-        than one value per element."""
+        every layer, were recomputed in each, libm calls included), or when its loads of
+        several values per element move more bytes than that."""
         if not isinstance(value, (Pointwise, IndexView)) or reads <= 1:
             return value
         cost = body_cost(value)
-        if cost.ops * (reads - 1) > self.target.recompute_limit or \
-                cost.full_loads > _REALIZE_READS:
+        if cost.ops * (reads - 1) > self.target.recompute_limit:
             return self.realize(value)
+        names = cost.full_load_names()
+        if len(names) > 1:
+            loaded = sum(self._itemsize(name) for name in names)
+            if reads * loaded > (reads + 1) * value.get_dtype().itemsize:
+                return self.realize(value)
         return value
+
+    def _itemsize(self, name: str) -> int:
+        """Bytes per element of the buffer, input or constant called ``name``."""
+        if name not in self._itemsizes:
+            for buf in (*self.inputs, *self.constant_buffers, *self.buffers):
+                if buf.layout is not None:
+                    self._itemsizes[buf.name] = buf.layout.dtype.itemsize
+        return self._itemsizes.get(name, 4)
 
     def _supported(self, node: torch.fx.Node) -> bool:
         return all(t.dtype in self.target.dtypes and t.device == self.device

@@ -57,8 +57,12 @@ class BodyCost:
         """The distinct values loaded at an index that moves with every index variable:
         a fresh value per element, where a load broadcast along some dim (a row's mean) is
         read from cache by its neighbours."""
-        return sum(1 for _, index in self._loaded
-                   if all(v in getattr(index, "free_symbols", ()) for v in self.spanning))
+        return len(self.full_load_names())
+
+    def full_load_names(self) -> list[str]:
+        """The buffer of each of ``full_loads``."""
+        return [name for name, index in self._loaded
+                if all(v in getattr(index, "free_symbols", ()) for v in self.spanning)]
 
     def load(self, name, index):
         self._loaded.add((name, index))

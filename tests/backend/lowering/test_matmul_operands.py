@@ -13,11 +13,23 @@ pytestmark = pytest.mark.usefixtures("cpu_backend", "fresh_no_grad")
 
 
 def _library_args(fn, *args):
-    """The tensors each library matmul of ``fn``'s wrapper gets, as their text."""
+    """The tensors each library matmul of ``fn``'s wrapper gets, as their text, each buffer
+    the wrapper allocates in the shape a matmul reads it (``_allocation_layouts``) written
+    as that view of it."""
     out, sources = run_and_get_code(fn, *args)
     torch.testing.assert_close(out, fn(*args))
     wrapper = next(s for s in sources if "def call(" in s)
-    return re.findall(r"= _c\d+\((.*)\)  # aten\.(?:mm|bmm)", wrapper)
+    slots = re.findall(r"^\s+(empty_strided\(.*\)),$", wrapper, re.M)
+    shaped = {}
+    for name, alloc in re.findall(r"^\s+(buf\d+) = (empty_strided\(.*\)|_slots\[\d+\])",
+                                  wrapper, re.M):
+        if alloc.startswith("_slots"):
+            alloc = slots[int(alloc[7:-1])]
+        size, stride = re.match(r"empty_strided\((\(.*?\)), (\(.*?\))", alloc).groups()
+        shaped[name] = f"as_strided({name}, {size}, {stride}"
+    calls = re.findall(r"= _c\d+\((.*)\)  # aten\.(?:mm|bmm)", wrapper)
+    return [re.sub(r"\b(buf\d+)\b(?!,? ?\()", lambda m: shaped.get(m[1], m[1]), call)
+            for call in calls]
 
 
 def test_transposed_cast_weight_is_computed_in_its_own_layout():

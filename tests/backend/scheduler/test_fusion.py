@@ -385,6 +385,31 @@ def test_pre_norm_block_trains_like_eager_under_a_gpus_policies(monkeypatch):
         assert same(e, t.grad, rtol=1e-4, atol=1e-4)
 
 
+def test_a_body_of_two_loads_is_stored_only_where_that_moves_fewer_bytes():
+    """A value of two inputs read before and after a matmul: recomputed by its second
+    reader when reloading both inputs costs no more than storing it and loading it back
+    (float64 from two float32s: GPT-2's float32 GELU backward of two bf16 values under
+    autocast); stored when it does (float32 from two float32s: a residual sum)."""
+    a, b, w = torch.randn(64, 32), torch.randn(64, 32), torch.randn(32, 32)
+
+    def widened(a, b, w):
+        v = a.double() * b.double()
+        h = torch.mm(torch.tanh(v).float(), w)
+        return torch.mm(h, w.t()).double() * v
+
+    def same_width(a, b, w):
+        v = a * b + a
+        h = torch.mm(torch.tanh(v), w)
+        return torch.mm(h, w.t()) * v
+    for fn, recomputed in ((widened, True), (same_width, False)):
+        ember.reset()
+        out, sources = run_and_get_code(fn, a, b, w)
+        assert same(fn(a, b, w), out, rtol=1e-5, atol=1e-5)
+        last = [line for line in sources[0].splitlines()
+                if re.match(r"\s+ember_\w+\(", line) and "_flags" not in line][-1]
+        assert ("arg0" in last and "arg1" in last) == recomputed, (fn.__name__, last)
+
+
 def test_view_of_a_gather_is_stored_before_a_broadcasting_reader():
     """Swin's relative-position bias: a gather viewed [7, 7, heads], permuted and added to
     every window's scores. Kept unstored behind the view, the gather would rerun for each
