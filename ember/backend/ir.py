@@ -42,6 +42,9 @@ class FloorDiv(sympy.Function):
             return sympy.Integer(int(a) // int(b))
         if a == 0:
             return sympy.Integer(0)
+        if isinstance(a, FloorDiv) and isinstance(b, sympy.Integer) and \
+                isinstance(a.args[1], sympy.Integer):
+            return FloorDiv(a.args[0], a.args[1] * b)      # (x // p) // q == x // (p * q)
         return None
 
 
@@ -56,6 +59,28 @@ class ModIndex(sympy.Function):
         if isinstance(a, sympy.Integer) and isinstance(b, sympy.Integer):
             return sympy.Integer(int(a) % int(b))
         return None
+
+
+def fold_div_mod(expr: Expr) -> Expr:
+    """``expr`` with each ``c * a * (x // a) + c * (x % a)`` written ``c * x``: a merged
+    view's row index, divided into the body's dims and multiplied back by contiguous strides
+    (a [B, T, C] body read as [B*T, C]), is the row index again."""
+    coeffs = dict(sympy.expand(expr).as_coefficients_dict())
+    folded = True
+    while folded:
+        folded = False
+        for term, c in list(coeffs.items()):
+            if not isinstance(term, ModIndex) or not isinstance(term.args[1], sympy.Integer):
+                continue
+            x, a = term.args
+            div = FloorDiv(x, a)
+            if coeffs.get(div) == c * a:
+                del coeffs[term], coeffs[div]
+                for t, k in sympy.expand(c * x).as_coefficients_dict().items():
+                    coeffs[t] = coeffs.get(t, 0) + k
+                folded = True
+                break
+    return sympy.Add(*(c * t for t, c in coeffs.items() if c != 0))
 
 
 def sym(value) -> Expr:
@@ -107,7 +132,7 @@ class Layout:
         for i, size, stride in zip(idx, self.size, self.stride):
             if size != 1:
                 out = out + i * stride
-        return out
+        return fold_div_mod(out) if isinstance(out, sympy.Basic) and out.has(ModIndex) else out
 
     def is_contiguous(self) -> bool:
         return all(st == cs for sz, st, cs in zip(self.size, self.stride,
