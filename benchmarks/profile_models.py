@@ -241,6 +241,12 @@ def _measure(variant: Variant, fn, inputs, device, args, reference,
           flush=True)
 
 
+def median_ms(fn, *args, iters: int = 20, warmup: int = 3) -> float:
+    """Median CUDA-event milliseconds of ``fn(*args)`` (for the small benchmark scripts)."""
+    return harness.time_calls({"fn": lambda: fn(*args)}, torch.device("cuda"), iters,
+                              warmup)["fn"][0]
+
+
 def kernel_profile(fn, inputs, device: torch.device, iters: int, rows: int
                    ) -> tuple[list[Kernel], float, float]:
     """(top ``rows`` kernels by total time, launches per call, busy ms per call) over

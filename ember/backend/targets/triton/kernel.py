@@ -52,6 +52,7 @@ PERSISTENT_MAX = 4096         # longest row reduced in one block
 TILE = 4096                   # elements per program of a 2-D tile (XBLOCK * RBLOCK)
 LOOP_RBLOCK = 1024            # chunk of a looped reduction (rows of contiguous elements)
 COLUMN_XBLOCK = 64            # rows per program when accesses run along the outer dim
+COLUMN_TILE = 4096            # elements per step of such a kernel's loop (XBLOCK * RBLOCK)
 TRANSPOSE_TILE = 64           # each side of a transposing pointwise kernel's tiles
 INTERPRETER_TILE = 1 << 14    # the interpreter pays per program: fewer, larger ones
 INT32_MAX = 2**31 - 1
@@ -423,7 +424,8 @@ class TritonKernel(Kernel):
             return
         if column:
             xblock = min(next_power_of_2(xnumel), COLUMN_XBLOCK)
-            rblock = min(next_power_of_2(rnumel), max(1, tile // xblock))
+            column_tile = tile if self.interpret else COLUMN_TILE
+            rblock = min(next_power_of_2(rnumel), max(1, column_tile // xblock))
             persistent = r_upper is not None and rblock >= r_upper
         elif r_upper is not None and r_upper <= persistent_max:
             rblock = next_power_of_2(r_upper)
