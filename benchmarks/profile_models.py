@@ -241,9 +241,10 @@ def _measure(variant: Variant, fn, inputs, device, args, reference,
           flush=True)
 
 
-def median_ms(fn, *args, iters: int = 20, warmup: int = 3) -> float:
-    """Median CUDA-event milliseconds of ``fn(*args)`` (for the small benchmark scripts)."""
-    return harness.time_calls({"fn": lambda: fn(*args)}, torch.device("cuda"), iters,
+def median_ms(fn, *args, iters: int = 20, warmup: int = 3, device: str = "cuda") -> float:
+    """Median milliseconds of ``fn(*args)`` (CUDA events on a GPU; for the small benchmark
+    scripts)."""
+    return harness.time_calls({"fn": lambda: fn(*args)}, torch.device(device), iters,
                               warmup)["fn"][0]
 
 
