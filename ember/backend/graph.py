@@ -293,7 +293,8 @@ class GraphLowering:
         names = cost.full_load_names()
         if len(names) > 1:
             loaded = sum(self._itemsize(name) for name in names)
-            if reads * loaded > (reads + 1) * value.get_dtype().itemsize:
+            # (a gather's loads land anywhere: reloading them costs more than their bytes)
+            if cost.indirect or reads * loaded > (reads + 1) * value.get_dtype().itemsize:
                 return self.realize(value)
         return value
 
