@@ -202,7 +202,8 @@ def _merge_rows(ctx, x):
     viewed [B*T, C] for a matmul's gradient or a column sum), on targets that index through
     it (``Target.inlines_merged_views``): each load divides the merged row index back into
     the body's dims, a few integer ops against storing and reloading the body (layer
-    norm's ``x - mean) * rstd`` in ViT's backward). Static sizes; no gathers."""
+    norm's ``(x - mean) * rstd`` in ViT's backward). Static sizes; no gathers, and a costly
+    body only where no reader broadcasts the view."""
     if not ctx.graph.target.inlines_merged_views:
         return None
     ins, outs = list(x.get_size()), list(ctx.size)
@@ -221,7 +222,11 @@ def _merge_rows(ctx, x):
         if prod != size:
             return None
         groups.append((start, j))
-    if any(ins[k] != 1 for k in range(j, len(ins))) or body_cost(x).indirect:
+    if any(ins[k] != 1 for k in range(j, len(ins))):
+        return None
+    cost = body_cost(x)      # as ``_split_dims``: a costly body only where none broadcasts it
+    if cost.indirect or (cost.loads > _SPLIT_MAX_LOADS or cost.ops > _SPLIT_MAX_OPS) and \
+            not _read_once(ctx.node):
         return None
 
     def reindex(idx):
