@@ -40,14 +40,6 @@ STORAGE_VIEWS = {torch.ops.aten.as_strided.default, torch.ops.aten.as_strided_co
 _MATMULS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
             torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default}
 
-# A body read more than once is computed once when recomputing it for the extra reads costs
-# more than the target's ``recompute_limit`` (ops x extra reads), or when it loads several
-# values per element that are not broadcast (``BodyCost.full_loads``) and its readers would
-# move more bytes reloading them than storing it and loading it back: a float32 residual sum
-# read by the next layer and by its norm is stored once; inlined, each layer's norm re-read
-# every earlier layer's output (ViT, GPT-2). A value of one load is never stored for it
-# (layer norm's ``(x - mean) * rstd``, recomputed by its backward's column sums), nor one
-# computed in float32 from two bf16 values (GPT-2's GELU backward under autocast).
 
 class GraphLowering:
     def __init__(self, gm: torch.fx.GraphModule, example_inputs: list, target,
@@ -282,9 +274,15 @@ class GraphLowering:
     def computed_once(self, value, reads: float):
         """``value`` realized when each of its elements is read ``reads`` times (several
         consumers, or one pooling window that overlaps the next) and recomputing it for the
-        extra reads costs more than a store and a load (Llama's rotary cos and sin, read by
-        every layer, were recomputed in each, libm calls included), or when its loads of
-        several values per element move more bytes than that."""
+        extra reads costs more ops than the target's ``recompute_limit`` (ops x extra reads:
+        Llama's rotary cos and sin, read by every layer, were recomputed in each, libm calls
+        included), or when it loads several values per element that are not broadcast
+        (``BodyCost.full_load_names``) and its readers would move more bytes reloading them
+        than storing it and loading it back: a float32 residual sum read by the next layer
+        and by its norm is stored once (inlined, each layer's norm re-read every earlier
+        layer's output: ViT, GPT-2). A value of one such load is never stored for it (layer
+        norm's ``(x - mean) * rstd``, recomputed by its backward's column sums), nor one
+        computed in float32 from two bf16 values (GPT-2's GELU backward under autocast)."""
         if not isinstance(value, (Pointwise, IndexView)) or reads <= 1:
             return value
         cost = body_cost(value)

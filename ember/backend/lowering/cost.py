@@ -52,15 +52,10 @@ class BodyCost:
         """The distinct values a body loads."""
         return len(self._loaded)
 
-    @property
-    def full_loads(self) -> int:
-        """The distinct values loaded at an index that moves with every index variable:
-        a fresh value per element, where a load broadcast along some dim (a row's mean) is
-        read from cache by its neighbours."""
-        return len(self.full_load_names())
-
     def full_load_names(self) -> list[str]:
-        """The buffer of each of ``full_loads``."""
+        """The buffer of each distinct value loaded at an index that moves with every
+        index variable: a fresh value per element, where a load broadcast along some dim (a
+        row's mean) is read from cache by its neighbours."""
         return [name for name, index in self._loaded
                 if all(v in getattr(index, "free_symbols", ()) for v in self.spanning)]
 
