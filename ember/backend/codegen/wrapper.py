@@ -317,10 +317,9 @@ class WrapperCodegen:
 
     def _kept_slot(self, buf: Buffer, lay) -> str | None:
         """``_slots[i]`` for a buffer kept between calls (``_keepable``), allocated in layout
-        ``lay``, or None, while the
-        kept bytes stay within ``config.kept_buffers_mb``. A call that finds the kept
-        buffers in use (the same graph running in another thread, or re-entered) allocates
-        its own."""
+        ``lay``, or None, while the kept bytes stay within ``config.kept_buffers_mb``. A
+        call that finds the kept buffers in use (the same graph running in another thread,
+        or re-entered) allocates its own."""
         from ember import config
         if config.kept_buffers_mb < 0:
             raise ValueError(f"config.kept_buffers_mb={config.kept_buffers_mb}: expected a "
