@@ -23,9 +23,10 @@
 #             profile; Ember NCHW and channels-last, torch.compile (issue 10)
 #   dropout   BERT-base and GPT-2 AMP training with dropout 0.1: gradients against eager under
 #             one seed (masks replayed from the saved generator state), time, memory
-#   gaps      issue 34's remaining gaps beside torch.compile, profiled (top kernels, busy
-#             time): the AMP training steps of GPT-2 and vit_base, then bf16 inference of
-#             maxvit_tiny_rw_224, vit_tiny and DeBERTa (about 8 minutes: a call of its own)
+#   gaps-train, gaps-infer   issue 34's remaining gaps beside torch.compile, profiled (top
+#             kernels, busy time): the AMP training steps of GPT-2 and vit_base; bf16
+#             inference of maxvit_tiny_rw_224, vit_tiny and DeBERTa (up to 4.5 minutes each)
+#   column    Triton column-sum tiles beside eager and torch.compile (column_reduction.py)
 #   profile   top CUDA kernels (bf16), Ember and eager, in both layouts, of the models where
 #             Ember trails (PROFILE_MODELS: default mobilenetv3_large_100, whose
 #             reduce-overhead run is 1.72x against torch.compile's 2.53x, convnext_tiny
@@ -78,11 +79,12 @@ for step in $STEPS; do
     trainprof) timeout 300 python3 benchmarks/train_profile.py resnet50 --torch-compile \
              --layouts auto,channels_last --cprofile > "$OUT/trainprof.txt" 2>&1 ;;
     dropout) timeout 200 python3 benchmarks/dropout_train.py > "$OUT/dropout.txt" 2>&1 ;;
-    gaps) timeout 270 python3 benchmarks/profile_models.py GPT2LMHeadModel,vit_base --train \
-             --iters 10 --rows 22 --out "$OUT/gaps_train.md" > "$OUT/gaps_train.txt" 2>&1
-          timeout 270 python3 benchmarks/profile_models.py \
+    gaps-train) timeout 270 python3 benchmarks/profile_models.py GPT2LMHeadModel,vit_base \
+             --train --iters 10 --rows 22 --out "$OUT/gaps-train.md" > "$OUT/gaps-train.txt" 2>&1 ;;
+    gaps-infer) timeout 270 python3 benchmarks/profile_models.py \
              maxvit_tiny_rw_224,vit_tiny,DebertaV2ForMaskedLM --iters 10 --rows 16 \
-             --out "$OUT/gaps_infer.md" > "$OUT/gaps_infer.txt" 2>&1 ;;
+             --out "$OUT/gaps-infer.md" > "$OUT/gaps-infer.txt" 2>&1 ;;
+    column) timeout 200 python3 benchmarks/column_reduction.py > "$OUT/column.txt" 2>&1 ;;
     profile) (for layout in auto channels_last; do timeout 200 python3 \
              benchmarks/profile_models.py ${PROFILE_MODELS:-mobilenetv3_large_100,convnext_tiny,vit_base} \
              --eager --rows 12 --layout $layout --no-torch-compile; done) > "$OUT/profile.txt" 2>&1 ;;
