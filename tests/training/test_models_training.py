@@ -1,4 +1,5 @@
-"""Training real architectures through ember.compile ("ember" backend) against eager.
+"""Training real architectures through ember.compile ("ember" backend) against eager (and
+under the Triton target's GPU policies, on its interpreter).
 
 timm resnet18 and vit_tiny, HF BERT and GPT-2, small configs and inputs (random weights,
 nothing downloaded) so the 2-core CI stays fast: outputs, the .grad of every parameter and
@@ -69,3 +70,34 @@ def test_gpt2():
     model = transformers.GPT2Model(config).train()
     train_side_by_side(model, lambda: (torch.randint(0, 500, (2, 16)),), steps=2, lr=0.01,
                        atol=1e-4, rtol=1e-3)
+
+
+@pytest.fixture
+def gpu_policies(monkeypatch):
+    """The Triton target's GPU policies (recompute limit 64, merged-row views read through)
+    on the interpreter, whose own policies are the CPU's: the training graphs a GPU would
+    get, checked here against eager. The graph cache is off: the policies are not in its key."""
+    import os
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton's interpreter runs only in processes started with TRITON_INTERPRET=1")
+    from ember.backend.targets.triton.target import TritonInterpreterTarget
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
+    monkeypatch.setattr(TritonInterpreterTarget, "recompute_limit", 64)
+    monkeypatch.setattr(TritonInterpreterTarget, "inlines_merged_views", True)
+    return {"cpu_backend": "triton"}
+
+
+def test_vit_tiny_under_gpu_policies(gpu_policies):
+    model = _timm("vit_tiny_patch16_224", img_size=32, patch_size=8, depth=2, num_classes=10)
+    train_side_by_side(model, lambda: (torch.randn(2, 3, 32, 32),), steps=2, lr=0.01,
+                       atol=1e-4, rtol=1e-3, options=gpu_policies)
+
+
+def test_gpt2_under_gpu_policies(gpu_policies):
+    transformers = _transformers()
+    config = no_dropout(transformers.GPT2Config(
+        n_embd=64, n_layer=2, n_head=2, vocab_size=500, n_positions=64, use_cache=False,
+        eos_token_id=None, bos_token_id=None))
+    model = transformers.GPT2Model(config).train()
+    train_side_by_side(model, lambda: (torch.randint(0, 500, (2, 16)),), steps=2, lr=0.01,
+                       atol=1e-4, rtol=1e-3, options=gpu_policies)
