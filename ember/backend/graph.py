@@ -50,6 +50,7 @@ class GraphLowering:
         self.example_inputs = example_inputs
         self.buffers: list[Buffer] = []          # ComputedBuffer / ExternBuffer, in order
         self._itemsizes: dict[str, int] = {}     # buffer name -> bytes per element
+        self._itemsizes_seen = 0                 # of self.buffers, those in _itemsizes
         self.inputs: list[InputBuffer] = []      # graph inputs, placeholder order
         self.constants: dict[str, torch.Tensor] = {}
         self.constant_buffers: list[InputBuffer] = []   # their buffers, read like inputs
@@ -297,11 +298,14 @@ class GraphLowering:
         return value
 
     def _itemsize(self, name: str) -> int:
-        """Bytes per element of the buffer, input or constant called ``name``."""
+        """Bytes per element of the buffer, input or constant called ``name`` (the buffers
+        made since the last miss are added then: each is looked at once)."""
         if name not in self._itemsizes:
-            for buf in (*self.inputs, *self.constant_buffers, *self.buffers):
+            seen = self._itemsizes_seen
+            for buf in (*self.inputs, *self.constant_buffers, *self.buffers[seen:]):
                 if buf.layout is not None:
                     self._itemsizes[buf.name] = buf.layout.dtype.itemsize
+            self._itemsizes_seen = len(self.buffers)
         return self._itemsizes.get(name, 4)
 
     def _supported(self, node: torch.fx.Node) -> bool:

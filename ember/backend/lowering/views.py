@@ -159,13 +159,19 @@ def _reshape_by_ones(ctx, x, *args):
 _SPLIT_MAX_LOADS, _SPLIT_MAX_OPS = 2, 4    # a matmul's product and its bias, added
 
 
+def _costly_behind(ctx, cost) -> bool:
+    """A body of ``cost`` that costs more than reading it back, behind a view whose readers
+    may broadcast it (swin's relative-position bias, a gather viewed [49, 49, heads] and
+    added to every window's scores, took 8 ms a call recomputed per window, scalar)."""
+    return (cost.indirect or cost.loads > _SPLIT_MAX_LOADS or cost.ops > _SPLIT_MAX_OPS) \
+        and not _read_once(ctx.node)
+
+
 def _split_dims(ctx, x):
     """A view that splits dims into several (a linear's [M*N, C] result viewed as
     [M, N, C]): each input index is a sum of output indices times constants, no division.
-    Merging dims would need div/mod in every load: such views realize the body instead, and
-    so do views of a body that costs more than reading it back (readers after a view often
-    broadcast it: swin's relative-position bias, a gather viewed [49, 49, heads] and added
-    to every window's scores, took 8 ms a call recomputed per window, scalar)."""
+    (Merging dims needs a division in every load: ``_merge_rows``, where the target allows.)
+    A body too costly to read through a view stays stored (``_costly_behind``)."""
     ins, outs = [sympy.sympify(s) for s in x.get_size()], [sympy.sympify(s) for s in ctx.size]
     if not all(s.is_positive for s in [*ins, *outs]):     # (size symbols are >= 2)
         return None
@@ -180,9 +186,7 @@ def _split_dims(ctx, x):
         groups.append((start, j))
     if any(s != 1 for s in outs[j:]):
         return None
-    cost = body_cost(x)      # runs the body: only for views the shapes allow
-    if (cost.indirect or cost.loads > _SPLIT_MAX_LOADS or cost.ops > _SPLIT_MAX_OPS) and \
-            not _read_once(ctx.node):
+    if _costly_behind(ctx, body_cost(x)):      # (runs the body: only for views that fit)
         return None
 
     def reindex(idx):
@@ -224,9 +228,8 @@ def _merge_rows(ctx, x):
         groups.append((start, j))
     if any(ins[k] != 1 for k in range(j, len(ins))):
         return None
-    cost = body_cost(x)      # as ``_split_dims``: a costly body only where none broadcasts it
-    if cost.indirect or (cost.loads > _SPLIT_MAX_LOADS or cost.ops > _SPLIT_MAX_OPS) and \
-            not _read_once(ctx.node):
+    cost = body_cost(x)
+    if cost.indirect or _costly_behind(ctx, cost):
         return None
 
     def reindex(idx):
