@@ -423,7 +423,8 @@ def generate(gm: torch.fx.GraphModule, example_inputs: list, target: Target,
     return g.artifact
 
 
-_BUFFER_NAME = re.compile(r"(?<![0-9A-Za-z])(?:arg|buf|const)\d+(?![0-9])")   # in p_buf3, acc_buf3_in
+# a buffer's name, as it appears in p_buf3, acc_buf3_in
+_BUFFER_NAME = re.compile(r"(?<![0-9A-Za-z])(?:arg|buf|const)\d+(?![0-9])")
 
 
 def _computation_key(kernel: Kernel) -> str:
