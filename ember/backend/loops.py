@@ -48,8 +48,8 @@ def access_indices(kernel, x: list, r: list) -> list:
     with use_handler(recorder):
         for node in kernel.nodes:
             if node.role in ("outer", "scatter"):
-                node.body(x)
-                recorder.indices.append(node.store_index(x))
+                node.value(x, [])
+                recorder.indices.append(node.where(x, []))
             else:
                 node.value(x, r)
                 if node.role != "reduction":

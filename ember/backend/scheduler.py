@@ -26,8 +26,8 @@ from typing import Callable, Sequence
 
 import sympy
 
-from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, Reduction, ReinterpretView,
-                              Scatter, index_vars)
+from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, FloorDiv, ModIndex,
+                              Reduction, ReinterpretView, Scatter, index_vars, product)
 from ember.backend.ops import use_handler
 
 
@@ -76,7 +76,8 @@ class SchedulerNode:
     store_index: Callable
     reads: list = dataclasses.field(default_factory=list)
     role: str = ""         # outer / inner / reduction, once placed in a kernel
-    perm: tuple | None = None   # inner node iterated in another dim order: see loop_vars
+    # inner node iterated in another dim order, or a Regroup of the kernel's dims: loop_vars
+    perm: tuple | Regroup | None = None
     # node_reads by (x, r, role, perm): fusion decisions ask again and again, and running
     # the body (through every view inlined into it) is the scheduler's main cost
     read_cache: dict = dataclasses.field(default_factory=dict)
@@ -93,9 +94,9 @@ class SchedulerNode:
         whose kernel loops over ``c`` outside ``n``."""
         if role is None:         # where the node was placed
             role, perm = self.role, self.perm
-        if role in ("outer", "scatter"):
-            return list(x)
-        kernel_vars = list(x) + list(r)
+        kernel_vars = list(x) if role in ("outer", "scatter") else list(x) + list(r)
+        if isinstance(perm, Regroup):
+            return perm.node_vars(kernel_vars)
         return [kernel_vars[p] for p in perm] if perm else kernel_vars
 
     def value(self, x: list, r: list):
@@ -167,8 +168,59 @@ class FusionGroup:
     segments: list = dataclasses.field(default_factory=list)   # (kind, nodes), see below
 
 
-def _placements(node: SchedulerNode, kernel: FusionGroup) -> list[tuple[str, tuple | None]]:
-    """The ways ``node`` could join ``kernel``: (role, dim permutation of an inner node)."""
+@dataclasses.dataclass(frozen=True)
+class Regroup:
+    """A pointwise node's dims as other groupings of a kernel's loops with the same sizes: a
+    [2, 16, 256] node (a view's body) in a [32] x [256] kernel is (x // 16, x % 16, r). Each
+    group is (kernel dims, node sizes), one side a single dim; a node dim is a quotient and
+    remainder of its group's flat index, by whole-number sizes only, so the loads of a
+    contiguous buffer fold back to the kernel's index (``ir.fold_div_mod``); a placement
+    that leaves a division in any index is refused (``_read_ok``)."""
+    groups: tuple            # ((kernel dim positions), (kernel sizes), (node sizes)), ...
+
+    def node_vars(self, kernel_vars: list) -> list:
+        out = []
+        for dims, sizes, node_sizes in self.groups:
+            flat = sympy.Integer(0)
+            for d, size in zip(dims, sizes):
+                flat = flat * size + kernel_vars[d]
+            for q, n in enumerate(node_sizes):
+                below = product(node_sizes[q + 1:])
+                v = FloorDiv(flat, below)
+                out.append(ModIndex(v, n) if q else v)
+        return out
+
+    @staticmethod
+    def of(kernel_sizes: list, node_sizes: list) -> Regroup | None:
+        """The grouping that lines ``node_sizes`` up with ``kernel_sizes``, or None."""
+        groups, i, j = [], 0, 0
+        kernel_sizes = [sympy.sympify(k) for k in kernel_sizes]
+        node_sizes = [sympy.sympify(n) for n in node_sizes]
+        while i < len(kernel_sizes) and j < len(node_sizes):
+            dims, ks, ns = [i], [kernel_sizes[i]], [node_sizes[j]]
+            i, j = i + 1, j + 1
+            while product(ks) != product(ns):
+                ratio = sympy.simplify(product(ns) / product(ks))
+                if ratio.is_Integer and ratio > 1 and i < len(kernel_sizes) and len(ns) == 1:
+                    dims.append(i)
+                    ks.append(kernel_sizes[i])
+                    i += 1
+                elif (1 / ratio).is_Integer and j < len(node_sizes) and len(ks) == 1 \
+                        and node_sizes[j].is_Integer:
+                    ns.append(node_sizes[j])
+                    j += 1
+                else:
+                    return None
+            groups.append((tuple(dims), tuple(ks), tuple(ns)))
+        if i < len(kernel_sizes) or j < len(node_sizes) or \
+                all(len(d) == 1 and len(n) == 1 for d, _, n in groups):
+            return None
+        return Regroup(tuple(groups))
+
+
+def _placements(node: SchedulerNode, kernel: FusionGroup) -> list[tuple[str, object]]:
+    """The ways ``node`` could join ``kernel``: (role, dim permutation or Regroup of an inner
+    or outer node)."""
     outer, inner = kernel.outer, kernel.inner
     if node.is_reduction:
         return [("reduction", None)] if node.ranges == outer and node.rranges == inner else []
@@ -177,12 +229,15 @@ def _placements(node: SchedulerNode, kernel: FusionGroup) -> list[tuple[str, tup
     if node.ranges == outer:
         return [("outer", None)]
     sizes = outer + inner
+    regrouped = [(role, Regroup.of(dims, node.ranges))
+                 for role, dims in (("inner", sizes), ("outer", outer)) if dims]
+    regrouped = [(role, g) for role, g in regrouped if g is not None]
     if (not inner or len(node.ranges) != len(sizes) or len(sizes) > MAX_PERMUTED_DIMS
             or not any(n.is_reduction for n in kernel.nodes)):
-        return []
+        return regrouped
     # a pointwise node around a reduction over a non-last dim: same loops, other order
     return [("inner", p) for p in itertools.permutations(range(len(sizes)))
-            if [sizes[i] for i in p] == node.ranges]
+            if [sizes[i] for i in p] == node.ranges] + regrouped
 
 
 def node_reads(node: SchedulerNode, x: list, r: list, role: str | None = None,
@@ -205,6 +260,10 @@ def _read_ok(kernel: FusionGroup, node: SchedulerNode, role: str, perm=None) -> 
     in-place write never races with a read of the same memory at another index."""
     x, r = index_vars("x", len(kernel.outer)), index_vars("r", len(kernel.inner))
     reads = node_reads(node, x, r, role, perm)
+    if isinstance(perm, Regroup) and any(
+            sympy.expand(index).has(FloorDiv, ModIndex) for index in
+            [index for _, index in reads] + [node.store_index(node.loop_vars(x, r, role, perm))]):
+        return False     # a division per element: the node keeps loops of its own
     by_storage = {n.writes: n for n in kernel.nodes}
     for name, index in reads:
         producer = by_storage.get(name)
@@ -350,26 +409,48 @@ def _step_names(step) -> tuple[set, set]:
 def _fusable_kernel(steps: list, node: SchedulerNode) -> FusionGroup | None:
     """Add ``node`` to the latest kernel it fits, searching back past steps it does not
     depend on (so ``var``'s epilogue joins its reduction even when another reduction was
-    scheduled in between); a step that writes what the node reads, or reads or writes what
-    it writes, stops the search. Returns the kernel, or None."""
+    scheduled in between). A step that writes what the node reads, or reads or writes what
+    it writes, is as far up as the node can move; a kernel before it that shares values
+    with the node may still move down to meet it, past steps that neither read what it
+    writes nor write what it reads or writes (GPT-2's GELU, recomputed in the backward for
+    its weight's gradient, meets its derivative after the matmul that the derivative reads).
+    Returns the kernel, or None."""
     mine = {name for name, _ in node.reads}
-    seen = 0
-    for step in reversed(steps):
+    seen, barrier = 0, None     # barrier: index of the last step the node must follow
+    for i in range(len(steps) - 1, -1, -1):
+        step = steps[i]
         if isinstance(step, FusionGroup) and not any(n.role == "scatter" for n in step.nodes):
-            for role, perm in _placements(node, step):
-                if perm is not None and not mine & _step_names(step)[0]:
-                    continue   # another loop order only to consume the kernel's values
-                if _read_ok(step, node, role, perm):
-                    node.role, node.perm = role, perm
-                    step.nodes.append(node)
-                    return step
+            writes, reads = _step_names(step)
+            shares = mine & (writes | reads)
+            if barrier is None or (shares and _sinks(steps, i, barrier)):
+                for role, perm in _placements(node, step):
+                    if perm is not None and not mine & writes and \
+                            not (isinstance(perm, Regroup) and mine & reads):
+                        continue   # another loop order only to consume or share its reads
+                    if _read_ok(step, node, role, perm):
+                        if barrier is not None:
+                            steps.insert(barrier, steps.pop(i))
+                        node.role, node.perm = role, perm
+                        step.nodes.append(node)
+                        return step
             seen += 1
             if seen >= LOOKBACK:
                 return None
         writes, reads = _step_names(step)
-        if writes & mine or node.writes in writes or node.writes in reads:
-            return None
+        if barrier is None and (writes & mine or node.writes in writes or node.writes in reads):
+            barrier = i
     return None
+
+
+def _sinks(steps: list, i: int, last: int) -> bool:
+    """Kernel ``steps[i]`` can run after ``steps[i + 1 : last + 1]``: none of them reads what
+    it writes or writes what it reads or writes."""
+    writes, reads = _step_names(steps[i])
+    for step in steps[i + 1:last + 1]:
+        w, r = _step_names(step)
+        if w & (writes | reads) or r & writes:
+            return False
+    return True
 
 
 def _segment(kernel: FusionGroup) -> None:

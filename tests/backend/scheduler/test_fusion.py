@@ -268,13 +268,77 @@ def test_short_contiguous_planes_run_as_one_inner_loop(cpu_backend):
 
 @pytest.mark.parametrize("shape,kernels", [
     ((2, 3, 4), 1), ((1, 6, 1, 4), 1), ((3, 2, 2, 2), 1),   # dims split: one kernel
-    ((24,), 2), ((4, 6), 2)])                               # dims merged: the body is stored
+    ((24,), 1),                # dims merged: the body's kernel reads it at its own index
+    ((4, 6), 2)])              # dims regrouped otherwise: the body is stored
 def test_view_that_splits_dims_of_a_body_keeps_it_fused(shape, kernels):
     """A view that splits dims (a linear's [B*T, C] result viewed as [B, T, C]) indexes the
-    body with sums of products; one that merges dims would need div/mod per load, so the
-    body is computed into memory first."""
+    body with sums of products. One that merges all its dims is computed first but read in
+    the body's own kernel, at a linear index of its loops (``scheduler.Regroup``); [4, 6]
+    from [6, 4] would need div/mod per load, so the body is computed into memory first."""
     x = torch.randn(6, 4)
     assert run(lambda x: (x * 2 + 1).view(shape).cos(), x) == kernels
+
+
+def test_node_over_regrouped_dims_joins_a_kernel_across_a_library_call():
+    """GPT-2's GELU in the backward: its output (recomputed for the weight's gradient, a
+    matmul) runs over the matmul's [B*T, H]; its derivative over the view [B, T, H]. Both
+    read the same input: one kernel, the derivative moved before the matmul it does not
+    need, the input loaded once."""
+    def gelu_backward(h, dy, w):
+        dg = torch.mm(dy, w.t())
+        g = torch.tanh(h)
+        dw = torch.mm(g.t(), dy)
+        t = torch.tanh(h.view(2, 16, 24))
+        return dw, dg.view(2, 16, 24) * (1 - t * t)
+    args = torch.randn(32, 24), torch.randn(32, 8), torch.randn(24, 8)
+    assert run(gelu_backward, *args) == 1
+    _, sources = run_and_get_code(ember.compile(gelu_backward, backend="ember"), *args)
+    assert len(re.findall(r"tanh\(tmp", sources[1])) == 1, sources[1]
+
+
+def test_kernel_moves_down_past_a_library_call_to_meet_a_node_that_shares_its_input():
+    """ViT's GELU in the backward: recomputed first (its output feeds the weight's gradient,
+    a matmul), its derivative after the matmul it reads. The first kernel moves down past
+    that matmul, before the one that reads its output: one kernel."""
+    def gelu_backward(h, dy, w):
+        g = torch.tanh(h)
+        dg = torch.mm(dy, w.t())
+        dw = torch.mm(g.t(), dy)
+        t = torch.tanh(h)
+        return dw, dg * (1 - t * t)
+    assert run(gelu_backward, torch.randn(32, 24), torch.randn(32, 8), torch.randn(24, 8)) == 1
+
+
+def test_kernel_does_not_move_past_a_reader_of_its_output():
+    """A node that reads a matmul of the first kernel's output (through a sum) cannot meet
+    that kernel: tanh, then the matmul, then the sum with its epilogue (moving the first
+    kernel past the matmul would hand it memory not yet written)."""
+    def fn(h, dy, w):
+        g = torch.tanh(h)
+        dw = torch.mm(g, w)
+        return dw, torch.tanh(h) * dw.sum()
+    assert run(fn, torch.randn(32, 24), torch.randn(32, 8), torch.randn(24, 24)) == 2
+
+
+def test_regrouped_outer_node_joins_its_reduction():
+    """Row sums over [32] x [64] read back as [2, 16] (a [B*T, C] layer's statistic viewed
+    per batch) join the reduction's kernel as its epilogue."""
+    x = torch.randn(32, 64)
+    assert run(lambda x: torch.exp(x.sum(-1).view(2, 16) * 0.1).relu() + 1, x) == 1
+
+
+def test_regrouped_dims_with_a_symbolic_size():
+    """[s, 16, 8] nodes in a [16 s] x [8] kernel: the divisions are by whole numbers, so the
+    same one kernel serves every batch size."""
+    def fn(h, dy):
+        g = torch.tanh(h)
+        dw = torch.mm(g.t(), dy)
+        t = torch.tanh(h.view(-1, 16, 8))
+        return dw, t * 2
+    compiled = ember.compile(fn, backend="ember", dynamic=True)
+    for batch in (2, 3, 5):
+        args = torch.randn(16 * batch, 8), torch.randn(16 * batch, 4)
+        assert same(fn(*args), compiled(*args))
 
 
 def _gelu_tanh_and_its_derivative(x, w):

@@ -371,7 +371,7 @@ class CppKernel(Kernel):
                     if node.role == "scatter":
                         self._scatter(node, x)
                     else:
-                        self.store(node, node.store_index(x), node.body(x))
+                        self.store(node, node.where(x, []), node.value(x, []))
             else:
                 self._inner_loop(nodes, x, r, parallel_inner)
         for _ in k.outer:

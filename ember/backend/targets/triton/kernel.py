@@ -368,7 +368,7 @@ class TritonKernel(Kernel):
                 if node.role == "scatter":
                     self._scatter(node, cx)
                 elif node.role == "outer":
-                    self.store(node, node.store_index(cx), node.body(cx))
+                    self.store(node, node.where(cx, []), node.value(cx, []))
                 else:
                     self.store(node, node.where(cx, cr), node.value(cx, cr))
 
@@ -468,7 +468,7 @@ class TritonKernel(Kernel):
         for kind, nodes in k.segments:
             if kind == "outer":
                 for node in nodes:
-                    self.store(node, node.store_index(cx), node.body(cx))
+                    self.store(node, node.where(cx, []), node.value(cx, []))
             else:
                 self._segment(nodes, cx, cr, persistent)
 

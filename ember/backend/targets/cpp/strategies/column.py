@@ -92,7 +92,7 @@ class ColumnBlocks(FoldingStrategy):
                 self._open_lanes(x)
                 self.k.push()
                 for node in nodes:
-                    self._keep_lane(node, node.store_index(x), node.body(x))
+                    self._keep_lane(node, node.where(x, []), node.value(x, []))
                 self.k.pop()
                 self._close_lanes(nodes, x)
             else:
