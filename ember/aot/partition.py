@@ -191,10 +191,11 @@ def _choose_saved(nodes: list[torch.fx.Node], backward: set, primals: set, neede
              for n in candidates}
     infinite = sum(c for c in costs.values() if c is not None) + 1
     net = _FlowNetwork(2 * len(candidates) + 2)
+    kept = _kept_in_forward(candidates, primals)
     for n, i in index.items():
         cost = costs[n]
         net.add(2 * i, 2 * i + 1, infinite if cost is None else cost)
-        if n.op != "call_function" or not recomputable(n):
+        if n.op != "call_function" or not recomputable(n) or n in kept:
             net.add(source, 2 * i, infinite)
         if n in read_by_backward:
             net.add(2 * i + 1, sink, infinite)
@@ -206,6 +207,77 @@ def _choose_saved(nodes: list[torch.fx.Node], backward: set, primals: set, neede
     net.max_flow(source, sink)
     reached = net.source_side(source)
     return [n for n, i in index.items() if 2 * i in reached and 2 * i + 1 not in reached]
+
+
+def _backward_order(nodes: list, backward_nodes: set, backward: set, inputs: set) -> list:
+    """The backward graph's nodes: its own in the joint graph's order, each forward node it
+    recomputes placed just before its first reader. In the joint graph's order every
+    recomputation would come first, and a scheduler that fuses independent loops of one
+    shape would make them one kernel that materialises every layer's recomputed values at
+    once (GPT-2: each layer-norm output, all held until their layers' turn). ``inputs``:
+    the saved values, which the backward takes rather than computes."""
+    index = {n: i for i, n in enumerate(nodes)}
+    order: list = []
+    placed: set = set()
+
+    def place(root):
+        stack = [(root, False)]
+        while stack:
+            n, ready = stack.pop()
+            if n in placed:
+                continue
+            if ready:
+                placed.add(n)
+                order.append(n)
+                continue
+            stack.append((n, True))
+            if n in inputs or n.op == "placeholder":
+                continue
+            stack.extend((a, False) for a in sorted(n.all_input_nodes, key=index.__getitem__,
+                                                    reverse=True)
+                         if a in backward_nodes and a not in placed)
+
+    for n in nodes:
+        if n in backward and n in backward_nodes and n.op != "output":
+            place(n)
+    for n in nodes:             # recomputed values the gradients are themselves
+        if n in backward_nodes and n.op != "output":
+            place(n)
+    return order
+
+
+MAX_RECOMPUTE_READS = 2   # activations of a value's size one recomputation may read
+
+
+def _kept_in_forward(nodes: list, primals: set) -> set:
+    """Cheap values whose recomputation would read more than ``MAX_RECOMPUTE_READS`` saved
+    activations of (about) their size: the forward has them in memory anyway, and a chain of
+    them rebuilt in the backward costs reads of every link. A transformer's residual stream
+    ``h[k+1] = h[k] + delta[k]`` would otherwise be rebuilt from the embedding and every
+    layer's (smaller, bfloat16) deltas, all of it at the start of the backward; with this
+    rule every other ``h[k]`` is saved and each layer recomputes one addition at most."""
+    reads: dict = {}            # node -> the saved-activation candidates its recompute reads
+    kept = set()
+    for n in nodes:
+        if n in primals or n.op != "call_function":
+            reads[n] = frozenset()
+            continue
+        if not recomputable(n):
+            reads[n] = frozenset([n])
+            continue
+        size = _numel(n)
+        mine = frozenset(r for a in n.all_input_nodes for r in reads.get(a, ())
+                         if size is None or (_numel(r) or 0) * 4 >= size)
+        if len(mine) > MAX_RECOMPUTE_READS:
+            kept.add(n)
+            mine = frozenset([n])
+        reads[n] = mine
+    return kept
+
+
+def _numel(n: torch.fx.Node) -> int | None:
+    val = n.meta.get("val")
+    return hint_int(val.numel()) if isinstance(val, torch.Tensor) else None
 
 
 def _copy_graph(nodes, inputs: list[tuple[str, torch.fx.Node]], outputs, root) -> torch.fx.GraphModule:
@@ -276,7 +348,7 @@ def partition(joint: JointGraph) -> Partition:
     names = [f"saved_{i}_{s.name}" for i, s in enumerate(saved)]
     fw = _copy_graph([n for n in nodes if n in forward_nodes and n.op != "output"],
                      [(p.name, p) for p in primals], [*fw_outs, *handed], gm)
-    bw = _copy_graph([n for n in nodes if n in backward_nodes and n.op != "output"],
+    bw = _copy_graph(_backward_order(nodes, backward_nodes, backward, saved_set),
                      [*zip(names, saved), *[(t.name, t) for t in tangents]], grads, gm)
     recomputed = sum(1 for n in backward_nodes if n not in backward and n not in saved_set
                      and n.op == "call_function")

@@ -252,6 +252,68 @@ def test_partition_saves_less_than_eager_on_pointwise_chains(caplog):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
+def _residual_stack(layers):
+    """A transformer's residual stream without the attention: ``h = h + linear(norm(h))``
+    per layer, the joint graph and its partition."""
+    from ember.aot.joint import trace_joint
+    from ember.aot.partition import partition
+    torch.manual_seed(0)
+
+    def f(x, w):
+        h = x * 2
+        for k in range(layers):
+            h = h + torch.mm(F.layer_norm(h, (32,)), w[k])
+        return h
+    inputs = [torch.randn(64, 32), torch.randn(layers, 32, 32, requires_grad=True)]
+    joint = trace_joint(torch.fx.symbolic_trace(f), inputs)
+    return f, inputs, joint, partition(joint)
+
+
+def test_a_residual_stream_is_saved_not_rebuilt_from_every_layers_delta():
+    """``h[k+1] = h[k] + delta[k]``: recomputing ``h[k]`` from the input and every delta
+    would read k + 1 tensors (and rebuild the whole stream when the backward starts); the
+    forward keeps every other ``h`` instead, and no recomputation reads more than two of
+    them."""
+    from ember.aot.partition import MAX_RECOMPUTE_READS
+    f, inputs, joint, parts = _residual_stack(6)
+    saved_adds = [n for n in parts.forward.graph.nodes if n.op == "call_function"
+                  and n.target is torch.ops.aten.add.Tensor
+                  and n.name in {s.split("_", 2)[2] for s in parts.saved}]
+    assert len(saved_adds) >= 2, parts.saved
+    # the longest chain of additions the backward recomputes from saved values (the
+    # gradients' own additions, which depend on the tangent, are not recomputations)
+    depth, graded = {}, set()
+    for n in parts.backward.graph.nodes:
+        if n.name.startswith("tangents") or any(a in graded for a in n.all_input_nodes):
+            graded.add(n)
+            continue
+        ins = [depth.get(a, 0) for a in n.all_input_nodes]
+        depth[n] = max(ins, default=0) + (n.target is torch.ops.aten.add.Tensor
+                                         and n.meta.get("val") is not None
+                                         and n.meta["val"].shape == (64, 32))
+    assert max(depth.values()) <= MAX_RECOMPUTE_READS + 1
+    tangent = torch.randn(64, 32)
+    with torch.no_grad():
+        outs = joint.gm(*inputs, tangent)
+        grads = parts.backward(*parts.forward(*inputs)[joint.num_fw_outputs:], tangent)
+    for a, b in zip(grads, outs[joint.num_fw_outputs:]):
+        torch.testing.assert_close(a, b)
+
+
+def test_the_backward_recomputes_each_value_just_before_its_first_use():
+    """The last layer's gradient needs no value of the first layer: its recomputations
+    (the first layer norm's output, for its weight's gradient) come after the last layer's
+    gradient matmuls, not all at the start of the backward."""
+    f, inputs, joint, parts = _residual_stack(4)
+    nodes = list(parts.backward.graph.nodes)
+    forward_names = {n.name for n in parts.forward.graph.nodes}
+    mms = [i for i, n in enumerate(nodes) if n.target is torch.ops.aten.mm.default]
+    recomputed = [i for i, n in enumerate(nodes) if n.name in forward_names
+                  and n.target is torch.ops.aten.sub.Tensor]     # each layer's x - mean
+    assert len(recomputed) == 4 and mms, [n.name for n in nodes]
+    assert sorted(recomputed)[1] > min(mms), [n.name for n in nodes]
+
+
 def test_aot_logs_the_partition(ember_log, tmp_path, monkeypatch):
     from ember import config, logs
     monkeypatch.setattr(config, "debug_dir", str(tmp_path))
