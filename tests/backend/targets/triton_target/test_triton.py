@@ -59,6 +59,21 @@ def test_pointwise_chain_is_one_kernel(target):
     assert run(target, chain, *[torch.randn(64, 33) for _ in range(3)]) == 1
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_gelu_backward_regrouped_and_moved_is_one_kernel(target):
+    """GPT-2's GELU in the backward: the recomputed output over the matmul's [B*T, H], the
+    derivative over the view [B, T, H] after the other matmul; one kernel (the scheduler's
+    Regroup and a kernel moved down past a matmul), on the GPU in every dtype."""
+    def gelu_backward(h, dy, w):
+        g = torch.tanh(h)
+        dg = torch.mm(dy, w.t())
+        dw = torch.mm(g.t(), dy)
+        t = torch.tanh(h.view(4, 32, 48))
+        return dw, dg.view(4, 32, 48) * (1 - t * t)
+    args = torch.randn(128, 48), torch.randn(128, 16), torch.randn(48, 16)
+    assert run(target, gelu_backward, *args, tol=5e-2) == 1
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype,fast", [(torch.bfloat16, True), (torch.float16, True),
