@@ -62,9 +62,11 @@ class ModIndex(sympy.Function):
 
 
 def fold_div_mod(expr: Expr) -> Expr:
-    """``expr`` with each ``c * a * (x // a) + c * (x % a)`` written ``c * x``: a merged
-    view's row index, divided into the body's dims and multiplied back by contiguous strides
-    (a [B, T, C] body read as [B*T, C]), is the row index again."""
+    """``expr`` with each ``c * a * (x // a) + c * (x % a)`` written ``c * x``, and each
+    ``c * a * ((x // a) % b) + c * (x % a)`` written ``c * (x % (a * b))``: a merged view's
+    row index, divided into the body's dims and multiplied back by contiguous strides (a
+    [B, T, C] body read as [B*T, C], or [B, H, W, C] as [B*H*W, C]), is the row index
+    again."""
     coeffs = dict(sympy.expand(expr).as_coefficients_dict())
     folded = True
     while folded:
@@ -74,12 +76,20 @@ def fold_div_mod(expr: Expr) -> Expr:
                 continue
             x, a = term.args
             div = FloorDiv(x, a)
+            outer = [t for t in coeffs if isinstance(t, ModIndex) and t.args[0] == div
+                     and isinstance(t.args[1], sympy.Integer) and coeffs[t] == c * a]
             if coeffs.get(div) == c * a:
-                del coeffs[term], coeffs[div]
-                for t, k in sympy.expand(c * x).as_coefficients_dict().items():
-                    coeffs[t] = coeffs.get(t, 0) + k
-                folded = True
-                break
+                merged = c * x
+            elif outer:
+                div = outer[0]
+                merged = c * ModIndex(x, a * div.args[1])
+            else:
+                continue
+            del coeffs[term], coeffs[div]
+            for t, k in sympy.expand(merged).as_coefficients_dict().items():
+                coeffs[t] = coeffs.get(t, 0) + k
+            folded = True
+            break
     return sympy.Add(*(c * t for t, c in coeffs.items() if c != 0))
 
 

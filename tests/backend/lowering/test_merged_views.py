@@ -19,6 +19,18 @@ def test_a_split_row_index_multiplied_back_by_its_strides_is_the_row_index():
     assert fold_div_mod(index) == c * o + r + 7
 
 
+def test_the_inner_parts_of_a_split_index_fold_to_a_remainder():
+    """``x % a + a * ((x // a) % b)`` is ``x % (a * b)``: the inner dims of a row index that
+    a permuted view reads in another order (a window partition's rows) fold without the
+    outer ones."""
+    assert fold_div_mod(8 * ModIndex(FloorDiv(o, 8), 7) + ModIndex(o, 8) + r) == \
+        ModIndex(o, 56) + r
+    assert fold_div_mod(56 * ModIndex(FloorDiv(o, 56), 8) + 8 * ModIndex(FloorDiv(o, 8), 7)
+                        + ModIndex(o, 8)) == ModIndex(o, 448)
+    assert fold_div_mod(3 * ModIndex(FloorDiv(o, 4), 4) + ModIndex(o, 4)) == \
+        3 * ModIndex(FloorDiv(o, 4), 4) + ModIndex(o, 4)          # strides not contiguous
+
+
 def test_parts_with_other_strides_stay_divided():
     index = 100 * FloorDiv(o, 197) + ModIndex(o, 197)       # a transposed read
     assert fold_div_mod(index) == index
