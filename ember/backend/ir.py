@@ -61,6 +61,13 @@ class ModIndex(sympy.Function):
         return None
 
 
+def split_index(flat: Expr, sizes: list) -> list:
+    """``flat``, a row-major index over dims of ``sizes``, as each dim's index: the first a
+    quotient, the others remainders (``[x // 16, x % 16]`` for sizes ``[2, 16]``)."""
+    parts = [FloorDiv(flat, product(sizes[q + 1:])) for q in range(len(sizes))]
+    return [p if q == 0 else ModIndex(p, size) for q, (p, size) in enumerate(zip(parts, sizes))]
+
+
 def fold_div_mod(expr: Expr) -> Expr:
     """``expr`` with each ``c * a * (x // a) + c * (x % a)`` written ``c * x``, and each
     ``c * a * ((x // a) % b) + c * (x % a)`` written ``c * (x % (a * b))``: a merged view's
@@ -76,15 +83,15 @@ def fold_div_mod(expr: Expr) -> Expr:
                 continue
             x, a = term.args
             div = FloorDiv(x, a)
-            outer = [t for t in coeffs if isinstance(t, ModIndex) and t.args[0] == div
-                     and isinstance(t.args[1], sympy.Integer) and coeffs[t] == c * a]
             if coeffs.get(div) == c * a:
                 merged = c * x
-            elif outer:
-                div = outer[0]
-                merged = c * ModIndex(x, a * div.args[1])
             else:
-                continue
+                div = next((t for t in coeffs if isinstance(t, ModIndex) and t.args[0] == div
+                            and isinstance(t.args[1], sympy.Integer)
+                            and coeffs[t] == c * a), None)
+                if div is None:
+                    continue
+                merged = c * ModIndex(x, a * div.args[1])
             del coeffs[term], coeffs[div]
             for t, k in sympy.expand(merged).as_coefficients_dict().items():
                 coeffs[t] = coeffs.get(t, 0) + k

@@ -27,7 +27,8 @@ from typing import Callable, Sequence
 import sympy
 
 from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, FloorDiv, ModIndex,
-                              Reduction, ReinterpretView, Scatter, index_vars, product)
+                              Reduction, ReinterpretView, Scatter, index_vars, product,
+                              split_index)
 from ember.backend.ops import use_handler
 
 
@@ -184,10 +185,7 @@ class Regroup:
             flat = sympy.Integer(0)
             for d, size in zip(dims, sizes):
                 flat = flat * size + kernel_vars[d]
-            for q, n in enumerate(node_sizes):
-                below = product(node_sizes[q + 1:])
-                v = FloorDiv(flat, below)
-                out.append(ModIndex(v, n) if q else v)
+            out += split_index(flat, list(node_sizes))
         return out
 
     @staticmethod
@@ -419,10 +417,9 @@ def _fusable_kernel(steps: list, node: SchedulerNode) -> FusionGroup | None:
     seen, barrier = 0, None     # barrier: index of the last step the node must follow
     for i in range(len(steps) - 1, -1, -1):
         step = steps[i]
+        writes, reads = _step_names(step)
         if isinstance(step, FusionGroup) and not any(n.role == "scatter" for n in step.nodes):
-            writes, reads = _step_names(step)
-            shares = mine & (writes | reads)
-            if barrier is None or (shares and _sinks(steps, i, barrier)):
+            if barrier is None or (mine & (writes | reads) and _sinks(steps, i, barrier)):
                 for role, perm in _placements(node, step):
                     if perm is not None and not mine & writes and \
                             not (isinstance(perm, Regroup) and mine & reads):
@@ -436,7 +433,6 @@ def _fusable_kernel(steps: list, node: SchedulerNode) -> FusionGroup | None:
             seen += 1
             if seen >= LOOKBACK:
                 return None
-        writes, reads = _step_names(step)
         if barrier is None and (writes & mine or node.writes in writes or node.writes in reads):
             barrier = i
     return None

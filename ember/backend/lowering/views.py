@@ -9,7 +9,7 @@ import torch
 import torch.fx
 
 from ember.backend.ir import (Buffer, FloorDiv, IndexView, InputBuffer, Layout, ModIndex,
-                              Pointwise, ReinterpretView, contiguous_strides, sym)
+                              Pointwise, ReinterpretView, contiguous_strides, split_index, sym)
 from ember.backend.lowering.cost import body_cost
 from ember.backend.lowering.registry import aten, register_lowering
 from ember.backend.ops import ops
@@ -235,11 +235,9 @@ def _merge_rows(ctx, x):
     def reindex(idx):
         full = [sympy.Integer(0)] * len(ins)      # size-1 dims: index 0
         for o, (start, end) in enumerate(groups):
-            dims, inner = [d for d in range(start, end) if ins[d] != 1], 1
-            for d in reversed(dims):
-                part = FloorDiv(idx[o], inner)
-                full[d] = part if d == dims[0] else ModIndex(part, ins[d])
-                inner *= ins[d]
+            dims = [d for d in range(start, end) if ins[d] != 1]
+            for d, part in zip(dims, split_index(idx[o], [sympy.Integer(ins[d]) for d in dims])):
+                full[d] = part
         return full
     return IndexView(x, [sympy.Integer(s) for s in outs], reindex)
 
