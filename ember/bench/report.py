@@ -134,6 +134,10 @@ def model_columns(compilers: Iterable[str], device: str = "cpu") -> list[Column]
         name = label(ember)
         get = (lambda r, key: getattr(r.variants[ember], key) if ember in r.variants else None)
         columns += [
+            # eager's own error against the reference beside Ember's: a large error is
+            # judged next to it (accuracy.py: within 2x eager's, plus the dtype's floor)
+            ("eager err", lambda r: fmt_err(r.variants["eager"].rel_err
+                                            if "eager" in r.variants else None)),
             (f"{name} err", lambda r: fmt_err(get(r, "rel_err"))),
             (f"{name} cold s", lambda r: fmt_seconds(get(r, "first_call_s"))),
             (f"{name} warm s", lambda r: fmt_seconds(get(r, "warm_compile_s"))),

@@ -173,7 +173,7 @@ def test_model_table_shows_missing_values_as_na():
     row = harness.Row("m", "cpu", "ember", eager_ms=2.0)
     row.variants = {"eager": harness.Variant(ms=2.0), "ember": harness.Variant()}
     line = report.format_model_table([row], ("eager", "ember")).splitlines()[2]
-    assert cells(line) == ["m", "2.00"] + ["n/a"] * 8
+    assert cells(line) == ["m", "2.00"] + ["n/a"] * 9
 
 
 @pytest.mark.parametrize("name", zoo.in_suite("builtin"))
