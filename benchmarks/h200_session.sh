@@ -26,6 +26,9 @@
 #   gaps-train, gaps-infer   issue 34's remaining gaps beside torch.compile, profiled (top
 #             kernels, busy time): the AMP training steps of GPT-2 and vit_base; bf16
 #             inference of maxvit_tiny_rw_224, vit_tiny and DeBERTa (up to 4.5 minutes each)
+#   stencil   depthwise convolutions as generated stencils against the library's, in one
+#             process (benchmarks/depthwise_stencil.py: maxvit, mobilenetv3, efficientnet_b0,
+#             convnext_tiny; taps 0, 25, 49): about 4 minutes
 #   column    Triton column-sum tiles beside eager and torch.compile (column_reduction.py)
 #   profile   top CUDA kernels (bf16), Ember and eager, in both layouts, of the models where
 #             Ember trails (PROFILE_MODELS: default mobilenetv3_large_100, whose
@@ -84,6 +87,7 @@ for step in $STEPS; do
     gaps-infer) timeout 270 python3 benchmarks/profile_models.py \
              maxvit_tiny_rw_224,vit_tiny,DebertaV2ForMaskedLM --iters 10 --rows 16 \
              --out "$OUT/gaps-infer.md" > "$OUT/gaps-infer.txt" 2>&1 ;;
+    stencil) timeout 400 python3 benchmarks/depthwise_stencil.py > "$OUT/stencil.txt" 2>&1 ;;
     column) timeout 200 python3 benchmarks/column_reduction.py > "$OUT/column.txt" 2>&1 ;;
     profile) (for layout in auto channels_last; do timeout 200 python3 \
              benchmarks/profile_models.py ${PROFILE_MODELS:-mobilenetv3_large_100,convnext_tiny,vit_base} \

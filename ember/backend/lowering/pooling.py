@@ -33,7 +33,7 @@ MAX_UNROLL = 64            # window elements one Pointwise body may load
 _FLOATS = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 
 
-def _pair(value, default=None):
+def pair(value, default=None):
     if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
         return default
     if isinstance(value, int):
@@ -42,7 +42,7 @@ def _pair(value, default=None):
     return (value[0], value[0]) if len(value) == 1 else (value[0], value[1])
 
 
-class _Axis:
+class WindowAxis:
     """One pooled dim: output ``o`` reads input positions ``start(o) + k * dilation`` for
     ``k < kernel``; a position outside ``[0, size)`` (or past ``end(o)`` for adaptive
     windows) is padding. ``k`` is a Python int (unrolled) or a reduction symbol."""
@@ -182,13 +182,13 @@ def _max_pool2d_with_indices(ctx, x, kernel_size, stride=(), padding=0, dilation
     out_size = ctx.output(0).size
     if not _plane_ok(x, out_size):
         return NotImplemented
-    kernel = _pair(kernel_size)
-    stride = _pair(stride, kernel)
-    padding, dilation = _pair(padding), _pair(dilation)
+    kernel = pair(kernel_size)
+    stride = pair(stride, kernel)
+    padding, dilation = pair(padding), pair(dilation)
     if kernel[0] * kernel[1] > MAX_UNROLL:
         return NotImplemented
     size = x.get_size()
-    axes = [_Axis(size[d - 2], out_size[d - 2], kernel[d], stride[d], padding[d], dilation[d])
+    axes = [WindowAxis(size[d - 2], out_size[d - 2], kernel[d], stride[d], padding[d], dilation[d])
             for d in range(2)]
     dtype = x.get_dtype()
     value = _window(ctx, x, axes, float("-inf"))
@@ -257,11 +257,11 @@ def _avg_pool2d(ctx, x, kernel_size, stride=(), padding=0, ceil_mode=False,
     out_size = ctx.size
     if not _plane_ok(x, out_size):
         return NotImplemented
-    kernel = _pair(kernel_size)
-    stride = _pair(stride, kernel)
-    padding = _pair(padding)
+    kernel = pair(kernel_size)
+    stride = pair(stride, kernel)
+    padding = pair(padding)
     size = x.get_size()
-    axes = [_Axis(size[d - 2], out_size[d - 2], kernel[d], stride[d], padding[d])
+    axes = [WindowAxis(size[d - 2], out_size[d - 2], kernel[d], stride[d], padding[d])
             for d in range(2)]
     dtype = x.get_dtype()
 
@@ -284,9 +284,9 @@ def _adaptive_avg_pool2d(ctx, x, output_size):
     for d in range(2):
         n, o = int(size[d - 2]), int(out_size[d - 2])
         if n % o == 0:
-            axes.append(_Axis(n, o, n // o, n // o))
+            axes.append(WindowAxis(n, o, n // o, n // o))
         else:
-            axes.append(_Axis(n, o, 1, 1, adaptive=True))
+            axes.append(WindowAxis(n, o, 1, 1, adaptive=True))
     dtype = x.get_dtype()
 
     def divide(total, index):       # eager: sum / kh / kw
@@ -308,9 +308,9 @@ def _max_pool2d_with_indices_backward(ctx, grad, x, kernel_size, stride, padding
     out_size = grad.get_size()
     if not _plane_ok(grad, size) or 0 in out_size:
         return NotImplemented
-    kernel = _pair(kernel_size)
-    stride = _pair(stride, kernel)
-    padding, dilation = _pair(padding), _pair(dilation)
+    kernel = pair(kernel_size)
+    stride = pair(stride, kernel)
+    padding, dilation = pair(padding), pair(dilation)
     if dilation != (1, 1):
         return NotImplemented
     dtype = grad.get_dtype()

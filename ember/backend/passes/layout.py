@@ -22,7 +22,10 @@ channels-last (ConvNeXt: each block permutes back from NHWC), eager runs cuDNN's
 kernel, pays its first call, and is far faster than ATen's NCHW one on 7x7 filters (H100,
 torchvision convnext_tiny bf16 batch 32: 41 against 136 us a convolution, 2.5 of Ember's
 5.0 ms a call); those stay channels-last. ``layout_optimization="channels_last"`` (asked
-for by name) converts every convolution, depthwise ones too.
+for by name) converts every convolution, depthwise ones too. In inference graphs, a
+depthwise convolution the target generates as a stencil (``max_generated_depthwise_taps``,
+lowering/convolution.py) is not converted at all: the stencil reads either layout, and its
+output follows its input's.
 
 Under ``auto`` the target decides (``Target.prefers_channels_last``, and for depthwise
 convolutions ``keeps_depthwise_nchw``) by these rules. ``auto`` converts CUDA graphs whose
@@ -192,7 +195,7 @@ def in_best_layout(gm: torch.fx.GraphModule, target: Target, training: bool,
     try:
         # asked for by name, every convolution goes channels-last, depthwise ones too
         every = config.layout_optimization == "channels_last"
-        built = build(convert_convolutions(gm, target, every))
+        built = build(convert_convolutions(gm, target, every, training))
         reason = check(built)
     except ProgramError as e:
         reason = f"its channels-last copy fails to trace ({e})"
@@ -202,9 +205,13 @@ def in_best_layout(gm: torch.fx.GraphModule, target: Target, training: bool,
     return build(gm)
 
 
+def _groups(node: torch.fx.Node):
+    return node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
+
+
 def _is_depthwise(node: torch.fx.Node) -> bool:
     """One filter per input channel (``groups`` equal to the channels, above 1)."""
-    groups = node.args[6] if len(node.args) > 6 else node.kwargs.get("groups", 1)
+    groups = _groups(node)
     channels = node.args[0].meta["val"].shape[1]
     return isinstance(groups, int) and groups > 1 and groups == channels and \
         node.args[1].meta["val"].shape[1] == 1
@@ -215,20 +222,30 @@ def _eager_reads_channels_last(node: torch.fx.Node) -> bool:
     return x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
 
 
-def convert_convolutions(gm: torch.fx.GraphModule, target: Target,
-                         every: bool = False) -> torch.fx.GraphModule:
+def convert_convolutions(gm: torch.fx.GraphModule, target: Target, every: bool = False,
+                         training: bool = False) -> torch.fx.GraphModule:
     """A copy of ``gm`` whose 2-D convolutions read channels-last input and weight (where
     ``target.keeps_depthwise_nchw``, depthwise ones NCHW unless eager's input is
-    channels-last, or ``every``)."""
+    channels-last, or ``every``). Outside training, a depthwise convolution the target
+    generates as a stencil (lowering/convolution.py) reads its input as it comes: the
+    stencil runs in either layout, and a conversion would be a pass of its own."""
+    from ember.backend.lowering.convolution import generates_depthwise
     graph = torch.fx.Graph()
     copies: dict[torch.fx.Node, torch.fx.Node] = {}
     graph.output(graph.graph_copy(gm.graph, copies))
     originals = _convolutions(gm)
-    depthwise = [not every and target.keeps_depthwise_nchw and _is_depthwise(n) and
-                 not _eager_reads_channels_last(n) for n in originals]
-    for node, nchw in zip((copies[n] for n in originals), depthwise):
-        layout = torch.contiguous_format if nchw else torch.channels_last
-        for i in (0, 1):
+    layouts = []
+    for n in originals:
+        if not every and not training and _is_depthwise(n) and generates_depthwise(
+                target, n.args[0].meta["val"], n.args[1].meta["val"], _groups(n)):
+            layouts.append(None)
+        elif not every and target.keeps_depthwise_nchw and _is_depthwise(n) and \
+                not _eager_reads_channels_last(n):
+            layouts.append(torch.contiguous_format)
+        else:
+            layouts.append(torch.channels_last)
+    for node, layout in zip((copies[n] for n in originals), layouts):
+        for i in (0, 1) if layout is not None else ():
             with graph.inserting_before(node):
                 converted = graph.call_method("contiguous", (node.args[i],),
                                               {"memory_format": layout})
@@ -236,7 +253,9 @@ def convert_convolutions(gm: torch.fx.GraphModule, target: Target,
     _restore_output_layouts(gm, graph, copies)
     graph.lint()
     logs.log("perf_hints", "layout: %d convolutions run channels-last, %d depthwise ones "
-             "NCHW", len(originals) - sum(depthwise), sum(depthwise))
+             "NCHW, %d generated depthwise ones in their input's layout",
+             layouts.count(torch.channels_last), layouts.count(torch.contiguous_format),
+             layouts.count(None))
     return torch.fx.GraphModule(gm, graph)
 
 

@@ -107,6 +107,9 @@ class Target:
     # on ``channels_last`` graphs, depthwise convolutions stay NCHW unless eager's input is
     # channels-last (passes/layout.py)
     keeps_depthwise_nchw = False
+    # depthwise convolutions of at most this many filter taps are generated as stencils
+    # fused with their neighbours (lowering/convolution.py); 0: the library runs them all
+    max_generated_depthwise_taps = 0
     # float16/bfloat16 ops follow eager's CPU kernels where they differ from its CUDA ones:
     # a Python scalar operand is rounded to the op's dtype first, except mul's and div's,
     # which take it in float (lowering/registry.py ``make_pointwise``), and index_add and
@@ -170,6 +173,7 @@ class CpuPolicy:
     GPU target) among a target's bases, it overrides their answers."""
     supports_cudagraphs = False
     keeps_depthwise_nchw = False
+    max_generated_depthwise_taps = 0     # oneDNN's depthwise kernels fuse nothing but win
     cpu_half_rules = True
     recompute_limit = 12
     inlines_merged_views = False

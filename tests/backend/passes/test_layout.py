@@ -113,19 +113,27 @@ class _Separable(torch.nn.Module):
         return self.pointwise(torch.relu(self.depthwise(torch.relu(self.stem(x)))))
 
 
-def test_depthwise_convolutions_stay_nchw_on_cuda_only(ember_log):
+def test_depthwise_convolutions_stay_nchw_on_cuda_only(ember_log, monkeypatch):
     """CUDA channels-last graphs run depthwise convolutions NCHW (cuDNN's channels-last ones
-    are slow to start); on the CPU they go channels-last with the rest. Results match."""
+    are slow to start) unless the target generates them as stencils, which read their input
+    in its own layout (inference graphs, filters of at most
+    ``max_generated_depthwise_taps`` taps: made 25 here, CUDA's is off until measured); on
+    the CPU they go channels-last with the rest. Results match."""
     from ember.backend.passes.layout import convert_convolutions
+    from ember.backend.targets.triton.target import TritonTarget
+    monkeypatch.setattr(TritonTarget, "max_generated_depthwise_taps", 25)
     assert same(*_channels_last_run(_Separable().eval(), torch.randn(2, 3, 10, 10)),
                 rtol=1e-4, atol=1e-4)
     assert "3 convolutions run channels-last, 0 depthwise ones NCHW" in ember_log.text
-    depthwise = _conv_graph((2, 8, 10, 10), (8, 1, 3, 3), groups=8)
-    for device, layout in (("cuda", torch.contiguous_format), ("cpu", torch.channels_last)):
-        converted = convert_convolutions(depthwise, _target(device))
+    nchw, last = torch.contiguous_format, torch.channels_last
+    for filter_size, device, training, layout in (
+            (3, "cuda", False, None), (3, "cuda", True, nchw), (7, "cuda", False, nchw),
+            (3, "cpu", False, last), (7, "cpu", False, last)):
+        depthwise = _conv_graph((2, 8, 10, 10), (8, 1, filter_size, filter_size), groups=8)
+        converted = convert_convolutions(depthwise, _target(device), training=training)
         formats = [n.kwargs["memory_format"] for n in converted.graph.nodes
                    if n.op == "call_method"]
-        assert formats == [layout, layout], device
+        assert formats == ([layout, layout] if layout else []), (filter_size, device, training)
 
 
 def test_depthwise_convolutions_eager_runs_channels_last_stay_so_on_cuda():
@@ -147,7 +155,8 @@ def test_channels_last_by_name_converts_depthwise_convolutions_on_cuda(choice, l
     """The layout decision for a bfloat16 CUDA graph (the graph it would build, inspected:
     no GPU needed)."""
     from ember.backend.passes.layout import in_best_layout
-    gm = _conv_graph((2, 8, 10, 10), (8, 1, 3, 3), torch.bfloat16, groups=8)
+    # (7x7: more taps than Ember generates as a stencil)
+    gm = _conv_graph((2, 8, 10, 10), (8, 1, 7, 7), torch.bfloat16, groups=8)
     with config.patch(layout_optimization=choice):
         converted = in_best_layout(gm, _target("cuda"), False, lambda g: g)
     formats = [n.kwargs["memory_format"] for n in converted.graph.nodes

@@ -55,6 +55,12 @@ class TritonTarget(Target):
     takes_size_arguments = True
     # cuDNN's channels-last depthwise kernels cost seconds on their first call in a process
     keeps_depthwise_nchw = True
+    # depthwise convolutions as stencils (lowering/convolution.py): off until measured in one
+    # process (benchmarks/depthwise_stencil.py). H100 bf16, separate processes, 25 taps
+    # against 0: mobilenetv3_large_100 2.57 against 2.87 ms a call, GPU busy 1.92 against
+    # 2.19; maxvit_tiny_rw_224 GPU busy 6.07 against 6.18 ms but wall 10.4-11.0 against
+    # 7.7-7.8 ms, host-bound (and eager 13% slower in those processes too: unexplained)
+    max_generated_depthwise_taps = 0
 
     def fuse_templates(self, steps, output_names):
         """Under ``max_autotune``, matmuls with the pointwise kernel after them (templates.py)."""

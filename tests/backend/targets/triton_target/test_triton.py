@@ -74,6 +74,30 @@ def test_gelu_backward_regrouped_and_moved_is_one_kernel(target):
     assert run(target, gelu_backward, *args, tol=5e-2) == 1
 
 
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("stride,layout", [(1, torch.contiguous_format),
+                                           (2, torch.channels_last)])
+def test_depthwise_convolution_batch_norm_and_silu_are_one_kernel(target, stride, layout,
+                                                                   monkeypatch):
+    """A 3x3 depthwise convolution is a stencil fused with the batch norm and SiLU after it
+    (lowering/convolution.py; the policies are made to generate it: CUDA's is off until
+    measured), reading NCHW or channels-last input, on the GPU in every dtype."""
+    from ember.backend.targets import CpuPolicy
+    from ember.backend.targets.triton.target import TritonTarget
+    monkeypatch.setattr(CpuPolicy, "max_generated_depthwise_taps", 25)
+    monkeypatch.setattr(TritonTarget, "max_generated_depthwise_taps", 25)
+
+    def block(x, w, b, mean, var):
+        y = F.conv2d(x, w, b, stride=stride, padding=1, groups=x.shape[1])
+        return F.silu(F.batch_norm(y, mean, var, training=False))
+    x = torch.randn(2, 24, 15, 15).contiguous(memory_format=layout)
+    args = x, torch.randn(24, 1, 3, 3) / 3, torch.randn(24), torch.randn(24), \
+        torch.rand(24) + 0.5
+    with config.patch(layout_optimization="off"):
+        assert run(target, block, *args) == 1
+    assert not compile_stats.extern_calls, dict(compile_stats.extern_calls)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available() or INTERPRETED, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("dtype,fast", [(torch.bfloat16, True), (torch.float16, True),
