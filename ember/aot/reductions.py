@@ -12,7 +12,9 @@ size(3) * stride(3)``), so the same elements are reduced when the input is first
 ``N x C x (H*W)`` and reduced over ``[0, 2]``: this pass rewrites
 ``sum(x, [0, 2, 3], keepdim)`` into ``sum(view(x, [N, C, H*W]), [0, 2])`` (then a ``view``
 to the kept-dim shape). The elements and their dtype are the same; only the order in which
-the generated loop adds them may differ (as it may between any two schedules).
+the generated loop adds them may differ (as it may between any two schedules). The view of
+a value no kernel stored (batch norm's float32 cast of a bf16 convolution output) is read
+through, its loads folding back to the merged index (lowering/views.py ``_merge_dims``).
 
 Rewritten: ``sum.dim_IntList``, ``mean.dim``, ``var.correction``, ``amax``, ``amin``, on
 tensors whose layout (the node's fake value) allows the view. Other nodes are left alone.

@@ -59,6 +59,10 @@ class BodyCost:
         return [name for name, index in self._loaded
                 if all(v in getattr(index, "free_symbols", ()) for v in self.spanning)]
 
+    def load_indices(self) -> list:
+        """The index of each distinct value loaded (flat, in its buffer)."""
+        return [index for _, index in self._loaded]
+
     def load(self, name, index):
         self._loaded.add((name, index))
         return 0

@@ -147,6 +147,21 @@ def bool_result(fn):
     return fn
 
 
+def read_by_generated_code(node: torch.fx.Node) -> bool:
+    """Every reader of ``node``'s value (through views) is an op with a lowering that is not
+    a library call: a library call would store the value in the reader's shape, beside any
+    other copy of it."""
+    for user in node.users:
+        if user.op != "call_function":
+            return False
+        if isinstance(user.target, torch._ops.OpOverload) and returns_alias(user.target):
+            if not read_by_generated_code(user):
+                return False
+        elif user.target not in LOWERINGS or user.target in LIBRARY_OPS:
+            return False
+    return bool(node.users)
+
+
 def read_by_generated_code_only(node: torch.fx.Node) -> bool:
     """``node``'s value (through views: ops whose schema returns an alias) has one reader,
     an op with a lowering that is not a library call (matmul.py, convolution.py: a bias

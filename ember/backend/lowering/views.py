@@ -11,7 +11,7 @@ import torch.fx
 from ember.backend.ir import (Buffer, FloorDiv, IndexView, InputBuffer, Layout, ModIndex,
                               Pointwise, ReinterpretView, contiguous_strides, split_index, sym)
 from ember.backend.lowering.cost import body_cost
-from ember.backend.lowering.registry import aten, register_lowering
+from ember.backend.lowering.registry import aten, read_by_generated_code, register_lowering
 from ember.backend.ops import ops
 from ember.backend.sizevars import (evaluate_min, is_static, shape_env, size_hint,
                                     statically_known_equals, statically_known_leq)
@@ -201,35 +201,20 @@ def _split_dims(ctx, x):
     return IndexView(x, list(ctx.size), reindex)
 
 
-def _merge_rows(ctx, x):
-    """A view that merges runs of outer dims into one, the last dim kept (a [B, T, C] body
-    viewed [B*T, C] for a matmul's gradient or a column sum), on targets that index through
-    it (``Target.inlines_merged_views``): each load divides the merged row index back into
-    the body's dims, a few integer ops against storing and reloading the body (layer
-    norm's ``(x - mean) * rstd`` in ViT's backward). Static sizes; no gathers, and a costly
-    body only where no reader broadcasts the view."""
-    if not ctx.graph.target.inlines_merged_views:
-        return None
-    ins, outs = list(x.get_size()), list(ctx.size)
-    if not all(is_static(s) for s in [*ins, *outs]):
-        return None
-    ins, outs = [int(s) for s in ins], [int(s) for s in outs]
-    real_in, real_out = [s for s in ins if s != 1], [s for s in outs if s != 1]
-    if not real_in or not real_out or real_in[-1] != real_out[-1]:
-        return None
+def _merged(x, ins: list[int], outs: list[int]) -> IndexView | None:
+    """``x`` (static sizes ``ins``) viewed as ``outs``, where each output dim merges a run of
+    adjacent input dims: each load divides its index back into the run's dims (quotient
+    and remainders); None when the view is not such a merge."""
     groups, j = [], 0      # per output dim: the input dims it covers
     for size in outs:
         start, prod = j, 1
-        while prod < size and j < len(ins):
+        while j < len(ins) and (prod < size or (ins[j] == 1 and j == start)):
             prod *= ins[j]
             j += 1
         if prod != size:
             return None
         groups.append((start, j))
     if any(ins[k] != 1 for k in range(j, len(ins))):
-        return None
-    cost = body_cost(x)
-    if cost.indirect or _costly_behind(ctx, cost):
         return None
 
     def reindex(idx):
@@ -240,6 +225,55 @@ def _merge_rows(ctx, x):
                 full[d] = part
         return full
     return IndexView(x, [sympy.Integer(s) for s in outs], reindex)
+
+
+def _static_sizes(ctx, x) -> tuple[list[int], list[int]] | None:
+    ins, outs = list(x.get_size()), list(ctx.size)
+    if not all(is_static(s) for s in [*ins, *outs]):
+        return None
+    return [int(s) for s in ins], [int(s) for s in outs]
+
+
+def _merge_rows(ctx, x):
+    """A view that merges runs of outer dims into one, the last dim kept (a [B, T, C] body
+    viewed [B*T, C] for a matmul's gradient or a column sum), on targets that index through
+    it (``Target.inlines_merged_views``): each load divides the merged row index back into
+    the body's dims, a few integer ops against storing and reloading the body (layer
+    norm's ``(x - mean) * rstd`` in ViT's backward). Static sizes; no gathers, and a costly
+    body only where no reader broadcasts the view."""
+    if not ctx.graph.target.inlines_merged_views or (sizes := _static_sizes(ctx, x)) is None:
+        return None
+    ins, outs = sizes
+    real_in, real_out = [s for s in ins if s != 1], [s for s in outs if s != 1]
+    if not real_in or not real_out or real_in[-1] != real_out[-1]:
+        return None
+    view = _merged(x, ins, outs)
+    if view is None:
+        return None
+    cost = body_cost(x)
+    return None if cost.indirect or _costly_behind(ctx, cost) else view
+
+
+def _merge_dims(ctx, x):
+    """A view that merges runs of adjacent dims (batch norm's statistics over ``[N, C, H*W]``,
+    ``aot/reductions.py``), where every load of the body, divided back into its dims, folds
+    to an index linear in the merged one (``ir.fold_div_mod``: the dims are contiguous with
+    each other in the buffers the body reads): no division in any load, so the body is read
+    through the view, on every target. Without it the view stored its body first: a float32
+    copy of each bf16 convolution output before its batch norm, in every AMP training step.
+    Static sizes; no gathers; a costly body only where no reader broadcasts the view; only
+    generated code reads the view (a matmul would store the view apart from the body)."""
+    if not read_by_generated_code(ctx.node) or (sizes := _static_sizes(ctx, x)) is None:
+        return None
+    view = _merged(x, *sizes)
+    if view is None:
+        return None
+    cost = body_cost(view)
+    if cost.indirect or _costly_behind(ctx, cost) or any(
+            isinstance(i, sympy.Basic) and i.has(FloorDiv, ModIndex)
+            for i in cost.load_indices()):
+        return None
+    return view
 
 
 def _read_once(node: torch.fx.Node) -> bool:
@@ -263,7 +297,7 @@ def _read_once(node: torch.fx.Node) -> bool:
 def _view(ctx, x, *args):
     if list(ctx.size) == list(x.get_size()):     # matmul's 3-D operands are viewed so
         return x
-    for cheap in (_reshape_by_ones, _split_dims, _merge_rows):
+    for cheap in (_reshape_by_ones, _split_dims, _merge_dims, _merge_rows):
         view = cheap(ctx, x)
         if view is not None:
             return view

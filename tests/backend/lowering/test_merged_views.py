@@ -2,9 +2,15 @@
 divides the merged row index back into the body's dims, and an index that multiplies those
 parts back by contiguous strides is folded to the row index again (``ir.fold_div_mod``), so
 the kernel's loads are plain (and a GPU's contiguity analysis sees them so)."""
+import pytest
 import sympy
+import torch
 
+import ember
+from ember import config
+from ember.backend import compile as backend_compile
 from ember.backend.ir import FloorDiv, Layout, ModIndex, fold_div_mod
+from ember.testing import same
 
 o, r = sympy.symbols("o r", integer=True, nonnegative=True)
 
@@ -43,3 +49,40 @@ def test_a_layout_indexed_through_a_merged_view_reads_plain_rows():
     layout = Layout(torch.device("cpu"), torch.float32, [sympy.Integer(n) for n in size],
                     [sympy.Integer(n) for n in stride])
     assert layout.index([FloorDiv(o, 197), ModIndex(o, 197), r]) == 768 * o + r
+
+
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_batch_norm_statistics_read_a_bf16_convolution_through_the_merged_view(
+        cpu_backend, layout):
+    """A training step's batch norm reduces its float32 cast of a bf16 convolution output
+    over ``[N, C, H*W]`` (``aot/reductions.py``): the view is read through, the cast
+    folded into the statistics' kernel, so the forward stores no float32 copy of the
+    activations (it did: one more kernel and pass per batch norm). Gradients as eager's."""
+    if cpu_backend == "triton":
+        pytest.skip("Triton's interpreter computes half precision wrongly, so its target "
+                    "leaves bf16 graphs to ATen (the C++ target runs this case)")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 3, padding=1, bias=False),
+                                torch.nn.BatchNorm2d(8), torch.nn.ReLU()).bfloat16()
+    x = torch.randn(2, 8, 12, 12, dtype=torch.bfloat16).contiguous(memory_format=layout)
+    with config.patch(suppress_errors=False), torch.enable_grad():
+        ember.reset()
+        compiled = ember.compile(model, backend="ember")
+        backend_compile.generated_sources.clear()
+        out = compiled(x)
+        out.float().square().mean().backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        sources = list(backend_compile.generated_sources)
+        model.zero_grad()
+        expected = model(x)
+        expected.float().square().mean().backward()
+    assert same(expected, out, rtol=2e-2, atol=2e-2)
+    for g, p in zip(grads, model.parameters()):
+        assert same(p.grad, g, rtol=5e-2, atol=5e-2)
+    forward = next(s for s in sources if "def call(" in s and "aten.convolution.default" in s
+                   and "convolution_backward" not in s)
+    launches = [line for line in forward.split("def call(")[-1].splitlines()
+                if line.strip().startswith("ember_")]
+    # the statistics, the normalize + ReLU, num_batches_tracked += 1 (CPU training graphs
+    # stay NCHW: no layout copies)
+    assert len(launches) == 3, launches

@@ -405,24 +405,30 @@ def test_layer_norm_backward_recomputes_the_normalised_input_in_its_column_sums(
 
 
 @pytest.mark.parametrize("inline", [False, True])
-@pytest.mark.parametrize("shape,merged", [((4, 197, 96), (788, 96)),
-                                          ((2, 3, 1, 5, 16), (30, 16)),
-                                          ((2, 3, 5, 16), (6, 5, 16))])
+@pytest.mark.parametrize("shape,merged,divides", [((4, 197, 96), (788, 96), True),
+                                                  ((2, 3, 1, 5, 16), (30, 16), True),
+                                                  ((2, 3, 5, 16), (6, 5, 16), False)])
+@pytest.mark.parametrize("transposed", [False, True])
 def test_merged_view_of_a_body_is_read_through_where_the_target_inlines_it(
-        inline, shape, merged, monkeypatch):
+        inline, shape, merged, divides, transposed, monkeypatch):
     """ViT's layer-norm backward views ``(x - mean) * rstd`` [B, T, C] as [B*T, C] for the
-    weight's column sum. Where the target inlines merged views (Triton on a GPU), the
-    column sum reads the body through the view, dividing its row index (one kernel);
-    elsewhere the body is stored first (two)."""
+    weight's column sum. Where every load folds back to the merged row index (``x``
+    contiguous: ``ir.fold_div_mod``), the body is read through the view on every target
+    (one kernel). Where ``x``'s last two dims are transposed in memory, loads divide the row
+    index: read through where the target inlines merged views (Triton on a GPU: one
+    kernel), stored first elsewhere (two), unless the merged dims stay contiguous with
+    each other (``divides`` False)."""
     _with_policies(monkeypatch, inlines_merged_views=inline)
     x, g = torch.randn(shape), torch.randn(merged)
+    if transposed:
+        x = x.transpose(-1, -2).contiguous().transpose(-1, -2)
     mean, rstd = x.mean(-1, keepdim=True), torch.rand(*shape[:-1], 1) + 0.5
 
     def weight_grad(x, mean, rstd, g):
         xhat = (x - mean) * rstd
         return (g * xhat.reshape(merged)).sum(0)
     kernels = run(weight_grad, x, mean, rstd, g, rtol=1e-4, atol=1e-4)
-    assert kernels == (1 if inline else 2)
+    assert kernels == (2 if transposed and divides and not inline else 1)
 
 
 def test_pre_norm_block_trains_like_eager_under_a_gpus_policies(monkeypatch):
