@@ -63,6 +63,12 @@ Flags (``cxx_flags``)
                          unchanged (IEEE results, NaN for domain errors), only ``errno`` is
                          not written, which no kernel reads. No ``-ffast-math``: it would
                          reassociate sums and assume no NaN/Inf, changing results.
+    ``-fno-trapping-math`` floating-point operations may be computed where their result is
+                         then discarded: without it g++ keeps a loop with a float ``?:``
+                         (``where``, leaky ReLU, tanh's two ranges) scalar on AVX2, which
+                         has no masked arithmetic to hide an exception (AVX-512 has; an
+                         AMD EPYC here left them all scalar). Values are unchanged; only
+                         the FP exception flags, which no kernel reads, may differ.
     ``-mno-mmx``         REQUIRED: on a CPU without AVX g++ 12 may keep 64-bit values of a
                          reduction in MMX registers and return without ``emms``; the x87
                          state it leaves makes eager's next float op give NaN. SSE2 serves.
@@ -145,7 +151,8 @@ def cxx() -> str:
 def cxx_flags() -> list[str]:
     """Flags for every kernel (each one's reason is in the module docstring)."""
     return ["-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17",
-            "-ffp-contract=off", "-fno-math-errno", "-mno-mmx", "-DNDEBUG"]
+            "-ffp-contract=off", "-fno-math-errno", "-fno-trapping-math", "-mno-mmx",
+            "-DNDEBUG"]
 
 
 def _link_flags() -> list[str]:

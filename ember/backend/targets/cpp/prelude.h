@@ -134,9 +134,8 @@ static inline float ember_gelu_f(float x) {
   float e = ember_horner(z - 3.76990008f, 8.16328102e-05f, -0.000327200542f, 0.000617259997f,
                          -0.000720373704f, 0.000574173988f, -0.000326269597f, 0.000131013338f,
                          -3.06586917e-05f, -1.17021204e-06f, 3.12517614e-06f, -6.26618998e-07f);
-  e = ember_select(z < 5.54f, e, 0.0f);  // inf and NaN too (a NaN x stays NaN: x * 1)
-  // bit selects: with ?: g++ 12 left AVX2 loops of GELU scalar ("control flow in loop")
-  return x * ember_select(z < 2.0f, small, ember_select(x < 0.0f, e, 1.0f - e)); }
+  e = z < 5.54f ? e : 0.0f;             // inf and NaN too (a NaN x stays NaN: x * 1)
+  return x * (z < 2.0f ? small : (x < 0.0f ? e : 1.0f - e)); }
 // tanh: below 0.625 a polynomial (a minimax fit of tanh(x) / x in x^2, 0.1 ulp), above it
 // 1 - 2 / (exp(2|x|) + 1); 1.4 ulp at most. Past |x| = 9.02 tanh rounds to +-1, so the exp
 // needs no zeroed lanes or second scaling factor (20% less time than ember_expf's)

@@ -117,3 +117,19 @@ def test_half_precision_loops_vectorise(dtype, tmp_path):
                  any("ember_from_" in body for body in lines[i:i + 4])]
         vectorised = _vectorised_lines(kernel, tmp_path)
         assert loops and all({i + 1, i + 2, i + 3} & vectorised for i in loops), kernel
+
+
+@pytest.mark.parametrize("name", ["where", "leaky_relu", "tanh"])
+def test_loops_with_a_float_select_vectorise(name, tmp_path):
+    """A ``?:`` between float values (``where``, leaky ReLU, tanh's two ranges) vectorises on
+    AVX2 too, which has no masked arithmetic: ``-fno-trapping-math`` lets g++ compute both
+    sides (without it an AVX2 AMD EPYC left all three loops scalar)."""
+    fn = {"where": lambda x: torch.where(x > 0, x, x * 3), "leaky_relu": F.leaky_relu,
+          "tanh": torch.tanh}[name]
+    x = torch.randn(64, 1024)
+    out, sources = run_and_get_code(lambda t: fn(t + 1), x)
+    torch.testing.assert_close(out, fn(x + 1))
+    kernel = next(s for s in sources if 'extern "C"' in s)
+    loops = [i for i, line in enumerate(kernel.splitlines(), 1) if "#pragma omp simd" in line]
+    vectorised = _vectorised_lines(kernel, tmp_path)
+    assert loops and all({i + 1, i + 2, i + 3} & vectorised for i in loops), kernel
