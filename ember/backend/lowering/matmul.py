@@ -31,7 +31,16 @@ through views, each value read once), the lowering runs ``mm`` instead and retur
 the product anyway. Otherwise (a reader is a library call or a graph output, or another
 device: cuBLAS adds the bias in its epilogue) ``addmm`` runs as it is.
 
-Where each applies is the target's answer (``Target.pads_matmuls``, ``adds_addmm_bias``).
+**Half precision on a CPU without half GEMMs.** Where oneDNN has no bfloat16 (float16)
+kernels for the CPU (no AVX-512: ``torch.ops.mkldnn._is_mkldnn_bf16_supported``), ATen's
+half-precision ``mm``, ``addmm`` and ``bmm`` run a scalar loop: a bf16 ``[1024, 256] x
+[256, 768]`` took 311 ms on a 2-core AMD EPYC (AVX2), the same product in float32 5 ms with
+its conversions. There the operands are cast to float32 (exactly; a body is stored in
+float32 directly), the library multiplies in float32, and the readers round the product
+once, as eager's kernel, which accumulates in float32, rounds its sum.
+
+Where each applies is the target's answer (``Target.pads_matmuls``, ``adds_addmm_bias``,
+``upcasts_half_matmuls``).
 """
 from __future__ import annotations
 
@@ -138,9 +147,35 @@ def _padded(ctx, x, rows: int, columns: int):
                                        strides))
 
 
+def _in_float(ctx, op, operands: list):
+    """``op(*operands)`` multiplied in float32 and read back in ``ctx.dtype`` (the module
+    docstring), where the target upcasts this dtype's matmuls; else None."""
+    if not (ctx.graph.target.upcasts_half_matmuls(ctx.dtype) and all(map(is_ir, operands))):
+        return None
+    f32 = torch.float32
+
+    def cast(x):
+        load = x.make_loader()
+        return Pointwise(x.get_device(), f32, lambda index: ops.to_dtype(load(index), f32),
+                         x.get_size())
+    val = ctx.out.new_empty_strided(ctx.out.shape, ctx.out.stride(), dtype=f32)
+    load = ctx.graph.library_call(op, [cast(x) for x in operands], val).make_loader()
+    logs.log("perf_hints", "matmul: %s %s in float32 (this CPU has no %s GEMM)", op,
+             list(ctx.out.shape), ctx.dtype)
+    return Pointwise(ctx.device, ctx.dtype, lambda index: ops.to_dtype(load(index), ctx.dtype),
+                     ctx.size)
+
+
 @register_lowering(aten.mm.default)
 def _mm(ctx, a, b):
-    product = _aligned_product(ctx, a, b, *(n.meta["val"] for n in ctx.node.args[:2]))
+    product = _in_float(ctx, aten.mm.default, [a, b]) or \
+        _aligned_product(ctx, a, b, *(n.meta["val"] for n in ctx.node.args[:2]))
+    return NotImplemented if product is None else product
+
+
+@register_lowering(aten.bmm.default)
+def _bmm(ctx, a, b):
+    product = _in_float(ctx, aten.bmm.default, [a, b])
     return NotImplemented if product is None else product
 
 
@@ -148,6 +183,9 @@ def _mm(ctx, a, b):
 def _addmm(ctx, bias, a, b, *, beta=1, alpha=1):
     if beta != 1 or alpha != 1 or not is_ir(bias):
         return NotImplemented
+    product = _in_float(ctx, aten.addmm.default, [bias, a, b])
+    if product is not None:
+        return product
     size = bias.get_size()
     if not (len(size) == 1 or len(size) == 2 and size[0] == 1):
         return NotImplemented

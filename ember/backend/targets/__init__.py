@@ -34,6 +34,7 @@ tables (``ops.UNARY``, each target's ``op_templates``).
 """
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import torch
@@ -149,6 +150,12 @@ class Target:
         addmm costs a pass over its result to copy the bias in."""
         return False
 
+    def upcasts_half_matmuls(self, dtype: torch.dtype) -> bool:
+        """Whether ``dtype`` matmuls (float16/bfloat16 ``mm``, ``addmm``, ``bmm``) multiply
+        float32 copies of their operands, the product rounded by its readers
+        (lowering/matmul.py): where the library's half-precision GEMM is a slow loop."""
+        return False
+
     def adds_conv_bias(self, dtype: torch.dtype) -> bool:
         """Whether a ``convolution`` whose readers are all generated code runs without its
         bias, the bias added in the kernel that reads it (lowering/convolution.py): where
@@ -196,6 +203,11 @@ class CpuPolicy:
         """oneDNN adds a convolution's bias inside its kernel."""
         return False
 
+    def upcasts_half_matmuls(self, dtype: torch.dtype) -> bool:
+        """Where oneDNN has no kernels of ``dtype`` for this CPU (AVX2: no AVX-512), ATen's
+        half-precision GEMM is a scalar loop, 60x slower than float32's."""
+        return half_gemm_is_slow(dtype)
+
     def prefers_channels_last(self, gm, convolutions, training):
         """Inference graphs whose weights that need converting are not large next to the
         activations (passes/layout.py)."""
@@ -207,6 +219,17 @@ class CpuPolicy:
 _TARGETS: dict[str, dict[str, type[Target]]] = {}
 # ops.<name> added by register_op -> its arity
 _added_ops: dict[str, int] = {}
+
+
+@functools.lru_cache(maxsize=None)
+def half_gemm_is_slow(dtype: torch.dtype) -> bool:
+    """oneDNN has no ``dtype`` (bfloat16/float16) kernels for this CPU, so ATen's CPU GEMM
+    of that dtype is its scalar fallback."""
+    if dtype == torch.bfloat16:
+        return not torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    if dtype == torch.float16:
+        return not torch.ops.mkldnn._is_mkldnn_fp16_supported()
+    return False
 
 
 def register_target(device_type: str, name: str, factory: type[Target]) -> None:

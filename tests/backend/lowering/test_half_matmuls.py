@@ -1,0 +1,72 @@
+"""Half-precision matmuls on a CPU without half GEMMs (lowering/matmul.py): where oneDNN has
+no bfloat16/float16 kernels for the CPU (AVX2), ATen's half ``mm``, ``addmm`` and ``bmm``
+are a scalar loop 60x slower than float32's, so Ember multiplies float32 copies of the
+operands and rounds the product once in the kernel that reads it, as eager's kernel rounds
+its float32 sum. The policy (``CpuPolicy.upcasts_half_matmuls``) is set here either way, so
+the test runs on any CPU; C++ target only (Triton's interpreter leaves half-precision graphs
+to ATen)."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+from ember import config, logs
+from ember.backend import compile_stats
+from ember.backend.targets import CpuPolicy
+
+DTYPES = [pytest.param(torch.bfloat16, id="bf16"), pytest.param(torch.float16, id="f16")]
+
+
+@pytest.fixture(autouse=True)
+def _fresh():
+    ember.reset()
+    with config.patch(suppress_errors=False), torch.no_grad():
+        yield
+
+
+def _cases(a, w, b, x, y):
+    return (F.linear(a, w, b).relu(),            # addmm, its product read by a ReLU
+            a @ w.t(),                           # mm, a graph output
+            torch.bmm(x, y) * 2,                 # bmm
+            F.linear(a, w))                      # mm of a transposed weight
+
+
+def _inputs(dtype):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(s, generator=g).to(dtype) for s in
+            ((24, 40), (56, 40), (56,), (3, 24, 40), (3, 40, 16))]
+
+
+@pytest.mark.parametrize("upcast", [True, False], ids=["no-half-gemm", "half-gemm"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_products_in_float32_round_once_like_eagers(dtype, upcast, monkeypatch, ember_log):
+    """Upcast, each product is eager's float32 sum of the same values rounded once (within
+    one rounding step); on a CPU with half GEMMs the library's half kernels run."""
+    monkeypatch.setattr(CpuPolicy, "upcasts_half_matmuls", lambda self, dt: upcast)
+    logs.set_logs("perf_hints")
+    args = _inputs(dtype)
+    got = ember.compile(_cases, backend="ember")(*args)
+    for g, e in zip(got, _cases(*args)):
+        assert g.dtype == dtype and g.shape == e.shape
+        torch.testing.assert_close(g, e, rtol=2e-2, atol=2e-2)
+    upcasts = {line.split("matmul: ")[1].split(" in float32")[0]
+               for line in ember_log.text.splitlines() if "in float32 (this CPU has no" in line}
+    if not upcast:
+        assert not upcasts, ember_log.text
+        return
+    for g, e in zip(got, _cases(*[t.float() for t in args])):
+        step = 2.0 ** -7 if dtype == torch.bfloat16 else 2.0 ** -10
+        torch.testing.assert_close(g.float(), e.to(dtype).float(), rtol=step, atol=step)
+    assert upcasts == {"aten.addmm.default [24, 56]", "aten.mm.default [24, 56]",
+                       "aten.bmm.default [3, 24, 16]"}, ember_log.text
+    assert not compile_stats.fallback_ops, dict(compile_stats.fallback_ops)
+
+
+def test_the_policy_follows_onednns_half_support():
+    from ember.backend.targets import half_gemm_is_slow, target_for
+    cpu = target_for(torch.device("cpu"))
+    assert cpu.upcasts_half_matmuls(torch.bfloat16) == \
+        (not torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    assert cpu.upcasts_half_matmuls(torch.float16) == \
+        (not torch.ops.mkldnn._is_mkldnn_fp16_supported())
+    assert not half_gemm_is_slow(torch.float32)
