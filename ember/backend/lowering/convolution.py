@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from ember.backend.ir import Pointwise
+from ember.backend.lowering.matmul import in_float
 from ember.backend.lowering.pooling import WindowAxis, pair
 from ember.backend.lowering.registry import (aten, is_ir, read_by_generated_code_only,
                                              register_lowering)
@@ -93,6 +94,11 @@ def _convolution(ctx, x, weight, bias, stride, padding, dilation, transposed, ou
                 ctx.graph.target, ctx.node.args[0].meta["val"], ctx.node.args[1].meta["val"],
                 groups, transposed):
         return _depthwise(ctx, x, weight, bias, stride, padding, dilation)
+    # (a half-precision convolution on a CPU whose oneDNN has no half kernels: matmul.py)
+    product = in_float(ctx, aten.convolution.default, [x, weight, bias],
+                       [stride, padding, dilation, transposed, output_padding, groups])
+    if product is not None:
+        return product
     if not (is_ir(bias) and ctx.graph.target.adds_conv_bias(ctx.dtype)
             and len(ctx.size) >= 3 and read_by_generated_code_only(ctx.node)):
         return NotImplemented

@@ -70,3 +70,25 @@ def test_the_policy_follows_onednns_half_support():
     assert cpu.upcasts_half_matmuls(torch.float16) == \
         (not torch.ops.mkldnn._is_mkldnn_fp16_supported())
     assert not half_gemm_is_slow(torch.float32)
+
+
+@pytest.mark.parametrize("upcast", [True, False], ids=["no-half-gemm", "half-gemm"])
+def test_convolutions_follow_the_matmuls(upcast, monkeypatch, ember_log):
+    """A bf16 convolution (with and without bias, channels-last input too) is computed in
+    float32 where the half matmuls are (oneDNN has no half kernels for either there)."""
+    monkeypatch.setattr(CpuPolicy, "upcasts_half_matmuls", lambda self, dt: upcast)
+    logs.set_logs("perf_hints")
+    g = torch.Generator().manual_seed(0)
+    x, w, b = (torch.randn(s, generator=g).bfloat16() / 3 for s in
+               ((2, 6, 9, 9), (8, 6, 3, 3), (8,)))
+
+    def fn(x, w, b):
+        return (F.conv2d(x, w, b, padding=1).relu(),
+                F.conv2d(x.contiguous(memory_format=torch.channels_last), w, stride=2))
+    got = ember.compile(fn, backend="ember")(x, w, b)
+    for a, e in zip(got, fn(x, w, b)):
+        assert a.dtype == e.dtype and a.stride() == e.stride()
+        torch.testing.assert_close(a, e, rtol=2e-2, atol=2e-2)
+    upcasts = [line for line in ember_log.text.splitlines()
+               if "aten.convolution.default" in line and "in float32" in line]
+    assert bool(upcasts) == upcast, ember_log.text
