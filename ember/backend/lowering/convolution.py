@@ -69,12 +69,12 @@ def _depthwise(ctx, x, weight, bias, stride, padding, dilation):
     load_x = ctx.graph.computed_once(x, kh * kw / (stride[0] * stride[1])).make_loader()
     load_w, load_b = weight.make_loader(), bias.make_loader() if is_ir(bias) else None
     f32 = torch.float32
+    ah, aw = axes
 
     def body(index):
         n, c, oh, ow = index
         acc = ops.to_dtype(load_b([c]), f32) if load_b else ops.constant(0.0, f32)
         for i, j in taps:
-            ah, aw = axes
             v = load_x([n, c, ah.load_pos(oh, i), aw.load_pos(ow, j)])
             term = ops.mul(ops.to_dtype(v, f32), ops.to_dtype(load_w([c, 0, i, j]), f32))
             vh, vw = ah.valid(oh, i), aw.valid(ow, j)
