@@ -324,19 +324,15 @@ class GraphLowering:
         call_args = [self._to_memory(a) for a in args]
         call_kwargs = {k: self._to_memory(v) for k, v in kwargs.items()}
         val = node.meta.get("val")
+        buf = self._extern_results(val, node.target, call_args, call_kwargs, is_library)
         if isinstance(val, torch.Tensor):
-            buf = self._extern(val, node.target, call_args, call_kwargs, is_library)
             if returns_alias(node.target) and _broadcast(buf.layout):
                 # A view of a value Ember realized densely (an expanded ``arange``): ATen's
                 # result follows the dense input, not eager's stride-0 layout, which no
                 # buffer can be copied into. Kernels read it densely (the graph is
                 # functional: a copy serves as well as the view).
                 buf.layout.stride = contiguous_strides(buf.layout.size)
-            return buf
-        parent = ExternBuffer(self.new_name(), None, node.target, call_args, call_kwargs,
-                              is_library)
-        self.buffers.append(parent)
-        return self._extern_children(parent, val, ())
+        return buf
 
     def _as_eager_addresses(self, node: torch.fx.Node, value: IRNode) -> IRNode:
         """The first argument of an op that addresses its storage (``STORAGE_VIEWS``, and
@@ -361,13 +357,23 @@ class GraphLowering:
             return value
         return self.realize(value, want)
 
-    def library_call(self, target, args: list, val: torch.Tensor) -> ExternBuffer:
+    def library_call(self, target, args: list, val):
         """``target(*args)`` by its library (ATen) kernel from the wrapper, with a result
-        like ``val`` (a lowering that runs a different library op than its own)."""
+        like ``val`` (a lowering that runs a different library op than its own): an
+        ExternBuffer, or a tuple of them (and None) where ``val`` is a tuple."""
         compile_stats.extern_calls[str(target)] += 1
         if target in _MATMULS:
             args = [self._matrix_operand(a) for a in args]
-        return self._extern(val, target, [self._to_memory(a) for a in args], {}, True)
+        return self._extern_results(val, target, [self._to_memory(a) for a in args], {}, True)
+
+    def _extern_results(self, val, target, args, kwargs, is_library):
+        """The ExternBuffer of one call's result like ``val``; for a tuple, a parent call
+        and one child per tensor in it."""
+        if isinstance(val, torch.Tensor):
+            return self._extern(val, target, args, kwargs, is_library)
+        parent = ExternBuffer(self.new_name(), None, target, args, kwargs, is_library)
+        self.buffers.append(parent)
+        return self._extern_children(parent, val, ())
 
     def _matrix_operand(self, a):
         """A transposed body as a matmul's operand (a weight's cast ``t(w.to(bf16))``):

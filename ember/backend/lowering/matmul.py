@@ -37,9 +37,9 @@ half-precision ``mm``, ``addmm`` and ``bmm`` run a scalar loop: a bf16 ``[1024, 
 [256, 768]`` took 311 ms on a 2-core AMD EPYC (AVX2), the same product in float32 5 ms with
 its conversions. There the operands are cast to float32 (exactly; a body is stored in
 float32 directly), the library multiplies in float32, and the readers round the product
-once, as eager's kernel, which accumulates in float32, rounds its sum. Convolutions too
-(``convolution.py``): timm resnet18 bf16 at batch 1 took 893 ms a call in eager there, 27 ms
-so.
+once, as eager's kernel, which accumulates in float32, rounds its sum. Convolutions too,
+and their backward (``convolution.py``): timm resnet18 bf16 at batch 1 took 893 ms a call in
+eager there, 27 ms so; the builtin convnet's bf16 training step 416 ms, 36 ms so.
 
 Where each applies is the target's answer (``Target.pads_matmuls``, ``adds_addmm_bias``,
 ``upcasts_half_matmuls``).
@@ -150,11 +150,12 @@ def _padded(ctx, x, rows: int, columns: int):
 
 
 def in_float(ctx, op, operands: list, rest: list = ()):
-    """``op(*operands, *rest)`` computed in float32 and read back in ``ctx.dtype`` (the
-    module docstring; a convolution too, ``convolution.py``), where the target upcasts this
-    dtype's matmuls; else None. An operand may be None (a convolution without bias)."""
-    if not (ctx.graph.target.upcasts_half_matmuls(ctx.dtype) and
-            all(x is None or is_ir(x) for x in operands)):
+    """``op(*operands, *rest)`` computed in float32 and read back in its result's dtype (the
+    module docstring; convolutions and their backward too, ``convolution.py``), where the
+    target upcasts the first operand's dtype; else None. An operand may be None (a
+    convolution without bias); so may an output of several (an unasked gradient)."""
+    if not (all(x is None or is_ir(x) for x in operands) and
+            ctx.graph.target.upcasts_half_matmuls(operands[0].get_dtype())):
         return None
     f32 = torch.float32
 
@@ -164,13 +165,27 @@ def in_float(ctx, op, operands: list, rest: list = ()):
         load = x.make_loader()
         return Pointwise(x.get_device(), f32, lambda index: ops.to_dtype(load(index), f32),
                          x.get_size())
-    val = ctx.out.new_empty_strided(ctx.out.shape, ctx.out.stride(), dtype=f32)
-    load = ctx.graph.library_call(op, [cast(x) for x in operands] + list(rest),
-                                  val).make_loader()
-    logs.log("perf_hints", "matmul: %s %s in float32 (this CPU has no %s GEMM)", op,
-             list(ctx.out.shape), ctx.dtype)
-    return Pointwise(ctx.device, ctx.dtype, lambda index: ops.to_dtype(load(index), ctx.dtype),
-                     ctx.size)
+
+    def in_f32(out):
+        return None if out is None else \
+            out.new_empty_strided(out.shape, out.stride(), dtype=f32)
+
+    def read_back(buf, out):
+        if buf is None:
+            return None
+        load = buf.make_loader()
+        return Pointwise(out.device, out.dtype,
+                         lambda index: ops.to_dtype(load(index), out.dtype),
+                         [sym(s) for s in out.shape])
+    several = isinstance(ctx.out, (tuple, list))
+    val = tuple(map(in_f32, ctx.out)) if several else in_f32(ctx.out)
+    result = ctx.graph.library_call(op, [cast(x) for x in operands] + list(rest), val)
+    first = ctx.out[0] if several else ctx.out
+    logs.log("perf_hints", "%s %s in float32 (this CPU has no %s kernel for it)", op,
+             list(first.shape), operands[0].get_dtype())
+    if several:
+        return tuple(map(read_back, result, ctx.out))
+    return read_back(result, ctx.out)
 
 
 @register_lowering(aten.mm.default)

@@ -49,8 +49,8 @@ def test_products_in_float32_round_once_like_eagers(dtype, upcast, monkeypatch, 
     for g, e in zip(got, _cases(*args)):
         assert g.dtype == dtype and g.shape == e.shape
         torch.testing.assert_close(g, e, rtol=2e-2, atol=2e-2)
-    upcasts = {line.split("matmul: ")[1].split(" in float32")[0]
-               for line in ember_log.text.splitlines() if "in float32 (this CPU has no" in line}
+    upcasts = {r.getMessage().split(" in float32")[0] for r in ember_log.records
+               if "in float32 (this CPU has no" in r.getMessage()}
     if not upcast:
         assert not upcasts, ember_log.text
         return
@@ -92,3 +92,36 @@ def test_convolutions_follow_the_matmuls(upcast, monkeypatch, ember_log):
     upcasts = [line for line in ember_log.text.splitlines()
                if "aten.convolution.default" in line and "in float32" in line]
     assert bool(upcasts) == upcast, ember_log.text
+
+
+@pytest.mark.parametrize("upcast", [True, False], ids=["no-half-gemm", "half-gemm"])
+def test_convolution_backward_follows_the_matmuls(upcast, monkeypatch, ember_log):
+    """A bf16 training step's ``convolution_backward`` (input, weight and bias gradients;
+    strided and grouped) is computed in float32 where the half matmuls are, each gradient
+    the float32 one rounded once; elsewhere ATen's half kernel runs."""
+    monkeypatch.setattr(CpuPolicy, "upcasts_half_matmuls", lambda self, dt: upcast)
+    logs.set_logs("perf_hints")
+    g = torch.Generator().manual_seed(0)
+    x, w1, b1, w2 = (torch.randn(s, generator=g).bfloat16() / 3 for s in
+                     ((2, 4, 9, 9), (6, 4, 3, 3), (6,), (8, 3, 3, 3)))
+
+    def step(fn, x, w1, b1, w2):
+        x, w1, b1, w2 = (t.detach().requires_grad_() for t in (x, w1, b1, w2))
+        fn(x, w1, b1, w2).sum().backward()
+        return x.grad, w1.grad, b1.grad, w2.grad
+
+    def net(x, w1, b1, w2):
+        y = F.conv2d(x, w1, b1, stride=2, padding=1).relu()
+        return F.conv2d(y, w2, groups=2, padding=1)
+    with torch.enable_grad():
+        got = step(ember.compile(net, backend="ember"), x, w1, b1, w2)
+        want = step(net, x, w1, b1, w2)
+        in_f32 = step(net, *(t.float() for t in (x, w1, b1, w2)))
+    for a, e, f in zip(got, want, in_f32):
+        assert a.dtype == torch.bfloat16 and a.shape == e.shape
+        torch.testing.assert_close(a, e, rtol=3e-2, atol=3e-2)
+        if upcast:      # the forward's rounding is eager's too: gradients near float32's
+            torch.testing.assert_close(a.float(), f, rtol=3e-2, atol=3e-2)
+    upcasts = {r.getMessage() for r in ember_log.records
+               if "convolution_backward" in r.getMessage() and "in float32" in r.getMessage()}
+    assert len(upcasts) == (2 if upcast else 0), ember_log.text
