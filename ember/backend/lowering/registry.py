@@ -147,30 +147,35 @@ def bool_result(fn):
     return fn
 
 
+def _generated_reads(node: torch.fx.Node) -> int | None:
+    """How many ops read ``node``'s value (through views: ops whose schema returns an
+    alias), where each has a lowering that is not a library call; None where one does not,
+    or where nothing reads it (a view included)."""
+    reads = 0
+    for user in node.users:
+        if user.op != "call_function":
+            return None
+        if isinstance(user.target, torch._ops.OpOverload) and returns_alias(user.target):
+            through = _generated_reads(user)
+            if through is None:
+                return None
+            reads += through
+        elif user.target not in LOWERINGS or user.target in LIBRARY_OPS:
+            return None
+        else:
+            reads += 1
+    return reads or None
+
+
 def read_by_generated_code(node: torch.fx.Node) -> bool:
     """Every reader of ``node``'s value (through views) is an op with a lowering that is not
     a library call: a library call would store the value in the reader's shape, beside any
     other copy of it."""
-    for user in node.users:
-        if user.op != "call_function":
-            return False
-        if isinstance(user.target, torch._ops.OpOverload) and returns_alias(user.target):
-            if not read_by_generated_code(user):
-                return False
-        elif user.target not in LOWERINGS or user.target in LIBRARY_OPS:
-            return False
-    return bool(node.users)
+    return _generated_reads(node) is not None
 
 
 def read_by_generated_code_only(node: torch.fx.Node) -> bool:
-    """``node``'s value (through views: ops whose schema returns an alias) has one reader,
-    an op with a lowering that is not a library call (matmul.py, convolution.py: a bias
-    added by the kernel that reads the product)."""
-    while len(node.users) == 1:
-        (user,) = node.users
-        if user.op != "call_function":
-            return False
-        if not (isinstance(user.target, torch._ops.OpOverload) and returns_alias(user.target)):
-            return user.target in LOWERINGS and user.target not in LIBRARY_OPS
-        node = user
-    return False
+    """``node``'s value (through views) has one reader, an op with a lowering that is not a
+    library call (matmul.py, convolution.py: a bias added by the kernel that reads the
+    product)."""
+    return _generated_reads(node) == 1
