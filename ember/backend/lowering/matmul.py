@@ -180,7 +180,7 @@ def in_float(ctx, op, operands: list, rest: list = ()):
     several = isinstance(ctx.out, (tuple, list))
     val = tuple(map(in_f32, ctx.out)) if several else in_f32(ctx.out)
     result = ctx.graph.library_call(op, [cast(x) for x in operands] + list(rest), val)
-    first = ctx.out[0] if several else ctx.out
+    first = next(o for o in ctx.out if o is not None) if several else ctx.out
     logs.log("perf_hints", "%s %s in float32 (this CPU has no %s kernel for it)", op,
              list(first.shape), operands[0].get_dtype())
     if several:
