@@ -39,7 +39,7 @@ its conversions. There the operands are cast to float32 (exactly; a body is stor
 float32 directly), the library multiplies in float32, and the readers round the product
 once, as eager's kernel, which accumulates in float32, rounds its sum. Convolutions too,
 and their backward (``convolution.py``): timm resnet18 bf16 at batch 1 took 893 ms a call in
-eager there, 27 ms so; the builtin convnet's bf16 training step 416 ms, 36 ms so.
+eager there, 27 ms so; the builtin convnet's bf16 training step 420 ms, 38 ms so.
 
 Where each applies is the target's answer (``Target.pads_matmuls``, ``adds_addmm_bias``,
 ``upcasts_half_matmuls``).
