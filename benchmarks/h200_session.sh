@@ -29,6 +29,8 @@
 #   stencil   depthwise convolutions as generated stencils against the library's, in one
 #             process (benchmarks/depthwise_stencil.py: maxvit, mobilenetv3, efficientnet_b0,
 #             convnext_tiny; taps 0, 25, 49): about 4 minutes
+#   partition AMP training steps (resnet50, vit_base, gpt2) with the partition saving library
+#             calls' inputs or recomputing them (benchmarks/partition_trade.py): up to 8 minutes
 #   column    Triton column-sum tiles beside eager and torch.compile (column_reduction.py)
 #   profile   top CUDA kernels (bf16), Ember and eager, in both layouts, of the models where
 #             Ember trails (PROFILE_MODELS: default mobilenetv3_large_100, whose
@@ -88,6 +90,7 @@ for step in $STEPS; do
              maxvit_tiny_rw_224,vit_tiny,DebertaV2ForMaskedLM --iters 10 --rows 16 \
              --out "$OUT/gaps-infer.md" > "$OUT/gaps-infer.txt" 2>&1 ;;
     stencil) timeout 400 python3 benchmarks/depthwise_stencil.py > "$OUT/stencil.txt" 2>&1 ;;
+    partition) timeout 500 python3 benchmarks/partition_trade.py > "$OUT/partition.txt" 2>&1 ;;
     column) timeout 200 python3 benchmarks/column_reduction.py > "$OUT/column.txt" 2>&1 ;;
     profile) (for layout in auto channels_last; do timeout 200 python3 \
              benchmarks/profile_models.py ${PROFILE_MODELS:-mobilenetv3_large_100,convnext_tiny,vit_base} \

@@ -27,7 +27,14 @@ nodes, each split into ``in -> out`` with its bytes as capacity:
   normalised output is recomputed from its input and two small statistics).
 
 Primals cost one byte: parameters and inputs stay alive anyway, so saving them is free and
-recomputing from them is preferred. The nodes whose ``in`` side the source still reaches
+recomputing from them is preferred.
+
+With ``SAVES_LIBRARY_INPUTS``, a cheap value that a library call (a matmul, a convolution)
+reads in the forward and another reads in the backward is saved, not recomputed: the forward
+stores it anyway for its reader, and a recompute would store it again for the backward's (a
+ReLU's output, read by the next convolution and by that convolution's backward: one more
+pass over the activation per layer). The cost is memory held until the backward. Off until
+measured on a GPU (``benchmarks/partition_trade.py``); on a 2-core CPU it was a wash. The nodes whose ``in`` side the source still reaches
 after the flow, and whose ``out`` side it does not, are the saved values.
 """
 from __future__ import annotations
@@ -55,6 +62,11 @@ _CHEAP = {aten._to_copy.default, aten.clone.default, aten.full.default, aten.zer
           aten.gather.default, aten.index.Tensor, aten.cat.default,
           aten.constant_pad_nd.default, aten.where.self, aten.masked_fill.Scalar,
           aten.masked_fill.Tensor, aten.lift_fresh_copy.default}
+
+
+SAVES_LIBRARY_INPUTS = False
+_LIBRARY = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.convolution.default,
+            aten.convolution_backward.default}
 
 
 def recomputable(node: torch.fx.Node) -> bool:
@@ -195,7 +207,8 @@ def _choose_saved(nodes: list[torch.fx.Node], backward: set, primals: set, neede
     for n, i in index.items():
         cost = costs[n]
         net.add(2 * i, 2 * i + 1, infinite if cost is None else cost)
-        if n.op != "call_function" or not recomputable(n) or n in kept:
+        if n.op != "call_function" or not recomputable(n) or n in kept or \
+                SAVES_LIBRARY_INPUTS and _library_read_on_both_sides(n, backward):
             net.add(source, 2 * i, infinite)
         if n in read_by_backward:
             net.add(2 * i + 1, sink, infinite)
@@ -207,6 +220,27 @@ def _choose_saved(nodes: list[torch.fx.Node], backward: set, primals: set, neede
     net.max_flow(source, sink)
     reached = net.source_side(source)
     return [n for n, i in index.items() if 2 * i in reached and 2 * i + 1 not in reached]
+
+
+def _is_view(node: torch.fx.Node) -> bool:
+    """An op whose one result is a view of its input (``t``, ``view``, ``permute``)."""
+    target = node.target
+    if not (isinstance(target, torch._ops.OpOverload) and recomputable(node)):
+        return False
+    returns = target._schema.returns
+    return len(returns) == 1 and returns[0].alias_info is not None
+
+
+def _library_read_on_both_sides(n: torch.fx.Node, backward: set) -> bool:
+    """A library call of the forward and one of the backward read ``n`` (through views)."""
+    sides, stack = set(), list(n.users)
+    while stack:
+        user = stack.pop()
+        if user.target in _LIBRARY:
+            sides.add(user in backward)
+        elif _is_view(user):
+            stack.extend(user.users)
+    return sides == {True, False}
 
 
 def _backward_order(nodes: list, backward_nodes: set, backward: set, inputs: set) -> list:
@@ -325,9 +359,7 @@ def partition(joint: JointGraph) -> Partition:
     mutated = {primals[i] for i in joint.input_mutations}
     for s in saved:
         base = s
-        while base.op == "call_function" and recomputable(base) and base.all_input_nodes and \
-                isinstance(base.target, torch._ops.OpOverload) and \
-                base.target._schema.returns[0].alias_info is not None:
+        while base.op == "call_function" and _is_view(base) and base.all_input_nodes:
             base = base.all_input_nodes[0]
         if base in mutated:
             raise NotImplementedError("ember.aot: the backward reads an input that the "

@@ -252,6 +252,37 @@ def test_partition_saves_less_than_eager_on_pointwise_chains(caplog):
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("saves", [False, True], ids=["recomputes", "saves"])
+def test_library_inputs_are_saved_where_the_policy_says(saves, monkeypatch):
+    """``SAVES_LIBRARY_INPUTS``: a ReLU's output, read by the next convolution and by that
+    convolution's backward, is saved rather than recomputed; without it the forward saves
+    only the convolutions' outputs (the ReLU is recomputed). Gradients equal either way."""
+    from ember.aot import partition as part
+    from ember.aot.joint import trace_joint
+    monkeypatch.setattr(part, "SAVES_LIBRARY_INPUTS", saves)
+    torch.manual_seed(0)
+
+    def f(x, w1, w2, w3):
+        y = F.conv2d(x, w1, padding=1).relu()
+        return F.linear(F.conv2d(y, w2, padding=1).relu().flatten(1), w3)
+    inputs = [torch.randn(2, 3, 6, 6), torch.randn(4, 3, 3, 3, requires_grad=True),
+              torch.randn(5, 4, 3, 3, requires_grad=True),
+              torch.randn(7, 180, requires_grad=True)]
+    joint = trace_joint(torch.fx.symbolic_trace(f), inputs)
+    parts = part.partition(joint)
+    saved_ops = {n.target for n in parts.forward.graph.nodes if n.op == "call_function"
+                 and n.name in {s.split("_", 2)[2] for s in parts.saved}}
+    assert (torch.ops.aten.relu.default in saved_ops) == saves, saved_ops
+    tangent = torch.randn(2, 7)
+    with torch.no_grad():
+        outs = joint.gm(*inputs, tangent)
+        grads = parts.backward(*parts.forward(*inputs)[joint.num_fw_outputs:], tangent)
+    want = torch.autograd.grad((f(*inputs) * tangent).sum(), inputs[1:])
+    for a, b, c in zip(grads, outs[joint.num_fw_outputs:], want):
+        torch.testing.assert_close(a, b)
+        torch.testing.assert_close(a, c, atol=1e-5, rtol=1e-4)
+
+
 def _residual_stack(layers):
     """A transformer's residual stream without the attention: ``h = h + linear(norm(h))``
     per layer, the joint graph and its partition."""
