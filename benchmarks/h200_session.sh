@@ -15,7 +15,8 @@
 #   libs-timm, libs-hf, libs-torchvision   run one suite each (a call apiece)
 #   recheck   the library models the last sessions changed Ember's speed on (RECHECK_MODELS:
 #             swin_t, convnext_tiny, the LM heads, alexnet), with torch.compile: ~5 minutes
-#   train     issue 10's AMP training step (float32 weights, bf16 autocast): ~7 minutes
+#   train     issue 10's AMP training step (float32 weights, bf16 autocast): ~7 minutes; or
+#             only TRAIN_MODELS (e.g. TRAIN_MODELS=resnet50: ~2 minutes)
 #   survey    issue 8's model survey (CPU, Python 3.12): inference and training
 #   launch    per-call and per-launch cost of a one-kernel function (issue 7: <= 5 us)
 #   warm      resnet50's cold and warm start in two processes (issue 7: warm < 1 s)
@@ -73,7 +74,8 @@ for step in $STEPS; do
              --device cuda --dtype bfloat16 --compilers eager,ember,torch-inductor --repeat 10 \
              --warmup 3 --timeout 150 --torch-compile-budget 90 --no-warm-compile --budget 400 \
              --out "$OUT/recheck" > "$OUT/recheck.txt" 2>&1 ;;
-    train) timeout 420 python3 -m ember.bench --device cuda --mode train --suite gpu --amp \
+    train) timeout 420 python3 -m ember.bench --device cuda --mode train --amp \
+             $([ -n "${TRAIN_MODELS:-}" ] && echo "--models $TRAIN_MODELS" || echo "--suite gpu") \
              --compilers eager,ember,torch-inductor --repeat 10 --warmup 3 \
              --no-warm-compile --torch-compile-budget 90 > "$OUT/train.txt" 2>&1 ;;
     survey) (timeout 280 python3 tests/frontend/model_libraries/survey_models.py;
