@@ -27,15 +27,15 @@ nodes, each split into ``in -> out`` with its bytes as capacity:
   normalised output is recomputed from its input and two small statistics).
 
 Primals cost one byte: parameters and inputs stay alive anyway, so saving them is free and
-recomputing from them is preferred.
+recomputing from them is preferred. The nodes whose ``in`` side the source still reaches
+after the flow, and whose ``out`` side it does not, are the saved values.
 
 With ``SAVES_LIBRARY_INPUTS``, a cheap value that a library call (a matmul, a convolution)
 reads in the forward and another reads in the backward is saved, not recomputed: the forward
 stores it anyway for its reader, and a recompute would store it again for the backward's (a
 ReLU's output, read by the next convolution and by that convolution's backward: one more
 pass over the activation per layer). The cost is memory held until the backward. Off until
-measured on a GPU (``benchmarks/partition_trade.py``); on a 2-core CPU it was a wash. The nodes whose ``in`` side the source still reaches
-after the flow, and whose ``out`` side it does not, are the saved values.
+measured on a GPU (``benchmarks/partition_trade.py``); on a 2-core CPU it was a wash.
 """
 from __future__ import annotations
 
