@@ -48,6 +48,7 @@ import torch.fx
 
 from ember.aot.joint import JointGraph, hint_int
 from ember.aot.rng import ReplayRandom, draws, replay_random_ops, twin
+from ember.fake import returns_alias
 
 __all__ = ["Partition", "ancestors", "partition", "recomputable"]
 
@@ -223,12 +224,9 @@ def _choose_saved(nodes: list[torch.fx.Node], backward: set, primals: set, neede
 
 
 def _is_view(node: torch.fx.Node) -> bool:
-    """An op whose one result is a view of its input (``t``, ``view``, ``permute``)."""
-    target = node.target
-    if not (isinstance(target, torch._ops.OpOverload) and recomputable(node)):
-        return False
-    returns = target._schema.returns
-    return len(returns) == 1 and returns[0].alias_info is not None
+    """A cheap op whose result is a view of its input (``t``, ``view``, ``permute``)."""
+    return isinstance(node.target, torch._ops.OpOverload) and recomputable(node) and \
+        returns_alias(node.target)
 
 
 def _library_read_on_both_sides(n: torch.fx.Node, backward: set) -> bool:

@@ -325,13 +325,13 @@ class GraphLowering:
         call_kwargs = {k: self._to_memory(v) for k, v in kwargs.items()}
         val = node.meta.get("val")
         buf = self._extern_results(val, node.target, call_args, call_kwargs, is_library)
-        if isinstance(val, torch.Tensor):
-            if returns_alias(node.target) and _broadcast(buf.layout):
-                # A view of a value Ember realized densely (an expanded ``arange``): ATen's
-                # result follows the dense input, not eager's stride-0 layout, which no
-                # buffer can be copied into. Kernels read it densely (the graph is
-                # functional: a copy serves as well as the view).
-                buf.layout.stride = contiguous_strides(buf.layout.size)
+        if isinstance(val, torch.Tensor) and returns_alias(node.target) and \
+                _broadcast(buf.layout):
+            # A view of a value Ember realized densely (an expanded ``arange``): ATen's
+            # result follows the dense input, not eager's stride-0 layout, which no buffer
+            # can be copied into. Kernels read it densely (the graph is functional: a copy
+            # serves as well as the view).
+            buf.layout.stride = contiguous_strides(buf.layout.size)
         return buf
 
     def _as_eager_addresses(self, node: torch.fx.Node, value: IRNode) -> IRNode:

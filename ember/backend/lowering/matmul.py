@@ -159,33 +159,24 @@ def in_float(ctx, op, operands: list, rest: list = ()):
         return None
     f32 = torch.float32
 
-    def cast(x):
-        if x is None:
-            return None
-        load = x.make_loader()
-        return Pointwise(x.get_device(), f32, lambda index: ops.to_dtype(load(index), f32),
-                         x.get_size())
+    def cast(x, dtype):
+        return None if x is None else \
+            Pointwise(x.get_device(), dtype, broadcast_loader(x, x.get_size(), dtype),
+                      x.get_size())
 
     def in_f32(out):
         return None if out is None else \
             out.new_empty_strided(out.shape, out.stride(), dtype=f32)
-
-    def read_back(buf, out):
-        if buf is None:
-            return None
-        load = buf.make_loader()
-        return Pointwise(out.device, out.dtype,
-                         lambda index: ops.to_dtype(load(index), out.dtype),
-                         [sym(s) for s in out.shape])
     several = isinstance(ctx.out, (tuple, list))
     val = tuple(map(in_f32, ctx.out)) if several else in_f32(ctx.out)
-    result = ctx.graph.library_call(op, [cast(x) for x in operands] + list(rest), val)
+    result = ctx.graph.library_call(op, [cast(x, f32) for x in operands] + list(rest), val)
     first = next(o for o in ctx.out if o is not None) if several else ctx.out
     logs.log("perf_hints", "%s %s in float32 (this CPU has no %s kernel for it)", op,
              list(first.shape), operands[0].get_dtype())
     if several:
-        return tuple(map(read_back, result, ctx.out))
-    return read_back(result, ctx.out)
+        return tuple(None if out is None else cast(buf, out.dtype)
+                     for buf, out in zip(result, ctx.out))
+    return cast(result, ctx.dtype)
 
 
 @register_lowering(aten.mm.default)

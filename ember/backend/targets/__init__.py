@@ -151,10 +151,10 @@ class Target:
         return False
 
     def upcasts_half_matmuls(self, dtype: torch.dtype) -> bool:
-        """Whether ``dtype`` matmuls (float16/bfloat16 ``mm``, ``addmm``, ``bmm``) and
-        convolutions compute on float32 copies of their operands, the result rounded by its
-        readers (lowering/matmul.py): where the library's half-precision GEMM is a slow
-        loop."""
+        """Whether ``dtype`` matmuls (float16/bfloat16 ``mm``, ``addmm``, ``bmm``),
+        convolutions and their backward compute on float32 copies of their operands, the
+        results rounded by their readers (lowering/matmul.py): where the library's
+        half-precision GEMM is a slow loop."""
         return False
 
     def adds_conv_bias(self, dtype: torch.dtype) -> bool:
