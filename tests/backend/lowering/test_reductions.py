@@ -204,3 +204,29 @@ def test_long_welford_is_accurate(always_welford, cpu_backend):
     exact = x.double().var(1)
     compiled = ember.compile(lambda t: t.var(1), backend="ember")
     assert ((compiled(x).double() - exact).abs() / exact).max() < 2e-6
+
+
+def test_per_channel_reads_do_not_make_a_row_reduction_a_column_one():
+    """Training batch norm fuses its normalise-and-relu and the running statistics' update
+    into the statistics' kernel, whose per-channel reads (mean, rstd, weight, bias) are
+    loaded once per channel: they must not outvote the contiguous reads along the image, or
+    the kernel runs column blocks over channels with strided accesses (with symbolic sizes
+    8x slower than eager). Static sizes first, then symbolic ones (the second call)."""
+    from ember.backend import compile as backend_compile
+    ember.reset()
+
+    def fn(x, w, b, mean, var):
+        return F.relu(F.batch_norm(x, mean, var, w, b, training=True))
+
+    compiled = ember.compile(fn)
+    for shape in [(4, 24, 10, 12), (4, 20, 9, 7)]:
+        backend_compile.generated_sources.clear()
+        c = shape[1]
+        x, w, b = torch.randn(shape), torch.randn(c), torch.randn(c)
+        stats = [torch.rand(c), torch.rand(c) + 1]
+        expected_stats = [t.clone() for t in stats]
+        torch.testing.assert_close(compiled(x, w, b, *stats), fn(x, w, b, *expected_stats),
+                                   rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(stats, expected_stats)
+        code = "\n".join(backend_compile.generated_sources)
+        assert "ember_red" in code and "_blk" not in code

@@ -48,6 +48,8 @@ class ColumnBlocks(FoldingStrategy):
             if node.role == "inner":
                 accesses.append(node.where(x, r))
             for index in accesses:
+                if not index.free_symbols & set(r):
+                    continue      # read once per outer element (a weight, a mean): no vote
                 if sympy.diff(index, r[-1]) == 1:
                     along_inner += 1
                 elif sympy.diff(index, x[-1]) == 1:
