@@ -7,6 +7,7 @@ recorded. ``torch._decomp``'s tables are used as the reference library of op sem
 Choice of decomposed ops (forward ops; the backward ops are listed in ``DECOMPOSED_OPS``):
 
 * Normalisations (``native_layer_norm``, ``native_batch_norm``,
+  ``_native_batch_norm_legit.no_stats`` (``instance_norm``'s),
   ``_native_batch_norm_legit_no_training``, ``_native_batch_norm_legit_functional``,
   ``native_group_norm``): reductions + pointwise ops, which a loop-level backend fuses better
   than an opaque kernel; their unused statistics outputs are removed by dead-code elimination.
@@ -183,16 +184,21 @@ def _var_mean(x, dim=None, *, correction=None, keepdim=False):
     return var, mean
 
 
-def _float_statistics(op):
-    """torch's decomposition of ``op``, whose ``var_mean`` keeps the input dtype: eager's
-    CPU layer_norm and group_norm accumulate float32 (their statistics overflow to inf
-    where a float64 var would not, and float32 sums keep these norms fast); batch_norm's
-    CPU kernel accumulates in double, as var_mean does."""
-    reference = get_decompositions([op])[op.default]
+def _float_statistics(op, cpu_only: bool = False, register: bool = True):
+    """torch's decomposition of ``op`` (a packet: its default overload; or an overload),
+    whose ``var_mean`` keeps the input dtype: eager's CPU layer_norm and group_norm
+    accumulate float32 (their statistics overflow to inf where a float64 var would not, and
+    float32 sums keep these norms fast). Eager's CPU batch norm sums in double but stores
+    its sum of squared deviations in the input dtype (inf past float32's range, its output
+    then 0): float statistics there too (``cpu_only``: its CUDA kernels keep float32
+    Welford state, as var_mean on CUDA does)."""
+    overload = getattr(op, "default", op)
+    reference = get_decompositions([overload])[overload]
 
-    @register_decomposition(op.default)
     def decomposition(*args, **kwargs):
         global _float_statistics_depth, _half_statistics
+        if cpu_only and args[0].device.type != "cpu":
+            return reference(*args, **kwargs)
         outer = _half_statistics
         _float_statistics_depth += 1
         _half_statistics = args[0].dtype if args[0].dtype in _HALF_EXACT_SUM else None
@@ -201,11 +207,17 @@ def _float_statistics(op):
         finally:
             _float_statistics_depth -= 1
             _half_statistics = outer
-    return decomposition
+    return register_decomposition(overload)(decomposition) if register else decomposition
 
 
 _float_statistics(aten.native_layer_norm)
 _float_statistics(aten.native_group_norm)
+_float_statistics(aten._native_batch_norm_legit_functional, cpu_only=True)
+# no running statistics (F.batch_norm without them, instance_norm): ATen's CPU kernel for
+# these was a library call 2.4-4.4x slower than the generated kernels (8x32x32x32, 1 thread)
+_float_statistics(aten._native_batch_norm_legit.no_stats, cpu_only=True)
+_torch_native_batch_norm = _float_statistics(aten.native_batch_norm, cpu_only=True,
+                                             register=False)   # (see _native_batch_norm)
 
 
 @register_decomposition(aten._safe_softmax.default)
@@ -244,7 +256,8 @@ def _empty_stat(x):
     return aten.new_zeros.default(x, [0])
 
 
-_TORCH_BATCH_NORMS = get_decompositions([aten.native_batch_norm, aten.cudnn_batch_norm])
+_TORCH_CUDNN_BATCH_NORM = get_decompositions([aten.cudnn_batch_norm])[
+    aten.cudnn_batch_norm.default]
 
 
 @register_decomposition(aten._native_batch_norm_legit_no_training.default)
@@ -256,16 +269,16 @@ def _batch_norm_no_training(x, weight, bias, running_mean, running_var, momentum
 @register_decomposition(aten.native_batch_norm.default)
 def _native_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
     if training or running_mean is None or running_var is None:
-        return _TORCH_BATCH_NORMS[aten.native_batch_norm.default](
-            x, weight, bias, running_mean, running_var, training, momentum, eps)
+        return _torch_native_batch_norm(x, weight, bias, running_mean, running_var, training,
+                                        momentum, eps)
     return _batch_norm_no_training(x, weight, bias, running_mean, running_var, momentum, eps)
 
 
 @register_decomposition(aten.cudnn_batch_norm.default)
 def _cudnn_batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
     if training or running_mean is None or running_var is None:
-        return _TORCH_BATCH_NORMS[aten.cudnn_batch_norm.default](
-            x, weight, bias, running_mean, running_var, training, momentum, eps)
+        return _TORCH_CUDNN_BATCH_NORM(x, weight, bias, running_mean, running_var, training,
+                                       momentum, eps)
     out = _normalize_eval(x, weight, bias, running_mean, running_var, eps)
     return out, _empty_stat(x), _empty_stat(x), aten.new_zeros.default(x, [0],
                                                                        dtype=torch.uint8)

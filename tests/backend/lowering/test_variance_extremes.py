@@ -68,6 +68,22 @@ def test_norm_statistics_of_huge_and_constant_values():
     for x in (big, const):
         check(lambda t: (F.layer_norm(t, (1000,)), F.group_norm(t, 3),
                          F.batch_norm(t, None, None, training=True)), x, 1.0)
+    # (not of constant rows: eager's instance norm computes x * a + b there, not exactly
+    # 0: -2.9e-7 for rows of 0.1, -1.1e14 for 1e19; Ember's (x - mean) * a is 0)
+    check(lambda t: (F.instance_norm(t),), big, 1.0)
+
+
+def test_batch_norm_running_statistics_of_huge_values():
+    # eager's CPU batch norm sums in double but stores its sum of squared deviations in
+    # float32: inf here (a double variance would be 1e36), its output 0, running_var inf
+    torch.manual_seed(0)
+    x = torch.randn(4, 3, 1000) * 1e18
+
+    def fn(t, mean, var):
+        return F.batch_norm(t, mean, var, training=True)
+    stats, expected_stats = [torch.zeros(3), torch.ones(3)], [torch.zeros(3), torch.ones(3)]
+    got = ember.compile(fn, backend="ember")(x, *stats)
+    assert_like_eager([got, *stats], [fn(x, *expected_stats), *expected_stats], 1e36)
 
 
 def test_norm_of_one_element_is_its_magnitude():
