@@ -48,8 +48,10 @@ class ColumnBlocks(FoldingStrategy):
             if node.role == "inner":
                 accesses.append(node.where(x, r))
             for index in accesses:
-                if not index.free_symbols & set(r):
-                    continue      # read once per outer element (a weight, a mean): no vote
+                if x[-1] not in index.free_symbols or r[-1] not in index.free_symbols:
+                    # fixed along one of the two loops (a per-channel weight, a mean): a
+                    # scalar of that loop's SIMD either way, no vote
+                    continue
                 if sympy.diff(index, r[-1]) == 1:
                     along_inner += 1
                 elif sympy.diff(index, x[-1]) == 1:
