@@ -29,7 +29,9 @@ class ColumnBlocks(FoldingStrategy):
 
     def __init__(self, kernel):
         super().__init__(kernel)
-        self.lanes = _column_block(size_hint(kernel.group.outer[-1]))    # per block
+        last = kernel.group.outer[-1]
+        self.lanes = (_column_block if is_static(last) else _symbolic_column_block)(
+            size_hint(last))       # per block
 
     @staticmethod
     def fits(group: FusionGroup, x, r) -> bool:
@@ -187,4 +189,15 @@ def _column_block(size: int) -> int:
     lanes = COLUMN_BLOCK[0]
     while lanes * 2 <= COLUMN_BLOCK[1] and size >= lanes * 2 * 4:
         lanes *= 2
+    return lanes
+
+
+def _symbolic_column_block(hint: int) -> int:
+    """Lanes per block for a symbolic last dim, whose full blocks run with a constant length
+    (see ColumnBlocks.generate) and the last one with a run-time one (2x slower a lane):
+    the widest block whose full blocks cover at least 3/4 of the hint's lanes (24: 8 lanes,
+    not one partial block of 32)."""
+    lanes = _column_block(hint)
+    while lanes > 8 and (hint // lanes) * lanes * 4 < hint * 3:
+        lanes //= 2
     return lanes
