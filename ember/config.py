@@ -130,6 +130,12 @@ eager_choice: str = _option(
     "captured graph run eagerly and keeps the faster, cached on disk), 'off' (the compiled "
     "program always); see ember/backend/runtime/eager_choice.py",
     choices=("timed", "off"))
+profile_kernels: bool = _option(
+    "profile_kernels", bool, False,
+    "each generated kernel's call runs inside torch.profiler.record_function(<kernel name>), "
+    "so torch.profiler's tables time Ember's kernels one by one (C++ kernels otherwise show "
+    "only as the whole compiled call); costs about a microsecond a kernel while no profiler "
+    "runs")
 split_ddp_graphs: bool = _option(
     "split_ddp_graphs", bool, True,
     "a graph captured for a DistributedDataParallel module is cut where DDP's gradient "
@@ -182,7 +188,8 @@ class patch(contextlib.ContextDecorator):
 # options the compiled code depends on; the others (limits, error policy, debug output) act
 # when they are read
 RECOMPILES = ("layout_optimization", "half_fast_math", "inline_depth_limit",
-              "kept_buffers_mb", "matmul_padding", "split_ddp_graphs", "eager_choice")
+              "kept_buffers_mb", "matmul_padding", "split_ddp_graphs", "eager_choice",
+              "profile_kernels")
 on_recompile_option: list[Callable[[str], None]] = []    # ember.api's reset of entries
 
 

@@ -143,6 +143,7 @@ class WrapperCodegen:
         return name
 
     def generate(self) -> str:
+        from ember import config
         g = self.graph
         names = [b.name for b in g.inputs]
         # an input has the layout its kernels were compiled for (the caller's guards): a view
@@ -150,8 +151,9 @@ class WrapperCodegen:
         self.layouts.update({b.name: b.layout for b in g.inputs
                              if getattr(b.layout, "stride", None) is not None})
         out = ["import torch", "import math", "from ember.backend.runtime import with_layout",
-               "empty_strided = torch.empty_strided", "as_strided = torch.as_strided", "", "",
-               "def call(args):"]
+               "empty_strided = torch.empty_strided", "as_strided = torch.as_strided",
+               *(["_kernel_range = torch.profiler.record_function"]
+                 if config.profile_kernels else []), "", "", "def call(args):"]
         body: list[str] = []
         if names:
             # the list is the caller's to give away (``call_boxed``): emptied, so each input
@@ -188,7 +190,11 @@ class WrapperCodegen:
                 # a value stored in place of a dead buffer is named before the launch: the
                 # kernel may read it back under its own name
                 body.extend(aliases)
-                body.extend(kernel.call_lines({a: a for a in kernel.args}))
+                launch = kernel.call_lines({a: a for a in kernel.args})
+                if config.profile_kernels:
+                    body.append(f"with _kernel_range({kernel.name!r}):")
+                    launch = ["    " + line for line in launch]
+                body.extend(launch)
             else:
                 body.extend(self._extern(step, step.name in read or step.name in output_names,
                                          (pool, pending, output_names)))

@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 # the packages whose code decides what a graph compiles to
 _COMPILER_PACKAGES = ("aot", "backend", "decomp")
 _CACHED_CONFIG = ("layout_optimization", "fallback_on_lowering_error", "half_fast_math",
-                  "kept_buffers_mb", "matmul_padding")
+                  "kept_buffers_mb", "matmul_padding", "profile_kernels")
 _VERSION = 2
 _MAGIC = b"EMBGRPH2"
 

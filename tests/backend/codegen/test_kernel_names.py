@@ -112,3 +112,26 @@ def test_names_leave_views_out_and_stay_short():
                                aten._native_batch_norm_legit_no_training.default,
                                aten.native_group_norm_backward.default], 12)
     assert long == "ember_per_layer_norm_bwd_batch_norm_group_norm_bwd_12"
+
+
+def test_profile_kernels_names_each_kernel_in_torch_profiler(cpu_backend):
+    """``config.profile_kernels``: each generated kernel's call is a profiler range named
+    after it (a C++ kernel is otherwise invisible inside the compiled call); off, none is.
+    Changing the option recompiles: the next call runs code generated under it."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from ember import config
+
+    def fn(x, w):
+        return torch.softmax(x * w, -1).sum(0)
+
+    x, w = torch.randn(6, 40), torch.randn(40)
+    compiled = ember.compile(fn)
+    for enabled in (True, False):
+        with config.patch(profile_kernels=enabled):
+            torch.testing.assert_close(compiled(x, w), fn(x, w))
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                torch.testing.assert_close(compiled(x, w), fn(x, w))
+        ranges = {e.key for e in prof.key_averages() if e.key.startswith("ember_")}
+        assert bool(ranges) == enabled, ranges
+        assert not enabled or any("_mul_softmax" in k for k in ranges)
