@@ -210,10 +210,15 @@ class CpuPolicy:
         return half_gemm_is_slow(dtype)
 
     def prefers_channels_last(self, gm, convolutions, training):
-        """Inference graphs whose weights that need converting are not large next to the
-        activations (passes/layout.py)."""
+        """Graphs whose weights that need converting are not large next to the activations
+        (passes/layout.py; training counts them twice). Not training graphs whose half
+        convolutions compute on float32 copies (``upcasts_half_matmuls``): channels-last
+        made the builtin convnet's bf16 step 1.6x slower on AVX2 (48 against 30 ms)."""
         from ember.backend.passes.layout import weights_convert_cheaply
-        return not training and weights_convert_cheaply(convolutions)
+        if training and any(self.upcasts_half_matmuls(c.args[0].meta["val"].dtype)
+                            for c in convolutions):
+            return False
+        return weights_convert_cheaply(convolutions, training)
 
 
 # device type -> target name -> Target class; the first of a device type is its default

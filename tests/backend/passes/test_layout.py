@@ -47,10 +47,11 @@ def test_channels_last_convnet_matches_eager(options):
     assert not compile_stats.fallback_ops
 
 
-def test_auto_on_cpu_converts_inference_graphs_whose_weights_are_small():
+def test_auto_on_cpu_converts_graphs_whose_weights_are_small():
     """CPU ``auto``: the convnet's weights are small next to its activations, so its
     inference graph runs channels-last (and matches eager); a layer whose 3x3 weights
-    dwarf its input stays NCHW, and so do training graphs."""
+    dwarf its input stays NCHW. Training graphs count the weights twice (their gradients
+    convert back): a layer whose weights are 1.2x its input converts for inference only."""
     from ember.backend.passes.layout import wants_channels_last
     model, inputs = zoo.build_model("convnet", batch_size=2)[:2]
     model.eval()
@@ -61,9 +62,27 @@ def test_auto_on_cpu_converts_inference_graphs_whose_weights_are_small():
     cpu = _target("cpu")
     small = _conv_graph((2, 16, 32, 32), (16, 16, 3, 3))
     assert wants_channels_last(small, cpu) is True
-    assert wants_channels_last(small, cpu, training=True) is False
+    assert wants_channels_last(small, cpu, training=True) is True
     assert wants_channels_last(_conv_graph((1, 64, 8, 8), (64, 64, 3, 3)), cpu) is False
+    middle = _conv_graph((1, 16, 11, 11), (16, 16, 3, 3))     # weights 2304, input 1936
+    assert wants_channels_last(middle, cpu) is True
+    assert wants_channels_last(middle, cpu, training=True) is False
 
+
+
+@pytest.mark.parametrize("upcasts", [True, False])
+def test_cpu_training_of_half_convolutions_on_float_copies_stays_nchw(monkeypatch, upcasts):
+    """Where the CPU computes half convolutions on float32 copies (no oneDNN half kernels:
+    AVX2), a bf16 training graph stays NCHW under ``auto`` (channels-last made the
+    builtin convnet's step 1.6x slower there); inference, and training where oneDNN has
+    the kernels, follow the weights rule."""
+    from ember.backend.passes.layout import wants_channels_last
+    from ember.backend.targets import CpuPolicy
+    monkeypatch.setattr(CpuPolicy, "upcasts_half_matmuls", lambda self, dtype: upcasts)
+    cpu = _target("cpu")
+    gm = _conv_graph((2, 16, 32, 32), (16, 16, 3, 3), torch.bfloat16)
+    assert wants_channels_last(gm, cpu) is True
+    assert wants_channels_last(gm, cpu, training=True) is (not upcasts)
 
 def _target(device: str):
     """The target whose layout policy applies to a graph on ``device`` (a CUDA one is made
@@ -203,17 +222,19 @@ def test_pooled_value_is_written_once_channels_last(options):
     assert len(pooled) == 1 and "(1024, 1, 128, 16)" in pooled[0], pooled
 
 
-def test_channels_last_training_matches_eager_gradients(ember_log):
-    """Training graphs convert their convolutions too: the loss, every parameter's gradient
-    (values and strides: the conversion's backward returns the parameter's own layout) and
-    batch norm's running statistics match eager's over two steps."""
+@pytest.mark.parametrize("choice", ["channels_last", "auto"])
+def test_channels_last_training_matches_eager_gradients(ember_log, choice):
+    """Training graphs convert their convolutions too (on the CPU under ``auto`` where the
+    weights are small, as the convnet's): the loss, every parameter's gradient (values and
+    strides: the conversion's backward returns the parameter's own layout) and batch
+    norm's running statistics match eager's over two steps."""
     import copy
     model, inputs = zoo.build_model("convnet", batch_size=2)[:2]
     model.train()
     reference = copy.deepcopy(model)
     ember.reset()
     ember.logs.set_logs("perf_hints")
-    with config.patch(layout_optimization="channels_last"):
+    with config.patch(layout_optimization=choice):
         compiled = ember.compile(model)
         for _ in range(2):
             expected, actual = reference(*inputs).sum(), compiled(*inputs).sum()
