@@ -52,7 +52,9 @@ timm resnet18 at batch 1 6.9 / 18.0 (15): they stay NCHW. Training graphs follow
 rule with the weights counted twice (their gradients convert back): training steps, 1
 thread, eager / NCHW / channels-last ms: builtin convnet (batch 16) 29.5 / 24.6 / 21.6,
 timm efficientnet_b0 (batch 1) 136 / 114 / 103, convnext_atto 82 / 80 / 80; resnet18 at
-batch 1 (weights 15x) 73 / 72 / 86 stays NCHW.
+batch 1 (weights 15x) 73 / 72 / 86 stays NCHW. Half-precision training graphs whose
+convolutions compute on float32 copies (no oneDNN half kernels: AVX2) stay NCHW (the
+convnet's bf16 step 30 ms NCHW, 48 channels-last; ``CpuPolicy.prefers_channels_last``).
 
 Outputs keep eager's strides: each output the conversion may have changed is copied back to
 its eager layout (a permute, ``contiguous`` and the inverse permute; no copy where the layout
