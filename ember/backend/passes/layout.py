@@ -97,16 +97,22 @@ def _convolutions(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
     return out
 
 
-def runs_in_half(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> bool:
-    """The convolutions compute in float16/bfloat16: their operands are half, or the graph
-    runs them under CUDA autocast."""
-    if any(a.meta["val"].dtype in _HALF for n in convs for a in n.args[:2]):
-        return True
-    if torch.is_autocast_enabled("cuda") and torch.get_autocast_dtype("cuda") in _HALF:
-        return True
-    return any(n.op == "call_function" and getattr(n.target, "__name__", "") ==
-               "_enter_autocast" and n.args[:1] == ("cuda",) and n.args[1] in _HALF
-               for n in gm.graph.nodes)
+def half_dtype(gm: torch.fx.GraphModule, convs: list[torch.fx.Node],
+               device_type: str = "cuda") -> torch.dtype | None:
+    """The float16/bfloat16 dtype the convolutions compute in: their operands', or that of
+    the ``device_type`` autocast the graph runs them under; None: not half precision."""
+    for n in convs:
+        for a in n.args[:2]:
+            if a.meta["val"].dtype in _HALF:
+                return a.meta["val"].dtype
+    if torch.is_autocast_enabled(device_type) and \
+            torch.get_autocast_dtype(device_type) in _HALF:
+        return torch.get_autocast_dtype(device_type)
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and getattr(n.target, "__name__", "") == \
+                "_enter_autocast" and n.args[:1] == (device_type,) and n.args[1] in _HALF:
+            return n.args[1]
+    return None
 
 
 def weights_convert_cheaply(convs: list[torch.fx.Node], training: bool = False) -> bool:

@@ -214,10 +214,11 @@ class CpuPolicy:
         (passes/layout.py; training counts them twice). Not training graphs whose half
         convolutions compute on float32 copies (``upcasts_half_matmuls``): channels-last
         made the builtin convnet's bf16 step 1.6x slower on AVX2 (48 against 30 ms)."""
-        from ember.backend.passes.layout import weights_convert_cheaply
-        if training and any(self.upcasts_half_matmuls(c.args[0].meta["val"].dtype)
-                            for c in convolutions):
-            return False
+        from ember.backend.passes.layout import half_dtype, weights_convert_cheaply
+        if training:
+            half = half_dtype(gm, convolutions, "cpu")     # (CPU autocast included)
+            if half is not None and self.upcasts_half_matmuls(half):
+                return False
         return weights_convert_cheaply(convolutions, training)
 
 

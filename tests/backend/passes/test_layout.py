@@ -83,6 +83,11 @@ def test_cpu_training_of_half_convolutions_on_float_copies_stays_nchw(monkeypatc
     gm = _conv_graph((2, 16, 32, 32), (16, 16, 3, 3), torch.bfloat16)
     assert wants_channels_last(gm, cpu) is True
     assert wants_channels_last(gm, cpu, training=True) is (not upcasts)
+    # float32 operands under CPU autocast compute in bf16 too
+    f32 = _conv_graph((2, 16, 32, 32), (16, 16, 3, 3))
+    assert wants_channels_last(f32, cpu, training=True) is True
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert wants_channels_last(f32, cpu, training=True) is (not upcasts)
 
 def _target(device: str):
     """The target whose layout policy applies to a graph on ``device`` (a CUDA one is made

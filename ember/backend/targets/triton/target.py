@@ -80,8 +80,8 @@ class TritonTarget(Target):
     def prefers_channels_last(self, gm, convolutions, training):
         """cuDNN's tensor-core convolutions work on NHWC data: graphs whose convolutions
         compute in half precision (passes/layout.py)."""
-        from ember.backend.passes.layout import runs_in_half
-        return runs_in_half(gm, convolutions)
+        from ember.backend.passes.layout import half_dtype
+        return half_dtype(gm, convolutions) is not None
 
     def cache_identity(self):
         return torch.cuda.get_device_name(self.device)
