@@ -61,9 +61,9 @@ class LoopStrategy:
         self.k.line(text)
         self.k.indent += 1
 
-    def close(self) -> None:
+    def close(self, end: str = "}") -> None:
         self.k.indent -= 1
-        self.k.line("}")
+        self.k.line(end)
 
     def open_linear(self, r, start, end) -> None:
         """``for`` over a linear inner index in ``[start, end)``, defining the inner vars."""

@@ -112,8 +112,7 @@ class ColumnBlocks(FoldingStrategy):
                 self._blocked_loop(nodes, x, r)
         self.k.pop()
         if not is_static(size):
-            self.k.indent -= 1
-            self.line("};")
+            self.close("};")
             self.line(f"if ({last}_rest >= {block}) "
                       f"{last}_block(std::integral_constant<int64_t, {block}>());")
             self.line(f"else {last}_block({last}_rest);")
