@@ -82,6 +82,13 @@ def _measure(label, f, step, sync, activity, args) -> None:
     busy = sum(_self_time(e, args.device) for e in events) / 3 / 1e3
     print(f"== {label}: wall {wall:.2f} ms/step, host {host:.2f} ms/step, GPU busy "
           f"{busy:.2f} ms/step", flush=True)
+    totals: dict[str, list] = {}
+    for e in events:
+        entry = totals.setdefault(_category(e.key), [0.0, 0])
+        entry[0] += _self_time(e, args.device) / 3 / 1e3
+        entry[1] += e.count // 3
+    print("   by kind: " + ", ".join(f"{k} {ms:.2f} ms/{n}" for k, (ms, n) in
+                                     sorted(totals.items(), key=lambda kv: -kv[1][0])))
     top = sorted(events, key=lambda e: -_self_time(e, args.device))[:args.top]
     for e in top:
         print(f"   {_self_time(e, args.device) / 3 / 1e3:7.3f} ms  {e.count // 3:4d}x  "
@@ -94,6 +101,26 @@ def _measure(label, f, step, sync, activity, args) -> None:
         sync()
         profiler.disable()
         pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
+_CATEGORIES = (  # (kind, substrings of the kernel's name), first match wins
+    ("generated reduction", ("ember_red", "ember_per", "triton_red", "triton_per")),
+    ("generated pointwise", ("ember_", "triton_")),
+    ("layout copy", ("nchwToNhwc", "nhwcToNchw", "copy_kernel", "direct_copy")),
+    ("conv wgrad", ("wgrad",)),
+    ("conv dgrad", ("dgrad",)),
+    ("conv", ("fprop", "conv", "cudnn", "implicit_gemm", "Convolution")),
+    ("gemm", ("nvjet", "gemm", "cutlass")),
+    ("batch norm (ATen)", ("batch_norm",)),
+    ("other ATen", ("at::native",)),
+)
+
+
+def _category(name: str) -> str:
+    for kind, needles in _CATEGORIES:
+        if any(n in name for n in needles):
+            return kind
+    return "other"
 
 
 def _self_time(event, device: str) -> float:

@@ -130,6 +130,27 @@ def test_channels_last_batch_norm_sums_split_chunk_major(target, fn):
         assert f"empty_strided({partials}, " in wrapper
 
 
+@pytest.mark.parametrize("target", TRITON + [pytest.param(("cpu", {}), id="cpp")],
+                         ids=["triton-interp", "cuda", "cpp"])
+@pytest.mark.parametrize("fn", [lambda x: x.sum((0, 2, 3)), lambda x: x.var((0, 2, 3))],
+                         ids=["sum", "var"])
+def test_channels_last_chunks_are_contiguous_runs_of_rows(target, fn):
+    """A chunk of a split reduction over channels-last data is a contiguous run of rows: 4
+    images of 32x32 cut at H into 4 pieces make 16 chunks of 8x32 rows, partials
+    ``[4, 4, C]``. (Cutting H into 16 and reducing N inside each chunk read rows 32 KB apart
+    in every tile.)"""
+    device, options = target
+    torch.manual_seed(0)
+    x = torch.randn(4, 8, 32, 32, device=device).to(memory_format=torch.channels_last)
+    ember.reset()
+    with torch.no_grad():
+        out = ember.compile(fn, options=options)(x)
+    assert same(fn(x), out, rtol=1e-4, atol=1e-4)
+    wrapper = next(s for s in reversed(compile_module.generated_sources)
+                   if s.startswith("import torch"))
+    assert "empty_strided((4, 4, 8), " in wrapper
+
+
 @pytest.mark.parametrize("target", TRITON, ids=["triton-interp", "cuda"])
 @pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels-last"])
 def test_split_var_mean_of_offset_data_is_as_accurate_as_eager(target, channels_last):
