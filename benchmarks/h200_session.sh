@@ -32,6 +32,8 @@
 #             convnext_tiny; taps 0, 25, 49): about 4 minutes
 #   partition AMP training steps (resnet50, vit_base, gpt2) with the partition saving library
 #             calls' inputs or recomputing them (benchmarks/partition_trade.py): up to 8 minutes
+#   bnsplit   batch norm + ReLU training steps at resnet50's shapes under several split limits
+#             and column tiles, eager and torch.compile beside (benchmarks/bn_split.py): ~3 min
 #   column    Triton column-sum tiles beside eager and torch.compile (column_reduction.py)
 #   profile   top CUDA kernels (bf16), Ember and eager, in both layouts, of the models where
 #             Ember trails (PROFILE_MODELS: default mobilenetv3_large_100, whose
@@ -93,6 +95,7 @@ for step in $STEPS; do
              --out "$OUT/gaps-infer.md" > "$OUT/gaps-infer.txt" 2>&1 ;;
     stencil) timeout 400 python3 benchmarks/depthwise_stencil.py > "$OUT/stencil.txt" 2>&1 ;;
     partition) timeout 500 python3 benchmarks/partition_trade.py > "$OUT/partition.txt" 2>&1 ;;
+    bnsplit) timeout 400 python3 benchmarks/bn_split.py > "$OUT/bnsplit.txt" 2>&1 ;;
     column) timeout 200 python3 benchmarks/column_reduction.py > "$OUT/column.txt" 2>&1 ;;
     profile) (for layout in auto channels_last; do timeout 200 python3 \
              benchmarks/profile_models.py ${PROFILE_MODELS:-mobilenetv3_large_100,convnext_tiny,vit_base} \
