@@ -18,9 +18,11 @@ backward with autocast off, as eager's backward runs outside ``torch.autocast`` 
 (``ember.aot.autocast``).
 
 * Placeholders: the primals (every graph input, in order), then one tangent per
-  differentiable output (``JointGraph.diff_outputs``), contiguous, of the output's shape and
-  dtype (the runtime makes incoming gradients contiguous). A tangent may be written by the
-  backward (autograd accumulates gradients in place): functionalised like any tensor.
+  differentiable output (``JointGraph.diff_outputs``) of the output's shape and dtype,
+  channels-last where the output is (``tangent_order``), else contiguous; the runtime
+  copies an incoming gradient of another layout into it. (Contiguous tangents of a
+  channels-last batch norm + ReLU made each call copy the gradient and read it transposed:
+  5x eager's backward on the CPU.) A tangent may be written by the backward (autograd accumulates gradients in place): functionalised like any tensor.
 * Outputs: ``(*forward outputs flattened, *grads)``; a grad that is None (an input not
   reached) is None in the output list.
 * Input mutations of the forward (batch norm's running statistics) are replayed as
@@ -46,6 +48,23 @@ from ember.aot.trace import (begin_trace, is_impure, output_node, replay_mutatio
                               run_program)
 
 __all__ = ["JointGraph", "trace_joint"]
+
+
+def tangent_order(t: torch.Tensor) -> tuple[int, ...] | None:
+    """The dims of ``t`` from outermost to innermost in memory where ``t`` is channels-last
+    (4-D or 5-D, channels innermost: convolutions' and norms' outputs, whose incoming
+    gradients come from convolutions' backwards in the same layout), else None. Other
+    orders stay contiguous: a transposed view's gradient usually arrives contiguous."""
+    if t.dim() not in (4, 5) or not all(type(v) is int for v in (*t.stride(), *t.shape)):
+        return None
+    order = (0, *range(2, t.dim()), 1)
+    if t.is_contiguous() or not t.permute(order).is_contiguous():
+        return None
+    return order
+
+
+def inverse_order(order: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(range(len(order)), key=lambda d: order[d]))
 
 
 @dataclass
@@ -113,8 +132,13 @@ def trace_joint(gm: torch.fx.GraphModule, example_inputs: list, *,
     anchor = state.placeholders[-1]      # tangents are placeholders too: after the primals
     for j in diff_outputs:
         o = flat_out[j]
+        order = tangent_order(o)
         with state.fake_mode:
-            t = torch.empty(o.shape, dtype=o.dtype, device=o.device)
+            if order is None:
+                t = torch.empty(o.shape, dtype=o.dtype, device=o.device)
+            else:
+                t = torch.empty([o.shape[d] for d in order], dtype=o.dtype,
+                                device=o.device).permute(inverse_order(order))
         with graph.inserting_after(anchor):
             node = graph.placeholder(f"tangents_{len(tangents)}")
         anchor = node

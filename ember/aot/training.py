@@ -15,10 +15,11 @@ The runtime (``TrainingGraph``) calls ``CompiledFunction.apply``, an ``autograd.
   call time, so optimizer steps in between are seen), keeps the saved values with
   ``save_for_backward`` and returns the outputs; outputs that do not get a gradient are
   marked non-differentiable;
-* its backward makes the incoming gradients contiguous, runs the backward graph and returns
-  one gradient per input (None for those that do not require grad, and for those that only
-  outputs without a gradient reach); autograd accumulates them into ``.grad`` as it does for
-  eager's;
+* its backward gives the incoming gradients the traced tangents' layouts (contiguous, or
+  channels-last where the output is: ``joint.tangent_order``), runs the backward graph and
+  returns one gradient per input (None for those that do not require grad, and for those
+  that only outputs without a gradient reach); autograd accumulates them into ``.grad`` as
+  it does for eager's;
 * outputs that got no gradient (``loss`` of ``(loss, logits)`` backpropagated alone) get no
   zeros: the call runs a variant of the backward graph (``backward_without``, compiled on the
   first call that leaves out those outputs) in which every node that only those outputs'
@@ -43,7 +44,7 @@ from torch.utils import _pytree as pytree
 
 from ember import config, logs
 from ember.aot.autocast import autocast_off
-from ember.aot.joint import JointGraph, trace_joint
+from ember.aot.joint import JointGraph, tangent_order, inverse_order, trace_joint
 from ember.aot.partition import Partition, ancestors, partition
 from ember.aot.reductions import merge_reduced_dims
 from ember.aot.trace import size_arguments
@@ -162,6 +163,7 @@ class TrainingGraph:
         self.non_differentiable = [j for j in range(self.num_outputs)
                                    if j not in set(joint.diff_outputs)]
         self.tangent_vals = [n.meta["val"] for n in joint.tangent_nodes]
+        self.tangent_orders = [tangent_order(v) for v in self.tangent_vals]
         # which tangents each gradient depends on: a gradient none of whose outputs got a
         # gradient is None, as eager leaves ``.grad`` of parameters the loss does not reach
         tangent_index = {n: k for k, n in enumerate(joint.tangent_nodes)}
@@ -247,17 +249,18 @@ class CompiledFunction(torch.autograd.Function):
         absent = frozenset(k for k, j in enumerate(diff) if grad_outputs[j] is None)
         backward = graph.backward_for(absent) or graph.backward
         tangents, given = [], set()
-        for k, (j, val) in enumerate(zip(diff, graph.tangent_vals)):
+        for k, (j, val, order) in enumerate(zip(diff, graph.tangent_vals,
+                                                graph.tangent_orders)):
             g = grad_outputs[j]
             if g is None:
                 # a variant leaves it unread: a broadcast zero costs nothing
                 g = torch.zeros((), dtype=val.dtype, device=val.device).expand(
                     ctx.output_shapes[j])
                 if backward is graph.backward:
-                    g = g.contiguous()
+                    g = _in_order(g, order)
             else:
                 given.add(k)
-                g = g.contiguous()
+                g = _in_order(g, order)
             tangents.append(g)
         args = list(ctx.saved_tensors)
         args.extend(tangents)
@@ -276,6 +279,16 @@ class CompiledFunction(torch.autograd.Function):
         for i, g, needs in zip(graph.joint.grad_inputs, grads, graph.tangents_of_grad):
             per_input[i] = g if needs & given else None
         return (None, *per_input)
+
+
+def _in_order(g: torch.Tensor, order: tuple[int, ...] | None) -> torch.Tensor:
+    """``g``, or a copy of it, dense in dim order ``order`` (None: contiguous), the layout
+    its tangent was traced in."""
+    if order is None:
+        return g.contiguous()
+    permuted = g.permute(order)
+    return g if permuted.is_contiguous() else \
+        permuted.contiguous().permute(inverse_order(order))
 
 
 def compile_training(gm: torch.fx.GraphModule, example_inputs: list, *,
