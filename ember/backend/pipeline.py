@@ -354,7 +354,8 @@ def lower(g: Generation) -> None:
 
 def schedule_kernels(g: Generation) -> None:
     """Buffers fused into kernels (scheduler.py)."""
-    g.steps = schedule(g.graph.buffers, g.output_names)
+    g.steps = schedule(g.graph.buffers, g.output_names,
+                       share_only=g.target.regroups_only_to_share_loads)
 
 
 def fuse_templates(g: Generation) -> None:

@@ -120,6 +120,12 @@ class Target:
     # within this (graph.py ``computed_once``), else stored once: where a store and a load
     # of a value cost about as much as a dozen simple ops (a CPU core's caches)
     recompute_limit = 12
+    # a pointwise node joins a kernel whose loops it reads in another grouping (its dims
+    # regrouped, ``scheduler.Regroup``) only where it consumes the kernel's values or shares
+    # a per-element load with it: on a CPU, a regrouped node that reads the same buffers
+    # transposed makes one of the two read every element strided (scheduler.py
+    # ``_shares_a_read``)
+    regroups_only_to_share_loads = True
     # a body viewed with outer dims merged ([B, T, C] as [B*T, C]) is read through the view,
     # its loads dividing the row index (lowering/views.py ``_merge_rows``), instead of being
     # stored first: where integer division is cheap next to memory traffic

@@ -19,6 +19,10 @@ class TritonTarget(Target):
     # an H100 does ~20 float ops in the time of one byte of memory traffic: recomputing
     # GPT-2's GELU tanh (~14 ops) for its second reader beats storing and reloading it
     recompute_limit = 64
+    # a regrouped node still joins a kernel whose loads it does not share: on a GPU the
+    # fusion saves a launch, and a tile reads both orders coalesced (not yet measured
+    # against keeping it apart)
+    regroups_only_to_share_loads = False
     inlines_merged_views = True
 
     def __init__(self, interpret: bool, debug: bool = False,
