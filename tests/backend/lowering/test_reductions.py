@@ -4,6 +4,8 @@ merged), long reductions split over threads in fixed slices, and column reductio
 Tests that take the ``cpu_backend`` fixture (``conftest.py``) also run the Triton target
 under Triton's interpreter (its persistent and looped rows, column tiles); what a test finds
 in the generated source is per target (``MARKS``)."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -11,7 +13,7 @@ import torch.nn.functional as F
 import ember
 from ember.backend import compile_stats
 from ember.backend.lowering import reductions
-from ember.testing import check_generated
+from ember.testing import check_generated, run_and_get_code, same
 
 
 pytestmark = pytest.mark.usefixtures("fresh_no_grad")
@@ -288,3 +290,21 @@ def test_per_channel_reads_do_not_make_a_row_reduction_a_column_one():
         torch.testing.assert_close(stats, expected_stats)
         code = "\n".join(backend_compile.generated_sources)
         assert "ember_red" in code and "_blk" not in code
+
+
+@pytest.mark.parametrize("fn", [lambda x: x.sum((1, 2)), lambda x: x.var((1, 2)),
+                                lambda x: x.amax((1, 2))], ids=["sum", "var", "amax"])
+def test_a_reduction_over_several_dims_loops_along_memory(fn):
+    """A reduction over dims whose logical order is not their memory order (a group norm
+    over channels-last data: [C/G, H*W] with the channels adjacent) loops over them
+    farthest first, so its innermost loop moves along stride 1 (the C++ kernel's loads of
+    that loop are contiguous)."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 16, 32).transpose(1, 2)     # [4, 32, 16], strides (512, 1, 32)
+    ember.reset()
+    out, sources = run_and_get_code(fn, x)
+    assert same(fn(x), out, rtol=1e-5, atol=1e-5)
+    kernel = next(s for s in sources if s.startswith('extern "C"'))
+    innermost = re.findall(r"for \(int64_t (r\d+) = 0", kernel)[-1]
+    load = re.search(r"p_arg0\[\(([^\]]+)\)\]", kernel).group(1)
+    assert re.search(rf"(^|\+ ){innermost}( \+|$)", load), kernel
