@@ -112,11 +112,16 @@ def merge_dims(kernel, x: list, r: list, sizes: list, loop_vars: list):
     return sizes, vars_, substitution
 
 
-def store_order(kernel, x: list, r: list, sizes: list, loop_vars: list):
+def store_order(kernel, x: list, r: list, sizes: list, loop_vars: list,
+                stored: bool = False):
     """``(sizes, loop_vars)`` reordered so the kernel's first store walks memory in order:
     a value stored channels-last is computed channel-fastest, whatever its logical order.
-    Unchanged when that store's index is not affine, or writes one element twice."""
-    first = next((n for n in kernel.nodes if n.role == "inner"), None)
+    ``stored``: the first node written to memory (not a local value, whose index is only
+    its logical one). Unchanged when that store's index is not affine, or writes one
+    element twice."""
+    inner = [n for n in kernel.nodes if n.role == "inner"]
+    first = next((n for n in inner if not (stored and n.writes in kernel.local)),
+                 inner[0] if inner else None)
     if first is None or len(loop_vars) < 2:
         return list(sizes), list(loop_vars)
     expr = sympy.expand(first.where(x, r))

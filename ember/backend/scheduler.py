@@ -77,8 +77,9 @@ class SchedulerNode:
     store_index: Callable
     reads: list = dataclasses.field(default_factory=list)
     role: str = ""         # outer / inner / reduction, once placed in a kernel
-    # inner node iterated in another dim order, or a Regroup of the kernel's dims: loop_vars
-    perm: tuple | Regroup | None = None
+    # inner node iterated in another dim order, or a Regroup of the kernel's dims (Reordered
+    # after a code generator reordered the kernel's loops): loop_vars
+    perm: tuple | Regroup | Reordered | None = None
     # node_reads by (x, r, role, perm): fusion decisions ask again and again, and running
     # the body (through every view inlined into it) is the scheduler's main cost
     read_cache: dict = dataclasses.field(default_factory=dict)
@@ -96,7 +97,7 @@ class SchedulerNode:
         if role is None:         # where the node was placed
             role, perm = self.role, self.perm
         kernel_vars = list(x) if role in ("outer", "scatter") else list(x) + list(r)
-        if isinstance(perm, Regroup):
+        if isinstance(perm, (Regroup, Reordered)):
             return perm.node_vars(kernel_vars)
         return [kernel_vars[p] for p in perm] if perm else kernel_vars
 
@@ -214,6 +215,17 @@ class Regroup:
                 all(len(d) == 1 and len(n) == 1 for d, _, n in groups):
             return None
         return Regroup(tuple(groups))
+
+
+@dataclasses.dataclass(frozen=True)
+class Reordered:
+    """A Regroup of a kernel whose loops a code generator then reordered (a C++ kernel in
+    its store's memory order): the kernel's original dim ``i`` is now dim ``perm[i]``."""
+    perm: tuple
+    regroup: Regroup
+
+    def node_vars(self, kernel_vars: list) -> list:
+        return self.regroup.node_vars([kernel_vars[p] for p in self.perm])
 
 
 def _placements(node: SchedulerNode, kernel: FusionGroup) -> list[tuple[str, object]]:

@@ -439,6 +439,39 @@ def test_a_regrouped_node_joins_a_kernel_only_to_share_a_load(cpu_backend):
         assert all(len(v) == 1 for v in indices.values()), kernel
 
 
+def test_a_regrouped_store_sets_the_loop_order(cpu_backend):
+    """Group norm's input gradient over channels-last data is regrouped onto the
+    [N, G, C/G, H*W] loops of a local value; the C++ kernel loops in that store's memory
+    order (channels innermost), so every store and load of its inner loop is contiguous
+    (in logical order they strode over all 64 channels)."""
+    if cpu_backend != "cpp":
+        pytest.skip("the C++ target's loop order (cpp/kernel.py _in_store_order)")
+    torch.manual_seed(0)
+    x = torch.randn(4, 64, 8, 8).to(memory_format=torch.channels_last).requires_grad_()
+    w, b = torch.randn(64, requires_grad=True), torch.randn(64, requires_grad=True)
+    g = torch.randn(4, 64, 8, 8).to(memory_format=torch.channels_last)
+
+    def step(x, w, b, g):
+        F.group_norm(x, 8, w, b).backward(g)
+    with torch.enable_grad():
+        step(x, w, b, g)
+        expected = [t.grad for t in (x, w, b)]
+        for t in (x, w, b):
+            t.grad = None
+        _, sources = run_and_get_code(step, x, w, b, g)
+    for t, e in zip((x, w, b), expected):
+        assert same(e, t.grad, rtol=1e-4, atol=1e-4)
+    first = next(i for i, s in enumerate(sources) if "def call(" in s and "group_norm_bwd" in s)
+    stores = 0
+    for kernel in (s for s in sources[first + 1:] if s.startswith('extern "C"')):
+        for store in re.finditer(r"p_\w+\[\(([^\]]+)\)\] = ", kernel):
+            if "16384" in store.group(1) or "4096" in store.group(1):   # a [4, 64, 8, 8] one
+                innermost = re.findall(r"for \(int64_t (\w+) = 0", kernel[:store.start()])[-1]
+                assert re.search(rf"(^|\+ ){innermost}( \+|$)", store.group(1)), kernel
+                stores += 1
+    assert stores >= 1
+
+
 @pytest.mark.parametrize("inline", [False, True])
 @pytest.mark.parametrize("shape,merged,divides", [((4, 197, 96), (788, 96), True),
                                                   ((2, 3, 1, 5, 16), (30, 16), True),

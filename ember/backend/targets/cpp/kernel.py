@@ -50,7 +50,7 @@ from ember.backend.codegen.kernel_names import loop_kind
 from ember.backend.ir import index_vars, product
 from ember.backend.loops import access_indices, runs_with, store_order
 from ember.backend.ops import use_handler
-from ember.backend.scheduler import FusionGroup, SchedulerNode
+from ember.backend.scheduler import FusionGroup, Regroup, Reordered, SchedulerNode
 from ember.backend import sizevars
 from ember.backend.sizevars import size_hint
 from ember.backend.targets.cpp.build import has_avx512
@@ -482,20 +482,28 @@ def _in_store_order(group: FusionGroup, x: list, r: list) -> FusionGroup:
     """A pointwise group whose first store walks memory in another order than its loops (a
     channels-last value over logical ``[n, c, h, w]``) iterates in that store's order: its
     inner loop runs along stride 1 (contiguous SIMD loads and stores), not along ``w`` with
-    a stride of ``c``. Returns a copy whose nodes take their dims through ``perm``, or the
-    group itself."""
+    a stride of ``c``. The store is the first one to memory: a group norm's input gradient,
+    regrouped onto the [N, G, C/G, H*W] loops of a local value, stores channels-last.
+    Returns a copy whose nodes take their dims through ``perm``, or the group itself."""
     # (symbolic sizes too: a pointwise loop nest may run in any order; the order comes
     # from the store's coefficients, which must be numbers)
     if (len(group.inner) != 1 or not group.outer
-            or any(n.role != "inner" or n.perm is not None for n in group.nodes)):
+            or any(n.role != "inner" or isinstance(n.perm, Reordered) for n in group.nodes)):
         return group
     sizes, kernel_vars = list(group.outer) + list(group.inner), list(x) + list(r)
-    order = [kernel_vars.index(v) for v in store_order(group, x, r, sizes, kernel_vars)[1]]
+    order = [kernel_vars.index(v)
+             for v in store_order(group, x, r, sizes, kernel_vars, stored=True)[1]]
     if order == sorted(order):
         return group
     at = {dim: i for i, dim in enumerate(order)}
     perm = tuple(at[dim] for dim in range(len(sizes)))
-    copies = {id(n): dataclasses.replace(n, perm=perm, read_cache={}) for n in group.nodes}
+
+    def moved(n):       # the node's dims through the reordered loops
+        if isinstance(n.perm, Regroup):
+            return Reordered(perm, n.perm)
+        return tuple(perm[p] for p in n.perm) if n.perm else perm
+    copies = {id(n): dataclasses.replace(n, perm=moved(n), read_cache={})
+              for n in group.nodes}
     sizes = [sizes[dim] for dim in order]
     return dataclasses.replace(
         group, outer=sizes[:-1], inner=sizes[-1:],
