@@ -379,6 +379,23 @@ def test_body_read_by_kernels_apart_is_recomputed_within_the_targets_limit(limit
     assert calls == (1 if limit == 12 else 2), text
 
 
+def _norm_step_sources(norm, x, params, g, atol=1e-3):
+    """Compile ``(norm(x, *params) * g).sum().backward()``; assert the gradients equal
+    eager's and return the generated sources."""
+    def step(x, *rest):
+        (norm(x, *rest[:-1]) * rest[-1]).sum().backward()
+    leaves = (x, *params)
+    with torch.enable_grad():
+        step(x, *params, g)
+        expected = [t.grad for t in leaves]
+        for t in leaves:
+            t.grad = None
+        _, sources = run_and_get_code(step, x, *params, g)
+    for t, e in zip(leaves, expected):     # sums over thousands of rows: values up to ~100
+        assert same(e, t.grad, rtol=1e-4, atol=atol)
+    return sources
+
+
 def test_layer_norm_backward_recomputes_the_normalised_input_in_its_column_sums(monkeypatch):
     """Layer norm's backward reads ``(x - mean) * rstd`` in its row kernel (the input's
     gradient) and in its column sums (the weight's). The mean and rstd loads are broadcast
@@ -387,19 +404,9 @@ def test_layer_norm_backward_recomputes_the_normalised_input_in_its_column_sums(
     _with_policies(monkeypatch, recompute_limit=64)
     torch.manual_seed(0)
     x = torch.randn(4096, 256, requires_grad=True)
-    w, b = torch.randn(256, requires_grad=True), torch.randn(256, requires_grad=True)
-    g = torch.randn(4096, 256)
-
-    def step(x, w, b, g):
-        (F.layer_norm(x, (256,), w, b) * g).sum().backward()
-    with torch.enable_grad():
-        step(x, w, b, g)
-        expected = [t.grad for t in (x, w, b)]
-        for t in (x, w, b):
-            t.grad = None
-        _, sources = run_and_get_code(step, x, w, b, g)
-    for t, e in zip((x, w, b), expected):     # sums over 4096 rows: values up to ~100
-        assert same(e, t.grad, rtol=1e-4, atol=1e-3)
+    params = [torch.randn(256, requires_grad=True) for _ in range(2)]
+    sources = _norm_step_sources(lambda x, w, b: F.layer_norm(x, (256,), w, b), x, params,
+                                 torch.randn(4096, 256))
     backward = next(s for s in sources if "def call(" in s and "layer_norm_bwd" in s)
     assert len(re.findall(r"\(4096, 256\), \(256, 1\)", backward)) == 1, backward
 
@@ -416,19 +423,9 @@ def test_a_regrouped_node_joins_a_kernel_only_to_share_a_load(cpu_backend):
                     "Triton's keeps regrouped nodes fused")
     torch.manual_seed(0)
     x = torch.randn(2048, 256, requires_grad=True)
-    w, b = torch.randn(256, requires_grad=True), torch.randn(256, requires_grad=True)
-    g = torch.randn(2048, 256)
-
-    def step(x, w, b, g):
-        (F.layer_norm(x, (256,), w, b) * g).sum().backward()
-    with torch.enable_grad():
-        step(x, w, b, g)
-        expected = [t.grad for t in (x, w, b)]
-        for t in (x, w, b):
-            t.grad = None
-        _, sources = run_and_get_code(step, x, w, b, g)
-    for t, e in zip((x, w, b), expected):
-        assert same(e, t.grad, rtol=1e-4, atol=1e-3)
+    params = [torch.randn(256, requires_grad=True) for _ in range(2)]
+    sources = _norm_step_sources(lambda x, w, b: F.layer_norm(x, (256,), w, b), x, params,
+                                 torch.randn(2048, 256))
     first = next(i for i, s in enumerate(sources) if "def call(" in s and "layer_norm_bwd" in s)
     kernels = [s for s in sources[first + 1:] if s.startswith('extern "C"')]
     assert len(kernels) == 3, sources
@@ -448,22 +445,13 @@ def test_a_regrouped_store_sets_the_loop_order(cpu_backend):
         pytest.skip("the C++ target's loop order (cpp/kernel.py _in_store_order)")
     torch.manual_seed(0)
     x = torch.randn(4, 64, 8, 8).to(memory_format=torch.channels_last).requires_grad_()
-    w, b = torch.randn(64, requires_grad=True), torch.randn(64, requires_grad=True)
-    g = torch.randn(4, 64, 8, 8).to(memory_format=torch.channels_last)
-
-    def step(x, w, b, g):
-        F.group_norm(x, 8, w, b).backward(g)
-    with torch.enable_grad():
-        step(x, w, b, g)
-        expected = [t.grad for t in (x, w, b)]
-        for t in (x, w, b):
-            t.grad = None
-        _, sources = run_and_get_code(step, x, w, b, g)
-    for t, e in zip((x, w, b), expected):
-        assert same(e, t.grad, rtol=1e-4, atol=1e-4)
+    params = [torch.randn(64, requires_grad=True) for _ in range(2)]
+    sources = _norm_step_sources(lambda x, w, b: F.group_norm(x, 8, w, b), x, params,
+                                 torch.randn(4, 64, 8, 8).to(memory_format=torch.channels_last),
+                                 atol=1e-4)
     first = next(i for i, s in enumerate(sources) if "def call(" in s and "group_norm_bwd" in s)
     stores = 0
-    for kernel in (s for s in sources[first + 1:] if s.startswith('extern "C"')):
+    for kernel in (s for s in sources[first + 1:] if s.startswith('extern "C" void ember_poi')):
         for store in re.finditer(r"p_\w+\[\(([^\]]+)\)\] = ", kernel):
             if "16384" in store.group(1) or "4096" in store.group(1):   # a [4, 64, 8, 8] one
                 innermost = re.findall(r"for \(int64_t (\w+) = 0", kernel[:store.start()])[-1]
