@@ -303,10 +303,12 @@ def _max_pool2d_with_indices_backward(ctx, grad, x, kernel_size, stride, padding
     chose it (``indices``). An input row ``h`` lies in the windows of outputs
     ``ceil((h + pad - k + 1) / stride)`` to ``floor((h + pad) / stride)``, at most
     ``ceil(k / stride)`` of them per axis, each checked and added in eager's order (output
-    rows outer, columns inner); dilated pools run ATen's kernel."""
+    rows outer, columns inner); dilated pools, and targets faster with ATen's scatter
+    (``Target.generates_max_pool_backward``: the C++ target), run ATen's kernel."""
     size = ctx.size
     out_size = grad.get_size()
-    if not _plane_ok(grad, size) or 0 in out_size:
+    if not ctx.graph.target.generates_max_pool_backward or not _plane_ok(grad, size) or \
+            0 in out_size:
         return NotImplemented
     kernel = pair(kernel_size)
     stride = pair(stride, kernel)

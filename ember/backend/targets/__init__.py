@@ -126,6 +126,9 @@ class Target:
     # transposed makes one of the two read every element strided (scheduler.py
     # ``_shares_a_read``)
     regroups_only_to_share_loads = True
+    # max_pool2d's backward is generated (a gather of the output gradients whose windows
+    # chose each input element, fused with its neighbours) rather than ATen's scatter
+    generates_max_pool_backward = True
     # a body viewed with outer dims merged ([B, T, C] as [B*T, C]) is read through the view,
     # its loads dividing the row index (lowering/views.py ``_merge_rows``), instead of being
     # stored first: where integer division is cheap next to memory traffic
