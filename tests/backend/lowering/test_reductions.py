@@ -126,6 +126,21 @@ def test_reductions_over_non_last_dims(shape, fn, cpu_backend):
 
 
 
+def test_a_sum_of_gathered_rows_runs_along_the_rows(cpu_backend):
+    """A bag of embeddings (``embedding(i, w).sum(1)``): each step of the reduction gathers
+    a row of ``w``, contiguous along the kept embedding dim. The C++ kernel takes blocks of
+    that dim (its loads ``w[x1 + 128 * ix]`` vote through the gathered index), not a
+    reduction loop striding from row to row; out-of-range indices still raise."""
+    torch.manual_seed(0)
+    w, i = torch.randn(1000, 128), torch.randint(0, 1000, (64, 32))
+    code = check(lambda i, w: F.embedding(i, w).sum(1), i, w, rtol=1e-5, atol=1e-4)
+    if cpu_backend == "cpp":
+        assert "_blk" in code
+    i[3, 5] = 1000
+    with pytest.raises(IndexError):
+        ember.compile(lambda i, w: F.embedding(i, w).sum(1))(i, w)
+
+
 def test_a_weight_read_along_the_reduction_does_not_decide_the_loop_order():
     """Softmax over channels of ``x * w[c]`` in a training graph (which keeps the max
     kernel apart): the max and the sum run down columns (stride H*W); ``w[r0]`` is

@@ -50,7 +50,11 @@ class ColumnBlocks(FoldingStrategy):
             if node.role == "inner":
                 accesses.append(node.where(x, r))
             for index in accesses:
-                if x[-1] not in index.free_symbols or r[-1] not in index.free_symbols:
+                # a gathered row (``w[x1 + 128 * ix]``, ix loaded per step of the inner
+                # loops: a bag of embeddings summed) moves with the inner loops through ix
+                gathered = any(s.name.startswith("indirect") for s in index.free_symbols)
+                if x[-1] not in index.free_symbols or (r[-1] not in index.free_symbols
+                                                       and not gathered):
                     # fixed along one of the two loops (a per-channel weight, a mean): a
                     # scalar of that loop's SIMD either way, no vote
                     continue
