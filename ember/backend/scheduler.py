@@ -57,6 +57,12 @@ class _ReadRecorder:
         return lambda *args, **kwargs: 0
 
 
+def is_gathered(index: sympy.Expr) -> bool:
+    """An index from ``extract_reads`` that holds a loaded value (``indirect_indexing``'s
+    symbol: a gathered row)."""
+    return any(s.name.startswith("indirect") for s in index.free_symbols)
+
+
 def extract_reads(loader: Callable, *index_lists) -> list[tuple[str, sympy.Expr]]:
     recorder = _ReadRecorder()
     with use_handler(recorder):

@@ -38,18 +38,23 @@ def _memory_order(x, dims: list[int]) -> list[int]:
     stride is a known number; the order of a sum's terms is not eager's either way."""
     if len(dims) < 2:
         return dims
+    strides = {d: 0 for d in dims}
+    for steps in _load_steps(x):
+        for d in dims:
+            if not steps[d].is_Integer:
+                return dims
+            strides[d] = max(strides[d], abs(int(steps[d])))
+    # a dim no load moves along (a broadcast) outermost; ties keep the logical order
+    return sorted(dims, key=lambda d: -strides[d] if strides[d] else -math.inf)
+
+
+def _load_steps(x) -> list[list[sympy.Expr]]:
+    """Per load of ``x``'s body, how far its index moves per step of each dim of ``x``."""
     from ember.backend.scheduler import extract_reads
     index = [sympy.Symbol(f"d{i}", integer=True, nonnegative=True)
              for i in range(len(x.get_size()))]
-    strides = {d: 0 for d in dims}
-    for _, expr in extract_reads(x.make_loader(), index):
-        for d in dims:
-            step = sympy.diff(expr, index[d])
-            if not step.is_Integer:
-                return dims
-            strides[d] = max(strides[d], abs(int(step)))
-    # a dim no load moves along (a broadcast) outermost; ties keep the logical order
-    return sorted(dims, key=lambda d: -strides[d] if strides[d] else -math.inf)
+    return [[sympy.diff(expr, var) for var in index]
+            for _, expr in extract_reads(x.make_loader(), index)]
 
 
 def _reduction_body(x, dims: list[int], compute: torch.dtype, map_fn=None):
@@ -191,11 +196,12 @@ def _split_plan(ctx, x, dims) -> _SplitPlan | None:
         return None
     size = [int(v) for v in size]
     dims = list(dims)
-    outputs = math.prod(v for i, v in enumerate(size) if i not in dims)
+    kept = [i for i in range(len(size)) if i not in dims]
+    outputs = math.prod(size[i] for i in kept)
     length = math.prod(size[d] for d in dims)
     if outputs >= SPLIT_MAX_OUTPUTS or length < SPLIT_MIN_LENGTH:
         return None
-    column = _contiguous_dim(x) in [i for i in range(len(size)) if i not in dims]
+    column = _contiguous_dim(x) in kept
     if not ctx.graph.target.splits(column):
         return None
     most = min(SPLIT_PARTIALS // outputs, length // SPLIT_MIN_CHUNK)
@@ -233,13 +239,11 @@ def _split(ctx, x, dims, inner, reduction_type, compute, out_dtype):
 def _contiguous_dim(x) -> int | None:
     """The dim of ``x`` along which most of its loads move with unit stride (the innermost
     dim in memory of the buffers it reads), or None."""
-    from ember.backend.scheduler import extract_reads
     ndim = len(x.get_size())
-    index = [sympy.Symbol(f"d{i}", integer=True, nonnegative=True) for i in range(ndim)]
     counts = [0] * ndim
-    for _, expr in extract_reads(x.make_loader(), index):
-        for i, var in enumerate(index):
-            if sympy.diff(expr, var) == 1:
+    for steps in _load_steps(x):
+        for i, step in enumerate(steps):
+            if step == 1:
                 counts[i] += 1
     # on a tie the inner dim: a row's own loads outweigh a broadcast statistic's (layer and
     # group norm's ``x - mean``, whose mean runs along a kept dim)

@@ -6,7 +6,7 @@ import sympy
 
 from ember.backend.codegen.common import group_kind, reduction_groups
 from ember.backend.ir import product
-from ember.backend.scheduler import FusionGroup, node_reads
+from ember.backend.scheduler import FusionGroup, is_gathered, node_reads
 from ember.backend.sizevars import is_static, size_hint
 from ember.backend.targets.cpp.ops import CPP_TYPES, CppValue, _fields, cpp_index
 from ember.backend.targets.cpp.prelude import CASCADE
@@ -52,9 +52,8 @@ class ColumnBlocks(FoldingStrategy):
             for index in accesses:
                 # a gathered row (``w[x1 + 128 * ix]``, ix loaded per step of the inner
                 # loops: a bag of embeddings summed) moves with the inner loops through ix
-                gathered = any(s.name.startswith("indirect") for s in index.free_symbols)
                 if x[-1] not in index.free_symbols or (r[-1] not in index.free_symbols
-                                                       and not gathered):
+                                                       and not is_gathered(index)):
                     # fixed along one of the two loops (a per-channel weight, a mean): a
                     # scalar of that loop's SIMD either way, no vote
                     continue
