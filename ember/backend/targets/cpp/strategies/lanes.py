@@ -104,6 +104,7 @@ class LaneBlocks(FoldingStrategy):
             kind, dtype = group_kind(members)
             if kind == "sum":
                 self.line(f"{coarse_type(kind, dtype)} {acc}_total = {acc};")
+                self.line(f"#pragma omp simd reduction(+:{acc}_total)")
                 self.line(f"for (int64_t lane = 0; lane < {lanes}; lane++) "
                           f"{acc}_total = {acc}_total + {acc}_lane[lane];")
                 self.line(f"{acc} = static_cast<{CPP_TYPES[dtype]}>({acc}_total);")
