@@ -171,6 +171,11 @@ class TrainingGraph:
         self.tangents_of_grad = [
             {tangent_index[a] for a in ancestors([g]) if a in tangent_index}
             for g in grad_nodes]
+        # the per-call path's shortcuts: every tangent contiguous when it arrives so; the
+        # gradients a call with every tangent given returns; the output structure rebuilt
+        self.tangents_contiguous = all(o is None for o in self.tangent_orders)
+        self.grads_when_all_given = [bool(needs) for needs in self.tangents_of_grad]
+        self.rebuild = _rebuilder(joint.output_spec)
 
     def backward_for(self, absent: frozenset[int]) -> Callable | None:
         """The backward compiled for calls whose tangents ``absent`` got no gradient (None:
@@ -217,7 +222,7 @@ class TrainingGraph:
             return self.captured(*args)
         else:
             flat = CompiledFunction.apply(self, *args)
-        return pytree.tree_unflatten(list(flat), self.joint.output_spec)
+        return self.rebuild(flat)
 
 
 class CompiledFunction(torch.autograd.Function):
@@ -234,8 +239,9 @@ class CompiledFunction(torch.autograd.Function):
         ctx.output_shapes = [o.shape if isinstance(o, torch.Tensor) else None for o in outputs]
         ctx.set_materialize_grads(False)
         ctx.save_for_backward(*saved)
-        ctx.mark_non_differentiable(*[outputs[j] for j in graph.non_differentiable
-                                      if isinstance(outputs[j], torch.Tensor)])
+        if graph.non_differentiable:
+            ctx.mark_non_differentiable(*[outputs[j] for j in graph.non_differentiable
+                                          if isinstance(outputs[j], torch.Tensor)])
         return tuple(outputs)
 
     @staticmethod
@@ -245,23 +251,15 @@ class CompiledFunction(torch.autograd.Function):
                                "training graph is not supported; compile without Ember, or "
                                "take the higher-order gradient outside the compiled region")
         graph: TrainingGraph = ctx.graph
-        diff = graph.joint.diff_outputs
-        absent = frozenset(k for k, j in enumerate(diff) if grad_outputs[j] is None)
-        backward = graph.backward_for(absent) or graph.backward
-        tangents, given = [], set()
-        for k, (j, val, order) in enumerate(zip(diff, graph.tangent_vals,
-                                                graph.tangent_orders)):
-            g = grad_outputs[j]
-            if g is None:
-                # a variant leaves it unread: a broadcast zero costs nothing
-                g = torch.zeros((), dtype=val.dtype, device=val.device).expand(
-                    ctx.output_shapes[j])
-                if backward is graph.backward:
-                    g = _in_order(g, order)
+        tangents = [grad_outputs[j] for j in graph.joint.diff_outputs]
+        if all(g is not None for g in tangents):
+            backward, reaches = graph.backward, graph.grads_when_all_given
+            if graph.tangents_contiguous:
+                tangents = [g.contiguous() for g in tangents]
             else:
-                given.add(k)
-                g = _in_order(g, order)
-            tangents.append(g)
+                tangents = [_in_order(g, o) for g, o in zip(tangents, graph.tangent_orders)]
+        else:
+            backward, tangents, reaches = _some_tangents(ctx, graph, tangents)
         args = list(ctx.saved_tensors)
         args.extend(tangents)
         args.extend(ctx.sizes)
@@ -276,9 +274,42 @@ class CompiledFunction(torch.autograd.Function):
                 ctx.maybe_clear_saved_tensors()
                 grads = list(boxed(args))
         per_input = [None] * graph.joint.num_primals
-        for i, g, needs in zip(graph.joint.grad_inputs, grads, graph.tangents_of_grad):
-            per_input[i] = g if needs & given else None
+        for i, g, reached in zip(graph.joint.grad_inputs, grads, reaches):
+            if reached:
+                per_input[i] = g
         return (None, *per_input)
+
+
+def _some_tangents(ctx, graph: TrainingGraph, tangents: list) -> tuple:
+    """The backward for a call in which some outputs got no gradient (None in
+    ``tangents``), its tangents, and which gradients they reach (one bool per gradient)."""
+    absent = frozenset(k for k, g in enumerate(tangents) if g is None)
+    backward = graph.backward_for(absent) or graph.backward
+    out = []
+    for k, (j, val, order) in enumerate(zip(graph.joint.diff_outputs, graph.tangent_vals,
+                                            graph.tangent_orders)):
+        g = tangents[k]
+        if g is None:
+            # a variant leaves it unread: a broadcast zero costs nothing
+            g = torch.zeros((), dtype=val.dtype, device=val.device).expand(
+                ctx.output_shapes[j])
+            if backward is graph.backward:
+                g = _in_order(g, order)
+        else:
+            g = _in_order(g, order)
+        out.append(g)
+    given = set(range(len(tangents))) - absent
+    return backward, out, [bool(needs & given) for needs in graph.tangents_of_grad]
+
+
+def _rebuilder(spec: pytree.TreeSpec) -> Callable:
+    """flat outputs -> the graph's output structure: a tuple or list of leaves directly
+    (most graphs), else through pytree."""
+    leaves = list(range(spec.num_leaves))
+    probe = pytree.tree_unflatten(leaves, spec)
+    if type(probe) in (tuple, list) and list(probe) == leaves:
+        return type(probe)
+    return lambda flat: pytree.tree_unflatten(list(flat), spec)
 
 
 def _in_order(g: torch.Tensor, order: tuple[int, ...] | None) -> torch.Tensor:

@@ -409,3 +409,17 @@ def test_norms_without_running_statistics_are_generated(dtype):
                                    atol=tol["atol"] * max(1.0, scale))
     assert not [op for op in compile_stats.fallback_ops if "batch_norm" in op]
     assert compile_stats.generated_kernel_count >= 2
+
+
+def test_outputs_rebuilt_as_the_graph_returns_them():
+    """The runtime rebuilds a training graph's outputs from the flat list: a flat tuple or
+    list directly (the graphs the frontend captures), any other structure (nested, a
+    namedtuple, a dict) through pytree, each as ``tree_unflatten`` would."""
+    from collections import namedtuple
+    from torch.utils import _pytree as pytree
+    pair = namedtuple("pair", "a b")
+    for value in [(1, 2, 3), [1, 2], (1,), [], (1, (2, 3)), pair(1, 2), {"a": 1, "b": [2]},
+                  [(1, 2)]]:
+        flat, spec = pytree.tree_flatten(value)
+        rebuilt = training._rebuilder(spec)(tuple(flat))
+        assert type(rebuilt) is type(value) and rebuilt == value
