@@ -200,6 +200,32 @@ class CppKernel(Kernel):
             self.invariant.update(f"{acc}{field}" for _, field, _ in
                                   _fields(*group_kind(members)))
 
+    @contextlib.contextmanager
+    def hoisting_out_of_lanes(self, lane_var: str, loop_vars):
+        """A column block's lane loop generated inside this block moves the values that do
+        not change from lane to lane (those of ``loop_vars``, the enclosing loops' variables,
+        and not of ``lane_var``) to its start: an embedding bag's gathered row index, loaded,
+        checked and flagged once per step, not once per lane."""
+        saved = self.invariant
+        self.invariant = (saved - {lane_var}) | {str(v) for v in loop_vars}
+        self.hoist = _Hoist(len(self.lines), self.indent)
+        try:
+            yield
+        finally:
+            self.hoist = None
+            self.invariant = saved
+
+    def emit_invariant(self, lines: list[str], reads: str) -> bool:
+        """Emit ``lines`` (statements that read the names in ``reads``) where the inner
+        loop's invariant values go, if they are invariant there; False: not moved."""
+        hoist = self.hoist
+        if hoist is None or not self._invariant(reads):
+            return False
+        pad = " " * (self.indent_unit * hoist.indent)
+        self.lines[hoist.at:hoist.at] = [pad + line for line in lines]
+        hoist.at += len(lines)
+        return True
+
     def call_lines(self, refs: dict[str, str]) -> list[str]:
         ptrs = ", ".join([f"{refs[a]}.data_ptr()" for a in self.args] + self.size_args)
         lines = [f"{self.name}({ptrs})"]

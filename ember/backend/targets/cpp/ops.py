@@ -387,15 +387,22 @@ class CppOpsHandler:
         var = f"ix{k.counter}"
         k.counter += 1
         n = cpp_index(size)
-        k.line(f"int64_t {var} = static_cast<int64_t>({value});")
+        lines = [f"int64_t {var} = static_cast<int64_t>({value});"]
         if wrap_negative:
-            k.line(f"{var} += {var} < 0 ? {n} : 0;")
+            lines.append(f"{var} += {var} < 0 ? {n} : 0;")
         # branch-free, so the loop stays vectorised: the flag is a reduction of every loop
         # (``_flag_errors`` in kernel.py)
         bit = 2 + k.index_check_slot(check)
-        k.line(f"{{ bool bad = static_cast<uint64_t>({var}) >= static_cast<uint64_t>({n}); "
-               f"ember_flags_r |= static_cast<int>(bad) << {bit}; {var} = bad ? 0 : {var}; }}")
+        lines.append(f"{{ bool bad = static_cast<uint64_t>({var}) >= static_cast<uint64_t>"
+                     f"({n}); ember_flags_r |= static_cast<int>(bad) << {bit}; "
+                     f"{var} = bad ? 0 : {var}; }}")
         k.exports_flags = True
+        # an index the same for every element of the inner loop is checked once, before it
+        if k.emit_invariant(lines, f"{value} {n}"):
+            k.invariant.add(var)
+        else:
+            for line in lines:
+                k.line(line)
         return sympy.Symbol(var, integer=True)
 
     def __getattr__(self, name):

@@ -160,9 +160,10 @@ class ColumnBlocks(FoldingStrategy):
         for var, n in zip(r, self.k.group.inner):
             self.open(f"for (int64_t {var} = 0; {var} < {cpp_index(n)}; {var}++) {{")
         self.welford_inv(folded)
-        self._open_lanes(x)
-        self.loop_body(nodes, groups, x, r, "xl")
-        self.close()
+        with self.k.hoisting_out_of_lanes(str(x[-1]), [*x[:-1], *r]):
+            self._open_lanes(x)
+            self.loop_body(nodes, groups, x, r, "xl")
+            self.close()
         if folded:
             self.line("r_count++; r_fine++;")
             self.open(f"if (r_fine == {CASCADE}) {{")
