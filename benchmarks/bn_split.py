@@ -8,8 +8,11 @@ and a backward sum over 64x256x14x14 took 52-66 us, where reading its inputs tak
 10: that reduction splits into only 32 chunks (``SPLIT_MIN_CHUNK``: each at least 256
 rows), 128 programs for 132 SMs. Each variant sets the split limits
 (``SPLIT_MIN_CHUNK``, ``SPLIT_PARTIALS``) and the column tile (``COLUMN_XBLOCK``,
-``COLUMN_TILE``); the table gives microseconds per step and the bandwidth of the bytes a
-step must move (x read twice, the gradient once, y and dx written: 5 passes of bf16).
+``COLUMN_TILE``); the table gives the GPU's busy microseconds per step (the sum of its
+kernels' times: a step's wall time is the host's, these steps being small) and the bandwidth
+of the bytes a step must move (x read twice, the gradient once, y and dx written: 5 passes
+of bf16). ``--kernels`` also lists each variant's kernels; ``--dump DIR`` writes the default
+variant's generated code below DIR (``ember.config.debug_dir``).
 
     PYTHONPATH=. python3 benchmarks/bn_split.py [--shapes 256x56,256x14]
 
@@ -24,7 +27,8 @@ import torch   # noqa: E402
 import torch.nn.functional as F   # noqa: E402
 
 import ember   # noqa: E402
-from benchmarks.profile_models import median_ms   # noqa: E402
+from benchmarks.profile_models import kernel_profile, median_ms   # noqa: E402
+from ember import config   # noqa: E402
 from ember.backend.lowering import reductions   # noqa: E402
 from ember.backend.targets.triton import kernel as triton_kernel   # noqa: E402
 
@@ -52,6 +56,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     parser.add_argument("--no-torch-compile", action="store_true")
+    parser.add_argument("--kernels", action="store_true", help="list each variant's kernels")
+    parser.add_argument("--dump", default="", help="write the default variant's code here")
     args = parser.parse_args()
     dev = args.device
     dtype = torch.bfloat16 if dev == "cuda" else torch.float32
@@ -72,21 +78,33 @@ def main() -> None:
         expected = step(x, g)
         cells = []
 
-        def report(fn):
-            ms = median_ms(fn, x, g, iters=iters, device=dev)
+        listings = []
+
+        def report(name, fn):
             err = max((a.float() - b.float()).abs().max().item()
                       for a, b in zip(fn(x, g), expected))
-            cells.append(f"{ms * 1e3:7.1f} us {moved / ms / 1e9:5.0f} GB/s {err:5.0e}")
-        report(step)
-        for _, min_chunk, partials, xblock, tile in VARIANTS:
+            if dev == "cuda":
+                median_ms(fn, x, g, iters=3, device=dev)     # compiled and warm
+                kernels, _, ms = kernel_profile(fn, (x, g), torch.device(dev), iters, 12)
+                listings.append((name, kernels))
+            else:
+                ms = median_ms(fn, x, g, iters=iters, device=dev)
+            cells.append(f"{ms * 1e3:7.1f} us {moved / ms / 1e6:5.0f} GB/s {err:5.0e}")
+        report("eager", step)
+        for k, (label, min_chunk, partials, xblock, tile) in enumerate(VARIANTS):
             reductions.SPLIT_MIN_CHUNK, reductions.SPLIT_PARTIALS = min_chunk, partials
             triton_kernel.COLUMN_XBLOCK, triton_kernel.COLUMN_TILE = xblock, tile
             ember.reset()
-            report(ember.compile(step, options=options))
+            config.debug_dir = args.dump if k == 0 else ""
+            report(label, ember.compile(step, options=options))
+            config.debug_dir = ""
         if "torch.compile" in names:
-            report(torch.compile(step))
+            report("torch.compile", torch.compile(step))
         print(f"{args.batch}x{c}x{hw}x{hw}".ljust(16) + "".join(f"{s:>30s}" for s in cells),
               flush=True)
+        for name, kernels in listings if args.kernels else ():
+            print(f"   {name}: " + ", ".join(f"{k.name[:60]} {k.ms * 1e3:.1f} us x{k.calls:g}"
+                                          for k in kernels), flush=True)
         reductions.SPLIT_MIN_CHUNK, reductions.SPLIT_PARTIALS = VARIANTS[0][1:3]
         triton_kernel.COLUMN_XBLOCK, triton_kernel.COLUMN_TILE = VARIANTS[0][3:]
 
