@@ -24,8 +24,10 @@ Decisions
   ``Target.synchronize`` around each, and each path's fastest run counts. Eager wins only
   when faster by more than ``MARGIN``: the compiled program is kept on a tie or noise.
 * **Only where running twice is unobservable.** Not timed, said under
-  ``EMBER_LOGS=perf_hints``: graphs that record gradients (training), that write their inputs
-  (``mutates_inputs`` of the program), that hold a node with effects (``Node.is_impure``:
+  ``EMBER_LOGS=perf_hints``: graphs that record gradients (training; one whose compiled
+  forward and backward are only library calls runs as captured, under eager's autograd,
+  whose C++ nodes cost less per call than the halves' Python autograd Function), that
+  write their inputs (``mutates_inputs`` of the program), that hold a node with effects (``Node.is_impure``:
   asserts, profiler ranges, random ops; collectives), and, found by the first run itself,
   graphs whose run moved a random generator (dropout in training mode) or an input's version
   counter. That first run is then the first call's result, and the program is kept.
@@ -94,6 +96,11 @@ def choose(compiled: Callable, gm: torch.fx.GraphModule, options: dict, target,
         return compiled
     name = type(gm).__name__
     if training:
+        if _library_calls_only(compiled, gm):
+            logs.log("perf_hints", "eager choice: %s runs as captured, under eager's "
+                     "autograd: its compiled forward and backward are only library calls "
+                     "(no generated kernel); not timed", name)
+            return gm.forward
         logs.log("perf_hints", "eager choice: %s not timed: it records gradients; runs "
                  "compiled", name)
         return compiled
@@ -110,6 +117,17 @@ def choose(compiled: Callable, gm: torch.fx.GraphModule, options: dict, target,
         return PerSize(lambda args: EagerChoice(compiled, eager, name, key, target),
                        SIZES_KEPT, "eager choice")
     return EagerChoice(compiled, eager, name, key, target)
+
+
+def _library_calls_only(compiled: Callable, gm: torch.fx.GraphModule) -> bool:
+    """Whether ``compiled`` is a training graph (``ember.aot.training.TrainingGraph``) of
+    ``gm`` as captured (not a channels-last copy, not replayed as a CUDA graph) whose
+    compiled halves generate no kernel: the same ATen calls as eager's, behind a Python
+    autograd Function that costs more per call than eager's autograd nodes."""
+    if getattr(compiled, "captured", None) != gm.forward:
+        return False
+    halves = (getattr(compiled, "forward", None), getattr(compiled, "backward", None))
+    return all(getattr(half, "kernel_sources", None) == [] for half in halves)
 
 
 def _not_rerunnable(gm: torch.fx.GraphModule, program) -> str | None:

@@ -213,6 +213,36 @@ def test_training_graph_is_not_timed(cache, untimed, ember_log):
     assert "records gradients" in _not_timed_line(ember_log)
 
 
+def test_training_graph_of_library_calls_runs_as_captured(cache, untimed, ember_log):
+    """A training graph whose compiled halves generate no kernel (causal attention: ATen's
+    attention forward and backward) runs as captured, under eager's autograd nodes, not a
+    Python autograd Function around the same calls: eager's gradients, bit for bit. With
+    the choice off it runs compiled."""
+    ember.logs.set_logs("perf_hints")
+
+    def attend(q, k, v):
+        return (F.scaled_dot_product_attention(q, k, v, is_causal=True),)
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 16, 8) for _ in range(3))
+    grad = torch.randn(2, 2, 16, 8)
+    expected_out, = attend(*(t.clone().requires_grad_() for t in (q, k, v)))
+    for options, node in ((TIMED, type(expected_out.grad_fn).__name__),
+                          ({"eager_choice": "off"}, "CompiledFunctionBackward")):
+        ember.reset()
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        ref = [t.clone().requires_grad_() for t in (q, k, v)]
+        out, = ember.compile(attend, options=options)(*leaves)
+        expected, = attend(*ref)
+        assert type(out.grad_fn).__name__ == node
+        out.backward(grad)
+        expected.backward(grad)
+        assert torch.equal(out, expected)
+        for a, b in zip(leaves, ref):
+            assert torch.equal(a.grad, b.grad)
+    line, = [m for m in _perf_hints(ember_log) if "eager choice" in m]
+    assert "runs as captured, under eager's autograd" in line and "not timed" in line
+
+
 def test_graph_of_library_calls_runs_eagerly_untimed(cache, untimed, ember_log):
     ember.logs.set_logs("perf_hints")
 
