@@ -35,9 +35,9 @@ import threading
 # so every module that imported them sees it.
 UNARY = ["neg", "abs", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt",
          "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh",
-         "atanh", "erf", "erfc", "gelu", "sigmoid", "relu", "reciprocal", "floor", "ceil",
-         "round", "trunc", "sign", "logical_not", "bitwise_not", "isnan", "isinf", "square",
-         "frac"]
+         "atanh", "erf", "erfc", "gelu", "gelu_grad", "sigmoid", "relu", "reciprocal", "floor",
+         "ceil", "round", "trunc", "sign", "logical_not", "bitwise_not", "isnan", "isinf",
+         "square", "frac"]
 BINARY = ["add", "sub", "mul", "truediv", "floordiv", "truncdiv", "remainder", "fmod", "pow",
           "maximum", "minimum", "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
           "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",

@@ -19,7 +19,8 @@ Choice of decomposed ops (forward ops; the backward ops are listed in ``DECOMPOS
 * ``_native_multi_head_attention`` (``nn.MultiheadAttention``'s inference fast path), self
   attention without mask or weights: its projections and ``scaled_dot_product_attention``.
 
-Kept as they are (the backend lowers them directly, or they are views): ``gelu``,
+Kept as they are (the backend lowers them directly, or they are views): ``gelu`` and
+``gelu_backward``,
 ``_softmax``/``_log_softmax`` (one fused reduction kernel each), ``addmm``/``mm``/``bmm``,
 ``convolution``, view ops (``t``, ``transpose``, ``view``, ``expand``, ``permute``, ...),
 ``embedding``, ``index``, ``gather``.
@@ -72,7 +73,6 @@ DECOMPOSED_OPS = [
     aten.native_group_norm_backward,
     aten._softmax_backward_data,
     aten._log_softmax_backward_data,
-    aten.gelu_backward,
     aten.silu_backward,
     aten.sigmoid_backward,
     aten.tanh_backward,

@@ -34,8 +34,8 @@ LIBRARY_OPS = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default,
 _TRANSCENDENTAL_OPS = 8
 _TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin",
                              "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh",
-                             "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "gelu", "pow",
-                             "sigmoid"})
+                             "tanh", "asinh", "acosh", "atanh", "erf", "erfc", "gelu",
+                             "gelu_grad", "pow", "sigmoid"})
 
 
 class BodyCost:

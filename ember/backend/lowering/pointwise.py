@@ -227,6 +227,29 @@ def _gelu(ctx, x, approximate="none"):
     return make_pointwise(ctx, fn, [x], compute=dt)
 
 
+@register_lowering(aten.gelu_backward.default)
+def _gelu_backward(ctx, grad, x, approximate="none"):
+    """``grad`` times gelu's derivative at ``x``: for the exact gelu one op, Phi(x) + x phi(x)
+    (the C++ target computes it from one exp, ``ember_gelu_grad_f``); for the tanh
+    approximation the derivative of 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3)."""
+    dt = ctx.dtype
+
+    def c(v):
+        return ops.constant(v, dt)
+
+    def fn(g, v):
+        if approximate != "tanh":
+            return ops.mul(g, ops.gelu_grad(v))
+        k = math.sqrt(2 / math.pi)
+        cube = ops.mul(v, ops.mul(v, v))
+        th = ops.tanh(ops.mul(c(k), ops.add(v, ops.mul(c(0.044715), cube))))
+        du = ops.mul(c(k), ops.add(c(1.0), ops.mul(c(3 * 0.044715), ops.mul(v, v))))
+        left = ops.mul(c(0.5), ops.add(c(1.0), th))
+        right = ops.mul(ops.mul(c(0.5), v), ops.mul(ops.sub(c(1.0), ops.mul(th, th)), du))
+        return ops.mul(g, ops.add(left, right))
+    return make_pointwise(ctx, fn, [grad, x], compute=dt)
+
+
 @register_lowering(aten._to_copy.default)
 def _to_copy(ctx, x, *, dtype=None, layout=None, device=None, pin_memory=None,
              non_blocking=False, memory_format=None):

@@ -72,7 +72,7 @@ from ember.backend.targets.cpp.strategies.tiles import TransposedTiles, transpos
 
 MERGE_BELOW = 1024               # pointwise inner loops shorter than this absorb outer dims
 
-_DOUBLE_LIBM = re.compile(r"double.*ember_(exp|erf|gelu|tanh|sigmoid)\(")    # on one line
+_DOUBLE_LIBM = re.compile(r"double.*ember_(exp|erf|gelu|gelu_grad|tanh|sigmoid)\(")    # on one line
 _SIMD_PRAGMA = re.compile(r"(#pragma omp (?:parallel for )?simd)")
 
 

@@ -39,7 +39,7 @@ UNARY_CPP = {
     "atan": "std::atan({0})", "sinh": "std::sinh({0})", "cosh": "std::cosh({0})",
     "tanh": "ember_tanh({0})", "asinh": "std::asinh({0})", "acosh": "std::acosh({0})",
     "atanh": "std::atanh({0})", "erf": "ember_erf({0})", "erfc": "std::erfc({0})",
-    "gelu": "ember_gelu({0})",
+    "gelu": "ember_gelu({0})", "gelu_grad": "ember_gelu_grad({0})",
     "sigmoid": "ember_sigmoid({0})", "relu": "ember_relu({0})",
     "reciprocal": "{1}(1) / {0}", "floor": "std::floor({0})", "ceil": "std::ceil({0})",
     "round": "std::nearbyint({0})", "trunc": "std::trunc({0})", "sign": "ember_sign({0})",

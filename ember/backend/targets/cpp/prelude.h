@@ -157,6 +157,21 @@ static inline float ember_erf(float a) { return ember_erff(a); }
 template <typename T> static inline T ember_gelu(T a) {   // the decomposition's own order
   return a * T(0.5) * (T(1) + std::erf(a * T(0.70710678118654752440))); }
 static inline float ember_gelu(float a) { return ember_gelu_f(a); }
+// GELU's derivative, Phi(x) + x phi(x) (phi: the normal density), from one exp: Phi(-|x|) =
+// phi(x) (b1 t + ... + b5 t^5), t = 1 / (1 + p |x|) (Abramowitz & Stegun 26.2.17), where
+// 0.5 (1 + erf(x / sqrt 2)) took a second polynomial pair: gelu's backward over 262144
+// floats, 1 thread, 434 -> 296 us (eager's 300). Max abs error over a dense sweep against
+// float64: 2.8e-7 (eager's, whose erf is A&S 7.1.26 with an exp of its own: 2.6e-7)
+static inline float ember_gelu_grad_f(float x) {
+  float pdf = 0.398942280f * ember_expf(-0.5f * x * x);
+  float t = 1.0f / EMBER_FMA(0.2316419f, std::abs(x), 1.0f);
+  float tail = pdf * (t * ember_horner(t, 0.319381530f, -0.356563782f, 1.781477937f,
+                                       -1.821255978f, 1.330274429f));
+  return EMBER_FMA(x, pdf, x < 0.0f ? tail : 1.0f - tail); }
+template <typename T> static inline T ember_gelu_grad(T a) {   // the decomposition's order
+  return T(0.5) * (T(1) + std::erf(a * T(0.70710678118654752440))) +
+         a * (T(0.39894228040143267794) * std::exp(a * a * T(-0.5))); }
+static inline float ember_gelu_grad(float a) { return ember_gelu_grad_f(a); }
 template <typename T> static inline T ember_tanh(T a) { return std::tanh(a); }
 static inline float ember_tanh(float a) { return ember_tanhf(a); }
 template <typename T> static inline T ember_sigmoid(T a) { return T(1) / (T(1) + ember_exp(-a)); }

@@ -88,6 +88,8 @@ UNARY_TRITON = {
     "rsqrt": "tl.rsqrt({0})", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
     "erf": "tl.erf({0})", "floor": "tl.floor({0})", "ceil": "tl.ceil({0})",
     "gelu": "({0}) * 0.5 * (1.0 + tl.erf(({0}) * 0.7071067811865476))",
+    "gelu_grad": "0.5 * (1.0 + tl.erf(({0}) * 0.7071067811865476)) + ({0}) * "
+                 "(0.3989422804014327 * tl.exp(({0}) * ({0}) * -0.5))",
     "sigmoid": "tl.sigmoid({0})", "reciprocal": "1.0 / {0}", "square": "{0} * {0}",
     "relu": "tl.where(({0} > 0) | ({0} != {0}), {0}, 0)",
     "trunc": "tl.where({0} < 0, tl.ceil({0}), tl.floor({0}))",

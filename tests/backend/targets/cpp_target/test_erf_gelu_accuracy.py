@@ -1,5 +1,5 @@
-"""Accuracy of the C++ target's float erf and GELU (the prelude's ``ember_erff`` and
-``ember_gelu_f``) against float64, and against eager's own error on the same inputs: a dense
+"""Accuracy of the C++ target's float erf, GELU and GELU's derivative (the prelude's
+``ember_erff``, ``ember_gelu_f`` and ``ember_gelu_grad_f``) against float64, and against eager's own error on the same inputs: a dense
 sweep of float32 (every 1021st bit pattern, so every binade, and a fine grid over [-12, 12]),
 special values bit for bit, and every bfloat16 value against eager's bits."""
 from __future__ import annotations
@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import ember
 from ember.backend.targets.cpp import build
+from ember.testing import run_and_get_code
 
 pytestmark = pytest.mark.usefixtures("fresh_no_grad")
 
@@ -75,6 +76,54 @@ def test_erf_float32_on_a_dense_sweep():
     got = ember.compile(lambda t: torch.erf(t), backend="ember")(x)
     abs_err, ulp_err = _errors(got, torch.erf(x.double()))
     assert ulp_err <= 1.9 * _SLACK and abs_err <= 1.2e-7 * _SLACK, (abs_err, ulp_err)
+
+
+def _gelu_grad64(x: torch.Tensor) -> torch.Tensor:
+    d = x.double()
+    return 0.5 * torch.special.erfc(-d / math.sqrt(2)) + \
+        d * torch.exp(-0.5 * d * d) / math.sqrt(2 * math.pi)
+
+
+def _gelu_backward(g, t):
+    return torch.ops.aten.gelu_backward(g, t)
+
+
+def test_gelu_gradient_float32_is_within_eagers_error_on_a_dense_sweep():
+    """gelu's backward (``ember_gelu_grad_f``, A&S 26.2.17 for the normal CDF): its largest
+    absolute error against float64 is within 1.2x eager's (whose erf is A&S 7.1.26) and
+    within the bound the prelude states; the special values give eager's results within
+    that bound (one float step below 0.5 at 0), infinities and NaN eager's NaN."""
+    x = _sweep()
+    g = torch.ones_like(x)
+    got = ember.compile(_gelu_backward, backend="ember")(g, x)
+    want, ref = _gelu_backward(g, x), _gelu_grad64(x)
+    ours, eagers = _errors(got, ref)[0], _errors(want, ref)[0]
+    assert ours <= 1.2 * eagers and ours <= 3e-7 * _SLACK, (ours, eagers)
+    special = torch.tensor(_SPECIAL)
+    got = ember.compile(_gelu_backward, backend="ember")(torch.ones_like(special), special)
+    want = _gelu_backward(torch.ones_like(special), special)
+    assert torch.equal(got.isnan(), want.isnan())
+    torch.testing.assert_close(got, want, rtol=0, atol=3e-7, equal_nan=True)
+
+
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64], ids=str)
+def test_gelu_gradient_is_eagers(approximate, dtype, cpu_backend):
+    """gelu's backward (lowered as one op for the exact GELU, as a formula for the tanh
+    approximation) against eager's on both targets: a gradient times the derivative."""
+    torch.manual_seed(0)
+    x = (torch.randn(4099) * 3).to(dtype)
+    g = torch.randn(4099).to(dtype)
+
+    def fn(g, t):
+        return torch.ops.aten.gelu_backward(g, t, approximate=approximate)
+    got, sources = run_and_get_code(fn, g, x)
+    if cpu_backend == "cpp" and approximate == "none":
+        assert "ember_gelu_grad(" in "\n".join(sources)
+    # (float32's default tolerance: the tanh form cancels, 1 - tanh(u)^2 near saturation)
+    tol = {torch.float32: (1.3e-6, 1e-5), torch.bfloat16: (1e-2, 1e-2),
+           torch.float64: (1e-12, 1e-12)}[dtype]
+    torch.testing.assert_close(got, fn(g, x), rtol=tol[0], atol=tol[1])
 
 
 @pytest.mark.parametrize("fn", [F.gelu, torch.erf], ids=["gelu", "erf"])

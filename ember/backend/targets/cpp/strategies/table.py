@@ -32,7 +32,7 @@ from ember.backend.targets.cpp.strategies.base import (PARALLEL_MIN_INNER, PARAL
 
 _ENABLED = True                   # tests turn it off to compare against the direct loop
 TABLE_MIN_ELEMENTS = 4 * 65536    # fewer: the table's cache misses outweigh the saving
-_COSTLY_OPS = frozenset({"exp", "erf", "gelu", "tanh", "sigmoid"})
+_COSTLY_OPS = frozenset({"exp", "erf", "gelu", "gelu_grad", "tanh", "sigmoid"})
 # ops whose C++ is straight-line inline code (the functions are checked again on the text)
 _ALLOWED_OPS = (frozenset(UNARY_CPP) | frozenset(BINARY_CPP) | {
     "load", "constant", "to_dtype", "where", "logical_and", "logical_or", "logical_xor",
