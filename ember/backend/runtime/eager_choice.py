@@ -27,10 +27,11 @@ Decisions
   ``EMBER_LOGS=perf_hints``: graphs that record gradients (training; one whose compiled
   forward and backward are only library calls runs as captured, under eager's autograd,
   whose C++ nodes cost less per call than the halves' Python autograd Function), that
-  write their inputs (``mutates_inputs`` of the program), that hold a node with effects (``Node.is_impure``:
-  asserts, profiler ranges, random ops; collectives), and, found by the first run itself,
-  graphs whose run moved a random generator (dropout in training mode) or an input's version
-  counter. That first run is then the first call's result, and the program is kept.
+  write their inputs (``mutates_inputs`` of the program), that hold a node with effects
+  (``Node.is_impure``: asserts, profiler ranges, random ops; collectives), and, found by
+  the first run itself, graphs whose run moved a random generator (dropout in training
+  mode) or an input's version counter. That first run is then the first call's result, and
+  the program is kept.
 * **No generated kernel.** A program of library calls only (and neither frozen nor replayed
   as a CUDA graph, which may make it faster) runs ``gm`` eagerly without timing, said.
 * **First call.** After the timing the chosen path runs once more and its result is
