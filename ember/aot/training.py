@@ -306,7 +306,10 @@ def _rebuilder(spec: pytree.TreeSpec) -> Callable:
     """flat outputs -> the graph's output structure: a tuple or list of leaves directly
     (most graphs), else through pytree."""
     leaves = list(range(spec.num_leaves))
-    probe = pytree.tree_unflatten(leaves, spec)
+    try:     # (a registered class's unflatten may reject ints for its tensors)
+        probe = pytree.tree_unflatten(leaves, spec)
+    except Exception:     # noqa: BLE001
+        probe = None
     if type(probe) in (tuple, list) and list(probe) == leaves:
         return type(probe)
     return lambda flat: pytree.tree_unflatten(list(flat), spec)

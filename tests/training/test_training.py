@@ -423,3 +423,25 @@ def test_outputs_rebuilt_as_the_graph_returns_them():
         flat, spec = pytree.tree_flatten(value)
         rebuilt = training._rebuilder(spec)(tuple(flat))
         assert type(rebuilt) is type(value) and rebuilt == value
+
+
+def test_outputs_rebuilt_through_a_class_that_rejects_other_leaves():
+    """A registered pytree class whose unflatten checks its leaves (as a library's output
+    class may) is rebuilt through pytree, with the real values."""
+    from torch.utils import _pytree as pytree
+
+    class Checked:
+        def __init__(self, a, b):
+            if not isinstance(a, torch.Tensor):
+                raise TypeError("tensors only")
+            self.a, self.b = a, b
+    pytree.register_pytree_node(Checked, lambda c: ([c.a, c.b], None),
+                                lambda leaves, _: Checked(*leaves))
+    try:
+        value = (Checked(torch.ones(2), torch.zeros(2)), torch.ones(1))
+        flat, spec = pytree.tree_flatten(value)
+        rebuilt = training._rebuilder(spec)(tuple(flat))
+        assert isinstance(rebuilt, tuple) and isinstance(rebuilt[0], Checked)
+        assert rebuilt[0].a is flat[0] and rebuilt[1] is flat[2]
+    finally:
+        pytree._deregister_pytree_node(Checked)
