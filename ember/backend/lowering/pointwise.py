@@ -220,11 +220,17 @@ def _gelu(ctx, x, approximate="none"):
 
     def fn(v):
         if approximate == "tanh":
-            inner = ops.mul(c(math.sqrt(2 / math.pi)),
-                            ops.add(v, ops.mul(c(0.044715), ops.mul(v, ops.mul(v, v)))))
-            return ops.mul(ops.mul(c(0.5), v), ops.add(c(1.0), ops.tanh(inner)))
+            return ops.mul(ops.mul(c(0.5), v), ops.add(c(1.0), _gelu_tanh(v, c)))
         return ops.gelu(v)     # x Phi(x): one op, as the C++ target computes it in fewer steps
     return make_pointwise(ctx, fn, [x], compute=dt)
+
+
+_GELU_K = math.sqrt(2 / math.pi)       # the tanh approximation: tanh(K (x + 0.044715 x^3))
+
+
+def _gelu_tanh(v, c):
+    return ops.tanh(ops.mul(c(_GELU_K), ops.add(v, ops.mul(c(0.044715),
+                                                           ops.mul(v, ops.mul(v, v))))))
 
 
 @register_lowering(aten.gelu_backward.default)
@@ -240,10 +246,8 @@ def _gelu_backward(ctx, grad, x, approximate="none"):
     def fn(g, v):
         if approximate != "tanh":
             return ops.mul(g, ops.gelu_grad(v))
-        k = math.sqrt(2 / math.pi)
-        cube = ops.mul(v, ops.mul(v, v))
-        th = ops.tanh(ops.mul(c(k), ops.add(v, ops.mul(c(0.044715), cube))))
-        du = ops.mul(c(k), ops.add(c(1.0), ops.mul(c(3 * 0.044715), ops.mul(v, v))))
+        th = _gelu_tanh(v, c)
+        du = ops.mul(c(_GELU_K), ops.add(c(1.0), ops.mul(c(3 * 0.044715), ops.mul(v, v))))
         left = ops.mul(c(0.5), ops.add(c(1.0), th))
         right = ops.mul(ops.mul(c(0.5), v), ops.mul(ops.sub(c(1.0), ops.mul(th, th)), du))
         return ops.mul(g, ops.add(left, right))

@@ -72,7 +72,7 @@ from ember.backend.targets.cpp.strategies.tiles import TransposedTiles, transpos
 
 MERGE_BELOW = 1024               # pointwise inner loops shorter than this absorb outer dims
 
-_DOUBLE_LIBM = re.compile(r"double.*ember_(exp|erf|gelu|gelu_grad|tanh|sigmoid)\(")    # on one line
+_DOUBLE_LIBM = re.compile(r"double.*ember_(exp|erf|gelu(?:_grad)?|tanh|sigmoid)\(")   # one line
 _SIMD_PRAGMA = re.compile(r"(#pragma omp (?:parallel for )?simd)")
 
 
@@ -170,12 +170,17 @@ class CppKernel(Kernel):
         if text not in hoist.values:
             var = CppValue(self.new_var(), dtype)
             self.var_dtypes[var.name] = dtype
-            self.lines.insert(hoist.at, " " * (self.indent_unit * hoist.indent)
-                              + self.declare(var.name, text))
-            hoist.at += 1
+            self._insert_hoisted([self.declare(var.name, text)])
             hoist.values[text] = var
             self.invariant.add(var.name)
         return _as_dtype(hoist.values[text], dtype)
+
+    def _insert_hoisted(self, lines: list[str]) -> None:
+        """``lines`` where the inner loop's invariant values go (before it)."""
+        hoist = self.hoist
+        pad = " " * (self.indent_unit * hoist.indent)
+        self.lines[hoist.at:hoist.at] = [pad + line for line in lines]
+        hoist.at += len(lines)
 
     def _invariant(self, text: str) -> bool:
         """Every name ``text`` reads (not functions, types, literals) is invariant."""
@@ -191,11 +196,8 @@ class CppKernel(Kernel):
         if self.hoist is not None or not sizevars.statically_known_leq(1, size):
             yield
             return
-        self.hoist = _Hoist(len(self.lines), self.indent)
-        try:
+        with self._hoist_region():
             yield
-        finally:
-            self.hoist = None
         for acc, members in reduction_groups(reductions).items():
             self.invariant.update(f"{acc}{field}" for _, field, _ in
                                   _fields(*group_kind(members)))
@@ -208,22 +210,27 @@ class CppKernel(Kernel):
         checked and flagged once per step, not once per lane."""
         saved = self.invariant
         self.invariant = (saved - {lane_var}) | {str(v) for v in loop_vars}
+        try:
+            with self._hoist_region():
+                yield
+        finally:
+            self.invariant = saved
+
+    @contextlib.contextmanager
+    def _hoist_region(self):
+        """Invariant values of the inner loops generated inside go before them."""
         self.hoist = _Hoist(len(self.lines), self.indent)
         try:
             yield
         finally:
             self.hoist = None
-            self.invariant = saved
 
     def emit_invariant(self, lines: list[str], reads: str) -> bool:
         """Emit ``lines`` (statements that read the names in ``reads``) where the inner
         loop's invariant values go, if they are invariant there; False: not moved."""
-        hoist = self.hoist
-        if hoist is None or not self._invariant(reads):
+        if self.hoist is None or not self._invariant(reads):
             return False
-        pad = " " * (self.indent_unit * hoist.indent)
-        self.lines[hoist.at:hoist.at] = [pad + line for line in lines]
-        hoist.at += len(lines)
+        self._insert_hoisted(lines)
         return True
 
     def call_lines(self, refs: dict[str, str]) -> list[str]:
