@@ -19,19 +19,28 @@ Decisions
   than the margin. ``tests/conftest.py`` sets ``EMBER_EAGER_CHOICE=off``: the tests check
   the generated code, which eager running instead would hide; this module's tests turn it on.
 * **Timing** (``measure``): after one warm-up run of each path (compiles, first-call
-  allocations, oneDNN primitives), runs alternate compiled, eager, ... for at most
+  allocations, oneDNN primitives, a backward's first run), runs alternate compiled, eager, ... for at most
   ``BUDGET_S`` seconds (one round at least, ``MAX_ROUNDS`` at most), with
   ``Target.synchronize`` around each, and each path's fastest run counts. Eager wins only
   when faster by more than ``MARGIN``: the compiled program is kept on a tie or noise.
+* **Training graphs** (``ember.aot.training.TrainingGraph``) are timed as training steps:
+  the forward and ``torch.autograd.grad`` of every differentiable output (tangents of
+  ones) with respect to the inputs that require grad, both ways, on detached copies of
+  those inputs, so no user hook runs, no ``.grad`` is written and no graph upstream of the
+  inputs is walked. The eager way is the captured graph under eager's autograd. The choice
+  is made on the first call that records gradients (grad mode on, the inputs requiring
+  grad as at compile time); calls before it run compiled. One whose compiled forward and
+  backward are only library calls runs as captured without timing (eager's C++ autograd
+  nodes cost less per call than the halves' Python autograd Function). Out of GPU memory
+  while timing (the eager step holds more activations than Ember's), the compiled program
+  is kept, said, and nothing is stored.
 * **Only where running twice is unobservable.** Not timed, said under
-  ``EMBER_LOGS=perf_hints``: graphs that record gradients (training; one whose compiled
-  forward and backward are only library calls runs as captured, under eager's autograd,
-  whose C++ nodes cost less per call than the halves' Python autograd Function), that
-  write their inputs (``mutates_inputs`` of the program), that hold a node with effects
-  (``Node.is_impure``: asserts, profiler ranges, random ops; collectives), and, found by
-  the first run itself, graphs whose run moved a random generator (dropout in training
-  mode) or an input's version counter. That first run is then the first call's result, and
-  the program is kept.
+  ``EMBER_LOGS=perf_hints``: graphs that write their inputs (``mutates_inputs`` of the
+  program or of a training graph's forward: batch norm's running statistics), that hold a
+  node with effects (``Node.is_impure``: asserts, profiler ranges, random ops;
+  collectives), and, found by the first run itself, graphs whose run moved a random
+  generator (dropout in training mode) or an input's version counter. That first run is
+  then the first call's result, and the program is kept.
 * **No generated kernel.** A program of library calls only (and neither frozen nor replayed
   as a CUDA graph, which may make it faster) runs ``gm`` eagerly without timing, said.
 * **First call.** After the timing the chosen path runs once more and its result is
@@ -41,8 +50,8 @@ Decisions
 * **On disk.** ``EMBER_CACHE_DIR/eager_choice/<key>.json`` (``disk_cache.read_json`` /
   ``write_json``: atomic writes; what is read is untrusted and checked, a damaged entry is
   warned about, deleted and timed again). The key: the program's wrapper and kernel sources,
-  the captured graph's code, the options, the torch version, the inputs' sizes, strides and
-  dtypes, and the machine (the GPU's name, the CPU's model, torch's thread count).
+  the captured graph's code, the options, the torch version, the inputs' sizes, strides,
+  dtypes and whether they require grad, and the machine (the GPU's name, the CPU's model, torch's thread count).
 """
 from __future__ import annotations
 
@@ -55,6 +64,7 @@ import time
 from typing import Callable
 
 import torch
+import torch.utils._pytree as pytree
 
 from ember import config, logs
 from ember.backend.runtime import disk_cache
@@ -102,9 +112,11 @@ def choose(compiled: Callable, gm: torch.fx.GraphModule, options: dict, target,
                      "autograd: its compiled forward and backward are only library calls "
                      "(no generated kernel); not timed", name)
             return gm.forward
-        logs.log("perf_hints", "eager choice: %s not timed: it records gradients; runs "
-                 "compiled", name)
-        return compiled
+        if not _trains(compiled):
+            logs.log("perf_hints", "eager choice: %s not timed: it records gradients and "
+                     "runs as %s; runs compiled", name, type(compiled).__name__)
+            return compiled
+        program = compiled
     if not rewritten and not getattr(program, "kernel_sources", True):
         logs.log("perf_hints", "eager choice: %s runs eagerly: its compiled form is only "
                  "library calls (no generated kernel); not timed", name)
@@ -114,10 +126,22 @@ def choose(compiled: Callable, gm: torch.fx.GraphModule, options: dict, target,
         logs.log("perf_hints", "eager choice: %s not timed: %s; runs compiled", name, why)
         return compiled
     eager, key = gm.forward, program_key(gm, program, options)
+    trains = compiled if training else None
     if per_size:
-        return PerSize(lambda args: EagerChoice(compiled, eager, name, key, target),
+        return PerSize(lambda args: EagerChoice(compiled, eager, name, key, target, trains),
                        SIZES_KEPT, "eager choice")
-    return EagerChoice(compiled, eager, name, key, target)
+    return EagerChoice(compiled, eager, name, key, target, trains)
+
+
+def _trains(compiled: Callable) -> bool:
+    """Whether ``compiled`` is a training graph this module can time as training steps."""
+    from ember.aot.training import TrainingGraph
+    return isinstance(compiled, TrainingGraph)
+
+
+def _programs(program) -> list:
+    """The generated programs of ``program``: a training graph's two halves, or itself."""
+    return [program.forward, program.backward] if _trains(program) else [program]
 
 
 def _library_calls_only(compiled: Callable, gm: torch.fx.GraphModule) -> bool:
@@ -133,7 +157,7 @@ def _library_calls_only(compiled: Callable, gm: torch.fx.GraphModule) -> bool:
 
 def _not_rerunnable(gm: torch.fx.GraphModule, program) -> str | None:
     """Why running ``gm``'s program a second time could be observed, or None."""
-    if getattr(program, "mutates_inputs", False):
+    if any(getattr(part, "mutates_inputs", False) for part in _programs(program)):
         return "it writes its inputs"
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_module"):
@@ -152,9 +176,10 @@ def _not_rerunnable(gm: torch.fx.GraphModule, program) -> str | None:
 
 def program_key(gm: torch.fx.GraphModule, program, options: dict) -> str:
     """What the two paths' speeds depend on besides the inputs and the machine."""
-    parts = ["eager choice v1", torch.__version__, getattr(program, "source", None) or "",
-             *getattr(program, "kernel_sources", ()), gm.code,
-             repr(sorted((k, v) for k, v in options.items() if k != "eager_choice"))]
+    parts = ["eager choice v1", torch.__version__, gm.code]
+    for part in _programs(program):
+        parts += [getattr(part, "source", None) or "", *getattr(part, "kernel_sources", ())]
+    parts.append(repr(sorted((k, v) for k, v in options.items() if k != "eager_choice")))
     for node in gm.graph.nodes:
         if node.op == "call_module":
             parts.append(repr(gm.get_submodule(node.target)))
@@ -169,7 +194,10 @@ def _describe(value, short: bool = False) -> str:
     """An input as the choice's key needs it (``short``: as a log line shows it)."""
     if isinstance(value, torch.Tensor):
         text = f"{'x'.join(map(str, value.shape))} {str(value.dtype).removeprefix('torch.')}"
-        return text if short else f"{text} {tuple(value.stride())} {value.device}"
+        if short:
+            return text
+        grad = " requires grad" if value.requires_grad else ""
+        return f"{text} {tuple(value.stride())} {value.device}{grad}"
     if isinstance(value, int) and not isinstance(value, bool):
         return str(value)
     return type(value).__name__
@@ -203,12 +231,15 @@ class EagerChoice:
     """``choice(*args)``: the compiled program or the eager graph, chosen on the first call
     by ``measure`` or read from disk."""
 
-    def __init__(self, compiled: Callable, eager: Callable, name: str, key: str, target):
+    def __init__(self, compiled: Callable, eager: Callable, name: str, key: str, target,
+                 training=None):
         self.compiled = compiled
         self.eager = eager
         self.name = name
         self.key = key
         self.target = target
+        # the TrainingGraph that ``compiled`` is: timed as training steps
+        self.training = training
         self.run: Callable | None = None      # the path chosen
         self.source = getattr(compiled, "source", None)
         self.kernel_sources = getattr(compiled, "kernel_sources", [])
@@ -216,6 +247,8 @@ class EagerChoice:
     def __call__(self, *args):
         if self.run is not None:
             return self.run(*args)
+        if self.training is not None and not _records_gradients(self.training, args):
+            return self.compiled(*args)       # chosen on the first call that trains
         self.run, out = self._first_call(args)
         return out
 
@@ -237,8 +270,17 @@ class EagerChoice:
             return self.compiled, out
         del out
         try:
-            compiled_s, eager_s = measure(self.compiled, self.eager, args,
-                                          self.target.synchronize)
+            if self.training is None:
+                compiled_s, eager_s = measure(self.compiled, self.eager, args,
+                                              self.target.synchronize)
+            else:
+                compiled_s, eager_s = measure(_training_step(self.compiled),
+                                              _training_step(self.eager), _detached(args),
+                                              self.target.synchronize)
+        except torch.OutOfMemoryError:
+            logs.log("perf_hints", "eager choice: %s (%s) not timed: out of memory while "
+                     "timing; runs compiled", self.name, _sizes(args))
+            return self.compiled, self.compiled(*args)
         except Exception as e:     # noqa: BLE001 (compiled ran once: eager's run failed)
             if not config.suppress_errors:
                 raise
@@ -260,22 +302,52 @@ class EagerChoice:
         return disk_cache.cache_dir() / "eager_choice" / f"{key}.json"
 
     def _log(self, args, compiled_s: float, eager_s: float, way: str, how: str) -> None:
-        logs.log("perf_hints", "eager choice: %s (%s): compiled %.3f ms, eager %.3f ms: "
-                 "runs %s%s", self.name, _sizes(args), compiled_s * 1e3, eager_s * 1e3, way,
-                 how)
+        step = " (forward and backward)" if self.training is not None else ""
+        logs.log("perf_hints", "eager choice: %s (%s): compiled %.3f ms, eager %.3f ms%s: "
+                 "runs %s%s", self.name, _sizes(args), compiled_s * 1e3, eager_s * 1e3, step,
+                 way, how)
+
+
+def _records_gradients(graph, args) -> bool:
+    """Whether a call of TrainingGraph ``graph`` with ``args`` runs its autograd Function
+    (grad mode on, the inputs requiring grad as when it was compiled)."""
+    return torch.is_grad_enabled() and graph.requires_grad == [
+        isinstance(a, torch.Tensor) and a.requires_grad for a in args]
+
+
+def _detached(args) -> list:
+    """``args`` with each tensor that requires grad replaced by a new leaf on its storage:
+    a timed step's backward runs no hook of the user's and stops at these leaves."""
+    return [a.detach().requires_grad_() if isinstance(a, torch.Tensor) and a.requires_grad
+            else a for a in args]
+
+
+def _training_step(run: Callable) -> Callable:
+    """``step(*args)``: ``run``'s forward, then the gradients of its differentiable outputs
+    (tangents of ones) with respect to the inputs that require grad, returned, not
+    accumulated."""
+    def step(*args):
+        outputs = [o for o in pytree.tree_leaves(run(*args))
+                   if isinstance(o, torch.Tensor) and o.requires_grad]
+        inputs = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+        if outputs and inputs:
+            torch.autograd.grad(outputs, inputs, [torch.ones_like(o) for o in outputs],
+                                allow_unused=True)
+    return step
 
 
 def measure(compiled: Callable, eager: Callable, args, synchronize: Callable
             ) -> tuple[float, float]:
     """The fastest seconds of ``compiled(*args)`` and of ``eager(*args)``: one warm-up run
-    of eager (compiled's was the first call's check), then alternating runs within
-    ``BUDGET_S`` (tests replace this function to force a choice)."""
+    of each (a training step's backward runs here first: its kernels load), then
+    alternating runs within ``BUDGET_S`` (tests replace this function to force a choice)."""
     def seconds(run: Callable) -> float:
         synchronize()
         start = time.perf_counter()
         run(*args)
         synchronize()
         return time.perf_counter() - start
+    seconds(compiled)
     seconds(eager)
     best = [math.inf, math.inf]
     spent = 0.0

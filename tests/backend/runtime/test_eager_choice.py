@@ -7,6 +7,7 @@ which graphs are never timed. ``tests/conftest.py`` turns the choice off for eve
 test; these turn it on per compile (``eager_choice="timed"``)."""
 from __future__ import annotations
 
+import copy
 import json
 import logging
 
@@ -203,14 +204,105 @@ def test_graph_drawing_random_numbers_is_not_timed(cache, untimed, ember_log, dr
         "its run drew random numbers" in line
 
 
-def test_training_graph_is_not_timed(cache, untimed, ember_log):
+@pytest.mark.parametrize("compiled_s, eager_s, way", [(2e-3, 1e-3, "eager"),
+                                                     (1e-3, 2e-3, "compiled")])
+def test_training_graph_is_timed_as_training_steps(cache, timings, ember_log, compiled_s,
+                                                   eager_s, way):
+    """A training graph is timed forward and backward, on detached copies of the inputs that
+    require grad; the way chosen records the call's autograd graph: eager's own nodes, or
+    the compiled halves' Function. Gradients as eager's either way."""
     ember.logs.set_logs("perf_hints")
+    timings(compiled_s, eager_s)
+    x = torch.randn(8, 32)
+    w = torch.randn(32, requires_grad=True)
+    ref = w.detach().clone().requires_grad_()
+    compiled = ember.compile(_norm, options=TIMED)
+    for _ in range(2):
+        got, = compiled(x, w)
+        expected, = _norm(x, ref)
+        node = type(got.grad_fn).__name__
+        assert (node == "CompiledFunctionBackward") == (way == "compiled")
+        grad = torch.randn(8, 32)
+        got.backward(grad)
+        expected.backward(grad)
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(w.grad, ref.grad)
+    timed_args, = timings.calls
+    assert timed_args[0] is x                          # needs no gradient: as given
+    assert timed_args[1] is not w and timed_args[1].is_leaf and timed_args[1].requires_grad
+    assert timed_args[1].data_ptr() == w.data_ptr()    # a new leaf on the same storage
+    line, = [m for m in _perf_hints(ember_log) if "eager choice" in m]
+    assert f"(forward and backward): runs {way}" in line
+
+
+def test_training_step_timing_leaves_gradients_and_hooks_alone(cache):
+    """The real timing runs backward steps: nothing of the user's sees them (no ``.grad``
+    written, no hook run, no graph upstream of the inputs walked)."""
+    x = torch.randn(8, 32)
+    w = torch.randn(32, requires_grad=True)
+    hooked = []
+    w.register_hook(lambda g: hooked.append("w"))
+    upstream = torch.randn(8, 32, requires_grad=True)
+    h = upstream * 3                                   # a non-leaf input
+    h.register_hook(lambda g: hooked.append("h"))
+    got, = ember.compile(_norm, options=TIMED)(h, w)
+    assert w.grad is None and upstream.grad is None and hooked == []
+    got.sum().backward()
+    assert sorted(hooked) == ["h", "w"]
+    ref_w = w.detach().clone().requires_grad_()
+    ref_up = upstream.detach().clone().requires_grad_()
+    expected, = _norm(ref_up * 3, ref_w)
+    expected.sum().backward()
+    torch.testing.assert_close(w.grad, ref_w.grad)
+    torch.testing.assert_close(upstream.grad, ref_up.grad)
+    assert len(list((cache / "eager_choice").iterdir())) == 1
+
+
+def test_training_graph_chosen_on_the_first_call_that_trains(cache, timings):
+    """Calls without gradients, or with other inputs requiring grad, run compiled before it
+    and do not decide."""
+    x = torch.randn(8, 32)
+    w = torch.randn(32, requires_grad=True)
+    choice = compile_graph(torch.fx.symbolic_trace(_norm), [x, w], **TIMED)
+    assert isinstance(choice, EagerChoice)
+    with torch.no_grad():
+        got, = choice(x, w)
+    torch.testing.assert_close(got, _norm(x, w)[0].detach())
+    got, = choice(x, w.detach())
+    torch.testing.assert_close(got, _norm(x, w)[0].detach())
+    assert timings.calls == [] and choice.run is None
+    got, = choice(x, w)
+    assert got.requires_grad and len(timings.calls) == 1 and choice.run is not None
+
+
+def test_training_graph_writing_an_input_is_not_timed(cache, untimed, ember_log):
+    """Batch norm's running statistics are inputs the forward half writes."""
+    ember.logs.set_logs("perf_hints")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
+    ref = copy.deepcopy(model)
+    x = torch.randn(2, 3, 8, 8)
+    got = ember.compile(model, options=TIMED)(x)
+    expected = ref(x)
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(model[1].running_mean, ref[1].running_mean)   # written once
+    assert "writes its inputs" in _not_timed_line(ember_log)
+
+
+def test_out_of_memory_while_timing_keeps_compiled(cache, ember_log, monkeypatch):
+    ember.logs.set_logs("perf_hints")
+
+    def measure(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+    monkeypatch.setattr(eager_choice, "measure", measure)
     x = torch.randn(8, 32)
     w = torch.randn(32, requires_grad=True)
     got, = ember.compile(_norm, options=TIMED)(x, w)
-    got.sum().backward()
-    assert w.grad is not None
-    assert "records gradients" in _not_timed_line(ember_log)
+    assert type(got.grad_fn).__name__ == "CompiledFunctionBackward"
+    torch.testing.assert_close(got, _norm(x, w)[0])
+    line = _not_timed_line(ember_log)
+    assert "out of memory while timing" in line
+    assert not (cache / "eager_choice").exists() or not any((cache / "eager_choice").iterdir())
 
 
 def test_training_graph_of_library_calls_runs_as_captured(cache, untimed, ember_log):
@@ -320,8 +412,8 @@ def test_measure_runs_each_path_a_bounded_number_of_times():
     compiled_s, eager_s = eager_choice.measure(counter("compiled"), counter("eager"), [],
                                                counter("synchronize"))
     assert 0 <= compiled_s < float("inf") and 0 <= eager_s < float("inf")
-    assert 1 <= runs["compiled"] <= eager_choice.MAX_ROUNDS
-    assert runs["eager"] == runs["compiled"] + 1     # and its warm-up
+    assert 2 <= runs["compiled"] <= eager_choice.MAX_ROUNDS + 1   # and a warm-up run
+    assert runs["eager"] == runs["compiled"]
     assert runs["synchronize"] == 2 * (runs["compiled"] + runs["eager"])
 
 
