@@ -487,6 +487,25 @@ def test_merged_view_of_a_body_is_read_through_where_the_target_inlines_it(
     assert kernels == (2 if transposed and divides and not inline else 1)
 
 
+@pytest.mark.parametrize("reduce", [lambda t: t.sum([0, 2]), lambda t: t.mean([0, 2]),
+                                    lambda t: t.amax([0, 2])], ids=["sum", "mean", "amax"])
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_costly_body_reduced_through_a_merged_view_is_computed_in_the_reduction(reduce,
+                                                                               layout):
+    """Batch norm's backward sums ReLU's masked gradient, recomputed from the saved input,
+    over ``[N, C, H*W]``: a body of more ops than a view reads through unless each of its
+    elements is read once, as a one-pass reduction reads them. It is computed in the
+    reduction's kernel (stored first, it took a float32 pass of its own per batch norm in
+    resnet50's AMP step)."""
+    x, g = (torch.randn(4, 8, 6, 6).contiguous(memory_format=layout) for _ in range(2))
+    a, b = torch.randn(1, 8, 1, 1), torch.randn(1, 8, 1, 1)
+
+    def masked_grad_reduced(x, g, a, b):
+        y = torch.where(((x - a) * b * 3 + 1).relu() <= 0, 0.0, g)
+        return reduce(y.view(4, 8, 36))
+    assert run(masked_grad_reduced, x, g, a, b) == 1
+
+
 def test_pre_norm_block_trains_like_eager_under_a_gpus_policies(monkeypatch):
     """A ViT block's training step with the Triton target's policies (recompute limit 64,
     merged views read through): every gradient matches eager's."""
