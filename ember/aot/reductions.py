@@ -80,6 +80,10 @@ def _static(values) -> bool:
 
 def merge_reduced_dims(gm: torch.fx.GraphModule) -> int:
     rewritten = 0
+    # one view per (value, shape): batch norm's variance and mean of the same input then
+    # reduce the same node, and the mean is read from the variance's Welford state
+    # (lowering/reductions.py ``welford``) instead of a sum of its own in the same loop
+    views: dict[tuple, torch.fx.Node] = {}
     for node in list(gm.graph.nodes):
         spec = _REDUCTIONS.get(node.target) if node.op == "call_function" else None
         if spec is None:
@@ -106,8 +110,11 @@ def merge_reduced_dims(gm: torch.fx.GraphModule) -> int:
         with gm.graph.inserting_before(node):
             view = _sunk(gm, args[0], groups, list(src.shape), set())
             if view is None:
+                view = views.get((args[0], tuple(new_shape)))
+            if view is None:
                 view = gm.graph.call_function(aten.view.default, (args[0], new_shape))
                 view.meta["val"] = src.view(new_shape)
+                views[args[0], tuple(new_shape)] = view
             args[0], args[dims_at] = view, new_dims
             if keep_at is None:
                 kwargs[keep_name] = False

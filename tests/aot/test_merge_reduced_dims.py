@@ -77,6 +77,27 @@ def test_rewrite_computes_the_same_values(op, args, kwargs):
     assert out.meta["val"].shape == expected.shape
 
 
+def test_reductions_of_one_value_share_its_view():
+    """Batch norm's variance and mean of the same input reduce one view node, so the mean
+    is read from the variance's Welford state rather than summed beside it."""
+    x = torch.randn(4, 3, 5, 6)
+
+    def build(g, x):
+        var = g.call_function(aten.var.correction, (x, [0, 2, 3]),
+                              {"correction": 0, "keepdim": True})
+        mean = g.call_function(aten.mean.dim, (x, [0, 2, 3], True))
+        return (var, mean)
+    gm = _graph(build)
+    _annotate(gm, x)
+    expected = gm(x)
+    assert merge_reduced_dims(gm) == 2
+    views = [n for n in gm.graph.nodes if n.target is aten.view.default and n.args[0].op ==
+             "placeholder"]
+    assert len(views) == 1 and len(views[0].users) == 2
+    for got, want in zip(gm(x), expected):
+        torch.testing.assert_close(got, want)
+
+
 def test_non_contiguous_input_is_left_alone():
     x = torch.randn(4, 3, 6, 5).transpose(2, 3)             # H and W transposed
     gm = _graph(lambda g, x: g.call_function(aten.sum.dim_IntList, (x, [2, 3], True)))
