@@ -36,10 +36,11 @@ SHAPES = "64x112,64x56,256x56,128x28,512x28,256x14,1024x14,2048x7"
 # (label, SPLIT_MIN_CHUNK, SPLIT_PARTIALS, COLUMN_XBLOCK, COLUMN_TILE)
 VARIANTS = [
     ("ember", 256, 32768, 64, 4096),
-    ("chunk>=64", 64, 32768, 64, 4096),
-    ("chunk>=64 partials 128K", 64, 131072, 64, 4096),
-    ("chunk>=32 partials 128K", 32, 131072, 64, 4096),
-    ("chunk>=64 tile 32x2048", 64, 32768, 32, 2048),
+    ("tile 64x16", 256, 32768, 64, 1024),
+    ("tile 64x32", 256, 32768, 64, 2048),
+    ("partials 128K tile 64x8", 256, 131072, 64, 512),
+    ("partials 128K tile 64x16", 256, 131072, 64, 1024),
+    ("partials 64K tile 64x16", 256, 65536, 64, 1024),
 ]
 
 

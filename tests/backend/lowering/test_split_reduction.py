@@ -90,6 +90,32 @@ def test_a_weight_norm_splits_its_column_norm_on_the_cpu():
     assert _kernels() >= 2
 
 
+@pytest.mark.gpu
+def test_welford_column_kernels_step_through_smaller_tiles():
+    """A column kernel updating a Welford state (mean, M2, count per element) loops over
+    ``COLUMN_WELFORD_TILE`` elements a step, column sums over ``COLUMN_TILE``: batch norm's
+    statistics of 64x256x56x56 bf16 took 53 us a call instead of 75 on an H100."""
+    if not torch.cuda.is_available() or INTERPRETED:
+        pytest.skip("needs a CUDA GPU (the interpreter's tiles are its own)")
+    import re
+
+    from ember.backend.targets.triton import kernel as triton_kernel
+    x = torch.randn(8, 64, 28, 28, device="cuda").to(memory_format=torch.channels_last)
+    tiles = {}
+    for name, fn in (("var", lambda x: torch.var_mean(x, (0, 2, 3), correction=0)),
+                     ("sum", lambda x: x.sum((0, 2, 3)))):
+        ember.reset()
+        compile_module.generated_sources.clear()
+        with torch.no_grad():
+            out = ember.compile(fn)(x)
+        assert same(fn(x), out, rtol=1e-4, atol=1e-4)
+        wrapper = next(s for s in compile_module.generated_sources if "def call(" in s)
+        first = re.search(r"XBLOCK=(\d+), RBLOCK=(\d+)", wrapper)
+        tiles[name] = int(first.group(1)) * int(first.group(2))
+    assert tiles == {"var": triton_kernel.COLUMN_WELFORD_TILE,
+                     "sum": triton_kernel.COLUMN_TILE}
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_split_half_sum_keeps_float32_partials(dtype):
     """Partial sums of half values are float32: the result is as close to the float32 sum
