@@ -91,35 +91,18 @@ class LaneBlocks(FoldingStrategy):
         self.line("int64_t r_fine = 0;")
         self.open(f"for (; r_block < r_stop; r_block += {lanes}, r_blocks++, r_fine++) {{")
         self.welford_inv(groups)
-        self.line("#pragma omp simd")
-        self.open(f"for (int64_t r_lane = 0; r_lane < {lanes}; r_lane++) {{")
-        if len(r) == 1:
-            self.line(f"int64_t {r[0]} = r_block + r_lane;")
-        else:
-            self.line("int64_t r_lin = r_block + r_lane;")
-            self.unflatten("r_lin", r)
-        self.loop_body(nodes, groups, x, r, "r_lane")
-        self.close()
-        self.close()
+        self._lanes(nodes, groups, x, r)
         self.fold(groups, "r_lane", str(lanes), lambda acc, field: f"{acc}_lane{field}[r_lane]",
                   "r_blocks")
         self.close()
         for acc, members in groups.items():
-            kind, dtype = group_kind(members)
-            if kind == "sum":
-                self.line(f"{coarse_type(kind, dtype)} {acc}_total = {acc};")
-                self.line(f"#pragma omp simd reduction(+:{acc}_total)")
-                self.line(f"for (int64_t lane = 0; lane < {lanes}; lane++) "
-                          f"{acc}_total = {acc}_total + {acc}_lane[lane];")
-                self.line(f"{acc} = static_cast<{CPP_TYPES[dtype]}>({acc}_total);")
+            if group_kind(members)[0] == "sum":
+                self._merge_sum(acc, members, "_lane")
             else:
                 self.line(f"for (int64_t lane = 0; lane < {lanes}; lane++) "
                           f"ember_welford_combine({acc}_mean, {acc}_m2, {acc}_n, "
                           f"{acc}_lane_mean[lane], {acc}_lane_m2[lane], r_blocks);")
-        self.open_linear(r, "r_block", end)
-        self.loop_body(nodes, groups, x, r, None)
-        self.close()
-        self.close()
+        self._tail(nodes, groups, x, r, end)
 
     def _one_fold(self, nodes, groups, x, r, start, end) -> None:
         """Sums over a range of at most CASCADE blocks (a transformer's rows: layer norm's
@@ -132,8 +115,15 @@ class LaneBlocks(FoldingStrategy):
         self.declare_fine(groups, lanes)
         self.line(f"int64_t r_block = {start};")
         self.open(f"for (; r_block + {lanes} <= {end}; r_block += {lanes}) {{")
+        self._lanes(nodes, groups, x, r)
+        for acc, members in groups.items():
+            self._merge_sum(acc, members, "_fine")
+        self._tail(nodes, groups, x, r, end)
+
+    def _lanes(self, nodes, groups, x, r) -> None:
+        """The loop over one block's lanes (SIMD), closing the block loop around it."""
         self.line("#pragma omp simd")
-        self.open(f"for (int64_t r_lane = 0; r_lane < {lanes}; r_lane++) {{")
+        self.open(f"for (int64_t r_lane = 0; r_lane < {PARTIAL_SUMS}; r_lane++) {{")
         if len(r) == 1:
             self.line(f"int64_t {r[0]} = r_block + r_lane;")
         else:
@@ -142,13 +132,20 @@ class LaneBlocks(FoldingStrategy):
         self.loop_body(nodes, groups, x, r, "r_lane")
         self.close()
         self.close()
-        for acc, members in groups.items():
-            kind, dtype = group_kind(members)
-            self.line(f"{coarse_type(kind, dtype)} {acc}_total = {acc};")
-            self.line(f"#pragma omp simd reduction(+:{acc}_total)")
-            self.line(f"for (int64_t lane = 0; lane < {lanes}; lane++) "
-                      f"{acc}_total = {acc}_total + {acc}_fine[lane];")
-            self.line(f"{acc} = static_cast<{CPP_TYPES[dtype]}>({acc}_total);")
+
+    def _merge_sum(self, acc: str, members, lanes_name: str) -> None:
+        """The sum's lanes (``{acc}{lanes_name}``) added to its scalar as one SIMD
+        reduction in the coarse type."""
+        kind, dtype = group_kind(members)
+        self.line(f"{coarse_type(kind, dtype)} {acc}_total = {acc};")
+        self.line(f"#pragma omp simd reduction(+:{acc}_total)")
+        self.line(f"for (int64_t lane = 0; lane < {PARTIAL_SUMS}; lane++) "
+                  f"{acc}_total = {acc}_total + {acc}{lanes_name}[lane];")
+        self.line(f"{acc} = static_cast<{CPP_TYPES[dtype]}>({acc}_total);")
+
+    def _tail(self, nodes, groups, x, r, end) -> None:
+        """The values after the last whole block, straight into the scalars; closes the
+        strategy's scope."""
         self.open_linear(r, "r_block", end)
         self.loop_body(nodes, groups, x, r, None)
         self.close()
