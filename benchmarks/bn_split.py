@@ -6,9 +6,9 @@ On an H100 resnet50's AMP step spent 3.8 ms in Ember's generated reductions agai
 torch.compile's 2.9: the statistics kernel of 64x256x56x56 took 82 us (torch.compile 37),
 and a backward sum over 64x256x14x14 took 52-66 us, where reading its inputs takes under
 10: that reduction splits into only 32 chunks (``SPLIT_MIN_CHUNK``: each at least 256
-rows), 128 programs for 132 SMs. Each variant sets the split limits
-(``SPLIT_MIN_CHUNK``, ``SPLIT_PARTIALS``) and the column tile (``COLUMN_XBLOCK``,
-``COLUMN_TILE``); the table gives the GPU's busy microseconds per step (the sum of its
+rows), 128 programs for 132 SMs. Each variant sets split limits
+(``SPLIT_PARTIALS``) and column tiles (``COLUMN_TILE``, ``COLUMN_WELFORD_TILE``,
+``COLUMN_MIN_PROGRAMS``); the table gives the GPU's busy microseconds per step (the sum of its
 kernels' times: a step's wall time is the host's, these steps being small) and the bandwidth
 of the bytes a step must move (x read twice, the gradient once, y and dx written: 5 passes
 of bf16). ``--kernels`` also lists each variant's kernels; ``--dump DIR`` writes the default
@@ -33,15 +33,30 @@ from ember.backend.lowering import reductions   # noqa: E402
 from ember.backend.targets.triton import kernel as triton_kernel   # noqa: E402
 
 SHAPES = "64x112,64x56,256x56,128x28,512x28,256x14,1024x14,2048x7"
-# (label, SPLIT_MIN_CHUNK, SPLIT_PARTIALS, COLUMN_XBLOCK, COLUMN_TILE)
+# (label, settings): module constants of lowering/reductions.py (SPLIT_*) and of the Triton
+# kernel (COLUMN_*); the first is the default, restored after each shape
 VARIANTS = [
-    ("ember", 256, 32768, 64, 4096),
-    ("tile 64x16", 256, 32768, 64, 1024),
-    ("tile 64x32", 256, 32768, 64, 2048),
-    ("partials 128K tile 64x8", 256, 131072, 64, 512),
-    ("partials 128K tile 64x16", 256, 131072, 64, 1024),
-    ("partials 64K tile 64x16", 256, 65536, 64, 1024),
+    ("ember", {}),
+    ("partials 128K tile 64x8", {"SPLIT_PARTIALS": 131072, "COLUMN_TILE": 512,
+                                 "COLUMN_WELFORD_TILE": 512}),
+    ("partials 128K 64x8, >= 32 programs", {"SPLIT_PARTIALS": 131072, "COLUMN_TILE": 512,
+                                            "COLUMN_WELFORD_TILE": 512,
+                                            "COLUMN_MIN_PROGRAMS": 32}),
+    ("partials 128K 64x16, >= 32 programs", {"SPLIT_PARTIALS": 131072, "COLUMN_TILE": 1024,
+                                             "COLUMN_WELFORD_TILE": 1024,
+                                             "COLUMN_MIN_PROGRAMS": 32}),
+    ("partials 64K, >= 32 programs", {"SPLIT_PARTIALS": 65536, "COLUMN_MIN_PROGRAMS": 32}),
+    (">= 32 programs", {"COLUMN_MIN_PROGRAMS": 32}),
 ]
+_MODULES = {"SPLIT": reductions, "COLUMN": triton_kernel}
+DEFAULTS = {name: getattr(_MODULES[name.split("_")[0]], name)
+            for _, settings in VARIANTS for name in settings}
+
+
+def apply(settings: dict) -> None:
+    """The variant's constants set, every other one at its default."""
+    for name, default in DEFAULTS.items():
+        setattr(_MODULES[name.split("_")[0]], name, settings.get(name, default))
 
 
 def step_fn(weight, bias, mean, var):
@@ -92,9 +107,8 @@ def main() -> None:
                 ms = median_ms(fn, x, g, iters=iters, device=dev)
             cells.append(f"{ms * 1e3:7.1f} us {moved / ms / 1e6:5.0f} GB/s {err:5.0e}")
         report("eager", step)
-        for k, (label, min_chunk, partials, xblock, tile) in enumerate(VARIANTS):
-            reductions.SPLIT_MIN_CHUNK, reductions.SPLIT_PARTIALS = min_chunk, partials
-            triton_kernel.COLUMN_XBLOCK, triton_kernel.COLUMN_TILE = xblock, tile
+        for k, (label, settings) in enumerate(VARIANTS):
+            apply(settings)
             ember.reset()
             config.debug_dir = args.dump if k == 0 else ""
             report(label, ember.compile(step, options=options))
@@ -106,8 +120,7 @@ def main() -> None:
         for name, kernels in listings if args.kernels else ():
             print(f"   {name}: " + ", ".join(f"{k.name[:60]} {k.ms * 1e3:.1f} us x{k.calls:g}"
                                           for k in kernels), flush=True)
-        reductions.SPLIT_MIN_CHUNK, reductions.SPLIT_PARTIALS = VARIANTS[0][1:3]
-        triton_kernel.COLUMN_XBLOCK, triton_kernel.COLUMN_TILE = VARIANTS[0][3:]
+        apply({})
 
 
 if __name__ == "__main__":

@@ -63,6 +63,30 @@ def test_a_reduction_whose_dims_do_not_divide_stays_one_kernel():
     assert _kernels() == 1
 
 
+def test_column_kernels_halve_their_block_toward_the_fewest_programs(monkeypatch):
+    """``COLUMN_MIN_PROGRAMS`` (a tuning constant, off by default): a column kernel's
+    XBLOCK halves until it runs that many programs; the values stay eager's. The second
+    kernel of a column sum over 96 columns: 2 programs of 64 by default, 48 of 2 at 32."""
+    if not INTERPRETED:
+        pytest.skip("runs the Triton interpreter (TRITON_INTERPRET=1, set without a GPU)")
+    import re
+
+    from ember.backend.targets.triton import kernel as triton_kernel
+    x = torch.randn(4096, 96)
+    blocks = {}
+    for fewest in (0, 32):
+        monkeypatch.setattr(triton_kernel, "COLUMN_MIN_PROGRAMS", fewest)
+        monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
+        ember.reset()
+        compile_module.generated_sources.clear()
+        with torch.no_grad():
+            out = ember.compile(lambda x: x.sum(0), options={"cpu_backend": "triton"})(x)
+        assert same(x.sum(0), out, rtol=1e-4, atol=1e-4)
+        wrapper = next(s for s in compile_module.generated_sources if "def call(" in s)
+        blocks[fewest] = [int(b) for b in re.findall(r"XBLOCK=(\d+)", wrapper)][-1]
+    assert blocks == {0: 64, 32: 2}
+
+
 COLUMNS = ["column-sum", "column-amax", "column-amin", "column-any", "column-all"]
 
 

@@ -58,6 +58,9 @@ COLUMN_TILE = 4096            # elements per step of such a kernel's loop (XBLOC
 # 75 us a call with 4096, 53 with 2048 (torch.compile's: 43), 74 with 1024; the column sums
 # of its backward are fastest at 4096 (96 us against 101 at 2048)
 COLUMN_WELFORD_TILE = 2048
+# fewest programs a column kernel's XBLOCK is halved toward (0: COLUMN_XBLOCK always): a
+# split reduction's second kernel over 256 channels runs 4 programs of 64
+COLUMN_MIN_PROGRAMS = 0
 TRANSPOSE_TILE = 64           # each side of a transposing pointwise kernel's tiles
 INTERPRETER_TILE = 1 << 14    # the interpreter pays per program: fewer, larger ones
 INT32_MAX = 2**31 - 1
@@ -429,6 +432,8 @@ class TritonKernel(Kernel):
             return
         if column:
             xblock = min(next_power_of_2(xnumel), COLUMN_XBLOCK)
+            while xblock > 1 and -(-xnumel // xblock) < COLUMN_MIN_PROGRAMS:
+                xblock //= 2
             welford = any(n.role == "reduction" and
                           n.buf.data.reduction_type.startswith("welford_") for n in k.nodes)
             column_tile = tile if self.interpret else \
