@@ -275,6 +275,23 @@ def test_training_graph_chosen_on_the_first_call_that_trains(cache, timings):
     assert got.requires_grad and len(timings.calls) == 1 and choice.run is not None
 
 
+def test_symbolic_training_graph_chooses_per_size(cache, timings):
+    w = torch.randn(32, requires_grad=True)
+    compiled = ember.compile(_norm, dynamic=True, options=TIMED)
+    for n in (8, 12, 8):
+        x = torch.randn(n, 32)
+        got, = compiled(x, w)
+        got.sum().backward()
+        grad, w.grad = w.grad, None
+        expected, = _norm(x, w)
+        expected.sum().backward()
+        torch.testing.assert_close(got, expected)
+        torch.testing.assert_close(grad, w.grad)
+        w.grad = None
+    assert [tuple(a.shape) for call in timings.calls for a in call
+            if isinstance(a, torch.Tensor) and not a.requires_grad] == [(8, 32), (12, 32)]
+
+
 def test_training_graph_writing_an_input_is_not_timed(cache, untimed, ember_log):
     """Batch norm's running statistics are inputs the forward half writes."""
     ember.logs.set_logs("perf_hints")
