@@ -74,6 +74,12 @@ class BodyCost:
     def masked(self, mask, body, other):
         return body()
 
+    def constant(self, value, dtype):
+        """A literal in the generated code: no op (layer norm's ``(x - mean) * rsqrt(var /
+        n + eps)`` counted 7 with its two constants, over the C++ target's limit for its
+        three readers, and was stored in its backward rather than recomputed)."""
+        return 0
+
     def __getattr__(self, name):
         weight = _TRANSCENDENTAL_OPS if name in _TRANSCENDENTAL else 1
 

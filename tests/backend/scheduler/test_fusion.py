@@ -396,12 +396,15 @@ def _norm_step_sources(norm, x, params, g, atol=1e-3):
     return sources
 
 
-def test_layer_norm_backward_recomputes_the_normalised_input_in_its_column_sums(monkeypatch):
+@pytest.mark.parametrize("limit", [12, 64])
+def test_layer_norm_backward_recomputes_the_normalised_input_in_its_column_sums(limit,
+                                                                               monkeypatch):
     """Layer norm's backward reads ``(x - mean) * rstd`` in its row kernel (the input's
     gradient) and in its column sums (the weight's). The mean and rstd loads are broadcast
-    along the row, so the value loads one value per element, as a stored copy would: under a
-    GPU's limit no kernel stores it (only the input's gradient and the partial sums are)."""
-    _with_policies(monkeypatch, recompute_limit=64)
+    along the row, so the value loads one value per element, as a stored copy would: under
+    a GPU's limit and the CPU targets' (its five ops, constants free, for two extra reads) no
+    kernel stores it (only the input's gradient and the partial sums are)."""
+    _with_policies(monkeypatch, recompute_limit=limit)
     torch.manual_seed(0)
     x = torch.randn(4096, 256, requires_grad=True)
     params = [torch.randn(256, requires_grad=True) for _ in range(2)]
@@ -412,10 +415,9 @@ def test_layer_norm_backward_recomputes_the_normalised_input_in_its_column_sums(
 
 
 def test_a_regrouped_node_joins_a_kernel_only_to_share_a_load(cpu_backend):
-    """On the CPU layer norm's backward stores ``(x - mean) * rstd``; its weight's gradient
-    is a split column sum over [8 chunks, 256 columns] x [256 rows], and the input's
-    gradient, [2048, 256], regroups onto those loops as [8 * 256 rows] x [256 columns]: the
-    same buffers, read transposed, no load shared. It stays in the row kernel, and no
+    """On the CPU layer norm's weight's gradient is a split column sum over [8 chunks, 256
+    columns] x [256 rows], and the input's gradient, [2048, 256], regroups onto those loops
+    as [8 * 256 rows] x [256 columns]: the same buffers, read transposed, no load shared. It stays in the row kernel, and no
     kernel reads a buffer at two indices (fused, every load of the sums strided: 1.8 ms
     against eager's 0.8 for the whole backward)."""
     if cpu_backend != "cpp":
