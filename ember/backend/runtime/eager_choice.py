@@ -19,10 +19,11 @@ Decisions
   than the margin. ``tests/conftest.py`` sets ``EMBER_EAGER_CHOICE=off``: the tests check
   the generated code, which eager running instead would hide; this module's tests turn it on.
 * **Timing** (``measure``): after one warm-up run of each path (compiles, first-call
-  allocations, oneDNN primitives, a backward's first run), runs alternate compiled, eager, ... for at most
-  ``BUDGET_S`` seconds (one round at least, ``MAX_ROUNDS`` at most), with
-  ``Target.synchronize`` around each, and each path's fastest run counts. Eager wins only
-  when faster by more than ``MARGIN``: the compiled program is kept on a tie or noise.
+  allocations, oneDNN primitives, a backward's first run), runs alternate compiled,
+  eager, ... for at most ``BUDGET_S`` seconds (one round at least, ``MAX_ROUNDS`` at
+  most), with ``Target.synchronize`` around each, and each path's fastest run counts.
+  Eager wins only when faster by more than ``MARGIN``: the compiled program is kept on a
+  tie or noise.
 * **Training graphs** (``ember.aot.training.TrainingGraph``) are timed as training steps:
   the forward and ``torch.autograd.grad`` of every differentiable output (tangents of
   ones) with respect to the inputs that require grad, both ways, on detached copies of
@@ -51,7 +52,8 @@ Decisions
   ``write_json``: atomic writes; what is read is untrusted and checked, a damaged entry is
   warned about, deleted and timed again). The key: the program's wrapper and kernel sources,
   the captured graph's code, the options, the torch version, the inputs' sizes, strides,
-  dtypes and whether they require grad, and the machine (the GPU's name, the CPU's model, torch's thread count).
+  dtypes and whether they require grad, and the machine (the GPU's name, the CPU's model,
+  torch's thread count).
 """
 from __future__ import annotations
 
