@@ -44,6 +44,11 @@ Decisions
   then the first call's result, and the program is kept.
 * **No generated kernel.** A program of library calls only (and neither frozen nor replayed
   as a CUDA graph, which may make it faster) runs ``gm`` eagerly without timing, said.
+* **Long runs.** Where the warm-up compiled run (a training graph's: forward and
+  backward) and a second one both take more than ``LONG_RUN_S``, the graph is not timed
+  further, said, and runs compiled, nothing stored: the rounds would add more such runs of
+  each way to the first call (seconds for a large model on a CPU), and a graph that long
+  is not one where the wrapper's per-call cost decides.
 * **First call.** After the timing the chosen path runs once more and its result is
   returned: every call's result comes from the path later calls take.
 * **Per size.** A program for symbolic sizes (``per_size``) chooses per concrete size
@@ -75,6 +80,7 @@ from ember.backend.runtime.per_size import PerSize
 MARGIN = 0.05         # eager must be faster by more than this fraction to be chosen
 BUDGET_S = 0.1        # seconds of measured runs per choice (after one warm-up run of each)
 MAX_ROUNDS = 10
+LONG_RUN_S = 0.5      # a warm compiled run longer than this ends the timing: runs compiled
 SIZES_KEPT = 64       # per-size choices kept by a program for symbolic sizes
 WAYS = ("compiled", "eager")
 
@@ -279,6 +285,11 @@ class EagerChoice:
                 compiled_s, eager_s = measure(_training_step(self.compiled),
                                               _training_step(self.eager), _detached(args),
                                               self.target.synchronize)
+        except LongRun as e:
+            logs.log("perf_hints", "eager choice: %s (%s) not timed: a compiled run takes "
+                     "%.2f s (timing would take more of them); runs compiled", self.name,
+                     _sizes(args), e.seconds)
+            return self.compiled, self.compiled(*args)
         except torch.OutOfMemoryError:
             logs.log("perf_hints", "eager choice: %s (%s) not timed: out of memory while "
                      "timing; runs compiled", self.name, _sizes(args))
@@ -338,6 +349,14 @@ def _training_step(run: Callable) -> Callable:
     return step
 
 
+class LongRun(Exception):
+    """``measure``'s warm compiled run took ``seconds``, over ``LONG_RUN_S``."""
+
+    def __init__(self, seconds: float):
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
 def measure(compiled: Callable, eager: Callable, args, synchronize: Callable
             ) -> tuple[float, float]:
     """The fastest seconds of ``compiled(*args)`` and of ``eager(*args)``: one warm-up run
@@ -349,7 +368,11 @@ def measure(compiled: Callable, eager: Callable, args, synchronize: Callable
         run(*args)
         synchronize()
         return time.perf_counter() - start
-    seconds(compiled)
+    warm = seconds(compiled)
+    if warm > LONG_RUN_S:       # (once more: the first may have loaded a backward's kernels)
+        warm = seconds(compiled)
+        if warm > LONG_RUN_S:
+            raise LongRun(warm)
     seconds(eager)
     best = [math.inf, math.inf]
     spent = 0.0

@@ -434,6 +434,35 @@ def test_measure_runs_each_path_a_bounded_number_of_times():
     assert runs["synchronize"] == 2 * (runs["compiled"] + runs["eager"])
 
 
+def test_measure_stops_after_two_long_compiled_runs(monkeypatch):
+    monkeypatch.setattr(eager_choice, "LONG_RUN_S", 0.0)
+    runs = {"compiled": 0, "eager": 0}
+
+    def counter(name):
+        def run(*args):
+            runs[name] += 1
+        return run
+    with pytest.raises(eager_choice.LongRun):
+        eager_choice.measure(counter("compiled"), counter("eager"), [], lambda: None)
+    assert runs == {"compiled": 2, "eager": 0}
+
+
+def test_long_training_step_is_not_timed_and_runs_compiled(cache, ember_log, monkeypatch):
+    """A graph whose warm compiled runs take over LONG_RUN_S (here 0) is not timed further:
+    the first call would grow by seconds for a large model. Nothing is stored."""
+    ember.logs.set_logs("perf_hints")
+    monkeypatch.setattr(eager_choice, "LONG_RUN_S", 0.0)
+    x = torch.randn(8, 32)
+    w = torch.randn(32, requires_grad=True)
+    got, = ember.compile(_norm, options=TIMED)(x, w)
+    assert type(got.grad_fn).__name__ == "CompiledFunctionBackward"
+    torch.testing.assert_close(got, _norm(x, w)[0])
+    got.sum().backward()
+    assert w.grad is not None
+    assert "a compiled run takes" in _not_timed_line(ember_log)
+    assert not (cache / "eager_choice").exists() or not any((cache / "eager_choice").iterdir())
+
+
 class _AsTuple(torch.nn.Module):
     def __init__(self, module):
         super().__init__()
