@@ -209,6 +209,12 @@ class TrainingGraph:
                 self.backward_variants[absent] = compiled
         return self.backward_variants[absent]
 
+    def grads_as_compiled(self, args) -> bool:
+        """Whether the inputs that require grad in ``args`` are those this graph was
+        compiled for (else a call runs as captured)."""
+        return [isinstance(a, torch.Tensor) and a.requires_grad for a in args] == \
+            self.requires_grad
+
     def __call__(self, *args):
         if not torch.is_grad_enabled():
             if _autocast_on():
@@ -216,8 +222,7 @@ class TrainingGraph:
                     flat = self.forward(*args)[:self.num_outputs]
             else:
                 flat = self.forward(*args)[:self.num_outputs]
-        elif [isinstance(a, torch.Tensor) and a.requires_grad for a in args] != \
-                self.requires_grad:
+        elif not self.grads_as_compiled(args):
             stats["captured_calls"] += 1
             return self.captured(*args)
         else:

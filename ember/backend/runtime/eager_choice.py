@@ -255,7 +255,8 @@ class EagerChoice:
     def __call__(self, *args):
         if self.run is not None:
             return self.run(*args)
-        if self.training is not None and not _records_gradients(self.training, args):
+        if self.training is not None and not (torch.is_grad_enabled() and
+                                              self.training.grads_as_compiled(args)):
             return self.compiled(*args)       # chosen on the first call that trains
         self.run, out = self._first_call(args)
         return out
@@ -321,13 +322,6 @@ class EagerChoice:
                  way, how)
 
 
-def _records_gradients(graph, args) -> bool:
-    """Whether a call of TrainingGraph ``graph`` with ``args`` runs its autograd Function
-    (grad mode on, the inputs requiring grad as when it was compiled)."""
-    return torch.is_grad_enabled() and graph.requires_grad == [
-        isinstance(a, torch.Tensor) and a.requires_grad for a in args]
-
-
 def _detached(args) -> list:
     """``args`` with each tensor that requires grad replaced by a new leaf on its storage:
     a timed step's backward runs no hook of the user's and stops at these leaves."""
@@ -361,7 +355,8 @@ def measure(compiled: Callable, eager: Callable, args, synchronize: Callable
             ) -> tuple[float, float]:
     """The fastest seconds of ``compiled(*args)`` and of ``eager(*args)``: one warm-up run
     of each (a training step's backward runs here first: its kernels load), then
-    alternating runs within ``BUDGET_S`` (tests replace this function to force a choice)."""
+    alternating runs within ``BUDGET_S``; ``LongRun`` where compiled runs are long (tests
+    replace this function to force a choice)."""
     def seconds(run: Callable) -> float:
         synchronize()
         start = time.perf_counter()

@@ -434,8 +434,8 @@ class TritonKernel(Kernel):
             xblock = min(next_power_of_2(xnumel), COLUMN_XBLOCK)
             while xblock > 1 and -(-xnumel // xblock) < COLUMN_MIN_PROGRAMS:
                 xblock //= 2
-            welford = any(n.role == "reduction" and
-                          n.buf.data.reduction_type.startswith("welford_") for n in k.nodes)
+            welford = any(n.role == "reduction" and group_kind([n])[0] == "welford"
+                          for n in k.nodes)
             column_tile = tile if self.interpret else \
                 COLUMN_WELFORD_TILE if welford else COLUMN_TILE
             rblock = min(next_power_of_2(rnumel), max(1, column_tile // xblock))
