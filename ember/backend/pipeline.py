@@ -355,7 +355,8 @@ def lower(g: Generation) -> None:
 def schedule_kernels(g: Generation) -> None:
     """Buffers fused into kernels (scheduler.py)."""
     g.steps = schedule(g.graph.buffers, g.output_names,
-                       share_only=g.target.regroups_only_to_share_loads)
+                       share_only=g.target.regroups_only_to_share_loads,
+                       across=g.target.sums_across_rows)
 
 
 def fuse_templates(g: Generation) -> None:

@@ -126,6 +126,10 @@ class Target:
     # transposed makes one of the two read every element strided (scheduler.py
     # ``_shares_a_read``)
     regroups_only_to_share_loads = True
+    # a split column sum's first half (partial sums over chunks of rows) joins a row kernel
+    # that reads the same elements, accumulated as its rows go by (scheduler.py ``Across``):
+    # layer norm's backward reads its input and gradient once, not twice
+    sums_across_rows = False
     # max_pool2d's backward is generated (a gather of the output gradients whose windows
     # chose each input element, fused with its neighbours) rather than ATen's scatter
     generates_max_pool_backward = True

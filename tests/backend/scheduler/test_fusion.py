@@ -417,9 +417,11 @@ def test_layer_norm_backward_recomputes_the_normalised_input_in_its_column_sums(
 def test_a_regrouped_node_joins_a_kernel_only_to_share_a_load(cpu_backend):
     """On the CPU layer norm's weight's gradient is a split column sum over [8 chunks, 256
     columns] x [256 rows], and the input's gradient, [2048, 256], regroups onto those loops
-    as [8 * 256 rows] x [256 columns]: the same buffers, read transposed, no load shared. It stays in the row kernel, and no
-    kernel reads a buffer at two indices (fused, every load of the sums strided: 1.8 ms
-    against eager's 0.8 for the whole backward)."""
+    as [8 * 256 rows] x [256 columns]: the same buffers, read transposed, no load shared. It
+    stays in the row kernel, and no kernel reads a buffer at two indices (fused, every load
+    of the sums strided: 1.8 ms against eager's 0.8 for the whole backward). The sums join
+    the row kernel the other way, accumulated across its rows (scheduler.Across): two
+    kernels, the row kernel's and the one adding the chunks' sums."""
     if cpu_backend != "cpp":
         pytest.skip("the C++ target's policy (Target.regroups_only_to_share_loads); "
                     "Triton's keeps regrouped nodes fused")
@@ -430,7 +432,7 @@ def test_a_regrouped_node_joins_a_kernel_only_to_share_a_load(cpu_backend):
                                  torch.randn(2048, 256))
     first = next(i for i, s in enumerate(sources) if "def call(" in s and "layer_norm_bwd" in s)
     kernels = [s for s in sources[first + 1:] if s.startswith('extern "C"')]
-    assert len(kernels) == 3, sources
+    assert len(kernels) == 2 and "x_chunk" in kernels[0], sources
     for kernel in kernels:
         indices: dict[str, set] = {}
         for name, index in re.findall(r"(p_\w+)\[([^\]]+)\]", kernel):

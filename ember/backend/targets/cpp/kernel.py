@@ -50,10 +50,11 @@ from ember.backend.codegen.kernel_names import loop_kind
 from ember.backend.ir import index_vars, product
 from ember.backend.loops import access_indices, runs_with, store_order
 from ember.backend.ops import use_handler
-from ember.backend.scheduler import FusionGroup, Regroup, Reordered, SchedulerNode
+from ember.backend.scheduler import CHUNK, FusionGroup, Regroup, Reordered, SchedulerNode
 from ember.backend import sizevars
 from ember.backend.sizevars import size_hint
 from ember.backend.targets.cpp.build import has_avx512
+from ember.backend.targets.cpp.prelude import CASCADE
 from ember.backend.targets.cpp.ops import (CPP_TYPES, CppOpsHandler, CppValue, _fields,
                                            calls_libm, cpp_index, from_storage, storage_type,
                                            to_storage)
@@ -333,14 +334,15 @@ class CppKernel(Kernel):
         self.group = _in_store_order(self.group, x, r)
         self.group, x = _merge_contiguous_dims(self.group, x, r)
         k = self.group
-        column = ColumnBlocks.fits(k, x, r)
+        across = any(n.role == "across" for n in k.nodes)    # rows in chunks: _row_nest
+        column = not across and ColumnBlocks.fits(k, x, r)
         written = {n.writes for n in k.nodes} | {n.name for n in k.nodes} | {
             n.buf.reuses for n in k.nodes if n.buf.reuses}
         self.invariant = {v.name for v in x if isinstance(v, sympy.Symbol)} | {
             f"p_{name}" for name in self.dtypes if name not in written} | set(
             sizevars.symbol_names())
-        tiled = {} if column else transposed_reads(k, x, r, self.dtypes, written)
-        table = self._half_tables(x, r)
+        tiled = {} if column or across else transposed_reads(k, x, r, self.dtypes, written)
+        table = None if across else self._half_tables(x, r)
         with use_handler(CppOpsHandler(self)):
             if table:
                 with self.delegating(HalfTable(self, table[0])) as lookups:
@@ -383,6 +385,10 @@ class CppKernel(Kernel):
         """The outer loops (parallel when they carry enough iterations), in them each
         segment: per outer iteration, the outer nodes, or one inner loop."""
         k = self.group
+        across = [n for n in k.nodes if n.role == "across"]
+        if across:
+            self._chunks_of_rows(x, r, across)
+            return
         outer_n = product(k.outer)
         scatter = any(n.role == "scatter" for n in k.nodes)
         # (from the hints where sizes are symbolic: threads are right at any size)
@@ -398,7 +404,15 @@ class CppKernel(Kernel):
                 self.line(f"for (int64_t {var} = 0; {var} < {cpp_index(size)}; {var}++) {{")
                 self.indent += 1
                 self.push()
-        for kind, nodes in k.segments:
+        self._segments(x, r, parallel_inner)
+        for _ in k.outer:
+            self.pop()
+            self.indent -= 1
+            self.line("}")
+
+    def _segments(self, x, r, parallel_inner: bool) -> None:
+        """One outer iteration: per segment, the outer nodes, or one inner loop."""
+        for kind, nodes in self.group.segments:
             if kind == "outer":
                 for node in nodes:
                     if node.role == "scatter":
@@ -407,10 +421,69 @@ class CppKernel(Kernel):
                         self.store(node, node.where(x, []), node.value(x, []))
             else:
                 self._inner_loop(nodes, x, r, parallel_inner)
-        for _ in k.outer:
-            self.pop()
-            self.indent -= 1
-            self.line("}")
+
+    def _chunks_of_rows(self, x, r, across: list) -> None:
+        """A row kernel that also sums columns over chunks of its rows (``across`` nodes,
+        scheduler.Across): threads take whole chunks, each chunk's rows run in order, and
+        the chunk's column sums accumulate as the split column kernel's would (float per
+        column, folded into double every CASCADE rows, rounded once), so the results keep
+        their bits."""
+        k = self.group
+        rows, columns = across[0].perm.rows, cpp_index(k.inner[0])
+        chunk, row = CHUNK.name, "x_row"
+        self.invariant |= {chunk, row}
+        self.line("#pragma omp parallel for")
+        self.line(f"for (int64_t {chunk} = 0; {chunk} < {cpp_index(k.outer[0] // rows)}; "
+                  f"{chunk}++) {{")
+        self.indent += 1
+        self.push()
+        for node in across:
+            self.line(f"double acc_{node.name}[{columns}];")
+            self.line(f"for (int64_t c = 0; c < {columns}; c++) acc_{node.name}[c] = 0;")
+            self.line(f"float acc_{node.name}_fine[{columns}] = {{}};")
+        self.line("int64_t rows_fine = 0;")
+        self.line(f"for (int64_t {row} = 0; {row} < {rows}; {row}++) {{")
+        self.indent += 1
+        self.push()
+        self.line(f"const int64_t {x[0]} = {chunk} * {rows} + {row};")
+        self._segments(x, r, False)
+        self.line(f"if (++rows_fine == {CASCADE}) {{")
+        self._fold_across(across, columns, "  ")
+        self.line("  rows_fine = 0;")
+        self.line("}")
+        self.pop()
+        self.indent -= 1
+        self.line("}")
+        self._fold_across(across, columns)
+        self.line("#pragma omp simd")
+        self.line(f"for (int64_t {r[0]} = 0; {r[0]} < {columns}; {r[0]}++) {{")
+        self.indent += 1
+        self.push()
+        for node in across:
+            self.store(node, node.where(x, r),
+                       CppValue(f"static_cast<float>(acc_{node.name}[{r[0]}])", torch.float32))
+        self.pop()
+        self.indent -= 1
+        self.line("}")
+        self.pop()
+        self.indent -= 1
+        self.line("}")
+
+    def _fold_across(self, across: list, columns: str, pad: str = "") -> None:
+        self.line(f"{pad}#pragma omp simd")
+        self.line(f"{pad}for (int64_t c = 0; c < {columns}; c++) {{")
+        for node in across:
+            acc = f"acc_{node.name}"
+            self.line(f"{pad}  {acc}[c] = {acc}[c] + {acc}_fine[c]; {acc}_fine[c] = 0;")
+        self.line(f"{pad}}}")
+
+    def accumulate_across(self, node: SchedulerNode, x, r) -> None:
+        """Add ``node``'s value at this element to its chunk's sum of the column."""
+        value = CppOpsHandler(self).exact(node.value(x, r))
+        if value.dtype != torch.float32:
+            value = CppOpsHandler(self).to_dtype(value, torch.float32)
+        fine = f"acc_{node.name}_fine[{r[0]}]"
+        self.line(f"{fine} = {fine} + {value};")
 
     def _inner_loop(self, nodes, x, r, parallel) -> None:
         """One inner loop: its pointwise nodes store per element, its reductions accumulate

@@ -94,6 +94,9 @@ class LoopStrategy:
         naming = naming or self.acc
         k.push()
         for node, acc in loop_steps(nodes, groups):
+            if acc is None and node.role == "across":
+                k.accumulate_across(node, x, r)
+                continue
             if acc is None:
                 k.store(node, node.where(x, r), node.value(x, r))
                 continue

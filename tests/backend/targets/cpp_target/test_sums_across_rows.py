@@ -1,0 +1,153 @@
+"""Column sums accumulated inside a row kernel on the C++ target (``scheduler.Across``).
+
+A split column sum's first half (partial sums over chunks of rows) joins the row kernel that
+reads the same elements: layer norm's backward computes its weight and bias gradients in
+the loop that computes the input gradient, reading the input and the output gradient once.
+Each chunk's rows run in order and its sums fold as the split column kernel's do, so the
+results keep that kernel's bits; these tests compare both ways bit for bit, and with eager.
+"""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+from ember import config
+from ember.backend import scheduler
+from ember.backend.targets.cpp.target import CppTarget
+from ember.testing import run_and_get_code
+
+
+@pytest.fixture(autouse=True)
+def _fresh(monkeypatch):
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
+    monkeypatch.setenv("EMBER_EAGER_CHOICE", "off")
+    ember.reset()
+    with config.patch(suppress_errors=False):
+        yield
+    ember.reset()
+
+
+def _layer_norm_grads(shape, dtype=torch.float32):
+    torch.manual_seed(0)
+    rows, width = shape
+    x = (torch.randn(rows, width) * 3 + 1).to(dtype).requires_grad_()
+    w = torch.randn(width, dtype=dtype, requires_grad=True)
+    b = torch.randn(width, dtype=dtype, requires_grad=True)
+    g = torch.randn(rows, width, dtype=dtype)
+
+    def step(x, w, b, g):
+        out = F.layer_norm(x, (width,), w, b)
+        return torch.autograd.grad(out, (x, w, b), g)
+    return step, (x, w, b, g)
+
+
+def _kernels(sources) -> str:
+    return "\n".join(s for s in sources if 'extern "C"' in s)
+
+
+def _without_across(monkeypatch, fn, args):
+    ember.reset()
+    monkeypatch.setattr(CppTarget, "sums_across_rows", False)
+    try:
+        got, sources = run_and_get_code(fn, *args)
+    finally:
+        monkeypatch.setattr(CppTarget, "sums_across_rows", True)
+    return got, _kernels(sources)
+
+
+@pytest.mark.parametrize("shape", [(2048, 256), (4096, 96), (2048, 1000)])
+def test_layer_norm_weight_grads_join_the_input_grad_kernel_with_the_same_bits(
+        shape, monkeypatch):
+    step, args = _layer_norm_grads(shape)
+    got, sources = run_and_get_code(step, *args)
+    fused = _kernels(sources)
+    assert "x_chunk" in fused, fused
+    split, unfused = _without_across(monkeypatch, step, args)
+    assert "x_chunk" not in unfused
+    assert fused.count('extern "C"') < unfused.count('extern "C"')
+    for a, b in zip(got, split):
+        assert torch.equal(a, b)
+    for a, b in zip(got, step(*args)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)
+
+
+def test_bfloat16_layer_norm_grads_keep_their_bits(monkeypatch):
+    step, args = _layer_norm_grads((2048, 128), torch.bfloat16)
+    got, sources = run_and_get_code(step, *args)
+    assert "x_chunk" in _kernels(sources)
+    split, _ = _without_across(monkeypatch, step, args)
+    for a, b in zip(got, split):
+        assert torch.equal(a, b)
+    # eager's CPU kernel sums the bf16 weight gradients far less exactly (8.4 off where
+    # these are 0.34): each result is compared with float64's, as close as eager's or closer
+    exact = step(*[t.double().detach().requires_grad_(t.requires_grad) for t in args])
+    for a, e, ref in zip(got, step(*args), exact):
+        assert (a.double() - ref).abs().max() <= (e.double() - ref).abs().max()
+
+
+def _row_and_column_sums(x, y):
+    p = x * y
+    return p.sum(1), p.sum(0), (x - y).abs().amax(1)
+
+
+def test_row_and_column_sums_of_one_product_read_it_once(monkeypatch):
+    torch.manual_seed(1)
+    x, y = torch.randn(4096, 64), torch.randn(4096, 64)
+    with torch.no_grad():
+        got, sources = run_and_get_code(_row_and_column_sums, x, y)
+        kernels = _kernels(sources)
+        assert kernels.count('extern "C"') == 2 and "x_chunk" in kernels, kernels
+        split, _ = _without_across(monkeypatch, _row_and_column_sums, (x, y))
+        for a, b in zip(got, split):
+            assert torch.equal(a, b)
+        for a, b in zip(got, _row_and_column_sums(x, y)):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_few_chunks_keep_the_row_kernels_threads():
+    # 1024 rows split in 4 chunks: fewer than ACROSS_MIN_CHUNKS for the kernel's threads
+    assert 4 < scheduler.ACROSS_MIN_CHUNKS
+    torch.manual_seed(2)
+    x, y = torch.randn(1024, 256), torch.randn(1024, 256)
+    with torch.no_grad():
+        got, sources = run_and_get_code(_row_and_column_sums, x, y)
+    assert "x_chunk" not in _kernels(sources)
+    for a, b in zip(got, _row_and_column_sums(x, y)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_column_sums_of_a_value_the_kernel_makes_take_it_where_it_is_made(monkeypatch):
+    # softmax's result is made in the row kernel's last loop, after the row's max and sum:
+    # its column sums accumulate there, from registers
+    torch.manual_seed(3)
+    x = torch.randn(4096, 128)
+
+    def fn(x):
+        s = torch.softmax(x, -1)
+        return s, s.sum(0)
+    with torch.no_grad():
+        got, sources = run_and_get_code(fn, x)
+        assert "x_chunk" in _kernels(sources)
+        split, _ = _without_across(monkeypatch, fn, (x,))
+    for a, b in zip(got, split):
+        assert torch.equal(a, b)
+    for a, b in zip(got, fn(x)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+
+
+def test_column_sums_of_a_row_statistic_read_it_after_it_is_made(monkeypatch):
+    # the column sums read each row's mean, finished by the row kernel's first loop
+    torch.manual_seed(4)
+    x = torch.randn(4096, 64) + 2
+
+    def fn(x):
+        centred = x - x.mean(1, keepdim=True)
+        return (centred * x).sum(0), (x * 3).sum(0), centred.amax(1)
+    with torch.no_grad():
+        got, sources = run_and_get_code(fn, x)
+        assert "x_chunk" in _kernels(sources), _kernels(sources)
+        split, _ = _without_across(monkeypatch, fn, (x,))
+    for a, b in zip(got, split):
+        assert torch.equal(a, b)
+    for a, b in zip(got, fn(x)):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-3)
