@@ -47,7 +47,7 @@ import torch
 
 from ember.backend.codegen.common import HALF, Kernel, group_kind, reduction_groups
 from ember.backend.codegen.kernel_names import loop_kind
-from ember.backend.ir import index_vars, product
+from ember.backend.ir import index_vars, product, split_index
 from ember.backend.loops import access_indices, runs_with, store_order
 from ember.backend.ops import use_handler
 from ember.backend.scheduler import CHUNK, FusionGroup, Regroup, Reordered, SchedulerNode
@@ -429,12 +429,12 @@ class CppKernel(Kernel):
         column, folded into double every CASCADE rows, rounded once), so the results keep
         their bits."""
         k = self.group
-        rows, columns = across[0].perm.rows, cpp_index(k.inner[0])
+        plan = across[0].perm
+        rows, columns = plan.rows, cpp_index(k.inner[0])
         chunk, row = CHUNK.name, "x_row"
         self.invariant |= {chunk, row}
         self.line("#pragma omp parallel for")
-        self.line(f"for (int64_t {chunk} = 0; {chunk} < {cpp_index(k.outer[0] // rows)}; "
-                  f"{chunk}++) {{")
+        self.line(f"for (int64_t {chunk} = 0; {chunk} < {plan.chunks}; {chunk}++) {{")
         self.indent += 1
         self.push()
         for node in across:
@@ -445,7 +445,13 @@ class CppKernel(Kernel):
         self.line(f"for (int64_t {row} = 0; {row} < {rows}; {row}++) {{")
         self.indent += 1
         self.push()
-        self.line(f"const int64_t {x[0]} = {chunk} * {rows} + {row};")
+        if len(x) == 1:
+            self.line(f"const int64_t {x[0]} = {chunk} * {rows} + {row};")
+        else:
+            self.line(f"const int64_t x_flat = {chunk} * {rows} + {row};")
+            for var, index in zip(x, split_index(sympy.Symbol("x_flat", integer=True),
+                                                 list(k.outer))):
+                self.line(f"const int64_t {var} = {cpp_index(index)};")
         self._segments(x, r, False)
         self.line(f"if (++rows_fine == {CASCADE}) {{")
         self._fold_across(across, columns, "  ")

@@ -6,7 +6,10 @@ the loop that computes the input gradient, reading the input and the output grad
 Each chunk's rows run in order and its sums fold as the split column kernel's do, so the
 results keep that kernel's bits; these tests compare both ways bit for bit, and with eager.
 """
+import re
+
 import pytest
+import sympy
 import torch
 import torch.nn.functional as F
 
@@ -29,11 +32,11 @@ def _fresh(monkeypatch):
 
 def _layer_norm_grads(shape, dtype=torch.float32):
     torch.manual_seed(0)
-    rows, width = shape
-    x = (torch.randn(rows, width) * 3 + 1).to(dtype).requires_grad_()
+    width = shape[-1]
+    x = (torch.randn(*shape) * 3 + 1).to(dtype).requires_grad_()
     w = torch.randn(width, dtype=dtype, requires_grad=True)
     b = torch.randn(width, dtype=dtype, requires_grad=True)
-    g = torch.randn(rows, width, dtype=dtype)
+    g = torch.randn(*shape, dtype=dtype)
 
     def step(x, w, b, g):
         out = F.layer_norm(x, (width,), w, b)
@@ -55,15 +58,32 @@ def _without_across(monkeypatch, fn, args):
     return got, _kernels(sources)
 
 
-@pytest.mark.parametrize("shape", [(2048, 256), (4096, 96), (2048, 1000)])
+def _strided_twice(kernels: str) -> list[str]:
+    """The buffers some kernel reads at two indices that differ by more than a constant."""
+    found = []
+    for kernel in kernels.split('extern "C"')[1:]:
+        indices: dict[str, set] = {}
+        for name, index in re.findall(r"(p_\w+)\[([^\]]+)\]", kernel):
+            indices.setdefault(name, set()).add(sympy.sympify(index.replace("/", "//")))
+        found += [name for name, seen in indices.items()
+                  if any((a - b).free_symbols for a in seen for b in seen)]
+    return found
+
+
+# (8, 256, 256): the [8 chunks, 256 columns] x [256 rows] sums have the shape of the row
+# kernel's [8, 256] x [256] loops, along other dims; a 2-D grid of rows, flattened
+@pytest.mark.parametrize("shape", [(2048, 256), (4096, 96), (2048, 1000), (8, 256, 256)],
+                         ids=lambda s: "x".join(map(str, s)))
 def test_layer_norm_weight_grads_join_the_input_grad_kernel_with_the_same_bits(
         shape, monkeypatch):
     step, args = _layer_norm_grads(shape)
     got, sources = run_and_get_code(step, *args)
     fused = _kernels(sources)
     assert "x_chunk" in fused, fused
+    assert not _strided_twice(fused), fused
     split, unfused = _without_across(monkeypatch, step, args)
     assert "x_chunk" not in unfused
+    assert not _strided_twice(unfused), unfused
     assert fused.count('extern "C"') < unfused.count('extern "C"')
     for a, b in zip(got, split):
         assert torch.equal(a, b)
