@@ -34,6 +34,7 @@ import torch
 from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, FloorDiv, ModIndex,
                               Reduction, ReinterpretView, Scatter, index_vars, product,
                               split_index)
+from ember.backend.loops import store_order
 from ember.backend.ops import use_handler
 
 
@@ -393,6 +394,39 @@ def _read_ok(kernel: FusionGroup, node: SchedulerNode, role: str, perm=None) -> 
     return True
 
 
+def in_store_order(group: FusionGroup, x: list, r: list) -> FusionGroup:
+    """A pointwise group whose first store walks memory in another order than its loops (a
+    channels-last value over logical ``[n, c, h, w]``) iterates in that store's order: its
+    inner loop runs along stride 1 (contiguous SIMD loads and stores), not along ``w`` with
+    a stride of ``c``. The store is the first one to memory: a group norm's input gradient,
+    regrouped onto the [N, G, C/G, H*W] loops of a local value, stores channels-last.
+    Returns a copy whose nodes take their dims through ``perm``, or the group itself."""
+    # (symbolic sizes too: a pointwise loop nest may run in any order; the order comes
+    # from the store's coefficients, which must be numbers)
+    if (len(group.inner) != 1 or not group.outer
+            or any(n.role != "inner" or isinstance(n.perm, Reordered) for n in group.nodes)):
+        return group
+    sizes, kernel_vars = list(group.outer) + list(group.inner), list(x) + list(r)
+    order = [kernel_vars.index(v)
+             for v in store_order(group, x, r, sizes, kernel_vars, stored=True)[1]]
+    if order == sorted(order):
+        return group
+    at = {dim: i for i, dim in enumerate(order)}
+    perm = tuple(at[dim] for dim in range(len(sizes)))
+
+    def moved(n):       # the node's dims through the reordered loops
+        if isinstance(n.perm, Regroup):
+            return Reordered(perm, n.perm)
+        return tuple(perm[p] for p in n.perm) if n.perm else perm
+    copies = {id(n): dataclasses.replace(n, perm=moved(n), read_cache={})
+              for n in group.nodes}
+    sizes = [sizes[dim] for dim in order]
+    return dataclasses.replace(
+        group, outer=sizes[:-1], inner=sizes[-1:],
+        nodes=[copies[id(n)] for n in group.nodes],
+        segments=[(kind, [copies[id(n)] for n in nodes]) for kind, nodes in group.segments])
+
+
 def schedule(buffers: Sequence[Buffer], output_names: set[str], share_only: bool = True,
              across: bool = False) -> list:
     """Kernels and extern calls in execution order. ``share_only``: a node regrouped onto a
@@ -553,6 +587,10 @@ def _fusable_kernel(steps: list, node: SchedulerNode, share_only: bool = True,
                         node.role, node.perm = role, perm
                         step.nodes.append(node)
                         return step
+                if across and node.is_reduction and _joins_in_store_order(step, node):
+                    if barrier is not None:
+                        steps.insert(barrier, steps.pop(i))
+                    return step
             seen += 1
             if seen >= LOOKBACK:
                 return None
@@ -577,6 +615,25 @@ def _shares_a_read(kernel: FusionGroup, node: SchedulerNode, role: str, perm) ->
               for name, index in node_reads(other, x, r)}
     return any((name, sympy.expand(index)) in theirs and per_element(index)
                for name, index in node_reads(node, x, r, role, perm))
+
+
+def _joins_in_store_order(kernel: FusionGroup, node: SchedulerNode) -> bool:
+    """Add ``node``, a column sum, to ``kernel``, a pointwise kernel whose loops run in
+    another order than its store (channels-last values over logical [N, C, H, W] loops), as
+    an ``across`` sum over the kernel's loops in store order ([N, H, W] x [C]): the kernel
+    then loops so (``in_store_order``, which the code generator would do anyway). Batch
+    norm's backward over channels-last data sums ReLU's masked gradient where it is made."""
+    x, r = index_vars("x", len(kernel.outer)), index_vars("r", len(kernel.inner))
+    moved = in_store_order(kernel, x, r)
+    if moved is kernel:
+        return False
+    for role, perm in _placements(node, moved, across=True):
+        if role == "across" and _read_ok(moved, node, role, perm):
+            kernel.outer, kernel.inner, kernel.nodes = moved.outer, moved.inner, moved.nodes
+            node.role, node.perm = role, perm
+            kernel.nodes.append(node)
+            return True
+    return False
 
 
 def _reads_transposed(kernel: FusionGroup, node: SchedulerNode, role: str) -> bool:

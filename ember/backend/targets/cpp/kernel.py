@@ -48,9 +48,10 @@ import torch
 from ember.backend.codegen.common import HALF, Kernel, group_kind, reduction_groups
 from ember.backend.codegen.kernel_names import loop_kind
 from ember.backend.ir import index_vars, product, split_index
-from ember.backend.loops import access_indices, runs_with, store_order
+from ember.backend.loops import access_indices, runs_with
 from ember.backend.ops import use_handler
-from ember.backend.scheduler import CHUNK, FusionGroup, Regroup, Reordered, SchedulerNode
+from ember.backend.scheduler import (CHUNK, FusionGroup, Regroup, SchedulerNode,
+                                    in_store_order)
 from ember.backend import sizevars
 from ember.backend.sizevars import size_hint
 from ember.backend.targets.cpp.build import has_avx512
@@ -331,7 +332,7 @@ class CppKernel(Kernel):
     def generate(self) -> str:
         x = index_vars("x", len(self.group.outer))
         r = index_vars("r", len(self.group.inner))
-        self.group = _in_store_order(self.group, x, r)
+        self.group = in_store_order(self.group, x, r)
         self.group, x = _merge_contiguous_dims(self.group, x, r)
         k = self.group
         across = any(n.role == "across" for n in k.nodes)    # rows in chunks: _row_nest
@@ -588,39 +589,6 @@ class _Hoist:
     at: int                     # index in the kernel's lines
     indent: int
     values: dict = dataclasses.field(default_factory=dict)    # C++ text -> value
-
-
-def _in_store_order(group: FusionGroup, x: list, r: list) -> FusionGroup:
-    """A pointwise group whose first store walks memory in another order than its loops (a
-    channels-last value over logical ``[n, c, h, w]``) iterates in that store's order: its
-    inner loop runs along stride 1 (contiguous SIMD loads and stores), not along ``w`` with
-    a stride of ``c``. The store is the first one to memory: a group norm's input gradient,
-    regrouped onto the [N, G, C/G, H*W] loops of a local value, stores channels-last.
-    Returns a copy whose nodes take their dims through ``perm``, or the group itself."""
-    # (symbolic sizes too: a pointwise loop nest may run in any order; the order comes
-    # from the store's coefficients, which must be numbers)
-    if (len(group.inner) != 1 or not group.outer
-            or any(n.role != "inner" or isinstance(n.perm, Reordered) for n in group.nodes)):
-        return group
-    sizes, kernel_vars = list(group.outer) + list(group.inner), list(x) + list(r)
-    order = [kernel_vars.index(v)
-             for v in store_order(group, x, r, sizes, kernel_vars, stored=True)[1]]
-    if order == sorted(order):
-        return group
-    at = {dim: i for i, dim in enumerate(order)}
-    perm = tuple(at[dim] for dim in range(len(sizes)))
-
-    def moved(n):       # the node's dims through the reordered loops
-        if isinstance(n.perm, Regroup):
-            return Reordered(perm, n.perm)
-        return tuple(perm[p] for p in n.perm) if n.perm else perm
-    copies = {id(n): dataclasses.replace(n, perm=moved(n), read_cache={})
-              for n in group.nodes}
-    sizes = [sizes[dim] for dim in order]
-    return dataclasses.replace(
-        group, outer=sizes[:-1], inner=sizes[-1:],
-        nodes=[copies[id(n)] for n in group.nodes],
-        segments=[(kind, [copies[id(n)] for n in nodes]) for kind, nodes in group.segments])
 
 
 def _merge_contiguous_dims(group: FusionGroup, x: list, r: list):

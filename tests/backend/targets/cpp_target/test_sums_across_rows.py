@@ -171,3 +171,24 @@ def test_column_sums_of_a_row_statistic_read_it_after_it_is_made(monkeypatch):
         assert torch.equal(a, b)
     for a, b in zip(got, fn(x)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-3)
+
+
+def test_channels_last_batch_norm_sums_relus_gradient_where_it_is_made(monkeypatch):
+    # the pointwise kernel of ReLU's masked gradient runs over logical [N, C, H] x [W];
+    # the split sums over channels-last rows take it in store order, [N, H, W] x [C]
+    torch.manual_seed(5)
+    x = torch.randn(16, 32, 28, 28).to(memory_format=torch.channels_last).requires_grad_()
+    w, b = torch.randn(32, requires_grad=True), torch.randn(32, requires_grad=True)
+    g = torch.randn(16, 32, 28, 28).to(memory_format=torch.channels_last)
+
+    def step(x, w, b, g):
+        out = F.relu(F.batch_norm(x, None, None, w, b, training=True))
+        return torch.autograd.grad(out, (x, w, b), g)
+    got, sources = run_and_get_code(step, x, w, b, g)
+    fused = _kernels(sources)
+    assert "x_chunk" in fused and "x_flat" in fused, fused
+    split, _ = _without_across(monkeypatch, step, (x, w, b, g))
+    for a, e in zip(got, split):
+        assert torch.equal(a, e)
+    for a, e in zip(got, step(x, w, b, g)):
+        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-3)
