@@ -61,6 +61,15 @@ class ModIndex(sympy.Function):
         return None
 
 
+def flat_index(index: list, sizes: list) -> Expr:
+    """The row-major flat index of ``index`` over dims of ``sizes`` (``split_index``'s
+    inverse)."""
+    flat = sympy.Integer(0)
+    for var, size in zip(index, sizes):
+        flat = flat * size + var
+    return flat
+
+
 def split_index(flat: Expr, sizes: list) -> list:
     """``flat``, a row-major index over dims of ``sizes``, as each dim's index: the first a
     quotient, the others remainders (``[x // 16, x % 16]`` for sizes ``[2, 16]``)."""

@@ -32,8 +32,8 @@ import sympy
 import torch
 
 from ember.backend.ir import (Buffer, ComputedBuffer, ExternBuffer, FloorDiv, ModIndex,
-                              Reduction, ReinterpretView, Scatter, index_vars, product,
-                              split_index)
+                              Reduction, ReinterpretView, Scatter, flat_index, index_vars,
+                              product, split_index)
 from ember.backend.loops import store_order
 from ember.backend.ops import use_handler
 
@@ -199,9 +199,7 @@ class Regroup:
     def node_vars(self, kernel_vars: list) -> list:
         out = []
         for dims, sizes, node_sizes in self.groups:
-            flat = sympy.Integer(0)
-            for d, size in zip(dims, sizes):
-                flat = flat * size + kernel_vars[d]
+            flat = flat_index([kernel_vars[d] for d in dims], sizes)
             out += split_index(flat, list(node_sizes))
         return out
 
@@ -303,14 +301,6 @@ class Across:
                     across.chunks >= ACROSS_MIN_CHUNKS:
                 found.append(across)
         return found
-
-
-def flat_index(x: list, sizes) -> sympy.Expr:
-    """The row-major flat index of ``x`` over dims of ``sizes``."""
-    flat = sympy.Integer(0)
-    for var, size in zip(x, sizes):
-        flat = flat * size + var
-    return flat
 
 
 def _placements(node: SchedulerNode, kernel: FusionGroup, across: bool = False
@@ -606,15 +596,24 @@ def _shares_a_read(kernel: FusionGroup, node: SchedulerNode, role: str, perm) ->
     regrouped into the split column sums of its weight's gradient read the same buffers
     transposed: no load shared, and every one of the sums' loads strided; 1.8 ms against
     eager's 0.8 for the whole backward.)"""
+    mine, theirs = _element_reads(kernel, node, role, perm)
+    return any(index in theirs.get(name, ()) for name, index in mine)
+
+
+def _element_reads(kernel: FusionGroup, node: SchedulerNode, role: str, perm=None
+                   ) -> tuple[list, dict]:
+    """(``node``'s reads placed so whose index moves with every loop of ``kernel``, the
+    indices at which ``kernel``'s nodes read each buffer), expanded."""
     x, r = index_vars("x", len(kernel.outer)), index_vars("r", len(kernel.inner))
     loops = [set(v) for v in (x, r) if v]
-
-    def per_element(index) -> bool:
-        return all(index.free_symbols & v for v in loops)
-    theirs = {(name, sympy.expand(index)) for other in kernel.nodes
-              for name, index in node_reads(other, x, r)}
-    return any((name, sympy.expand(index)) in theirs and per_element(index)
-               for name, index in node_reads(node, x, r, role, perm))
+    theirs: dict[str, set] = {}
+    for other in kernel.nodes:
+        for name, index in node_reads(other, x, r):
+            theirs.setdefault(name, set()).add(sympy.expand(index))
+    mine = [(name, index) for name, index in
+            ((name, sympy.expand(index)) for name, index in node_reads(node, x, r, role, perm))
+            if all(index.free_symbols & v for v in loops)]
+    return mine, theirs
 
 
 def _joins_in_store_order(kernel: FusionGroup, node: SchedulerNode) -> bool:
@@ -623,6 +622,8 @@ def _joins_in_store_order(kernel: FusionGroup, node: SchedulerNode) -> bool:
     an ``across`` sum over the kernel's loops in store order ([N, H, W] x [C]): the kernel
     then loops so (``in_store_order``, which the code generator would do anyway). Batch
     norm's backward over channels-last data sums ReLU's masked gradient where it is made."""
+    if product(node.ranges) * product(node.rranges) != product(kernel.outer + kernel.inner):
+        return False        # (cheap first: the store order takes derivatives of its index)
     x, r = index_vars("x", len(kernel.outer)), index_vars("r", len(kernel.inner))
     moved = in_store_order(kernel, x, r)
     if moved is kernel:
@@ -644,18 +645,9 @@ def _reads_transposed(kernel: FusionGroup, node: SchedulerNode, role: str) -> bo
     strided, recomputing their row statistics per element; or the row kernel's pointwise
     input gradient joined the column sum's loops. Either way the training step took 2.44
     ms against eager's 0.56."""
-    x, r = index_vars("x", len(kernel.outer)), index_vars("r", len(kernel.inner))
-    loops = [set(v) for v in (x, r) if v]
-    theirs: dict[str, set] = {}
-    for other in kernel.nodes:
-        for name, index in node_reads(other, x, r):
-            theirs.setdefault(name, set()).add(sympy.expand(index))
-    for name, index in node_reads(node, x, r, role):
-        index = sympy.expand(index)
-        if name in theirs and all(index.free_symbols & v for v in loops) and all(
-                (index - other).free_symbols for other in theirs[name]):
-            return True
-    return False
+    mine, theirs = _element_reads(kernel, node, role)
+    return any(name in theirs and all((index - other).free_symbols for other in theirs[name])
+               for name, index in mine)
 
 
 def _sinks(steps: list, i: int, last: int) -> bool:

@@ -446,17 +446,16 @@ class CppKernel(Kernel):
         self.line(f"for (int64_t {row} = 0; {row} < {rows}; {row}++) {{")
         self.indent += 1
         self.push()
-        if len(x) == 1:
-            self.line(f"const int64_t {x[0]} = {chunk} * {rows} + {row};")
-        else:
-            self.line(f"const int64_t x_flat = {chunk} * {rows} + {row};")
-            for var, index in zip(x, split_index(sympy.Symbol("x_flat", integer=True),
-                                                 list(k.outer))):
-                self.line(f"const int64_t {var} = {cpp_index(index)};")
+        self.line(f"const int64_t x_flat = {chunk} * {rows} + {row};")
+        for var, index in zip(x, split_index(sympy.Symbol("x_flat", integer=True),
+                                             list(k.outer))):
+            self.line(f"const int64_t {var} = {cpp_index(index)};")
         self._segments(x, r, False)
         self.line(f"if (++rows_fine == {CASCADE}) {{")
-        self._fold_across(across, columns, "  ")
-        self.line("  rows_fine = 0;")
+        self.indent += 1
+        self._fold_across(across, columns)
+        self.line("rows_fine = 0;")
+        self.indent -= 1
         self.line("}")
         self.pop()
         self.indent -= 1
@@ -476,13 +475,14 @@ class CppKernel(Kernel):
         self.indent -= 1
         self.line("}")
 
-    def _fold_across(self, across: list, columns: str, pad: str = "") -> None:
-        self.line(f"{pad}#pragma omp simd")
-        self.line(f"{pad}for (int64_t c = 0; c < {columns}; c++) {{")
+    def _fold_across(self, across: list, columns: str) -> None:
+        """The chunk's fine column sums added into its double ones, and zeroed."""
+        self.line("#pragma omp simd")
+        self.line(f"for (int64_t c = 0; c < {columns}; c++) {{")
         for node in across:
             acc = f"acc_{node.name}"
-            self.line(f"{pad}  {acc}[c] = {acc}[c] + {acc}_fine[c]; {acc}_fine[c] = 0;")
-        self.line(f"{pad}}}")
+            self.line(f"  {acc}[c] = {acc}[c] + {acc}_fine[c]; {acc}_fine[c] = 0;")
+        self.line("}")
 
     def accumulate_across(self, node: SchedulerNode, x, r) -> None:
         """Add ``node``'s value at this element to its chunk's sum of the column."""

@@ -20,9 +20,9 @@ import torch
 from ember.backend.targets.triton.kernel import TritonKernel, next_power_of_2
 from ember.backend.targets.triton.ops import (HALF, TL_TYPES, TritonOpsHandler, TritonValue,
                                              triton_index)
-from ember.backend.ir import index_vars
+from ember.backend.ir import flat_index, index_vars
 from ember.backend.ops import use_handler
-from ember.backend.targets.triton.templates import MATMULS, flat_row
+from ember.backend.targets.triton.templates import MATMULS
 
 # (XBLOCK, RBLOCK, KBLOCK, num_stages, num_warps): the tiles timed per shape, largest
 # first; a tile larger than the problem is shrunk to it (and duplicates dropped)
@@ -97,7 +97,7 @@ class TritonMatmulKernel(TritonKernel):
             self.line(f"{r[0]} = rindex")
             self.index_dims[r[0].name] = frozenset({"r"})
             value = self._matmul_value(bias, operands, dtype, x, r)
-            self.set_value(mm.name, mm.layout.index([flat_row(x, k.outer), r[0]]), value)
+            self.set_value(mm.name, mm.layout.index([flat_index(x, k.outer), r[0]]), value)
             for node in k.nodes:
                 self.store(node, node.where(x, r), node.value(x, r))
         if mm.name in self.loaded:
@@ -159,7 +159,7 @@ class TritonMatmulKernel(TritonKernel):
             self.line(f"acc = acc * {float(operands['alpha'])!r}")
         if bias is not None and operands["beta"] != 0:
             lay = bias.layout
-            where = [flat_row(x, self.kernel.outer), r[0]][2 - len(lay.size):]
+            where = [flat_index(x, self.kernel.outer), r[0]][2 - len(lay.size):]
             term = self.load(bias.name, lay.index(where))
             scale = "" if operands["beta"] == 1 else f"{float(operands['beta'])!r} * "
             self.line(f"acc = acc + {scale}{term}")

@@ -24,7 +24,8 @@ import sympy
 import torch
 
 from ember import logs
-from ember.backend.ir import Buffer, ExternBuffer, ReinterpretView, index_vars, product
+from ember.backend.ir import (Buffer, ExternBuffer, ReinterpretView, flat_index, index_vars,
+                              product)
 from ember.backend.scheduler import FusionGroup, _step_names, node_reads
 
 MATMULS = {torch.ops.aten.mm.default: "mm", torch.ops.aten.addmm.default: "addmm"}
@@ -113,7 +114,7 @@ def _why_not(mm: ExternBuffer, kernel: FusionGroup, between: list,
     if len(kernel.inner) != 1 or kernel.inner[0] != cols or product(kernel.outer) != rows:
         return "the kernel after it runs over other loops"
     x, r = index_vars("x", len(kernel.outer)), index_vars("r", 1)
-    here = sympy.expand(mm.layout.index([flat_row(x, kernel.outer), r[0]]))
+    here = sympy.expand(mm.layout.index([flat_index(x, kernel.outer), r[0]]))
     for node in kernel.nodes:
         for name, index in node_reads(node, x, r):
             if name == mm.name and sympy.expand(index) != here:
@@ -128,10 +129,3 @@ def _why_not(mm: ExternBuffer, kernel: FusionGroup, between: list,
     return None
 
 
-def flat_row(x: list, sizes: list):
-    """The row of a matmul's [M, N] result that loop variables ``x`` over ``sizes`` (a
-    row-major split of M) stand for."""
-    row = sympy.Integer(0)
-    for var, size in zip(x, sizes):
-        row = row * size + var
-    return row

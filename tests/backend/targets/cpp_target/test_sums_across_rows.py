@@ -58,6 +58,21 @@ def _without_across(monkeypatch, fn, args):
     return got, _kernels(sources)
 
 
+def _both_ways(monkeypatch, fn, args, rtol=None, atol=None):
+    """``fn(*args)`` compiled with the across sums (asserted present) and without: the same
+    bits, and (given ``rtol``) close to eager's. Returns both ways' kernels."""
+    got, sources = run_and_get_code(fn, *args)
+    fused = _kernels(sources)
+    assert "x_chunk" in fused, fused
+    split, unfused = _without_across(monkeypatch, fn, args)
+    for a, b in zip(got, split):
+        assert torch.equal(a, b)
+    if rtol is not None:
+        for a, b in zip(got, fn(*args)):
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
+    return got, fused, unfused
+
+
 def _strided_twice(kernels: str) -> list[str]:
     """The buffers some kernel reads at two indices that differ by more than a constant."""
     found = []
@@ -77,27 +92,16 @@ def _strided_twice(kernels: str) -> list[str]:
 def test_layer_norm_weight_grads_join_the_input_grad_kernel_with_the_same_bits(
         shape, monkeypatch):
     step, args = _layer_norm_grads(shape)
-    got, sources = run_and_get_code(step, *args)
-    fused = _kernels(sources)
-    assert "x_chunk" in fused, fused
+    _, fused, unfused = _both_ways(monkeypatch, step, args, rtol=1e-4, atol=1e-3)
     assert not _strided_twice(fused), fused
-    split, unfused = _without_across(monkeypatch, step, args)
     assert "x_chunk" not in unfused
     assert not _strided_twice(unfused), unfused
     assert fused.count('extern "C"') < unfused.count('extern "C"')
-    for a, b in zip(got, split):
-        assert torch.equal(a, b)
-    for a, b in zip(got, step(*args)):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-3)
 
 
 def test_bfloat16_layer_norm_grads_keep_their_bits(monkeypatch):
     step, args = _layer_norm_grads((2048, 128), torch.bfloat16)
-    got, sources = run_and_get_code(step, *args)
-    assert "x_chunk" in _kernels(sources)
-    split, _ = _without_across(monkeypatch, step, args)
-    for a, b in zip(got, split):
-        assert torch.equal(a, b)
+    got, _, _ = _both_ways(monkeypatch, step, args)
     # eager's CPU kernel sums the bf16 weight gradients far less exactly (8.4 off where
     # these are 0.34): each result is compared with float64's, as close as eager's or closer
     exact = step(*[t.double().detach().requires_grad_(t.requires_grad) for t in args])
@@ -114,14 +118,9 @@ def test_row_and_column_sums_of_one_product_read_it_once(monkeypatch):
     torch.manual_seed(1)
     x, y = torch.randn(4096, 64), torch.randn(4096, 64)
     with torch.no_grad():
-        got, sources = run_and_get_code(_row_and_column_sums, x, y)
-        kernels = _kernels(sources)
-        assert kernels.count('extern "C"') == 2 and "x_chunk" in kernels, kernels
-        split, _ = _without_across(monkeypatch, _row_and_column_sums, (x, y))
-        for a, b in zip(got, split):
-            assert torch.equal(a, b)
-        for a, b in zip(got, _row_and_column_sums(x, y)):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+        _, kernels, _ = _both_ways(monkeypatch, _row_and_column_sums, (x, y),
+                                   rtol=1e-5, atol=1e-4)
+    assert kernels.count('extern "C"') == 2 and "x_chunk" in kernels, kernels
 
 
 def test_few_chunks_keep_the_row_kernels_threads():
@@ -146,13 +145,7 @@ def test_column_sums_of_a_value_the_kernel_makes_take_it_where_it_is_made(monkey
         s = torch.softmax(x, -1)
         return s, s.sum(0)
     with torch.no_grad():
-        got, sources = run_and_get_code(fn, x)
-        assert "x_chunk" in _kernels(sources)
-        split, _ = _without_across(monkeypatch, fn, (x,))
-    for a, b in zip(got, split):
-        assert torch.equal(a, b)
-    for a, b in zip(got, fn(x)):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
+        _both_ways(monkeypatch, fn, (x,), rtol=1e-5, atol=1e-4)
 
 
 def test_column_sums_of_a_row_statistic_read_it_after_it_is_made(monkeypatch):
@@ -164,13 +157,7 @@ def test_column_sums_of_a_row_statistic_read_it_after_it_is_made(monkeypatch):
         centred = x - x.mean(1, keepdim=True)
         return (centred * x).sum(0), (x * 3).sum(0), centred.amax(1)
     with torch.no_grad():
-        got, sources = run_and_get_code(fn, x)
-        assert "x_chunk" in _kernels(sources), _kernels(sources)
-        split, _ = _without_across(monkeypatch, fn, (x,))
-    for a, b in zip(got, split):
-        assert torch.equal(a, b)
-    for a, b in zip(got, fn(x)):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-3)
+        _both_ways(monkeypatch, fn, (x,), rtol=1e-5, atol=1e-3)
 
 
 def test_channels_last_batch_norm_sums_relus_gradient_where_it_is_made(monkeypatch):
@@ -184,11 +171,5 @@ def test_channels_last_batch_norm_sums_relus_gradient_where_it_is_made(monkeypat
     def step(x, w, b, g):
         out = F.relu(F.batch_norm(x, None, None, w, b, training=True))
         return torch.autograd.grad(out, (x, w, b), g)
-    got, sources = run_and_get_code(step, x, w, b, g)
-    fused = _kernels(sources)
+    _, fused, _ = _both_ways(monkeypatch, step, (x, w, b, g), rtol=1e-4, atol=1e-3)
     assert "x_chunk" in fused and "x_flat" in fused, fused
-    split, _ = _without_across(monkeypatch, step, (x, w, b, g))
-    for a, e in zip(got, split):
-        assert torch.equal(a, e)
-    for a, e in zip(got, step(x, w, b, g)):
-        torch.testing.assert_close(a, e, rtol=1e-4, atol=1e-3)

@@ -5,11 +5,10 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-import sympy
 import torch
 
 from ember.backend.codegen.common import HALF, group_kind, loop_steps
-from ember.backend.ir import product
+from ember.backend.ir import flat_index, product
 from ember.backend.targets.cpp.ops import (CPP_TYPES, CppOpsHandler, CppValue, _combine,
                                            _fields, cpp_index)
 
@@ -110,9 +109,7 @@ class LoopStrategy:
                 value = CppOpsHandler(k).to_dtype(value, data.src_dtype)
             a = lambda field="", acc=acc: naming(acc, field)   # noqa: E731
             if kind in ("argmax", "argmin"):
-                linear = sympy.Integer(0)
-                for var, size in zip(r, k.group.inner):
-                    linear = linear * size + var
+                linear = flat_index(r, k.group.inner)
                 better = ">" if kind == "argmax" else "<"
                 # NaN wins and the first one is kept, as in eager
                 self.line(f"if ({a()} == {a()} && ({value} != {value} || {value} {better} "
