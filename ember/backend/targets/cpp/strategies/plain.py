@@ -3,9 +3,9 @@ simd`` with OpenMP reduction clauses where the reductions allow."""
 from __future__ import annotations
 
 from ember.backend.codegen.common import group_kind
-from ember.backend.targets.cpp.ops import _clause, cpp_index
+from ember.backend.targets.cpp.ops import CPP_TYPES, _clause, cpp_index
 from ember.backend.ir import product
-from ember.backend.targets.cpp.strategies.base import LoopStrategy
+from ember.backend.targets.cpp.strategies.base import LoopStrategy, coarse_type
 from ember.backend.targets.cpp.strategies.rows import RowSums
 
 
@@ -31,14 +31,24 @@ class PlainLoop(LoopStrategy):
             depth = len(r)
         else:
             depth = 1
+            if len(r) > 1 and kinds == {"sum"}:
+                # each run in two levels too: runs into row accumulators, their totals in
+                # the coarse type (a chunk of a long sum holds thousands of runs)
+                self.open("{")
+                for acc, m in groups.items():
+                    self.line(f"{coarse_type('sum', group_kind(m)[1])} {acc}_total = 0;")
+                self._open_segments(r, start, end)
+                last = r[-1].name
+                RowSums(self.k).row(nodes, groups, x, r, f"{last}_lo", f"{last}_hi", "_total")
+                self.close()
+                for acc, m in groups.items():
+                    self.line(f"{acc} = {acc} + static_cast<{CPP_TYPES[group_kind(m)[1]]}>"
+                              f"({acc}_total);")
+                self.close()
+                return
             if len(r) > 1:
                 self._open_segments(r, start, end)
                 depth = 2
-                if kinds == {"sum"}:     # each run in two levels too
-                    last = r[-1].name
-                    RowSums(self.k).row(nodes, groups, x, r, f"{last}_lo", f"{last}_hi", "")
-                    self.close()
-                    return
             if pragma:
                 self.line(f"{pragma} {clauses}".rstrip())
             if len(r) > 1:
