@@ -32,8 +32,8 @@ _REDUCTION_CLAUSE = {"sum": "+", "prod": "*", "any": "||", "all": "&&"}
 # (``CppTarget.op_templates``: ``targets.register_op`` adds to these)
 UNARY_CPP = {
     "neg": "-{0}", "abs": "std::abs({0})", "exp": "ember_exp({0})", "exp2": "std::exp2({0})",
-    "expm1": "ember_expm1({0})", "log": "ember_log({0})", "log2": "std::log2({0})",
-    "log10": "std::log10({0})", "log1p": "ember_log1p({0})", "sqrt": "std::sqrt({0})",
+    "expm1": "ember_expm1({0})", "log": "ember_log({0})", "log2": "ember_log2({0})",
+    "log10": "ember_log10({0})", "log1p": "ember_log1p({0})", "sqrt": "std::sqrt({0})",
     "rsqrt": "{1}(1) / std::sqrt({0})", "sin": "std::sin({0})", "cos": "std::cos({0})",
     "tan": "std::tan({0})", "asin": "std::asin({0})", "acos": "std::acos({0})",
     "atan": "std::atan({0})", "sinh": "std::sinh({0})", "cosh": "std::cosh({0})",
