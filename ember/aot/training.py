@@ -368,9 +368,12 @@ def _take_sizes(backward: torch.fx.GraphModule, sizes: list) -> None:
     """The backward of a graph with symbolic sizes takes the size inputs' values after its
     tangents (its ops' size arguments are expressions over them)."""
     graph = backward.graph
-    anchor = [n for n in graph.nodes if n.op == "placeholder"][-1]
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    # (none: no output the backward differentiates needs a saved value or a tangent)
+    anchor = placeholders[-1] if placeholders else None
     for k, size in enumerate(sizes):
-        with graph.inserting_after(anchor):
+        with graph.inserting_after(anchor) if anchor is not None else \
+                graph.inserting_before(next(iter(graph.nodes))):
             anchor = graph.placeholder(f"size_{k}")
         anchor.meta["val"] = size
     backward.recompile()

@@ -69,11 +69,16 @@ def _known_nonnegative(diff) -> bool:
     if diff.is_nonnegative:
         return True
     env = shape_env()
-    if env is not None:
+    if env is None:
+        return False
+    # the ranges bound each term apart: s1*s0**2 - s0**2 has no lower bound so, its factored
+    # form s0**2*(s1 - 1) does (a gapped slice's extent against its outer stride)
+    for form in (diff, sympy.factor(diff)):
         try:
-            return bool(env.bound(diff).lower >= 0)
+            if bool(env.bound(form).lower >= 0):
+                return True
         except (TypeError, AttributeError):     # a function the ranges do not bound
-            return False
+            pass
     return False
 
 
