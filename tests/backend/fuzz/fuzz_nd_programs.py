@@ -17,6 +17,7 @@ reassociation, not a bug.
 """
 from __future__ import annotations
 
+import math
 import random
 import sys
 
@@ -114,9 +115,9 @@ def make_program(seed: int):
     return fn, f"{text}; return the last {count}, loss of the first {backpropagated}"
 
 
-def _inputs(seed: int):
+def _inputs(seed: int, shape: tuple = SHAPE):
     gen = torch.Generator().manual_seed(seed)
-    return torch.randn(*SHAPE, generator=gen), torch.randn(*SHAPE, generator=gen)
+    return torch.randn(*shape, generator=gen), torch.randn(*shape, generator=gen)
 
 
 def _run(fn, x, y, train: bool, backpropagated: int):
@@ -155,6 +156,55 @@ def difference(seed: int, train: bool = False, options=None) -> str | None:
                    f"eager's {e is not None and 'a tensor'}"
         if e is not None and not torch.allclose(a, e, rtol=1e-3, atol=1e-3, equal_nan=True):
             return f"{text}: gradient of {name} differs by {(a - e).abs().max().item():.3g}"
+    return None
+
+
+def _error(value, reference) -> float:
+    """Largest absolute error of ``value`` against the float64 ``reference`` where the
+    reference is finite (inf where their finite elements differ)."""
+    if value is None or reference is None:
+        return 0.0
+    value, reference = value.double(), reference.double()
+    finite = torch.isfinite(reference)
+    if not torch.equal(torch.isfinite(value), finite):
+        return math.inf
+    return (value - reference)[finite].abs().max().item() if finite.any() else 0.0
+
+
+def float64_difference(seed: int, shape: tuple, train: bool = False, dynamic=None,
+                       channels_last: bool = False) -> str | None:
+    """Seed's program at ``shape``, judged against float64 (large shapes, where float sums
+    of many values differ from eager's by more than a fixed tolerance): None when each
+    output's and gradient's error is at most 3x eager's + 1e-4 and dtypes, shapes and strides
+    (of dims longer than 1) are eager's, else what differs."""
+    import ember
+    fn, text = make_program(seed)
+    x, y = _inputs(seed, shape)
+    if channels_last:
+        x, y = (t.to(memory_format=torch.channels_last) for t in (x, y))
+    expected, expected_grads = _run(fn, x, y, train, fn.backpropagated)
+    exact, exact_grads = _run(fn, x.double(), y.double(), train, fn.backpropagated)
+    ember.reset()
+    try:
+        actual, grads = _run(ember.compile(fn, backend="ember", dynamic=dynamic), x, y,
+                             train, fn.backpropagated)
+    except Exception as err:                 # noqa: BLE001 -- reported as the difference
+        return f"{text}: {type(err).__name__}: {err}"
+    for i, (e, d, a) in enumerate(zip(expected, exact, actual)):
+        if a.dtype != e.dtype or a.shape != e.shape or any(
+                st != se for n, st, se in zip(a.shape, a.stride(), e.stride()) if n > 1):
+            return f"{text}: output {i} is {a.dtype}{list(a.shape)} {a.stride()}, " \
+                   f"eager's {e.dtype}{list(e.shape)} {e.stride()}"
+    pairs = [(f"output {i}", e, d, a) for i, (e, d, a) in enumerate(zip(expected, exact, actual))]
+    pairs += [(f"gradient of {n}", e, d, a) for n, e, d, a in zip("xy", expected_grads,
+                                                                   exact_grads, grads)]
+    for name, e, d, a in pairs:
+        if (e is None) != (a is None):
+            return f"{text}: {name} is {a is not None and 'a tensor'}, eager's " \
+                   f"{e is not None and 'a tensor'}"
+        eager_error, error = _error(e, d), _error(a, d)
+        if error > 3 * eager_error + 1e-4 and eager_error != math.inf:
+            return f"{text}: {name} is {error:.3g} off float64, eager's {eager_error:.3g}"
     return None
 
 
