@@ -39,6 +39,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import sympy
 import torch
 from torch.utils import _pytree as pytree
 
@@ -146,7 +147,7 @@ class TrainingGraph:
 
     def __init__(self, joint: JointGraph, parts: Partition, forward: Callable,
                  backward: Callable, captured: Callable, compile_graph: Callable,
-                 size_inputs: tuple[int, ...] = ()):
+                 size_inputs: tuple[int, ...] = (), size_symbols: tuple = ()):
         self.joint = joint
         # positions of the size (int) inputs of a graph with symbolic sizes: the backward
         # takes their values after its tangents
@@ -176,6 +177,12 @@ class TrainingGraph:
         self.tangents_contiguous = all(o is None for o in self.tangent_orders)
         self.grads_when_all_given = [bool(needs) for needs in self.tangents_of_grad]
         self.rebuild = _rebuilder(joint.output_spec)
+        # symbolic sizes: the strides the backward was compiled for, per saved value, as
+        # expressions of the size inputs' symbols (None: not checked), and their values
+        # per sizes met (see saved_in_layout)
+        self.saved_strides = _saved_strides(parts, size_symbols) if size_inputs else None
+        self.size_symbols = size_symbols
+        self.strides_at: dict[tuple, list] = {}
 
     def backward_for(self, absent: frozenset[int]) -> Callable | None:
         """The backward compiled for calls whose tangents ``absent`` got no gradient (None:
@@ -208,6 +215,30 @@ class TrainingGraph:
                     compiled = pruned.forward
                 self.backward_variants[absent] = compiled
         return self.backward_variants[absent]
+
+    def saved_in_layout(self, saved: list, sizes: list) -> list:
+        """``saved`` (a call's saved values), each in the strides the backward was compiled
+        for at ``sizes``: a value the forward returned in other strides (a symbolic layout
+        it could not prove free of overlaps came back contiguous) is copied into them, as
+        the backward's kernels would read past it otherwise."""
+        key = tuple(sizes)
+        expected = self.strides_at.get(key)
+        if expected is None:
+            values = dict(zip(self.size_symbols, key))
+            expected = [None if st is None else tuple(int(e.xreplace(values)) for e in st)
+                        for st in self.saved_strides]
+            self.strides_at[key] = expected
+        for k, (t, want) in enumerate(zip(saved, expected)):
+            if want is None or not isinstance(t, torch.Tensor) or all(
+                    n == 1 or w == 0 or have == w
+                    for n, have, w in zip(t.shape, t.stride(), want)):
+                continue
+            logs.log("perf_hints", "saved value %d of a training graph came back from the "
+                     "forward with strides %s, the backward reads %s: copied", k, t.stride(),
+                     want)
+            saved[k] = torch.empty_strided(t.shape, want, dtype=t.dtype,
+                                           device=t.device).copy_(t)
+        return saved
 
     def grads_as_compiled(self, args) -> bool:
         """Whether the inputs that require grad in ``args`` are those this graph was
@@ -269,6 +300,8 @@ class CompiledFunction(torch.autograd.Function):
         else:
             backward, tangents, reaches = _some_tangents(ctx, graph, tangents)
         args = list(ctx.saved_tensors)
+        if graph.saved_strides is not None:
+            args = graph.saved_in_layout(args, ctx.sizes)
         args.extend(tangents)
         args.extend(ctx.sizes)
         tangents = g = grad_outputs = None      # no references but in args
@@ -361,7 +394,27 @@ def compile_training(gm: torch.fx.GraphModule, example_inputs: list, *,
         backward = compile_graph(parts.backward,
                                  _placeholder_values(parts.backward, bool(sizes)))
     stats["compiled"] += 1
-    return TrainingGraph(joint, parts, forward, backward, gm.forward, compile_graph, sizes)
+    symbols = tuple(example_inputs[i].node.expr for i in sizes)
+    return TrainingGraph(joint, parts, forward, backward, gm.forward, compile_graph, sizes,
+                         symbols)
+
+
+def _saved_strides(parts: Partition, symbols: tuple) -> list | None:
+    """Per saved value, its strides in the backward's graph as expressions of ``symbols``
+    (None for a value that is not a tensor, or whose strides are not such expressions).
+    None when the size inputs are not plain symbols."""
+    if not all(isinstance(sym, sympy.Symbol) for sym in symbols):
+        return None
+    out = []
+    for val in _saved_vals(parts):
+        strides = None
+        if isinstance(val, torch.Tensor):
+            strides = tuple(st.node.expr if isinstance(st, torch.SymInt) else
+                            sympy.Integer(st) for st in val.stride())
+            if any(not e.free_symbols <= set(symbols) for e in strides):
+                strides = None
+        out.append(strides)
+    return out
 
 
 def _take_sizes(backward: torch.fx.GraphModule, sizes: list) -> None:

@@ -61,3 +61,32 @@ def test_outputs_without_a_gradient_path_compile_with_symbolic_sizes(monkeypatch
         for shape in [(8, 4, 5, 5), (6, 3, 7, 7)]:
             x = torch.randn(*shape).to(memory_format=torch.channels_last).requires_grad_()
             torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_a_saved_value_in_other_strides_is_copied_into_the_backwards(monkeypatch, ember_log):
+    """Whatever layout the forward returns a saved value in, the backward reads it in the
+    strides it was compiled for: with the gapped slice's bound left unproven (the ranges
+    term by term, as before 0d7dfff), the forward returns it contiguous and the call copies
+    it (a perf hint says so) instead of reading past it."""
+    from ember.backend import sizevars
+    monkeypatch.setenv("EMBER_GRAPH_CACHE", "0")
+
+    def unfactored(diff) -> bool:
+        if diff.is_Integer:
+            return int(diff) >= 0
+        env = sizevars.shape_env()
+        try:
+            return bool(diff.is_nonnegative) or (
+                env is not None and bool(env.bound(diff).lower >= 0))
+        except (TypeError, AttributeError):
+            return False
+
+    monkeypatch.setattr(sizevars, "_known_nonnegative", unfactored)
+    torch.manual_seed(0)
+    compiled = ember.compile(_rolled_row, backend="ember", dynamic=True)
+    ember.logs.set_logs("perf_hints")
+    with config.patch(suppress_errors=False):
+        for shape in [(2, 3, 2, 2), (4, 6, 5, 5)]:
+            x = torch.randn(*shape)
+            torch.testing.assert_close(_grad(compiled, x), _grad(_rolled_row, x))
+    assert any("the backward reads" in r.getMessage() for r in ember_log.records)
