@@ -228,14 +228,18 @@ class TrainingGraph:
             expected = [None if st is None else tuple(int(e.xreplace(values)) for e in st)
                         for st in self.saved_strides]
             self.strides_at[key] = expected
+            logged = False
+        else:
+            logged = True         # (said once per sizes)
         for k, (t, want) in enumerate(zip(saved, expected)):
             if want is None or not isinstance(t, torch.Tensor) or all(
                     n == 1 or w == 0 or have == w
                     for n, have, w in zip(t.shape, t.stride(), want)):
                 continue
-            logs.log("perf_hints", "saved value %d of a training graph came back from the "
-                     "forward with strides %s, the backward reads %s: copied", k, t.stride(),
-                     want)
+            if not logged:
+                logs.log("perf_hints", "saved value %d of a training graph came back from "
+                         "the forward with strides %s, the backward reads %s: copied", k,
+                         t.stride(), want)
             saved[k] = torch.empty_strided(t.shape, want, dtype=t.dtype,
                                            device=t.device).copy_(t)
         return saved

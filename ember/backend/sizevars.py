@@ -72,8 +72,9 @@ def _known_nonnegative(diff) -> bool:
     if env is None:
         return False
     # the ranges bound each term apart: s1*s0**2 - s0**2 has no lower bound so, its factored
-    # form s0**2*(s1 - 1) does (a gapped slice's extent against its outer stride)
-    for form in (diff, sympy.factor(diff)):
+    # form s0**2*(s1 - 1) does (a gapped slice's extent against its outer stride); only a
+    # sum factors into something else
+    for form in (diff, sympy.factor(diff)) if diff.is_Add else (diff,):
         try:
             if bool(env.bound(form).lower >= 0):
                 return True

@@ -173,12 +173,15 @@ class LoopStrategy:
                 self.k.store(node, node.store_index(x), self.result(acc, members, node))
 
     def declare_accumulators(self, groups, count: int | None = None) -> None:
-        """The accumulators of each reduction group (arrays of ``count`` when given)."""
+        """The accumulators of each reduction group (arrays of ``count`` when given: the
+        parts of a split reduction, a sum's in its coarse type)."""
         for acc, members in groups.items():
-            for ctype, field, init in _fields(*group_kind(members)):
+            kind, dtype = group_kind(members)
+            for ctype, field, init in _fields(kind, dtype):
                 if count is None:
                     self.line(f"{ctype} {acc}{field} = {init};")
                 else:
+                    ctype = coarse_type(kind, dtype) if field == "" else ctype
                     self.line(f"{ctype} {acc}{field}_c[{count}];")
 
 

@@ -18,12 +18,7 @@ class ParallelChunks(LoopStrategy):
 
     def generate(self, nodes, groups, x, r, size) -> None:
         chunks = PARALLEL_CHUNKS
-        for acc, members in groups.items():
-            kind, dtype = group_kind(members)
-            for ctype, field, _ in _fields(kind, dtype):
-                if field == "":
-                    ctype = coarse_type(kind, dtype)
-                self.line(f"{ctype} {acc}{field}_c[{chunks}];")
+        self.declare_accumulators(groups, count=chunks)
         n = cpp_index(size)
         self.line("#pragma omp parallel for")
         self.open(f"for (int64_t chunk = 0; chunk < {chunks}; chunk++) {{")
@@ -40,9 +35,8 @@ class ParallelChunks(LoopStrategy):
         self.declare_accumulators(groups)
         for acc, members in groups.items():
             kind, dtype = group_kind(members)
-            coarse = coarse_type(kind, dtype)
-            if kind == "sum" and coarse != CPP_TYPES[dtype]:
-                self.line(f"{coarse} {acc}_total = 0;")
+            if kind == "sum":
+                self.line(f"{coarse_type(kind, dtype)} {acc}_total = 0;")
                 self.line(f"for (int64_t chunk = 0; chunk < {chunks}; chunk++) "
                           f"{acc}_total = {acc}_total + {acc}_c[chunk];")
                 self.line(f"{acc} = static_cast<{CPP_TYPES[dtype]}>({acc}_total);")

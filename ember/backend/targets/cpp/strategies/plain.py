@@ -3,9 +3,9 @@ simd`` with OpenMP reduction clauses where the reductions allow."""
 from __future__ import annotations
 
 from ember.backend.codegen.common import group_kind
-from ember.backend.targets.cpp.ops import CPP_TYPES, _clause, cpp_index
+from ember.backend.targets.cpp.ops import _clause, cpp_index
 from ember.backend.ir import product
-from ember.backend.targets.cpp.strategies.base import LoopStrategy, coarse_type
+from ember.backend.targets.cpp.strategies.base import LoopStrategy
 from ember.backend.targets.cpp.strategies.rows import RowSums
 
 
@@ -32,19 +32,13 @@ class PlainLoop(LoopStrategy):
         else:
             depth = 1
             if len(r) > 1 and kinds == {"sum"}:
-                # each run in two levels too: runs into row accumulators, their totals in
-                # the coarse type (a chunk of a long sum holds thousands of runs)
-                self.open("{")
-                for acc, m in groups.items():
-                    self.line(f"{coarse_type('sum', group_kind(m)[1])} {acc}_total = 0;")
-                self._open_segments(r, start, end)
-                last = r[-1].name
-                RowSums(self.k).row(nodes, groups, x, r, f"{last}_lo", f"{last}_hi", "_total")
-                self.close()
-                for acc, m in groups.items():
-                    self.line(f"{acc} = {acc} + static_cast<{CPP_TYPES[group_kind(m)[1]]}>"
-                              f"({acc}_total);")
-                self.close()
+                # each run in two levels too, the runs' totals in the coarse type (a chunk
+                # of a long sum holds thousands of runs)
+                def runs():
+                    self._open_segments(r, start, end)
+                    return f"{r[-1].name}_lo", f"{r[-1].name}_hi", 1
+
+                RowSums(self.k).in_totals(nodes, groups, x, r, runs)
                 return
             if len(r) > 1:
                 self._open_segments(r, start, end)

@@ -21,13 +21,24 @@ class RowSums(LoopStrategy):
 
     def generate(self, nodes, groups, x, r) -> None:
         inner = self.k.group.inner
+
+        def rows():
+            for var, size in zip(r[:-1], inner[:-1]):
+                self.open(f"for (int64_t {var} = 0; {var} < {cpp_index(size)}; {var}++) {{")
+            return "0", cpp_index(inner[-1]), len(r) - 1
+
+        self.in_totals(nodes, groups, x, r, rows)
+
+    def in_totals(self, nodes, groups, x, r, rows) -> None:
+        """Rows summed into coarse totals, added to the accumulators after: ``rows()`` opens
+        the loops over the rows and returns a row's bounds along the last inner dim and how
+        many loops it opened."""
         self.open("{")
         for acc, m in groups.items():
             self.line(f"{coarse_type('sum', group_kind(m)[1])} {acc}_total = 0;")
-        for var, size in zip(r[:-1], inner[:-1]):
-            self.open(f"for (int64_t {var} = 0; {var} < {cpp_index(size)}; {var}++) {{")
-        self.row(nodes, groups, x, r, "0", cpp_index(inner[-1]), "_total")
-        for _ in r[:-1]:
+        low, high, loops = rows()
+        self.row(nodes, groups, x, r, low, high, "_total")
+        for _ in range(loops):
             self.close()
         for acc, m in groups.items():
             self.line(f"{acc} = {acc} + static_cast<{CPP_TYPES[group_kind(m)[1]]}>"
